@@ -1,0 +1,294 @@
+"""addnorm's functional API: one place that validates input and decides which backend runs.
+
+    layer_norm(x, normalized_shape, weight, bias, eps)              -> y
+    rms_norm(x, normalized_shape, weight, eps)                      -> y
+    add_layer_norm(x, residual, normalized_shape, weight, bias, eps) -> (y, residual_sum)
+    add_rms_norm(x, residual, normalized_shape, weight, eps)         -> (y, residual_sum)
+
+The ``add_*`` forms are the fused "Add & Norm": ``s = x + residual; y = norm(s)``, returning the
+new residual stream ``s`` beside ``y`` (that is their whole point, so there is no flag for it; in
+particular nothing here is called "prenorm" -- placement lives in ``addnorm.placement``).
+
+Backends (chosen explicitly, never by environment at import time):
+    "cpu"   -- the fused C kernels (float32/bfloat16/float16 on the CPU), one pass each way
+    "torch" -- exact composite of torch ops (any dtype/device, double-differentiable)
+    "auto"  -- "cpu" where it applies, else "torch"  (the default)
+Set it per call (``backend=``) or for a region (``with addnorm.use_backend("torch"): ...``);
+``last_backend()`` says which one ran most recently.
+
+HuggingFace conventions:
+    weight_offset=1.0       -- zero-centred weight, scale is ``1 + w`` (Gemma)
+    cast_before_weight=True -- Llama's order: normalize in float32, cast to the input dtype, then
+                               multiply by the weight (default: multiply in float32, cast once)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import numbers
+from collections.abc import Sequence
+
+import torch
+
+from .kernels import torch_ref
+
+__all__ = [
+    "layer_norm",
+    "rms_norm",
+    "add_layer_norm",
+    "add_rms_norm",
+    "tutorial_layer_norm",
+    "use_backend",
+    "last_backend",
+    "BACKENDS",
+]
+
+BACKENDS = ("auto", "cpu", "torch")
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_backend: contextvars.ContextVar[str] = contextvars.ContextVar("addnorm_backend", default="auto")
+_last = {"backend": None}
+
+
+@contextlib.contextmanager
+def use_backend(name: str):
+    """Run the enclosed addnorm calls on backend ``name`` ("auto", "cpu" or "torch")."""
+    _check_backend_name(name)
+    token = _backend.set(name)
+    try:
+        yield
+    finally:
+        _backend.reset(token)
+
+
+def last_backend() -> str | None:
+    """The backend ("cpu" or "torch") that ran the most recent addnorm call in this process."""
+    return _last["backend"]
+
+
+def _check_backend_name(name) -> None:
+    if name not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _normalized_shape(normalized_shape) -> tuple[int, ...]:
+    if isinstance(normalized_shape, numbers.Integral):
+        normalized_shape = (int(normalized_shape),)
+    elif isinstance(normalized_shape, torch.Size | Sequence):
+        normalized_shape = tuple(int(s) for s in normalized_shape)
+    else:
+        raise TypeError(f"normalized_shape must be an int or a tuple of ints, got {type(normalized_shape).__name__}")
+    if len(normalized_shape) == 0:
+        raise ValueError("normalized_shape must have at least one dimension, got ()")
+    if any(s < 0 for s in normalized_shape):
+        raise ValueError(f"normalized_shape must be non-negative, got {normalized_shape}")
+    return normalized_shape
+
+
+def _check_input(name: str, t, shape: tuple[int, ...]) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be a floating-point tensor (float16, bfloat16, float32, float64), got {t.dtype}")
+    n = len(shape)
+    if t.dim() < n or tuple(t.shape[t.dim() - n:]) != shape:
+        raise ValueError(
+            f"{name} of shape {tuple(t.shape)} does not end in normalized_shape {shape}; "
+            f"the last {n} dim(s) of {name} are the ones normalized"
+        )
+
+
+def _check_param(name: str, p, shape: tuple[int, ...], x: torch.Tensor) -> None:
+    if p is None:
+        return
+    if not isinstance(p, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or None, got {type(p).__name__}")
+    if p.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be floating-point, got {p.dtype}")
+    if tuple(p.shape) != shape:
+        raise ValueError(f"{name} must have shape normalized_shape={shape}, got {tuple(p.shape)}")
+    if p.device != x.device:
+        raise ValueError(f"{name} is on {p.device} but x is on {x.device}")
+
+
+def _check_eps(eps) -> float:
+    if not isinstance(eps, numbers.Real) or isinstance(eps, bool):
+        raise TypeError(f"eps must be a float, got {type(eps).__name__}")
+    eps = float(eps)
+    if not eps >= 0 or math.isinf(eps):  # also rejects NaN
+        raise ValueError(f"eps must be a finite number >= 0, got {eps}")
+    return eps
+
+
+def _default_rms_eps(x: torch.Tensor) -> float:
+    # torch.nn.functional.rms_norm's default: machine epsilon of the type statistics are computed in
+    return torch.finfo(torch.float64 if x.dtype == torch.float64 else torch.float32).eps
+
+
+def _check_residual(x: torch.Tensor, residual) -> None:
+    if residual is None:
+        return
+    if not isinstance(residual, torch.Tensor):
+        raise TypeError(f"residual must be a torch.Tensor or None, got {type(residual).__name__}")
+    if residual.shape != x.shape:
+        raise ValueError(f"residual must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}")
+    if residual.dtype != x.dtype:
+        raise TypeError(f"residual dtype {residual.dtype} must equal x dtype {x.dtype} (cast one of them first)")
+    if residual.device != x.device:
+        raise ValueError(f"residual is on {residual.device} but x is on {x.device}")
+
+
+# ---------------------------------------------------------------- dispatch
+
+
+def _resolve(backend: str | None, x: torch.Tensor, params: tuple) -> str:
+    name = _backend.get() if backend is None else backend
+    _check_backend_name(name)
+    if name == "torch":
+        return "torch"
+    from .kernels.cpu import SUPPORTED_DTYPES, availability
+
+    reason = None
+    if x.device.type != "cpu":
+        reason = f"x is on {x.device}"
+    elif x.dtype not in SUPPORTED_DTYPES:
+        reason = f"x has dtype {x.dtype}"
+    elif torch.compiler.is_compiling():
+        reason = "torch.compile is tracing"
+    elif not availability().available:
+        reason = availability().reason
+    elif any(p is not None and p.requires_grad and torch.is_grad_enabled() and p.dtype == torch.float64 for p in params):
+        reason = "a float64 parameter needs a gradient"
+    if reason is None:
+        return "cpu"
+    if name == "cpu":
+        raise RuntimeError(f"backend='cpu' cannot run this call: {reason}; use backend='torch' or 'auto'")
+    return "torch"
+
+
+def _needs_grad(*ts) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
+
+
+def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset, cast_before_weight,
+          out, residual_out, backend):
+    shape = _normalized_shape(normalized_shape)
+    _check_input("x", x, shape)
+    _check_residual(x, residual)
+    _check_param("weight", weight, shape, x)
+    _check_param("bias", bias, shape, x)
+    if eps is None:
+        eps = _default_rms_eps(x)
+    eps = _check_eps(eps)
+    if not isinstance(weight_offset, numbers.Real):
+        raise TypeError(f"weight_offset must be a float, got {type(weight_offset).__name__}")
+    if out is not None or residual_out is not None:
+        if _needs_grad(x, residual, weight, bias):
+            raise RuntimeError("out= and residual_out= do not support automatic differentiation "
+                               "(an input requires grad); call under torch.no_grad() or drop out=")
+        from .out_buffers import check_out_buffers
+
+        check_out_buffers(x, residual, out, residual_out)
+    which = _resolve(backend, x, (weight, bias))
+    _last["backend"] = which
+    if which == "cpu":
+        return _run_cpu(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_before_weight, out, residual_out)
+    s = torch_ref.add(x, residual)
+    if kind == "layer":
+        y = torch_ref.layer_norm(s, shape, weight, bias, eps, weight_offset)
+    else:
+        y = torch_ref.rms_norm(s, shape, weight, eps, weight_offset, cast_before_weight)
+    if out is not None:
+        out.copy_(y)
+        y = out
+    if residual is not None and residual_out is not None:
+        residual_out.copy_(s)
+        s = residual_out
+    return y, (s if residual is not None else None)
+
+
+def _run_cpu(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_before_weight, out, residual_out):
+    from .kernels.cpu import FusedAddNorm, ops
+
+    if out is None and residual_out is None:
+        return FusedAddNorm.apply(x, residual, weight, bias, kind, shape, eps, float(weight_offset), bool(cast_before_weight))
+    D = math.prod(shape)
+    x2 = ops.as_rows(x, D)
+    r2 = None if residual is None else ops.as_rows(residual, D)
+    out_t = torch.empty_like(x) if out is None else out
+    res_t = None
+    if residual is not None:
+        res_t = torch.empty_like(x) if residual_out is None else residual_out
+    ops.forward(kind, x2, r2, weight, bias, eps, float(weight_offset), bool(cast_before_weight),
+                out_t.view(-1, D), None if res_t is None else res_t.view(-1, D), want_stats=False)
+    return out_t, res_t
+
+
+# ---------------------------------------------------------------- public functions
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5, *, weight_offset: float = 0.0,
+               out=None, backend: str | None = None):
+    """LayerNorm (Ba, Kiros & Hinton 2016): ``y = (x - E[x]) / sqrt(Var[x] + eps) * (weight + weight_offset) + bias``.
+
+    Statistics over the last ``len(normalized_shape)`` dims, biased variance, in float32 (float64
+    for float64 input); same signature and results as ``torch.nn.functional.layer_norm``.
+    """
+    y, _ = _norm("layer", x, None, normalized_shape, weight, bias, eps, weight_offset, False, out, None, backend)
+    return y
+
+
+def rms_norm(x, normalized_shape, weight=None, eps: float | None = None, *, weight_offset: float = 0.0,
+             cast_before_weight: bool = False, out=None, backend: str | None = None):
+    """RMSNorm (Zhang & Sennrich 2019): ``y = x / sqrt(mean(x²) + eps) * (weight + weight_offset)``.
+
+    ``eps=None`` uses ``torch.finfo`` of the statistics dtype, as ``torch.nn.functional.rms_norm``.
+    """
+    y, _ = _norm("rms", x, None, normalized_shape, weight, None, eps, weight_offset, cast_before_weight, out, None, backend)
+    return y
+
+
+def add_layer_norm(x, residual, normalized_shape, weight=None, bias=None, eps: float = 1e-5, *,
+                   weight_offset: float = 0.0, out=None, residual_out=None, backend: str | None = None):
+    """Fused Add & Norm: ``s = x + residual; return (layer_norm(s), s)``.
+
+    ``residual=None`` means no residual yet (the first block): returns ``(layer_norm(x), x)``.
+    ``out=`` / ``residual_out=`` write into given buffers (inference only); see ``out_buffers`` for
+    the aliasing rules (``residual_out=residual`` updates the stream in place, vLLM-style).
+    """
+    y, s = _norm("layer", x, residual, normalized_shape, weight, bias, eps, weight_offset, False, out, residual_out, backend)
+    return y, (x if residual is None else s)
+
+
+def add_rms_norm(x, residual, normalized_shape, weight=None, eps: float | None = None, *,
+                 weight_offset: float = 0.0, cast_before_weight: bool = False, out=None, residual_out=None,
+                 backend: str | None = None):
+    """Fused Add & Norm with RMSNorm: ``s = x + residual; return (rms_norm(s), s)``."""
+    y, s = _norm("rms", x, residual, normalized_shape, weight, None, eps, weight_offset, cast_before_weight, out,
+                 residual_out, backend)
+    return y, (x if residual is None else s)
+
+
+def tutorial_layer_norm(x, weight=None, bias=None, eps: float = 1e-6):
+    """The tutorial formulation of seed 000 -- *not* LayerNorm as PyTorch defines it.
+
+    ``y = weight * (x - mean) / (std_unbiased + eps) + bias``: the std uses Bessel's correction
+    (divides by D - 1) and eps is added *outside* the square root. Outputs are scaled by
+    sqrt((D-1)/D) relative to ``torch.nn.LayerNorm`` and rows of tiny variance are not protected
+    by eps the same way; ``docs/tutorial_pitfall.md`` gives the measured gap. Kept so the
+    difference can be measured and so ``addnorm check`` can recognise it.
+    """
+    _check_input("x", x, tuple(x.shape[-1:]) if isinstance(x, torch.Tensor) and x.dim() else (1,))
+    eps = _check_eps(eps)
+    mean = x.mean(-1, keepdim=True)
+    std = x.std(-1, keepdim=True)  # unbiased: divides by D - 1
+    y = (x - mean) / (std + eps)
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y

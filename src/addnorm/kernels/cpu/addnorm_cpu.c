@@ -1,0 +1,212 @@
+/* addnorm's CPU kernels: fused residual-add + LayerNorm / RMSNorm, forward and backward.
+ *
+ * Design: Add & Norm does ~10 flops per element, so its speed is bytes moved / memory bandwidth.
+ * One pass over memory forward (read x, residual; write out, new residual; per-row mean/rstd),
+ * one pass backward (read dy, saved sum, incoming residual grad; write dx). Statistics and
+ * accumulation in float32 for every storage dtype (float32, bfloat16, float16).
+ *
+ * ABI: plain C, called through ctypes; nothing here links against torch or Python's C API
+ * (the PyInit stub only lets the build system build and install this file as a Python
+ * extension, which ctypes then opens as an ordinary shared library).
+ *
+ * Threads: the caller passes the thread count (torch's); rows are split into that many
+ * contiguous chunks, one pthread each (the calling thread runs chunk 0). Parameter gradients are
+ * summed per chunk and then reduced in chunk order, so dweight/dbias have the same bits on every
+ * run for a given thread count.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { AN_F32 = 0, AN_BF16 = 1, AN_F16 = 2 };
+enum { AN_LAYER = 0, AN_RMS = 1 };
+#define AN_MAX_THREADS 256
+
+typedef struct {
+    int kind, dtype, cast_before_weight;
+    int64_t N, D;
+    const void *x; int64_t x_rs;
+    const void *res; int64_t res_rs;      /* NULL: plain norm */
+    const float *weight, *bias;           /* float32, NULL when absent */
+    float weight_offset, eps;
+    void *out; int64_t out_rs;
+    void *res_out; int64_t res_out_rs;    /* NULL: the sum is not written */
+    float *mean, *rstd;                   /* per row; NULL when not wanted */
+} an_fwd_args;
+
+typedef struct {
+    int kind, dtype;
+    int64_t N, D;
+    const void *dy; int64_t dy_rs;
+    const void *s; int64_t s_rs;          /* the normalized input (the residual sum) */
+    const float *mean, *rstd;             /* mean may be NULL (RMSNorm) */
+    const float *weight; float weight_offset;
+    const void *dres; int64_t dres_rs;    /* gradient of the new residual, NULL when none */
+    void *dx; int64_t dx_rs;
+    float *dweight, *dbias;               /* float32 outputs (D), NULL when not wanted */
+} an_bwd_args;
+
+static inline size_t an_elem_size(int dt) { return dt == AN_F32 ? 4 : 2; }
+
+static inline float an_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t an_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even, as torch does */
+    return (uint16_t)(u >> 16);
+}
+
+#if defined(__x86_64__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#define AN_SFX _avx2
+#include "norm_rows.h"
+#undef AN_SFX
+#pragma GCC pop_options
+#endif
+
+#define AN_SFX _base
+#include "norm_rows.h"
+#undef AN_SFX
+
+typedef void (*an_fwd_fn)(const an_fwd_args *, int64_t, int64_t, float *, float *);
+typedef void (*an_bwd_fn)(const an_bwd_args *, int64_t, int64_t, float *, float *, float *, float *);
+
+static an_fwd_fn g_fwd = fwd_rows_base;
+static an_bwd_fn g_bwd = bwd_rows_base;
+static int g_isa = 0; /* 0 baseline, 1 avx2 */
+
+static void an_pick_isa(void) {
+    static int done = 0;
+    if (done) return;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && getenv("ADDNORM_CPU_BASELINE") == NULL) {
+        g_fwd = fwd_rows_avx2;
+        g_bwd = bwd_rows_avx2;
+        g_isa = 1;
+    }
+#endif
+    done = 1;
+}
+
+/* ---- a minimal fork/join over row chunks ---- */
+
+typedef struct {
+    int kind; /* 0 fwd, 1 bwd */
+    const void *args;
+    int64_t r0, r1;
+    int64_t D;
+    float *partial_w, *partial_b; /* this chunk's float32 partial sums (bwd) */
+    int status;
+} an_task;
+
+static void *an_run_task(void *p) {
+    an_task *t = (an_task *)p;
+    float *scratch = (float *)malloc(sizeof(float) * (size_t)(2 * t->D + 16));
+    if (!scratch) { t->status = -1; return NULL; }
+    float *a = scratch, *b = scratch + t->D + 8;
+    if (t->kind == 0) g_fwd((const an_fwd_args *)t->args, t->r0, t->r1, a, b);
+    else g_bwd((const an_bwd_args *)t->args, t->r0, t->r1, a, b, t->partial_w, t->partial_b);
+    free(scratch);
+    t->status = 0;
+    return NULL;
+}
+
+static int an_parallel(int kind, const void *args, int64_t N, int64_t D, int nthreads, float *partial_w, float *partial_b) {
+    an_task tasks[AN_MAX_THREADS];
+    pthread_t tids[AN_MAX_THREADS];
+    int started[AN_MAX_THREADS];
+    int T = nthreads;
+    for (int t = 0; t < T; t++) {
+        tasks[t].kind = kind;
+        tasks[t].args = args;
+        tasks[t].r0 = N * t / T;
+        tasks[t].r1 = N * (t + 1) / T;
+        tasks[t].D = D;
+        tasks[t].partial_w = partial_w ? partial_w + (size_t)t * D : NULL;
+        tasks[t].partial_b = partial_b ? partial_b + (size_t)t * D : NULL;
+        tasks[t].status = -1;
+        started[t] = 0;
+    }
+    for (int t = 1; t < T; t++) started[t] = pthread_create(&tids[t], NULL, an_run_task, &tasks[t]) == 0;
+    an_run_task(&tasks[0]);
+    for (int t = 1; t < T; t++) {
+        if (started[t]) pthread_join(tids[t], NULL);
+        else an_run_task(&tasks[t]); /* could not start a thread: run its chunk here */
+    }
+    for (int t = 0; t < T; t++) if (tasks[t].status != 0) return -1;
+    return 0;
+}
+
+static int an_threads_for(int64_t N, int64_t D, int nthreads) {
+    /* below ~64K elements a thread start costs more than it saves */
+    int64_t work = N * D;
+    int T = nthreads < 1 ? 1 : nthreads;
+    if (T > AN_MAX_THREADS) T = AN_MAX_THREADS;
+    if (work < (1 << 16)) T = 1;
+    if (T > N) T = N > 0 ? (int)N : 1;
+    return T;
+}
+
+/* ---- exported entry points (plain C ABI) ---- */
+
+int addnorm_isa(void) {
+    an_pick_isa();
+    return g_isa;
+}
+
+int addnorm_forward(int kind, int dtype, int64_t N, int64_t D,
+                    const void *x, int64_t x_rs, const void *res, int64_t res_rs,
+                    const float *weight, const float *bias, float weight_offset, float eps, int cast_before_weight,
+                    void *out, int64_t out_rs, void *res_out, int64_t res_out_rs,
+                    float *mean, float *rstd, int nthreads) {
+    an_pick_isa();
+    if (N <= 0 || D <= 0) return 0;
+    an_fwd_args a = {kind, dtype, cast_before_weight, N, D, x, x_rs, res, res_rs, weight, bias,
+                     weight_offset, eps, out, out_rs, res_out, res_out_rs, mean, rstd};
+    return an_parallel(0, &a, N, D, an_threads_for(N, D, nthreads), NULL, NULL);
+}
+
+int addnorm_backward(int kind, int dtype, int64_t N, int64_t D,
+                     const void *dy, int64_t dy_rs, const void *s, int64_t s_rs,
+                     const float *mean, const float *rstd, const float *weight, float weight_offset,
+                     const void *dres, int64_t dres_rs, void *dx, int64_t dx_rs,
+                     float *dweight, float *dbias, int nthreads) {
+    an_pick_isa();
+    if (dweight) memset(dweight, 0, sizeof(float) * (size_t)(D > 0 ? D : 0));
+    if (dbias) memset(dbias, 0, sizeof(float) * (size_t)(D > 0 ? D : 0));
+    if (N <= 0 || D <= 0) return 0;
+    int T = an_threads_for(N, D, nthreads);
+    float *pw = NULL, *pb = NULL;
+    if (dweight && !(pw = (float *)calloc((size_t)T * D, sizeof(float)))) return -1;
+    if (dbias && !(pb = (float *)calloc((size_t)T * D, sizeof(float)))) { free(pw); return -1; }
+    an_bwd_args a = {kind, dtype, N, D, dy, dy_rs, s, s_rs, mean, rstd, weight, weight_offset, dres, dres_rs, dx, dx_rs,
+                     dweight, dbias};
+    int rc = an_parallel(1, &a, N, D, T, pw, pb);
+    /* fixed-order reduction of the per-chunk partial sums: deterministic for a given T */
+    for (int t = 0; t < T && rc == 0; t++) {
+        if (pw) for (int64_t i = 0; i < D; i++) dweight[i] += pw[(size_t)t * D + i];
+        if (pb) for (int64_t i = 0; i < D; i++) dbias[i] += pb[(size_t)t * D + i];
+    }
+    free(pw);
+    free(pb);
+    return rc;
+}
+
+/* The build system builds Python extensions; this stub makes the file one. */
+static struct PyModuleDef an_module = {PyModuleDef_HEAD_INIT, "_addnorm_cpu",
+                                       "addnorm CPU kernels (plain C ABI, loaded with ctypes)", -1, NULL};
+PyMODINIT_FUNC PyInit__addnorm_cpu(void) { return PyModule_Create(&an_module); }
