@@ -53,27 +53,60 @@ typedef struct {
 
 static inline size_t an_elem_size(int dt) { return dt == AN_F32 ? 4 : 2; }
 
-static inline float an_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
+static inline float an_bits_f32(uint32_t u) {
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
 
-static inline uint16_t an_f32_to_bf16(float f) {
+static inline uint32_t an_f32_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even, as torch does */
-    return (uint16_t)(u >> 16);
+    return u;
+}
+
+static inline float an_bf16_to_f32(uint16_t h) { return an_bits_f32((uint32_t)h << 16); }
+
+/* float32 -> bfloat16 bits, round to nearest even as torch does; NaN stays a (quiet) NaN.
+ * Branch-free so that gcc vectorizes the loops that call it. */
+static inline uint16_t an_f32_to_bf16(float f) {
+    uint32_t u = an_f32_bits(f);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t quiet_nan = (u >> 16) | 0x40u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+
+static inline float an_bf16_round(float f) { return an_bf16_to_f32(an_f32_to_bf16(f)); }
+
+static inline float an_f16_to_f32(uint16_t h) {
+    _Float16 v;
+    memcpy(&v, &h, 2);
+    return (float)v;
+}
+
+static inline uint16_t an_f32_to_f16(float f) {
+    _Float16 v = (_Float16)f;
+    uint16_t h;
+    memcpy(&h, &v, 2);
+    return h;
 }
 
 #if defined(__x86_64__)
+#include <immintrin.h>
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,prefer-vector-width=512")
+#define AN_SFX _avx512
+#define AN_F16C 1
+#include "norm_rows.h"
+#undef AN_SFX
+#pragma GCC pop_options
+
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 #define AN_SFX _avx2
 #include "norm_rows.h"
 #undef AN_SFX
+#undef AN_F16C
 #pragma GCC pop_options
 #endif
 
@@ -86,17 +119,26 @@ typedef void (*an_bwd_fn)(const an_bwd_args *, int64_t, int64_t, float *, float 
 
 static an_fwd_fn g_fwd = fwd_rows_base;
 static an_bwd_fn g_bwd = bwd_rows_base;
-static int g_isa = 0; /* 0 baseline, 1 avx2 */
+static int g_isa = 0; /* 0 baseline, 1 avx2, 2 avx512 */
 
 static void an_pick_isa(void) {
     static int done = 0;
     if (done) return;
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && getenv("ADDNORM_CPU_BASELINE") == NULL) {
+    /* ADDNORM_CPU_ISA=avx2|baseline caps the instruction set (for tests and comparisons) */
+    const char *cap = getenv("ADDNORM_CPU_ISA");
+    int max_isa = cap == NULL ? 2 : strcmp(cap, "avx2") == 0 ? 1 : strcmp(cap, "baseline") == 0 ? 0 : 2;
+    if (max_isa >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
         g_fwd = fwd_rows_avx2;
         g_bwd = bwd_rows_avx2;
         g_isa = 1;
+    }
+    if (max_isa >= 2 && g_isa == 1 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+        g_fwd = fwd_rows_avx512;
+        g_bwd = bwd_rows_avx512;
+        g_isa = 2;
     }
 #endif
     done = 1;
@@ -115,9 +157,9 @@ typedef struct {
 
 static void *an_run_task(void *p) {
     an_task *t = (an_task *)p;
-    float *scratch = (float *)malloc(sizeof(float) * (size_t)(2 * t->D + 16));
+    float *scratch = (float *)malloc(sizeof(float) * (size_t)(3 * t->D + 16));
     if (!scratch) { t->status = -1; return NULL; }
-    float *a = scratch, *b = scratch + t->D + 8;
+    float *b = scratch, *a = scratch + t->D + 8; /* a has room for two rows */
     if (t->kind == 0) g_fwd((const an_fwd_args *)t->args, t->r0, t->r1, a, b);
     else g_bwd((const an_bwd_args *)t->args, t->r0, t->r1, a, b, t->partial_w, t->partial_b);
     free(scratch);

@@ -14,7 +14,7 @@ _i64, _i32, _f32, _p = ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_vo
 
 DTYPE_CODES = {"float32": 0, "bfloat16": 1, "float16": 2}
 KIND_CODES = {"layer": 0, "rms": 1}
-ISA_NAMES = {0: "baseline", 1: "avx2+fma+f16c"}
+ISA_NAMES = {0: "baseline", 1: "avx2+fma+f16c", 2: "avx512"}
 
 
 @dataclass(frozen=True)

@@ -1,137 +1,268 @@
 /* Row kernels of fused residual-add + LayerNorm / RMSNorm, forward and backward.
  *
- * Included twice by addnorm_cpu.c: once compiled for AVX2+FMA+F16C, once for baseline x86-64 /
- * any other CPU, each copy suffixed by AN_SFX; the host picks one at load time. The code is
- * written so that gcc vectorizes it (float loops, associative math enabled for this file only):
- * every row is converted once into a float32 scratch row that stays in L1/L2, so memory traffic is
- * the minimum: forward reads x (+ residual) and writes out (+ the new residual); backward reads dy,
- * the saved sum (+ the incoming residual gradient) and writes dx.
+ * Included several times by addnorm_cpu.c, each time compiled for one instruction set (AVX-512,
+ * AVX2+FMA+F16C, baseline) with its functions suffixed by AN_SFX; the host picks one at load time.
+ * The loops are plain C written so that gcc vectorizes them (branch-free bfloat16 rounding,
+ * AN_LANES independent partial sums per reduction so the adder's latency is hidden and the
+ * summation order -- hence the bits -- is fixed). Every row of a 16-bit dtype is converted once
+ * into a float32 scratch row that stays in L1; float32 rows are read where they lie. So memory
+ * traffic is the minimum: forward reads x (+ residual) and writes out (+ the new residual);
+ * backward reads dy, the saved sum (+ the incoming residual gradient) and writes dx.
  */
 
 #define AN_CAT2(a, b) a##b
 #define AN_CAT(a, b) AN_CAT2(a, b)
 #define AN_FN(name) AN_CAT(name, AN_SFX)
+#define AN_LANES 32
+
+/* ---- dtype conversion of whole rows ---- */
 
 static void AN_FN(load_row)(float *restrict dst, const void *restrict src, int64_t n, int dt) {
     if (dt == AN_F32) {
-        const float *s = (const float *)src;
-        for (int64_t i = 0; i < n; i++) dst[i] = s[i];
-    } else if (dt == AN_BF16) {
-        const uint16_t *s = (const uint16_t *)src;
-        for (int64_t i = 0; i < n; i++) dst[i] = an_bf16_to_f32(s[i]);
-    } else {
-        const _Float16 *s = (const _Float16 *)src;
-        for (int64_t i = 0; i < n; i++) dst[i] = (float)s[i];
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
     }
+    const uint16_t *s = (const uint16_t *)src;
+    int64_t i = 0;
+    if (dt == AN_BF16) {
+        for (; i < n; i++) dst[i] = an_bf16_to_f32(s[i]);
+        return;
+    }
+#ifdef AN_F16C
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+#endif
+    for (; i < n; i++) dst[i] = an_f16_to_f32(s[i]);
 }
 
 static void AN_FN(store_row)(void *restrict dst, const float *restrict src, int64_t n, int dt) {
     if (dt == AN_F32) {
-        float *d = (float *)dst;
-        for (int64_t i = 0; i < n; i++) d[i] = src[i];
-    } else if (dt == AN_BF16) {
-        uint16_t *d = (uint16_t *)dst;
-        for (int64_t i = 0; i < n; i++) d[i] = an_f32_to_bf16(src[i]);
-    } else {
-        _Float16 *d = (_Float16 *)dst;
-        for (int64_t i = 0; i < n; i++) d[i] = (_Float16)src[i];
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
     }
+    uint16_t *d = (uint16_t *)dst;
+    int64_t i = 0;
+    if (dt == AN_BF16) {
+        for (; i < n; i++) d[i] = an_f32_to_bf16(src[i]);
+        return;
+    }
+#ifdef AN_F16C
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; i < n; i++) d[i] = an_f32_to_f16(src[i]);
 }
 
 /* Round a float row to the storage dtype and back, in place (no-op for float32). */
 static void AN_FN(round_row)(float *restrict v, int64_t n, int dt) {
+    int64_t i = 0;
     if (dt == AN_BF16) {
-        for (int64_t i = 0; i < n; i++) v[i] = an_bf16_to_f32(an_f32_to_bf16(v[i]));
+        for (; i < n; i++) v[i] = an_bf16_round(v[i]);
     } else if (dt == AN_F16) {
-        for (int64_t i = 0; i < n; i++) v[i] = (float)(_Float16)v[i];
+#ifdef AN_F16C
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(v + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(v + i), _MM_FROUND_TO_NEAREST_INT)));
+#endif
+        for (; i < n; i++) v[i] = an_f16_to_f32(an_f32_to_f16(v[i]));
     }
 }
+
+/* ---- reductions with AN_LANES partial sums ---- */
+
+static inline float AN_FN(hsum)(const float *acc) {
+    float s = 0.0f;
+    for (int j = 0; j < AN_LANES; j++) s += acc[j];
+    return s;
+}
+
+static float AN_FN(row_sum)(const float *restrict v, int64_t n) {
+    float acc[AN_LANES] = {0};
+    int64_t i = 0;
+    for (; i + AN_LANES <= n; i += AN_LANES)
+        for (int j = 0; j < AN_LANES; j++) acc[j] += v[i + j];
+    for (; i < n; i++) acc[0] += v[i];
+    return AN_FN(hsum)(acc);
+}
+
+/* buf = x + r (float32), returns the sum */
+static float AN_FN(add_rows_sum)(float *restrict buf, const float *restrict x, const float *restrict r, int64_t n) {
+    float acc[AN_LANES] = {0};
+    int64_t i = 0;
+    for (; i + AN_LANES <= n; i += AN_LANES)
+        for (int j = 0; j < AN_LANES; j++) { float v = x[i + j] + r[i + j]; buf[i + j] = v; acc[j] += v; }
+    for (; i < n; i++) { float v = x[i] + r[i]; buf[i] = v; acc[0] += v; }
+    return AN_FN(hsum)(acc);
+}
+
+static float AN_FN(sq_dev_sum)(const float *restrict v, float mean, int64_t n) {
+    float acc[AN_LANES] = {0};
+    int64_t i = 0;
+    for (; i + AN_LANES <= n; i += AN_LANES)
+        for (int j = 0; j < AN_LANES; j++) { float d = v[i + j] - mean; acc[j] += d * d; }
+    for (; i < n; i++) { float d = v[i] - mean; acc[0] += d * d; }
+    return AN_FN(hsum)(acc);
+}
+
+/* dst = (src - mean) * rstd * (w + off) + b, each factor optional */
+static void AN_FN(normalize)(float *dst, const float *src, int64_t n, float mean, float rstd, const float *restrict w,
+                             const float *restrict b, float off) {
+    if (w && b) {
+        for (int64_t i = 0; i < n; i++) dst[i] = (src[i] - mean) * rstd * (w[i] + off) + b[i];
+    } else if (w) {
+        for (int64_t i = 0; i < n; i++) dst[i] = (src[i] - mean) * rstd * (w[i] + off);
+    } else if (b) {
+        for (int64_t i = 0; i < n; i++) dst[i] = (src[i] - mean) * rstd + b[i];
+    } else {
+        for (int64_t i = 0; i < n; i++) dst[i] = (src[i] - mean) * rstd;
+    }
+}
+
+/* bfloat16 x + r, rounded to bfloat16 as eager `x + r` stores it; buf gets the float value, res_out
+ * (if any) the bits, which are exact (no second rounding); returns the sum of the row. */
+static float AN_FN(add_bf16_rows)(float *restrict buf, const uint16_t *restrict x, const uint16_t *restrict r,
+                                  uint16_t *restrict res_out, int64_t n) {
+    float acc[AN_LANES] = {0};
+    int64_t i = 0;
+    for (; i + AN_LANES <= n; i += AN_LANES)
+        for (int j = 0; j < AN_LANES; j++) {
+            float v = an_bf16_round(an_bf16_to_f32(x[i + j]) + an_bf16_to_f32(r[i + j]));
+            buf[i + j] = v;
+            acc[j] += v;
+        }
+    for (; i < n; i++) {
+        float v = an_bf16_round(an_bf16_to_f32(x[i]) + an_bf16_to_f32(r[i]));
+        buf[i] = v;
+        acc[0] += v;
+    }
+    if (res_out)
+        for (i = 0; i < n; i++) res_out[i] = (uint16_t)(an_f32_bits(buf[i]) >> 16);
+    return AN_FN(hsum)(acc);
+}
+
+/* ---- forward ---- */
 
 static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, float *restrict buf, float *restrict tmp) {
     const int64_t D = a->D;
-    const size_t es = an_elem_size(a->dtype);
+    const int dt = a->dtype, f32 = dt == AN_F32;
+    const size_t es = an_elem_size(dt);
     const float inv_d = 1.0f / (float)D;
     for (int64_t r = r0; r < r1; r++) {
-        AN_FN(load_row)(buf, (const char *)a->x + r * a->x_rs * es, D, a->dtype);
-        if (a->res) {
-            AN_FN(load_row)(tmp, (const char *)a->res + r * a->res_rs * es, D, a->dtype);
-            for (int64_t i = 0; i < D; i++) buf[i] += tmp[i];
-            /* the new residual stream is stored in the input dtype; normalize exactly what is stored */
-            AN_FN(round_row)(buf, D, a->dtype);
+        const void *x_row = (const char *)a->x + r * a->x_rs * es;
+        const void *r_row = a->res ? (const char *)a->res + r * a->res_rs * es : NULL;
+        void *out_row = (char *)a->out + r * a->out_rs * es;
+        const float *src; /* the row to normalize, as float32 */
+        float sum = 0.0f;
+        if (f32 && r_row) {
+            sum = AN_FN(add_rows_sum)(buf, x_row, r_row, D);
+            src = buf;
+        } else if (f32) {
+            src = x_row;
+            if (a->kind == AN_LAYER) sum = AN_FN(row_sum)(src, D);
+        } else if (dt == AN_BF16 && r_row) {
+            void *ro = a->res_out ? (char *)a->res_out + r * a->res_out_rs * es : NULL;
+            sum = AN_FN(add_bf16_rows)(buf, x_row, r_row, ro, D);
+            src = buf;
+        } else {
+            AN_FN(load_row)(buf, x_row, D, dt);
+            if (r_row) {
+                AN_FN(load_row)(tmp, r_row, D, dt);
+                for (int64_t i = 0; i < D; i++) buf[i] += tmp[i];
+                /* the new residual stream is stored in the input dtype: normalize exactly what is stored */
+                AN_FN(round_row)(buf, D, dt);
+            }
+            if (a->kind == AN_LAYER) sum = AN_FN(row_sum)(buf, D);
+            src = buf;
         }
-        if (a->res_out) AN_FN(store_row)((char *)a->res_out + r * a->res_out_rs * es, buf, D, a->dtype);
+        if (a->res_out && !(dt == AN_BF16 && r_row)) AN_FN(store_row)((char *)a->res_out + r * a->res_out_rs * es, src, D, dt);
 
-        float mean = 0.0f;
-        if (a->kind == AN_LAYER) {
-            float s = 0.0f;
-            for (int64_t i = 0; i < D; i++) s += buf[i];
-            mean = s * inv_d;
-        }
-        float ss = 0.0f; /* two-pass: sum of squared deviations, no E[x²]−E[x]² cancellation */
-        for (int64_t i = 0; i < D; i++) {
-            float d = buf[i] - mean;
-            ss += d * d;
-        }
-        float rstd = 1.0f / sqrtf(ss * inv_d + a->eps);
+        const float mean = a->kind == AN_LAYER ? sum * inv_d : 0.0f;
+        /* two-pass: the sum of squared deviations, no E[x²]−E[x]² cancellation */
+        const float rstd = 1.0f / sqrtf(AN_FN(sq_dev_sum)(src, mean, D) * inv_d + a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
 
-        const float *w = a->weight, *b = a->bias;
-        const float off = a->weight_offset;
-        if (a->cast_before_weight && a->dtype != AN_F32) {
+        if (a->cast_before_weight && !f32) {
             /* Llama order: xhat cast to the input dtype first, then multiplied by the weight */
-            for (int64_t i = 0; i < D; i++) tmp[i] = (buf[i] - mean) * rstd;
-            AN_FN(round_row)(tmp, D, a->dtype);
-            if (w) for (int64_t i = 0; i < D; i++) tmp[i] *= (w[i] + off);
-            if (b) for (int64_t i = 0; i < D; i++) tmp[i] += b[i];
-        } else if (w && b) {
-            for (int64_t i = 0; i < D; i++) tmp[i] = (buf[i] - mean) * rstd * (w[i] + off) + b[i];
-        } else if (w) {
-            for (int64_t i = 0; i < D; i++) tmp[i] = (buf[i] - mean) * rstd * (w[i] + off);
-        } else if (b) {
-            for (int64_t i = 0; i < D; i++) tmp[i] = (buf[i] - mean) * rstd + b[i];
+            AN_FN(normalize)(tmp, src, D, mean, rstd, NULL, NULL, 0.0f);
+            AN_FN(round_row)(tmp, D, dt);
+            AN_FN(normalize)(tmp, tmp, D, 0.0f, 1.0f, a->weight, a->bias, a->weight_offset);
+            AN_FN(store_row)(out_row, tmp, D, dt);
+        } else if (f32) {
+            /* src may be out_row itself (out=x): each element is read before it is written */
+            AN_FN(normalize)(out_row, src, D, mean, rstd, a->weight, a->bias, a->weight_offset);
         } else {
-            for (int64_t i = 0; i < D; i++) tmp[i] = (buf[i] - mean) * rstd;
+            AN_FN(normalize)(tmp, src, D, mean, rstd, a->weight, a->bias, a->weight_offset);
+            AN_FN(store_row)(out_row, tmp, D, dt);
         }
-        AN_FN(store_row)((char *)a->out + r * a->out_rs * es, tmp, D, a->dtype);
     }
 }
 
-/* dw_acc / db_acc: this thread's float32 partial sums over its rows (D each, zeroed by caller). */
-static void AN_FN(bwd_rows)(const an_bwd_args *a, int64_t r0, int64_t r1, float *restrict xs, float *restrict dy,
+/* ---- backward ----
+ * dw_acc / db_acc: this thread's float32 partial sums over its rows (D each, zeroed by caller).
+ * xs (room for 2 rows) and dyb: float32 scratch. */
+static void AN_FN(bwd_rows)(const an_bwd_args *a, int64_t r0, int64_t r1, float *restrict xs, float *restrict dyb,
                             float *restrict dw_acc, float *restrict db_acc) {
     const int64_t D = a->D;
-    const size_t es = an_elem_size(a->dtype);
+    const int dt = a->dtype, f32 = dt == AN_F32;
+    const size_t es = an_elem_size(dt);
     const float inv_d = 1.0f / (float)D;
     const float *w = a->weight;
     const float off = a->weight_offset;
     for (int64_t r = r0; r < r1; r++) {
-        AN_FN(load_row)(xs, (const char *)a->s + r * a->s_rs * es, D, a->dtype);
-        AN_FN(load_row)(dy, (const char *)a->dy + r * a->dy_rs * es, D, a->dtype);
+        const void *s_row = (const char *)a->s + r * a->s_rs * es;
+        const void *dy_row = (const char *)a->dy + r * a->dy_rs * es;
+        const float *dy = dy_row, *sv = s_row;
+        if (!f32) {
+            AN_FN(load_row)(xs, s_row, D, dt);
+            AN_FN(load_row)(dyb, dy_row, D, dt);
+            dy = dyb;
+            sv = xs;
+        }
         const float mean = a->mean ? a->mean[r] : 0.0f, rstd = a->rstd[r];
-        /* xs becomes xhat, recomputed from the saved sum; accumulate parameter grads on the way */
-        float sum_g = 0.0f, sum_gx = 0.0f;
-        for (int64_t i = 0; i < D; i++) {
-            float xh = (xs[i] - mean) * rstd;
+        /* xs becomes xhat, recomputed from the saved sum */
+        float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
+        int64_t i = 0;
+        for (; i + AN_LANES <= D; i += AN_LANES)
+            for (int j = 0; j < AN_LANES; j++) {
+                float xh = (sv[i + j] - mean) * rstd;
+                xs[i + j] = xh;
+                float g = w ? dy[i + j] * (w[i + j] + off) : dy[i + j];
+                acc_g[j] += g;
+                acc_gx[j] += g * xh;
+            }
+        for (; i < D; i++) {
+            float xh = (sv[i] - mean) * rstd;
             xs[i] = xh;
             float g = w ? dy[i] * (w[i] + off) : dy[i];
-            sum_g += g;
-            sum_gx += g * xh;
+            acc_g[0] += g;
+            acc_gx[0] += g * xh;
         }
-        if (dw_acc) for (int64_t i = 0; i < D; i++) dw_acc[i] += dy[i] * xs[i];
-        if (db_acc) for (int64_t i = 0; i < D; i++) db_acc[i] += dy[i];
-        const float mg = (a->kind == AN_LAYER) ? sum_g * inv_d : 0.0f, mgx = sum_gx * inv_d;
-        if (w) {
-            for (int64_t i = 0; i < D; i++) dy[i] = rstd * (dy[i] * (w[i] + off) - mg - xs[i] * mgx);
-        } else {
-            for (int64_t i = 0; i < D; i++) dy[i] = rstd * (dy[i] - mg - xs[i] * mgx);
-        }
+        if (dw_acc) for (i = 0; i < D; i++) dw_acc[i] += dy[i] * xs[i];
+        if (db_acc) for (i = 0; i < D; i++) db_acc[i] += dy[i];
+        const float mg = (a->kind == AN_LAYER) ? AN_FN(hsum)(acc_g) * inv_d : 0.0f;
+        const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
+        void *dx_row = (char *)a->dx + r * a->dx_rs * es;
+        float *o = f32 ? (float *)dx_row : dyb; /* dyb: dy is read before each element is overwritten */
+        const float *dres = NULL;
         if (a->dres) {
-            /* the gradient that arrived through the new residual stream joins here, in float32 */
-            AN_FN(load_row)(xs, (const char *)a->dres + r * a->dres_rs * es, D, a->dtype);
-            for (int64_t i = 0; i < D; i++) dy[i] += xs[i];
+            const void *dres_row = (const char *)a->dres + r * a->dres_rs * es;
+            if (f32) {
+                dres = dres_row;
+            } else {
+                /* the gradient that arrived through the new residual stream joins in float32 */
+                AN_FN(load_row)(xs + D, dres_row, D, dt);
+                dres = xs + D;
+            }
         }
-        AN_FN(store_row)((char *)a->dx + r * a->dx_rs * es, dy, D, a->dtype);
+        if (w && dres) {
+            for (i = 0; i < D; i++) o[i] = rstd * (dy[i] * (w[i] + off) - mg - xs[i] * mgx) + dres[i];
+        } else if (w) {
+            for (i = 0; i < D; i++) o[i] = rstd * (dy[i] * (w[i] + off) - mg - xs[i] * mgx);
+        } else if (dres) {
+            for (i = 0; i < D; i++) o[i] = rstd * (dy[i] - mg - xs[i] * mgx) + dres[i];
+        } else {
+            for (i = 0; i < D; i++) o[i] = rstd * (dy[i] - mg - xs[i] * mgx);
+        }
+        if (!f32) AN_FN(store_row)(dx_row, o, D, dt);
     }
 }
 

@@ -58,11 +58,12 @@ def forward(kind, x2, r2, weight, bias, eps, weight_offset, cast_before_weight, 
     return out2, res_out2, mean, rstd, w32
 
 
-def backward(kind, dy2, s2, mean, rstd, w32, weight_offset, dres2, want_dweight: bool, want_dbias: bool):
+def backward(kind, dy2, s2, mean, rstd, w32, weight_offset, dres2, want_dweight: bool, want_dbias: bool, dx2=None):
     """One pass: returns (dx2, dweight32 or None, dbias32 or None)."""
     N, D = s2.shape
     lib = library()
-    dx2 = torch.empty((N, D), dtype=s2.dtype)
+    if dx2 is None:
+        dx2 = torch.empty((N, D), dtype=s2.dtype)
     dw = torch.empty(D, dtype=torch.float32) if want_dweight else None
     db = torch.empty(D, dtype=torch.float32) if want_dbias else None
     rc = lib.backward(
