@@ -78,7 +78,7 @@ def _check_backend_name(name) -> None:
 def _normalized_shape(normalized_shape) -> tuple[int, ...]:
     if isinstance(normalized_shape, numbers.Integral):
         normalized_shape = (int(normalized_shape),)
-    elif isinstance(normalized_shape, torch.Size | Sequence):
+    elif isinstance(normalized_shape, torch.Size | Sequence) and not isinstance(normalized_shape, str | bytes):
         normalized_shape = tuple(int(s) for s in normalized_shape)
     else:
         raise TypeError(f"normalized_shape must be an int or a tuple of ints, got {type(normalized_shape).__name__}")
@@ -145,7 +145,7 @@ def _check_residual(x: torch.Tensor, residual) -> None:
 # ---------------------------------------------------------------- dispatch
 
 
-def _resolve(backend: str | None, x: torch.Tensor, params: tuple) -> str:
+def _resolve(backend: str | None, x: torch.Tensor, shape: tuple[int, ...], params: tuple) -> str:
     name = _backend.get() if backend is None else backend
     _check_backend_name(name)
     if name == "torch":
@@ -157,6 +157,8 @@ def _resolve(backend: str | None, x: torch.Tensor, params: tuple) -> str:
         reason = f"x is on {x.device}"
     elif x.dtype not in SUPPORTED_DTYPES:
         reason = f"x has dtype {x.dtype}"
+    elif math.prod(shape) == 0:
+        reason = "normalized_shape has no elements"
     elif torch.compiler.is_compiling():
         reason = "torch.compile is tracing"
     elif not availability().available:
@@ -193,7 +195,7 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
         from .out_buffers import check_out_buffers
 
         check_out_buffers(x, residual, out, residual_out)
-    which = _resolve(backend, x, (weight, bias))
+    which = _resolve(backend, x, shape, (weight, bias))
     _last["backend"] = which
     if which == "cpu":
         return _run_cpu(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_before_weight, out, residual_out)

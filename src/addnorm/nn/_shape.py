@@ -8,6 +8,8 @@ def as_normalized_shape(normalized_shape) -> tuple[int, ...]:
     if isinstance(normalized_shape, numbers.Integral):
         return (int(normalized_shape),)
     try:
+        if isinstance(normalized_shape, str | bytes):
+            raise TypeError
         return tuple(int(s) for s in normalized_shape)
-    except TypeError:
+    except (TypeError, ValueError):
         raise TypeError(f"normalized_shape must be an int or a tuple of ints, got {normalized_shape!r}") from None

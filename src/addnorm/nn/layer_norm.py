@@ -41,4 +41,5 @@ class LayerNorm(nn.Module):
         return AF.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps, backend=self.backend)
 
     def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+                f"bias={self.bias is not None}")

@@ -1,0 +1,83 @@
+"""Edge behaviour pinned for every backend: constant rows, zero rows, NaN/Inf, fp16 range."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import addnorm
+
+BACKENDS = ["cpu", "torch"]
+LOW = [torch.float32, torch.bfloat16, torch.float16]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", LOW)
+def test_constant_rows_give_bias_and_finite_grads(backend, dtype):
+    x = torch.full((3, 64), 7.25, dtype=dtype, requires_grad=True)
+    w = torch.randn(64, dtype=dtype, requires_grad=True)
+    b = torch.randn(64, dtype=dtype, requires_grad=True)
+    y = addnorm.layer_norm(x, 64, w, b, backend=backend)
+    torch.testing.assert_close(y, b.detach().expand(3, 64), atol=0, rtol=0)
+    grads = torch.autograd.grad((y.float() * torch.randn(3, 64)).sum(), [x, w, b])
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", LOW)
+def test_all_zero_rows_rms_norm(backend, dtype):
+    x = torch.zeros(4, 32, dtype=dtype, requires_grad=True)
+    w = torch.ones(32, dtype=dtype, requires_grad=True)
+    y = addnorm.rms_norm(x, 32, w, backend=backend)
+    assert torch.equal(y, torch.zeros_like(y))
+    gx, gw = torch.autograd.grad(y.float().sum(), [x, w])
+    assert torch.isfinite(gx).all() and torch.isfinite(gw).all()
+    ref = torch.autograd.grad(F.rms_norm(x.float(), (32,), w.float()).sum(), x)[0]
+    torch.testing.assert_close(gx.float(), ref.float(), atol=0, rtol=1e-2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_nan_and_inf_stay_in_their_row(backend, kind, bad):
+    x = torch.randn(5, 40, requires_grad=True)
+    r = torch.randn(5, 40)
+    with torch.no_grad():
+        x[2, 7] = bad
+    fn = addnorm.add_layer_norm if kind == "layer" else addnorm.add_rms_norm
+    y, s = fn(x, r, 40, backend=backend)
+    assert not torch.isfinite(y[2]).all()
+    good = torch.tensor([0, 1, 3, 4])
+    assert torch.isfinite(y[good]).all()
+    ref = (F.layer_norm if kind == "layer" else F.rms_norm)((x + r)[good], (40,))
+    torch.testing.assert_close(y[good], ref, atol=1e-5, rtol=0)
+    (gx,) = torch.autograd.grad(y[good].sum(), x)
+    assert torch.isfinite(gx[good]).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_float16_large_values_do_not_overflow(backend, kind):
+    # x² ≈ 1e6 is far beyond float16's max (65504): statistics must be float32
+    x = (torch.randn(8, 256, dtype=torch.float64) * 300 + 1000).half()
+    y = (addnorm.layer_norm if kind == "layer" else addnorm.rms_norm)(x, 256, backend=backend)
+    assert torch.isfinite(y).all()
+    ref = (F.layer_norm if kind == "layer" else F.rms_norm)(x.double(), (256,))
+    assert (y.double() - ref).abs().max() < 1e-2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zero_size_everything(backend):
+    x = torch.randn(0, 8, requires_grad=True)
+    r = torch.randn(0, 8, requires_grad=True)
+    w = torch.randn(8, requires_grad=True)
+    y, s = addnorm.add_layer_norm(x, r, 8, w, backend=backend)
+    assert y.shape == (0, 8) and s.shape == (0, 8)
+    gx, gw = torch.autograd.grad((y.sum() + s.sum()), [x, w])
+    assert gx.shape == (0, 8) and torch.equal(gw, torch.zeros(8))
+    y = addnorm.layer_norm(torch.randn(3, 0), 0, backend="torch")
+    assert y.shape == (3, 0)
+
+
+def test_empty_normalized_dim_matches_torch():
+    x = torch.randn(3, 0)
+    assert addnorm.layer_norm(x, 0).shape == F.layer_norm(x, (0,)).shape
