@@ -123,14 +123,18 @@ torch.save({"isa": addnorm.cpu_kernel_availability().isa, "y": y, "gx": gx, "gw"
 def test_every_instruction_set_variant_agrees(tmp_path, dtype):
     results = {}
     for isa in ["baseline", "avx2", "native"]:
-        env = dict(os.environ)
-        if isa != "native":
-            env["ADDNORM_CPU_ISA"] = isa
-        out = tmp_path / f"{isa}.pt"
-        subprocess.run([sys.executable, "-c", ISA_SCRIPT, dtype, str(out)], check=True, env=env)
-        results[isa] = torch.load(out)
-    assert results["baseline"]["isa"] == "baseline"
-    ref = results["baseline"]
+        for stream in ("0", str(1 << 60)):  # non-temporal stores always / never
+            env = dict(os.environ, ADDNORM_CPU_NT_BYTES=stream)
+            if isa != "native":
+                env["ADDNORM_CPU_ISA"] = isa
+            out = tmp_path / f"{isa}-{stream}.pt"
+            subprocess.run([sys.executable, "-c", ISA_SCRIPT, dtype, str(out)], check=True, env=env)
+            results[f"{isa}-{stream}"] = torch.load(out)
+    assert results["baseline-0"]["isa"] == "baseline"
+    for isa in ["baseline", "avx2", "native"]:  # streaming changes where bytes go, never their values
+        a, b = results[f"{isa}-0"], results[f"{isa}-{1 << 60}"]
+        assert all(torch.equal(a[k], b[k]) for k in ("y", "gx", "gw"))
+    ref = results["baseline-0"]
     tol = {"float32": 1e-5, "bfloat16": 1.6e-2, "float16": 2e-3}[dtype]
     for isa, res in results.items():
         for k in ("y", "gx", "gw"):

@@ -18,6 +18,9 @@
 #include <Python.h>
 
 #include <math.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -37,6 +40,7 @@ typedef struct {
     void *out; int64_t out_rs;
     void *res_out; int64_t res_out_rs;    /* NULL: the sum is not written */
     float *mean, *rstd;                   /* per row; NULL when not wanted */
+    int nt;                               /* stream the outputs (non-temporal stores) */
 } an_fwd_args;
 
 typedef struct {
@@ -49,6 +53,7 @@ typedef struct {
     const void *dres; int64_t dres_rs;    /* gradient of the new residual, NULL when none */
     void *dx; int64_t dx_rs;
     float *dweight, *dbias;               /* float32 outputs (D), NULL when not wanted */
+    int nt;
 } an_bwd_args;
 
 static inline size_t an_elem_size(int dt) { return dt == AN_F32 ? 4 : 2; }
@@ -92,19 +97,22 @@ static inline uint16_t an_f32_to_f16(float f) {
 }
 
 #if defined(__x86_64__)
-#include <immintrin.h>
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,prefer-vector-width=512")
 #define AN_SFX _avx512
 #define AN_F16C 1
+#define AN_STREAM_BYTES 64
 #include "norm_rows.h"
+#undef AN_STREAM_BYTES
 #undef AN_SFX
 #pragma GCC pop_options
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 #define AN_SFX _avx2
+#define AN_STREAM_BYTES 32
 #include "norm_rows.h"
+#undef AN_STREAM_BYTES
 #undef AN_SFX
 #undef AN_F16C
 #pragma GCC pop_options
@@ -162,6 +170,9 @@ static void *an_run_task(void *p) {
     float *b = scratch, *a = scratch + t->D + 8; /* a has room for two rows */
     if (t->kind == 0) g_fwd((const an_fwd_args *)t->args, t->r0, t->r1, a, b);
     else g_bwd((const an_bwd_args *)t->args, t->r0, t->r1, a, b, t->partial_w, t->partial_b);
+#if defined(__x86_64__)
+    _mm_sfence(); /* this thread's streamed stores are visible before it reports done */
+#endif
     free(scratch);
     t->status = 0;
     return NULL;
@@ -203,6 +214,17 @@ static int an_threads_for(int64_t N, int64_t D, int nthreads) {
     return T;
 }
 
+/* Stream (non-temporal stores) once the outputs are too big to stay in the last-level cache for the
+ * next op anyway; ADDNORM_CPU_NT_BYTES overrides the threshold (0: always, huge: never). */
+static int an_use_nt(int64_t N, int64_t D, int dtype, int n_outputs) {
+    static int64_t threshold = -1;
+    if (threshold < 0) {
+        const char *s = getenv("ADDNORM_CPU_NT_BYTES");
+        threshold = s ? atoll(s) : ((int64_t)16 << 20);
+    }
+    return N * D * (int64_t)an_elem_size(dtype) * n_outputs >= threshold;
+}
+
 /* ---- exported entry points (plain C ABI) ---- */
 
 int addnorm_isa(void) {
@@ -218,7 +240,8 @@ int addnorm_forward(int kind, int dtype, int64_t N, int64_t D,
     an_pick_isa();
     if (N <= 0 || D <= 0) return 0;
     an_fwd_args a = {kind, dtype, cast_before_weight, N, D, x, x_rs, res, res_rs, weight, bias,
-                     weight_offset, eps, out, out_rs, res_out, res_out_rs, mean, rstd};
+                     weight_offset, eps, out, out_rs, res_out, res_out_rs, mean, rstd,
+                     an_use_nt(N, D, dtype, res_out ? 2 : 1)};
     return an_parallel(0, &a, N, D, an_threads_for(N, D, nthreads), NULL, NULL);
 }
 
@@ -236,7 +259,7 @@ int addnorm_backward(int kind, int dtype, int64_t N, int64_t D,
     if (dweight && !(pw = (float *)calloc((size_t)T * D, sizeof(float)))) return -1;
     if (dbias && !(pb = (float *)calloc((size_t)T * D, sizeof(float)))) { free(pw); return -1; }
     an_bwd_args a = {kind, dtype, N, D, dy, dy_rs, s, s_rs, mean, rstd, weight, weight_offset, dres, dres_rs, dx, dx_rs,
-                     dweight, dbias};
+                     dweight, dbias, an_use_nt(N, D, dtype, 1)};
     int rc = an_parallel(1, &a, N, D, T, pw, pb);
     /* fixed-order reduction of the per-chunk partial sums: deterministic for a given T */
     for (int t = 0; t < T && rc == 0; t++) {

@@ -52,6 +52,41 @@ static void AN_FN(store_row)(void *restrict dst, const float *restrict src, int6
     for (; i < n; i++) d[i] = an_f32_to_f16(src[i]);
 }
 
+/* Copy bytes with non-temporal stores: large outputs are written without first reading their
+ * cache lines (read-for-ownership), which would add one read per written tensor. */
+static void AN_FN(stream_bytes)(void *restrict dst, const void *restrict src, size_t n) {
+#ifdef AN_STREAM_BYTES
+    char *d = (char *)dst;
+    const char *s = (const char *)src;
+    size_t head = (AN_STREAM_BYTES - ((uintptr_t)d & (AN_STREAM_BYTES - 1))) & (AN_STREAM_BYTES - 1);
+    if (head > n) head = n;
+    memcpy(d, s, head);
+    size_t i = head;
+    for (; i + AN_STREAM_BYTES <= n; i += AN_STREAM_BYTES) {
+#if AN_STREAM_BYTES == 64
+        _mm512_stream_si512((void *)(d + i), _mm512_loadu_si512((const void *)(s + i)));
+#else
+        _mm256_stream_si256((__m256i *)(d + i), _mm256_loadu_si256((const __m256i *)(s + i)));
+#endif
+    }
+    memcpy(d + i, s + i, n - i);
+#else
+    memcpy(dst, src, n);
+#endif
+}
+
+/* Store a float32 row in the storage dtype; streamed when nt (scratch: room for n 16-bit values). */
+static void AN_FN(put_row)(void *restrict dst, const float *restrict src, int64_t n, int dt, int nt, void *restrict scratch) {
+    if (!nt) {
+        AN_FN(store_row)(dst, src, n, dt);
+    } else if (dt == AN_F32) {
+        AN_FN(stream_bytes)(dst, src, (size_t)n * 4);
+    } else {
+        AN_FN(store_row)(scratch, src, n, dt);
+        AN_FN(stream_bytes)(dst, scratch, (size_t)n * 2);
+    }
+}
+
 /* Round a float row to the storage dtype and back, in place (no-op for float32). */
 static void AN_FN(round_row)(float *restrict v, int64_t n, int dt) {
     int64_t i = 0;
@@ -159,7 +194,8 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, float 
             if (a->kind == AN_LAYER) sum = AN_FN(row_sum)(src, D);
         } else if (dt == AN_BF16 && r_row) {
             void *ro = a->res_out ? (char *)a->res_out + r * a->res_out_rs * es : NULL;
-            sum = AN_FN(add_bf16_rows)(buf, x_row, r_row, ro, D);
+            sum = AN_FN(add_bf16_rows)(buf, x_row, r_row, (ro && a->nt) ? (uint16_t *)tmp : ro, D);
+            if (ro && a->nt) AN_FN(stream_bytes)(ro, tmp, (size_t)D * 2);
             src = buf;
         } else {
             AN_FN(load_row)(buf, x_row, D, dt);
@@ -172,7 +208,8 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, float 
             if (a->kind == AN_LAYER) sum = AN_FN(row_sum)(buf, D);
             src = buf;
         }
-        if (a->res_out && !(dt == AN_BF16 && r_row)) AN_FN(store_row)((char *)a->res_out + r * a->res_out_rs * es, src, D, dt);
+        if (a->res_out && !(dt == AN_BF16 && r_row))
+            AN_FN(put_row)((char *)a->res_out + r * a->res_out_rs * es, src, D, dt, a->nt, tmp);
 
         const float mean = a->kind == AN_LAYER ? sum * inv_d : 0.0f;
         /* two-pass: the sum of squared deviations, no E[x²]−E[x]² cancellation */
@@ -185,13 +222,13 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, float 
             AN_FN(normalize)(tmp, src, D, mean, rstd, NULL, NULL, 0.0f);
             AN_FN(round_row)(tmp, D, dt);
             AN_FN(normalize)(tmp, tmp, D, 0.0f, 1.0f, a->weight, a->bias, a->weight_offset);
-            AN_FN(store_row)(out_row, tmp, D, dt);
-        } else if (f32) {
+            AN_FN(put_row)(out_row, tmp, D, dt, a->nt, buf);
+        } else if (f32 && !a->nt) {
             /* src may be out_row itself (out=x): each element is read before it is written */
             AN_FN(normalize)(out_row, src, D, mean, rstd, a->weight, a->bias, a->weight_offset);
         } else {
             AN_FN(normalize)(tmp, src, D, mean, rstd, a->weight, a->bias, a->weight_offset);
-            AN_FN(store_row)(out_row, tmp, D, dt);
+            AN_FN(put_row)(out_row, tmp, D, dt, a->nt, buf); /* buf is free once normalized */
         }
     }
 }
@@ -241,7 +278,8 @@ static void AN_FN(bwd_rows)(const an_bwd_args *a, int64_t r0, int64_t r1, float 
         const float mg = (a->kind == AN_LAYER) ? AN_FN(hsum)(acc_g) * inv_d : 0.0f;
         const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
         void *dx_row = (char *)a->dx + r * a->dx_rs * es;
-        float *o = f32 ? (float *)dx_row : dyb; /* dyb: dy is read before each element is overwritten */
+        /* dyb: dy is read before each element is overwritten */
+        float *o = (f32 && !a->nt) ? (float *)dx_row : dyb;
         const float *dres = NULL;
         if (a->dres) {
             const void *dres_row = (const char *)a->dres + r * a->dres_rs * es;
@@ -262,7 +300,7 @@ static void AN_FN(bwd_rows)(const an_bwd_args *a, int64_t r0, int64_t r1, float 
         } else {
             for (i = 0; i < D; i++) o[i] = rstd * (dy[i] - mg - xs[i] * mgx);
         }
-        if (!f32) AN_FN(store_row)(dx_row, o, D, dt);
+        if (o != (float *)dx_row) AN_FN(put_row)(dx_row, o, D, dt, a->nt, xs);
     }
 }
 

@@ -1,0 +1,1 @@
+"""Benchmarks (not tests): timing helpers and the Add & Norm benchmark behind `addnorm bench`."""

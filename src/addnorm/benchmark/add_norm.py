@@ -1,0 +1,257 @@
+"""Fused Add & Norm vs eager PyTorch vs torch.compile vs the memory-bandwidth floor.
+
+For each shape x dtype x norm x mode, in one process and one run:
+  * floor   -- copying one tensor of the shape into pre-faulted memory: the bandwidth any
+               method can hope for on this machine under these conditions (GB/s)
+  * addnorm -- addnorm.add_layer_norm / add_rms_norm (the fused CPU kernel, through autograd)
+  * eager   -- ``s = x + r; y = F.layer_norm(s)`` (or F.rms_norm)
+  * compile -- torch.compile of the eager function
+Modes: ``fwd`` (inference, no graph), ``bwd`` (backward alone, graph retained) and ``fwdbwd``
+(one training step of the unit). Every time is a median of many runs with the p10-p90 spread;
+GB/s is computed on the *minimum* bytes (fwd: read x, r; write y, s. bwd: read dy, ds, s; write
+dx) so methods that move more data score lower. Results go to CSV and JSON.
+
+Fresh output buffers of >= 32 MiB are page-faulted on every call under glibc's default
+allocator (it returns them to the OS on free); ``--allocator tuned`` re-runs this benchmark in a
+child process with MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_ raised, so freed memory is reused.
+The allocator in force is recorded with the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .. import functional as AF
+from .timing import Timing, measure
+
+SHAPES = [(64, 768), (4096, 768), (8192, 1024), (2048, 4096), (16384, 768)]
+DTYPES = ["float32", "bfloat16"]
+KINDS = ["layer", "rms"]
+MODES = ["fwd", "bwd", "fwdbwd"]
+METHODS = ["addnorm", "eager", "compile"]
+TUNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(1 << 32), "MALLOC_TRIM_THRESHOLD_": str(1 << 36)}
+
+
+@dataclass(frozen=True)
+class Row:
+    kind: str
+    dtype: str
+    rows: int
+    hidden: int
+    mode: str
+    method: str
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    runs: int
+    min_bytes: int
+    gbps: float  # min_bytes / median time
+    floor_gbps: float  # the copy bandwidth measured for this shape and dtype
+    frac_of_floor: float  # (min_bytes / floor) / median time: 1.0 = at the bandwidth limit
+
+
+def eager_add_norm(kind: str):
+    def f(x, r, w, b):
+        s = x + r
+        y = F.layer_norm(s, (x.shape[-1],), w, b) if kind == "layer" else F.rms_norm(s, (x.shape[-1],), w)
+        return y, s
+
+    return f
+
+
+def addnorm_add_norm(kind: str):
+    def f(x, r, w, b):
+        if kind == "layer":
+            return AF.add_layer_norm(x, r, x.shape[-1], w, b)
+        return AF.add_rms_norm(x, r, x.shape[-1], w)
+
+    return f
+
+
+def min_bytes(mode: str, n: int, d: int, es: int) -> int:
+    per = {"fwd": 4, "bwd": 4, "fwdbwd": 8}[mode]
+    return per * n * d * es
+
+
+def copy_floor_gbps(n: int, d: int, dtype: torch.dtype) -> float:
+    src = torch.randn(n, d).to(dtype)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # pre-fault
+    t = measure(lambda: dst.copy_(src), min_runs=30, budget_s=0.4)
+    return 2 * src.numel() * src.element_size() / t.median_s / 1e9
+
+
+def _inputs(n, d, dtype, kind, grad):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, d, generator=g).to(dtype).requires_grad_(grad)
+    r = torch.randn(n, d, generator=g).to(dtype).requires_grad_(grad)
+    w = torch.randn(d, generator=g).to(dtype).requires_grad_(grad)
+    b = torch.randn(d, generator=g).to(dtype).requires_grad_(grad) if kind == "layer" else None
+    return x, r, w, b
+
+
+def time_method(fn, mode, n, d, dtype, kind) -> Timing:
+    if mode == "fwd":
+        args = _inputs(n, d, dtype, kind, grad=False)
+        with torch.no_grad():
+            fn(*args)
+            return measure(lambda: fn(*args))
+    args = _inputs(n, d, dtype, kind, grad=True)
+    params = [a for a in args if a is not None]
+    dy = torch.randn(n, d).to(dtype)
+    ds = torch.randn(n, d).to(dtype)
+    if mode == "bwd":
+        y, s = fn(*args)
+        return measure(lambda: torch.autograd.grad([y, s], params, [dy, ds], retain_graph=True))
+
+    def step():
+        y, s = fn(*args)
+        torch.autograd.grad([y, s], params, [dy, ds])
+
+    return measure(step)
+
+
+def run_benchmark(shapes, dtypes, kinds, modes, methods, progress=None) -> list[Row]:
+    rows: list[Row] = []
+    compiled = {}
+    total = len(shapes) * len(dtypes) * len(kinds) * len(modes) * len(methods)
+    task = progress.add_task("benchmark", total=total) if progress else None
+    for n, d in shapes:
+        for dt_name in dtypes:
+            dtype = getattr(torch, dt_name)
+            es = torch.tensor([], dtype=dtype).element_size()
+            floor = copy_floor_gbps(n, d, dtype)
+            for kind in kinds:
+                for mode in modes:
+                    for method in methods:
+                        if progress:
+                            progress.update(task, description=f"{kind} {dt_name} {n}x{d} {mode} {method}")
+                        if method == "addnorm":
+                            fn = addnorm_add_norm(kind)
+                        elif method == "eager":
+                            fn = eager_add_norm(kind)
+                        else:
+                            fn = compiled.setdefault(kind, torch.compile(eager_add_norm(kind)))
+                        t = time_method(fn, mode, n, d, dtype, kind)
+                        mb = min_bytes(mode, n, d, es)
+                        rows.append(Row(kind, dt_name, n, d, mode, method, t.median_s * 1e3, t.p10_s * 1e3,
+                                        t.p90_s * 1e3, t.runs, mb, mb / t.median_s / 1e9, floor,
+                                        (mb / (floor * 1e9)) / t.median_s))
+                        if progress:
+                            progress.advance(task)
+    return rows
+
+
+def conditions(allocator: str) -> dict:
+    from ..kernels.cpu import availability
+
+    av = availability()
+    return {
+        "machine": platform.machine(),
+        "processor": _cpu_model(),
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "allocator": allocator,
+        "addnorm_cpu_kernel": av.available,
+        "addnorm_isa": av.isa,
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def write_results(rows: list[Row], cond: dict, out_dir: Path) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tag = cond["allocator"]
+    csv_path = out_dir / f"add_norm_{tag}.csv"
+    json_path = out_dir / f"add_norm_{tag}.json"
+    with csv_path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(asdict(rows[0]).keys()))
+        w.writeheader()
+        for r in rows:
+            w.writerow(asdict(r))
+    json_path.write_text(json.dumps({"conditions": cond, "rows": [asdict(r) for r in rows]}, indent=1))
+    return csv_path, json_path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shapes", default=",".join(f"{n}x{d}" for n, d in SHAPES), help="rows x hidden, comma separated")
+    p.add_argument("--dtypes", default=",".join(DTYPES))
+    p.add_argument("--kinds", default=",".join(KINDS))
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--allocator", choices=["tuned", "default", "current"], default="tuned",
+                   help="tuned: re-run with glibc told to keep freed memory (default); default: glibc as is; "
+                        "current: run in this process with whatever is in force")
+    p.add_argument("--out", default="benchmarks/results", help="directory for CSV/JSON (default %(default)s)")
+
+
+def _parse_list(s: str, valid=None) -> list[str]:
+    items = [t for t in s.split(",") if t]
+    if valid is not None:
+        bad = [t for t in items if t not in valid]
+        if bad:
+            raise SystemExit(f"unknown value(s) {bad}; valid: {list(valid)}")
+    return items
+
+
+def main_from_args(args) -> int:
+    if args.allocator != "current":
+        env = dict(os.environ)
+        for k in TUNED_MALLOC:
+            env.pop(k, None)
+        if args.allocator == "tuned":
+            env.update(TUNED_MALLOC)
+        env["ADDNORM_BENCH_ALLOCATOR"] = args.allocator
+        argv = [a for a in sys.argv[1:] if not a.startswith("--allocator")]
+        cmd = [sys.executable, "-m", "addnorm.benchmark.add_norm", *argv, "--allocator", "current"]
+        if argv and argv[0] == "bench":
+            cmd = [sys.executable, "-m", "addnorm.benchmark.add_norm", *argv[1:], "--allocator", "current"]
+        return subprocess.call(cmd, env=env)
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    shapes = [tuple(int(v) for v in s.split("x")) for s in _parse_list(args.shapes)]
+    dtypes = _parse_list(args.dtypes, DTYPES + ["float16"])
+    kinds = _parse_list(args.kinds, KINDS)
+    modes = _parse_list(args.modes, MODES)
+    methods = _parse_list(args.methods, METHODS)
+    allocator = os.environ.get("ADDNORM_BENCH_ALLOCATOR", "current")
+    console = Console()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        rows = run_benchmark(shapes, dtypes, kinds, modes, methods, progress)
+    cond = conditions(allocator)
+    csv_path, json_path = write_results(rows, cond, Path(args.out))
+    from .report import summary_table
+
+    console.print(summary_table(rows, cond))
+    console.print(f"results: {csv_path}  {json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m addnorm.benchmark.add_norm")
+    add_arguments(parser)
+    sys.exit(main_from_args(parser.parse_args()))

@@ -1,0 +1,1 @@
+"""Command-line interface: parse, call, print. Nothing here computes."""

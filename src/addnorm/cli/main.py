@@ -1,0 +1,28 @@
+"""`addnorm` -- the command-line entry point."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import bench as bench_cmd
+from . import tour as tour_cmd
+
+COMMANDS = {"tour": tour_cmd, "bench": bench_cmd}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="addnorm", description="Residual connections and normalization layers, measured.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, mod in COMMANDS.items():
+        mod.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(COMMANDS[args.command].run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

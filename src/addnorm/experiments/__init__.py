@@ -1,0 +1,1 @@
+"""Experiments: compose models, data and diagnostics into runs whose results are plain data (and files)."""
