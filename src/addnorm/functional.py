@@ -33,6 +33,9 @@ from collections.abc import Sequence
 import torch
 
 from .kernels import torch_ref
+from .kernels.cpu import SUPPORTED_DTYPES as _CPU_DTYPES
+from .kernels.cpu import FusedAddNorm, availability
+from .kernels.cpu import ops as _cpu_ops
 
 __all__ = [
     "layer_norm",
@@ -111,11 +114,13 @@ def _check_param(name: str, p, shape: tuple[int, ...], x: torch.Tensor) -> None:
         raise TypeError(f"{name} must be floating-point, got {p.dtype}")
     if tuple(p.shape) != shape:
         raise ValueError(f"{name} must have shape normalized_shape={shape}, got {tuple(p.shape)}")
-    if p.device != x.device:
+    if not (p.is_cpu and x.is_cpu) and p.device != x.device:
         raise ValueError(f"{name} is on {p.device} but x is on {x.device}")
 
 
 def _check_eps(eps) -> float:
+    if type(eps) is float and 0.0 <= eps < math.inf:  # the common case, checked cheaply
+        return eps
     if not isinstance(eps, numbers.Real) or isinstance(eps, bool):
         raise TypeError(f"eps must be a float, got {type(eps).__name__}")
     eps = float(eps)
@@ -138,7 +143,7 @@ def _check_residual(x: torch.Tensor, residual) -> None:
         raise ValueError(f"residual must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}")
     if residual.dtype != x.dtype:
         raise TypeError(f"residual dtype {residual.dtype} must equal x dtype {x.dtype} (cast one of them first)")
-    if residual.device != x.device:
+    if not (residual.is_cpu and x.is_cpu) and residual.device != x.device:
         raise ValueError(f"residual is on {residual.device} but x is on {x.device}")
 
 
@@ -147,24 +152,20 @@ def _check_residual(x: torch.Tensor, residual) -> None:
 
 def _resolve(backend: str | None, x: torch.Tensor, shape: tuple[int, ...], params: tuple) -> str:
     name = _backend.get() if backend is None else backend
-    _check_backend_name(name)
     if name == "torch":
         return "torch"
-    from .kernels.cpu import SUPPORTED_DTYPES, availability
-
+    _check_backend_name(name)
     reason = None
-    if x.device.type != "cpu":
+    if not x.is_cpu:
         reason = f"x is on {x.device}"
-    elif x.dtype not in SUPPORTED_DTYPES:
+    elif x.dtype not in _CPU_DTYPES:
         reason = f"x has dtype {x.dtype}"
     elif math.prod(shape) == 0:
         reason = "normalized_shape has no elements"
     elif torch.compiler.is_compiling():
         reason = "torch.compile is tracing"
-    elif not availability().available:
-        reason = availability().reason
-    elif any(p is not None and p.requires_grad and torch.is_grad_enabled() and p.dtype == torch.float64 for p in params):
-        reason = "a float64 parameter needs a gradient"
+    elif not (av := availability()).available:
+        reason = av.reason
     if reason is None:
         return "cpu"
     if name == "cpu":
@@ -186,7 +187,7 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
     if eps is None:
         eps = _default_rms_eps(x)
     eps = _check_eps(eps)
-    if not isinstance(weight_offset, numbers.Real):
+    if not isinstance(weight_offset, int | float):
         raise TypeError(f"weight_offset must be a float, got {type(weight_offset).__name__}")
     if out is not None or residual_out is not None:
         if _needs_grad(x, residual, weight, bias):
@@ -214,17 +215,18 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
 
 
 def _run_cpu(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_before_weight, out, residual_out):
-    from .kernels.cpu import FusedAddNorm, ops
-
-    if out is None and residual_out is None:
+    ops = _cpu_ops
+    grad = _needs_grad(x, residual, weight, bias)
+    if grad:
         return FusedAddNorm.apply(x, residual, weight, bias, kind, shape, eps, float(weight_offset), bool(cast_before_weight))
+    # inference: no autograd node, no saved statistics
     D = math.prod(shape)
     x2 = ops.as_rows(x, D)
     r2 = None if residual is None else ops.as_rows(residual, D)
-    out_t = torch.empty_like(x) if out is None else out
+    out_t = torch.empty(x.shape, dtype=x.dtype) if out is None else out  # contiguous, whatever x's layout
     res_t = None
     if residual is not None:
-        res_t = torch.empty_like(x) if residual_out is None else residual_out
+        res_t = torch.empty(x.shape, dtype=x.dtype) if residual_out is None else residual_out
     ops.forward(kind, x2, r2, weight, bias, eps, float(weight_offset), bool(cast_before_weight),
                 out_t.view(-1, D), None if res_t is None else res_t.view(-1, D), want_stats=False)
     return out_t, res_t

@@ -123,7 +123,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #undef AN_SFX
 
 typedef void (*an_fwd_fn)(const an_fwd_args *, int64_t, int64_t, float *, float *);
-typedef void (*an_bwd_fn)(const an_bwd_args *, int64_t, int64_t, float *, float *, float *, float *);
+typedef void (*an_bwd_fn)(const an_bwd_args *, int64_t, int64_t, float *, float *, float *, float *, float *);
 
 static an_fwd_fn g_fwd = fwd_rows_base;
 static an_bwd_fn g_bwd = bwd_rows_base;
@@ -163,17 +163,33 @@ typedef struct {
     int status;
 } an_task;
 
+/* Scratch rows are spaced so that no two of them -- nor any of them and a page-aligned input row --
+ * share their address modulo 4 KiB: otherwise loads wait on unrelated stores ("4K aliasing"),
+ * which halved the speed of the backward pass. */
+#define AN_PAGE 4096
+static size_t an_row_stride(int64_t D) { return ((size_t)D * 4 + AN_PAGE - 1) / AN_PAGE * AN_PAGE + 704; }
+
+static float *an_alloc_rows(void **base, int nrows, int64_t D, size_t first_offset) {
+    size_t stride = an_row_stride(D);
+    if (posix_memalign(base, AN_PAGE, first_offset + stride * (size_t)nrows + AN_PAGE) != 0) return NULL;
+    memset((char *)*base + first_offset, 0, stride * (size_t)nrows);
+    return (float *)((char *)*base + first_offset);
+}
+
+static inline float *an_row(float *rows, int64_t D, int i) { return (float *)((char *)rows + an_row_stride(D) * (size_t)i); }
+
 static void *an_run_task(void *p) {
     an_task *t = (an_task *)p;
-    float *scratch = (float *)malloc(sizeof(float) * (size_t)(3 * t->D + 16));
-    if (!scratch) { t->status = -1; return NULL; }
-    float *b = scratch, *a = scratch + t->D + 8; /* a has room for two rows */
+    void *base;
+    float *rows = an_alloc_rows(&base, 3, t->D, 256);
+    if (!rows) { t->status = -1; return NULL; }
+    float *a = an_row(rows, t->D, 0), *b = an_row(rows, t->D, 1), *c = an_row(rows, t->D, 2);
     if (t->kind == 0) g_fwd((const an_fwd_args *)t->args, t->r0, t->r1, a, b);
-    else g_bwd((const an_bwd_args *)t->args, t->r0, t->r1, a, b, t->partial_w, t->partial_b);
+    else g_bwd((const an_bwd_args *)t->args, t->r0, t->r1, a, b, c, t->partial_w, t->partial_b);
 #if defined(__x86_64__)
     _mm_sfence(); /* this thread's streamed stores are visible before it reports done */
 #endif
-    free(scratch);
+    free(base);
     t->status = 0;
     return NULL;
 }
@@ -189,8 +205,8 @@ static int an_parallel(int kind, const void *args, int64_t N, int64_t D, int nth
         tasks[t].r0 = N * t / T;
         tasks[t].r1 = N * (t + 1) / T;
         tasks[t].D = D;
-        tasks[t].partial_w = partial_w ? partial_w + (size_t)t * D : NULL;
-        tasks[t].partial_b = partial_b ? partial_b + (size_t)t * D : NULL;
+        tasks[t].partial_w = partial_w ? an_row(partial_w, D, t) : NULL;
+        tasks[t].partial_b = partial_b ? an_row(partial_b, D, t) : NULL;
         tasks[t].status = -1;
         started[t] = 0;
     }
@@ -255,19 +271,20 @@ int addnorm_backward(int kind, int dtype, int64_t N, int64_t D,
     if (dbias) memset(dbias, 0, sizeof(float) * (size_t)(D > 0 ? D : 0));
     if (N <= 0 || D <= 0) return 0;
     int T = an_threads_for(N, D, nthreads);
+    void *pw_base = NULL, *pb_base = NULL;
     float *pw = NULL, *pb = NULL;
-    if (dweight && !(pw = (float *)calloc((size_t)T * D, sizeof(float)))) return -1;
-    if (dbias && !(pb = (float *)calloc((size_t)T * D, sizeof(float)))) { free(pw); return -1; }
+    if (dweight && !(pw = an_alloc_rows(&pw_base, T, D, 2368))) return -1;
+    if (dbias && !(pb = an_alloc_rows(&pb_base, T, D, 3072))) { free(pw_base); return -1; }
     an_bwd_args a = {kind, dtype, N, D, dy, dy_rs, s, s_rs, mean, rstd, weight, weight_offset, dres, dres_rs, dx, dx_rs,
                      dweight, dbias, an_use_nt(N, D, dtype, 1)};
     int rc = an_parallel(1, &a, N, D, T, pw, pb);
     /* fixed-order reduction of the per-chunk partial sums: deterministic for a given T */
     for (int t = 0; t < T && rc == 0; t++) {
-        if (pw) for (int64_t i = 0; i < D; i++) dweight[i] += pw[(size_t)t * D + i];
-        if (pb) for (int64_t i = 0; i < D; i++) dbias[i] += pb[(size_t)t * D + i];
+        if (pw) for (int64_t i = 0; i < D; i++) dweight[i] += an_row(pw, D, t)[i];
+        if (pb) for (int64_t i = 0; i < D; i++) dbias[i] += an_row(pb, D, t)[i];
     }
-    free(pw);
-    free(pb);
+    free(pw_base);
+    free(pb_base);
     return rc;
 }
 

@@ -62,6 +62,7 @@ def library() -> KernelLibrary:
     return lib
 
 
+@functools.lru_cache(maxsize=1)
 def availability() -> Availability:
     lib = _load()
     if isinstance(lib, str):

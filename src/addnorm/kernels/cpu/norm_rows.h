@@ -118,13 +118,25 @@ static float AN_FN(row_sum)(const float *restrict v, int64_t n) {
     return AN_FN(hsum)(acc);
 }
 
-/* buf = x + r (float32), returns the sum */
-static float AN_FN(add_rows_sum)(float *restrict buf, const float *restrict x, const float *restrict r, int64_t n) {
+/* buf = x + r (float32), also written to res (if given) in the same pass; returns the sum */
+static float AN_FN(add_rows_sum)(float *restrict buf, const float *restrict x, const float *restrict r,
+                                 float *restrict res, int64_t n) {
     float acc[AN_LANES] = {0};
     int64_t i = 0;
-    for (; i + AN_LANES <= n; i += AN_LANES)
-        for (int j = 0; j < AN_LANES; j++) { float v = x[i + j] + r[i + j]; buf[i + j] = v; acc[j] += v; }
-    for (; i < n; i++) { float v = x[i] + r[i]; buf[i] = v; acc[0] += v; }
+    if (res) {
+        for (; i + AN_LANES <= n; i += AN_LANES)
+            for (int j = 0; j < AN_LANES; j++) {
+                float v = x[i + j] + r[i + j];
+                buf[i + j] = v;
+                res[i + j] = v;
+                acc[j] += v;
+            }
+        for (; i < n; i++) { float v = x[i] + r[i]; buf[i] = v; res[i] = v; acc[0] += v; }
+    } else {
+        for (; i + AN_LANES <= n; i += AN_LANES)
+            for (int j = 0; j < AN_LANES; j++) { float v = x[i + j] + r[i + j]; buf[i + j] = v; acc[j] += v; }
+        for (; i < n; i++) { float v = x[i] + r[i]; buf[i] = v; acc[0] += v; }
+    }
     return AN_FN(hsum)(acc);
 }
 
@@ -186,8 +198,12 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, float 
         void *out_row = (char *)a->out + r * a->out_rs * es;
         const float *src; /* the row to normalize, as float32 */
         float sum = 0.0f;
+        int res_done = 0;
         if (f32 && r_row) {
-            sum = AN_FN(add_rows_sum)(buf, x_row, r_row, D);
+            /* unstreamed float32: the new residual is written in the same pass as the sum */
+            float *ro = (a->res_out && !a->nt) ? (float *)((char *)a->res_out + r * a->res_out_rs * es) : NULL;
+            sum = AN_FN(add_rows_sum)(buf, x_row, r_row, ro, D);
+            res_done = ro != NULL;
             src = buf;
         } else if (f32) {
             src = x_row;
@@ -196,6 +212,7 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, float 
             void *ro = a->res_out ? (char *)a->res_out + r * a->res_out_rs * es : NULL;
             sum = AN_FN(add_bf16_rows)(buf, x_row, r_row, (ro && a->nt) ? (uint16_t *)tmp : ro, D);
             if (ro && a->nt) AN_FN(stream_bytes)(ro, tmp, (size_t)D * 2);
+            res_done = 1;
             src = buf;
         } else {
             AN_FN(load_row)(buf, x_row, D, dt);
@@ -208,7 +225,7 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, float 
             if (a->kind == AN_LAYER) sum = AN_FN(row_sum)(buf, D);
             src = buf;
         }
-        if (a->res_out && !(dt == AN_BF16 && r_row))
+        if (a->res_out && !res_done)
             AN_FN(put_row)((char *)a->res_out + r * a->res_out_rs * es, src, D, dt, a->nt, tmp);
 
         const float mean = a->kind == AN_LAYER ? sum * inv_d : 0.0f;
@@ -233,11 +250,58 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, float 
     }
 }
 
+/* xh = (s - mean) * rstd stored in xs; returns sum(g) and sum(g * xh) with g = dy * (w + off).
+ * Separate loops with and without a weight keep the partial sums in registers. */
+static void AN_FN(bwd_reduce_w)(float *restrict xs, const float *restrict sv, const float *restrict dy,
+                                const float *restrict w, float off, float mean, float rstd, int64_t n,
+                                float *sum_g, float *sum_gx) {
+    float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
+    int64_t i = 0;
+    for (; i + AN_LANES <= n; i += AN_LANES)
+        for (int j = 0; j < AN_LANES; j++) {
+            float xh = (sv[i + j] - mean) * rstd;
+            float g = dy[i + j] * (w[i + j] + off);
+            xs[i + j] = xh;
+            acc_g[j] += g;
+            acc_gx[j] += g * xh;
+        }
+    for (; i < n; i++) {
+        float xh = (sv[i] - mean) * rstd;
+        float g = dy[i] * (w[i] + off);
+        xs[i] = xh;
+        acc_g[0] += g;
+        acc_gx[0] += g * xh;
+    }
+    *sum_g = AN_FN(hsum)(acc_g);
+    *sum_gx = AN_FN(hsum)(acc_gx);
+}
+
+static void AN_FN(bwd_reduce)(float *restrict xs, const float *restrict sv, const float *restrict dy, float mean,
+                              float rstd, int64_t n, float *sum_g, float *sum_gx) {
+    float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
+    int64_t i = 0;
+    for (; i + AN_LANES <= n; i += AN_LANES)
+        for (int j = 0; j < AN_LANES; j++) {
+            float xh = (sv[i + j] - mean) * rstd;
+            xs[i + j] = xh;
+            acc_g[j] += dy[i + j];
+            acc_gx[j] += dy[i + j] * xh;
+        }
+    for (; i < n; i++) {
+        float xh = (sv[i] - mean) * rstd;
+        xs[i] = xh;
+        acc_g[0] += dy[i];
+        acc_gx[0] += dy[i] * xh;
+    }
+    *sum_g = AN_FN(hsum)(acc_g);
+    *sum_gx = AN_FN(hsum)(acc_gx);
+}
+
 /* ---- backward ----
  * dw_acc / db_acc: this thread's float32 partial sums over its rows (D each, zeroed by caller).
- * xs (room for 2 rows) and dyb: float32 scratch. */
+ * xs, dyb, extra: float32 scratch rows. */
 static void AN_FN(bwd_rows)(const an_bwd_args *a, int64_t r0, int64_t r1, float *restrict xs, float *restrict dyb,
-                            float *restrict dw_acc, float *restrict db_acc) {
+                            float *restrict extra, float *restrict dw_acc, float *restrict db_acc) {
     const int64_t D = a->D;
     const int dt = a->dtype, f32 = dt == AN_F32;
     const size_t es = an_elem_size(dt);
@@ -255,28 +319,15 @@ static void AN_FN(bwd_rows)(const an_bwd_args *a, int64_t r0, int64_t r1, float 
             sv = xs;
         }
         const float mean = a->mean ? a->mean[r] : 0.0f, rstd = a->rstd[r];
-        /* xs becomes xhat, recomputed from the saved sum */
-        float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
-        int64_t i = 0;
-        for (; i + AN_LANES <= D; i += AN_LANES)
-            for (int j = 0; j < AN_LANES; j++) {
-                float xh = (sv[i + j] - mean) * rstd;
-                xs[i + j] = xh;
-                float g = w ? dy[i + j] * (w[i + j] + off) : dy[i + j];
-                acc_g[j] += g;
-                acc_gx[j] += g * xh;
-            }
-        for (; i < D; i++) {
-            float xh = (sv[i] - mean) * rstd;
-            xs[i] = xh;
-            float g = w ? dy[i] * (w[i] + off) : dy[i];
-            acc_g[0] += g;
-            acc_gx[0] += g * xh;
-        }
+        /* xs becomes xhat, recomputed from the saved sum; g = dy * w */
+        float sum_g, sum_gx;
+        if (w) AN_FN(bwd_reduce_w)(xs, sv, dy, w, off, mean, rstd, D, &sum_g, &sum_gx);
+        else AN_FN(bwd_reduce)(xs, sv, dy, mean, rstd, D, &sum_g, &sum_gx);
+        int64_t i;
         if (dw_acc) for (i = 0; i < D; i++) dw_acc[i] += dy[i] * xs[i];
         if (db_acc) for (i = 0; i < D; i++) db_acc[i] += dy[i];
-        const float mg = (a->kind == AN_LAYER) ? AN_FN(hsum)(acc_g) * inv_d : 0.0f;
-        const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
+        const float mg = (a->kind == AN_LAYER) ? sum_g * inv_d : 0.0f;
+        const float mgx = sum_gx * inv_d;
         void *dx_row = (char *)a->dx + r * a->dx_rs * es;
         /* dyb: dy is read before each element is overwritten */
         float *o = (f32 && !a->nt) ? (float *)dx_row : dyb;
@@ -287,8 +338,8 @@ static void AN_FN(bwd_rows)(const an_bwd_args *a, int64_t r0, int64_t r1, float 
                 dres = dres_row;
             } else {
                 /* the gradient that arrived through the new residual stream joins in float32 */
-                AN_FN(load_row)(xs + D, dres_row, D, dt);
-                dres = xs + D;
+                AN_FN(load_row)(extra, dres_row, D, dt);
+                dres = extra;
             }
         }
         if (w && dres) {
@@ -300,7 +351,7 @@ static void AN_FN(bwd_rows)(const an_bwd_args *a, int64_t r0, int64_t r1, float 
         } else {
             for (i = 0; i < D; i++) o[i] = rstd * (dy[i] - mg - xs[i] * mgx);
         }
-        if (o != (float *)dx_row) AN_FN(put_row)(dx_row, o, D, dt, a->nt, xs);
+        if (o != (float *)dx_row) AN_FN(put_row)(dx_row, o, D, dt, a->nt, extra);
     }
 }
 

@@ -17,6 +17,8 @@ from torch.autograd.function import once_differentiable
 from .library import DTYPE_CODES, KIND_CODES, library
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_DTYPE = {torch.float32: DTYPE_CODES["float32"], torch.bfloat16: DTYPE_CODES["bfloat16"],
+          torch.float16: DTYPE_CODES["float16"]}
 
 
 def as_rows(t: torch.Tensor, D: int) -> torch.Tensor:
@@ -32,7 +34,11 @@ def _ptr(t: torch.Tensor | None) -> int | None:
 
 
 def _param(p: torch.Tensor | None, D: int) -> torch.Tensor | None:
-    return None if p is None else p.detach().reshape(D).to(torch.float32).contiguous()
+    if p is None:
+        return None
+    if p.dtype == torch.float32 and p.is_contiguous():
+        return p.detach()
+    return p.detach().reshape(D).to(torch.float32).contiguous()
 
 
 def forward(kind, x2, r2, weight, bias, eps, weight_offset, cast_before_weight, out2=None, res_out2=None, want_stats=True):
@@ -47,7 +53,7 @@ def forward(kind, x2, r2, weight, bias, eps, weight_offset, cast_before_weight, 
     mean = torch.empty(N, dtype=torch.float32) if (want_stats and kind == "layer") else None
     rstd = torch.empty(N, dtype=torch.float32) if want_stats else None
     rc = lib.forward(
-        KIND_CODES[kind], DTYPE_CODES[str(x2.dtype).removeprefix("torch.")], N, D,
+        KIND_CODES[kind], _DTYPE[x2.dtype], N, D,
         x2.data_ptr(), x2.stride(0), _ptr(r2), 0 if r2 is None else r2.stride(0),
         _ptr(w32), _ptr(b32), float(weight_offset), float(eps), int(cast_before_weight),
         out2.data_ptr(), out2.stride(0), _ptr(res_out2), 0 if res_out2 is None else res_out2.stride(0),
@@ -67,7 +73,7 @@ def backward(kind, dy2, s2, mean, rstd, w32, weight_offset, dres2, want_dweight:
     dw = torch.empty(D, dtype=torch.float32) if want_dweight else None
     db = torch.empty(D, dtype=torch.float32) if want_dbias else None
     rc = lib.backward(
-        KIND_CODES[kind], DTYPE_CODES[str(s2.dtype).removeprefix("torch.")], N, D,
+        KIND_CODES[kind], _DTYPE[s2.dtype], N, D,
         dy2.data_ptr(), dy2.stride(0), s2.data_ptr(), s2.stride(0),
         _ptr(mean), rstd.data_ptr(), _ptr(w32), float(weight_offset),
         _ptr(dres2), 0 if dres2 is None else dres2.stride(0), dx2.data_ptr(), dx2.stride(0),
