@@ -1,0 +1,99 @@
+"""GPT: token + position embeddings, a stack of TransformerBlocks, a final norm, a tied LM head."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..nn.factory import make_norm
+from ..placement import deepnorm_constants, final_norm_needed
+from .block import TransformerBlock
+from .config import GPTConfig
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = c = config
+        placements = c.placements()
+        self.wte = nn.Embedding(c.vocab_size, c.n_embd)
+        self.wpe = nn.Embedding(c.block_size, c.n_embd)
+        self.drop = nn.Dropout(c.dropout)
+        self.h = nn.ModuleList(TransformerBlock(c, i, p) for i, p in enumerate(placements))
+        self.ln_f = make_norm(c.norm, c.n_embd, c.eps, bias=c.bias, backend=c.backend) if final_norm_needed(placements) else None
+        self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
+        if c.tie_weights:
+            self.lm_head.weight = self.wte.weight
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """GPT-2's init: N(0, 0.02) everywhere, N(0, 0.02/√(2·n_layer)) for the projections that write
+        into the residual stream; DeepNorm layers get DeepNet's Xavier init with gain β instead."""
+        c = self.config
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, 0.0, 0.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Embedding):
+                nn.init.normal_(m.weight, 0.0, 0.02)
+        _, beta = deepnorm_constants(c.n_layer)
+        for block in self.h:
+            if block.placement.residual == "scaled":
+                a, f = block.attn.fn, block.mlp.fn
+                q, k, v = a.c_attn.weight.data.chunk(3, dim=0)
+                nn.init.xavier_normal_(q, gain=1.0)
+                nn.init.xavier_normal_(k, gain=1.0)
+                nn.init.xavier_normal_(v, gain=beta)
+                for w in (a.c_proj.weight, f.c_fc.weight, f.c_proj.weight):
+                    nn.init.xavier_normal_(w, gain=beta)
+            else:
+                for w in (block.attn.fn.c_proj.weight, block.mlp.fn.c_proj.weight):
+                    nn.init.normal_(w, 0.0, 0.02 / math.sqrt(2 * c.n_layer))
+
+    def hidden_states(self, idx: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T) token ids -> (B, T, n_embd), after the final norm (if the placement has one)."""
+        B, T = idx.shape
+        if T > self.config.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size={self.config.block_size}")
+        pos = torch.arange(T, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
+        pending = None
+        for block in self.h:
+            x, pending = block.forward_stream(x, pending, attention_mask)
+        if self.ln_f is not None:
+            x, _ = self.ln_f(pending, x) if pending is not None else self.ln_f(x)
+        elif pending is not None:
+            x = x + pending
+        return x
+
+    def forward(self, idx, targets=None, attention_mask=None):
+        """Returns logits (B, T, vocab), or (logits, loss) when targets are given."""
+        logits = self.lm_head(self.hidden_states(idx, attention_mask))
+        if targets is None:
+            return logits
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-100)
+        return logits, loss
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, greedy: bool = True, temperature: float = 1.0,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """Append max_new_tokens tokens (greedy argmax, or sampling at ``temperature``)."""
+        for _ in range(max_new_tokens):
+            ctx = idx[:, -self.config.block_size:]
+            logits = self(ctx)[:, -1, :]
+            if greedy:
+                nxt = logits.argmax(-1, keepdim=True)
+            else:
+                nxt = torch.multinomial(F.softmax(logits / temperature, -1), 1, generator=generator)
+            idx = torch.cat([idx, nxt], dim=1)
+        return idx
+
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        n = sum(p.numel() for p in self.parameters())
+        if exclude_embeddings:
+            n -= self.wpe.weight.numel()
+        return n

@@ -1,0 +1,44 @@
+"""Dynamic Tanh (Zhu, Chen, He, LeCun & Liu 2025, "Transformers without Normalization", arXiv:2503.10622)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._shape import as_normalized_shape
+
+
+class DyT(nn.Module):
+    r"""y = weight * tanh(alpha * x) + bias -- an element-wise stand-in for a norm layer.
+
+    ``alpha`` is one learnable scalar (init ``alpha_init``, 0.5 in the paper); ``weight``/``bias``
+    are per-channel like LayerNorm's, so it drops into any norm slot. It computes no statistics,
+    so it neither centres nor rescales a row: it only squashes outliers.
+    """
+
+    def __init__(self, normalized_shape, alpha_init: float = 0.5, bias: bool = True, device=None, dtype=None) -> None:
+        super().__init__()
+        self.normalized_shape = as_normalized_shape(normalized_shape)
+        self.alpha_init = float(alpha_init)
+        kw = {"device": device, "dtype": dtype}
+        self.alpha = nn.Parameter(torch.empty((), **kw))
+        self.weight = nn.Parameter(torch.empty(self.normalized_shape, **kw))
+        self.bias = nn.Parameter(torch.empty(self.normalized_shape, **kw)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.constant_(self.alpha, self.alpha_init)
+        nn.init.ones_(self.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        """Same calling convention as the fused Add & Norm modules: returns (y, x + residual)."""
+        s = x if residual is None else x + residual
+        y = self.weight * torch.tanh(self.alpha * s)
+        if self.bias is not None:
+            y = y + self.bias
+        return y, s
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, alpha_init={self.alpha_init}"

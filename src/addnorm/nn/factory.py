@@ -1,0 +1,25 @@
+"""Build a norm module of a named kind: every norm slot of a placement is filled through here."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from .add_norm import AddLayerNorm, AddRMSNorm
+from .dyt import DyT
+
+NORM_KINDS = ("layer", "rms", "dyt")
+
+
+def make_norm(kind: str, dim: int, eps: float = 1e-5, *, bias: bool = True, backend: str | None = None) -> nn.Module:
+    """A norm whose forward is ``(x, residual=None) -> (normed, x + residual)``.
+
+    ``layer`` -> AddLayerNorm, ``rms`` -> AddRMSNorm (both fused with the residual add),
+    ``dyt`` -> DyT (element-wise, no statistics).
+    """
+    if kind == "layer":
+        return AddLayerNorm(dim, eps=eps, bias=bias, backend=backend)
+    if kind == "rms":
+        return AddRMSNorm(dim, eps=eps, backend=backend)
+    if kind == "dyt":
+        return DyT(dim, bias=bias)
+    raise ValueError(f"norm kind must be one of {NORM_KINDS}, got {kind!r}")

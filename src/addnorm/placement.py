@@ -1,0 +1,125 @@
+"""Where the norms sit around a residual branch, as data.
+
+Every sub-layer (attention, feed-forward) has three optional norm slots -- on the branch input
+(``before``), on the branch output (``after_branch``) and on the residual sum (``after_sum``) --
+and a residual form. A placement is one choice of those (x-transformers' model); a model may use
+one placement for every layer or a list, one per layer.
+
+Slot values: ``None`` (empty), ``"default"`` (the model's norm kind) or a kind from
+``addnorm.nn.NORM_KINDS`` ("layer", "rms", "dyt"), so any norm can sit in any slot.
+
+Residual forms, with F the branch and x the residual stream:
+    "add"     x + F                      (the "+1" highway)
+    "scaled"  alpha * x + F              (DeepNorm: alpha = (2N)^(1/4) up-weights the skip path)
+    "gated"   x + g * F,  g learnable    (ReZero: scalar g = 0 at init; LayerScale: vector g small)
+    "none"    F                          (no skip path at all)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+RESIDUAL_FORMS = ("add", "scaled", "gated", "none")
+
+
+@dataclass(frozen=True)
+class Placement:
+    name: str
+    before: str | None = None  # norm of the branch input
+    after_branch: str | None = None  # norm of the branch output
+    after_sum: str | None = None  # norm of the residual sum
+    residual: str = "add"
+    final_norm: bool = False  # does a stack of these end with a norm (pre-norm style)?
+    gate_init: float = 0.0  # "gated": initial g
+    gate_per_channel: bool = False  # "gated": g is a vector (LayerScale) rather than a scalar (ReZero)
+    formula: str = ""
+    reference: str = ""
+
+    def __post_init__(self):
+        if self.residual not in RESIDUAL_FORMS:
+            raise ValueError(f"residual must be one of {RESIDUAL_FORMS}, got {self.residual!r}")
+        from .nn.factory import NORM_KINDS
+
+        for slot in ("before", "after_branch", "after_sum"):
+            v = getattr(self, slot)
+            if v is not None and v != "default" and v not in NORM_KINDS:
+                raise ValueError(f"placement slot {slot} must be None, 'default' or one of {NORM_KINDS}, got {v!r}")
+
+    def with_norm(self, kind: str) -> Placement:
+        """This placement with every 'default' slot set to ``kind``."""
+        return replace(self, **{s: kind for s in ("before", "after_branch", "after_sum") if getattr(self, s) == "default"})
+
+
+PLACEMENTS: dict[str, Placement] = {
+    p.name: p
+    for p in [
+        Placement("post", after_sum="default",
+                  formula="LN(x + F(x))", reference="Vaswani et al. 2017, Attention Is All You Need"),
+        Placement("pre", before="default", final_norm=True,
+                  formula="x + F(LN(x)), final LN",
+                  reference="Radford et al. 2019 (GPT-2); Xiong et al. 2020, On Layer Normalization in the Transformer Architecture"),
+        Placement("sandwich", before="default", after_branch="default", final_norm=True,
+                  formula="x + LN(F(LN(x))), final LN",
+                  reference="Ding et al. 2021 (CogView, Sandwich-LN); Kim et al. 2025 (Peri-LN)"),
+        Placement("pre_post", before="default", after_sum="default",
+                  formula="LN(x + F(LN(x)))", reference="pre- and post-norm together (e.g. Xie et al. 2023, ResiDual's baselines)"),
+        Placement("deepnorm", after_sum="default", residual="scaled",
+                  formula="LN(alpha*x + F(x)), alpha = (2N)^(1/4), branch init scaled by beta = (8N)^(-1/4)",
+                  reference="Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers"),
+        Placement("rezero", residual="gated", gate_init=0.0,
+                  formula="x + g*F(x), scalar g = 0 at init, no norm",
+                  reference="Bachlechner et al. 2020, ReZero is All You Need"),
+        Placement("layerscale", before="default", residual="gated", gate_init=1e-4, gate_per_channel=True,
+                  final_norm=True, formula="x + diag(g)*F(LN(x)), g = 1e-4 at init",
+                  reference="Touvron et al. 2021, Going deeper with Image Transformers (CaiT)"),
+        Placement("none", formula="x + F(x), no norm", reference="residual without normalization"),
+        Placement("no_residual", after_sum="default", residual="none",
+                  formula="LN(F(x)), no skip path", reference="normalization without residual"),
+    ]
+}
+PER_LAYER = ("mix",)  # names that resolve to different placements at different depths
+NAMES = tuple(PLACEMENTS) + PER_LAYER
+
+PlacementSpec = str | Placement | Sequence[str | Placement]
+
+
+def get_placement(name: str | Placement) -> Placement:
+    if isinstance(name, Placement):
+        return name
+    if name in PLACEMENTS:
+        return PLACEMENTS[name]
+    if name in PER_LAYER:
+        raise ValueError(f"placement {name!r} differs per layer; resolve it with resolve_placements(..., n_layer)")
+    raise ValueError(f"unknown placement {name!r}; valid placements: {', '.join(NAMES)}")
+
+
+def resolve_placements(spec: PlacementSpec, n_layer: int, norm: str = "layer",
+                       mix_post_layers: int | None = None) -> list[Placement]:
+    """One Placement per layer, 'default' slots filled with ``norm``.
+
+    ``"mix"`` (Li et al. 2024, Mix-LN): post-norm for the first ``mix_post_layers`` layers
+    (default: a quarter of them, as in the paper), pre-norm for the rest.
+    """
+    if isinstance(spec, str) and spec == "mix":
+        k = n_layer // 4 if mix_post_layers is None else mix_post_layers
+        if not 0 <= k <= n_layer:
+            raise ValueError(f"mix_post_layers must be in [0, n_layer={n_layer}], got {k}")
+        layers = [PLACEMENTS["post"]] * k + [PLACEMENTS["pre"]] * (n_layer - k)
+    elif isinstance(spec, str | Placement):
+        layers = [get_placement(spec)] * n_layer
+    else:
+        layers = [get_placement(p) for p in spec]
+        if len(layers) != n_layer:
+            raise ValueError(f"a per-layer placement list must have n_layer={n_layer} entries, got {len(layers)}")
+    return [p.with_norm(norm) for p in layers]
+
+
+def final_norm_needed(placements: list[Placement]) -> bool:
+    """A stack ends with a norm when its last layer's placement leaves the stream un-normalized."""
+    return bool(placements) and placements[-1].final_norm
+
+
+def deepnorm_constants(n_layer: int) -> tuple[float, float]:
+    """(alpha, beta) of DeepNet for a decoder-only stack of n_layer blocks: ((2N)^(1/4), (8N)^(-1/4))."""
+    return (2 * n_layer) ** 0.25, (8 * n_layer) ** -0.25
