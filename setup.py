@@ -11,8 +11,10 @@ setup(
             # associative math lets gcc vectorize the row reductions; no -ffinite-math-only,
             # so NaN and Inf keep their IEEE meaning
             extra_compile_args=["-O3", "-std=gnu11", "-fno-math-errno", "-fassociative-math",
-                                "-fno-signed-zeros", "-fno-trapping-math", "-pthread"],
-            extra_link_args=["-pthread"],
+                                "-fno-signed-zeros", "-fno-trapping-math", "-pthread", "-fopenmp"],
+            # links libgomp.so.1 by soname: with torch imported first, that is torch's own OpenMP
+            # runtime, so both share one thread pool
+            extra_link_args=["-pthread", "-fopenmp"],
         )
     ]
 )

@@ -31,5 +31,5 @@ def measure(fn, *, min_runs: int = 15, max_runs: int = 300, budget_s: float = 0.
         fn()
         times.append(time.perf_counter() - t0)
     times.sort()
-    q = statistics.quantiles(times, n=10) if len(times) >= 10 else [times[0]] * 9
+    q = statistics.quantiles(times, n=10, method="inclusive") if len(times) >= 2 else [times[0]] * 9
     return Timing(statistics.median(times), q[0], q[-1], len(times))

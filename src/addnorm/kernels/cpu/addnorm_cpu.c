@@ -9,10 +9,11 @@
  * (the PyInit stub only lets the build system build and install this file as a Python
  * extension, which ctypes then opens as an ordinary shared library).
  *
- * Threads: the caller passes the thread count (torch's); rows are split into that many
- * contiguous chunks, one pthread each (the calling thread runs chunk 0). Parameter gradients are
- * summed per chunk and then reduced in chunk order, so dweight/dbias have the same bits on every
- * run for a given thread count.
+ * Threads: the caller passes the thread count (torch's); rows are split into that many contiguous
+ * chunks, run by OpenMP -- which, with torch loaded, is torch's own libgomp and thread pool, so the
+ * kernels never oversubscribe the cores or start threads per call (pthreads when built without
+ * OpenMP). Parameter gradients are summed per chunk and then reduced in chunk order, so
+ * dweight/dbias have the same bits on every run for a given thread count.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,6 +23,9 @@
 #include <immintrin.h>
 #endif
 #include <pthread.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +33,8 @@
 enum { AN_F32 = 0, AN_BF16 = 1, AN_F16 = 2 };
 enum { AN_LAYER = 0, AN_RMS = 1 };
 #define AN_MAX_THREADS 256
+/* fewer elements than this run on one thread: torch's own grain size (at::internal::GRAIN_SIZE) */
+#define AN_MIN_PARALLEL 32768
 
 typedef struct {
     int kind, dtype, cast_before_weight;
@@ -196,8 +202,6 @@ static void *an_run_task(void *p) {
 
 static int an_parallel(int kind, const void *args, int64_t N, int64_t D, int nthreads, float *partial_w, float *partial_b) {
     an_task tasks[AN_MAX_THREADS];
-    pthread_t tids[AN_MAX_THREADS];
-    int started[AN_MAX_THREADS];
     int T = nthreads;
     for (int t = 0; t < T; t++) {
         tasks[t].kind = kind;
@@ -208,24 +212,38 @@ static int an_parallel(int kind, const void *args, int64_t N, int64_t D, int nth
         tasks[t].partial_w = partial_w ? an_row(partial_w, D, t) : NULL;
         tasks[t].partial_b = partial_b ? an_row(partial_b, D, t) : NULL;
         tasks[t].status = -1;
-        started[t] = 0;
     }
-    for (int t = 1; t < T; t++) started[t] = pthread_create(&tids[t], NULL, an_run_task, &tasks[t]) == 0;
-    an_run_task(&tasks[0]);
-    for (int t = 1; t < T; t++) {
-        if (started[t]) pthread_join(tids[t], NULL);
-        else an_run_task(&tasks[t]); /* could not start a thread: run its chunk here */
+    if (T == 1) {
+        an_run_task(&tasks[0]);
+    } else {
+#ifdef _OPENMP
+        /* OpenMP's pool is torch's own when torch is loaded (same libgomp.so.1): no extra threads
+         * compete for the cores, and none are started per call. Chunks are fixed by T, not by which
+         * thread runs them, so results do not depend on scheduling. */
+#pragma omp parallel num_threads(T)
+        {
+            for (int t = omp_get_thread_num(); t < T; t += omp_get_num_threads()) an_run_task(&tasks[t]);
+        }
+#else
+        pthread_t tids[AN_MAX_THREADS];
+        int started[AN_MAX_THREADS];
+        for (int t = 1; t < T; t++) started[t] = pthread_create(&tids[t], NULL, an_run_task, &tasks[t]) == 0;
+        an_run_task(&tasks[0]);
+        for (int t = 1; t < T; t++) {
+            if (started[t]) pthread_join(tids[t], NULL);
+            else an_run_task(&tasks[t]); /* could not start a thread: run its chunk here */
+        }
+#endif
     }
     for (int t = 0; t < T; t++) if (tasks[t].status != 0) return -1;
     return 0;
 }
 
 static int an_threads_for(int64_t N, int64_t D, int nthreads) {
-    /* below ~64K elements a thread start costs more than it saves */
     int64_t work = N * D;
     int T = nthreads < 1 ? 1 : nthreads;
     if (T > AN_MAX_THREADS) T = AN_MAX_THREADS;
-    if (work < (1 << 16)) T = 1;
+    if (work < AN_MIN_PARALLEL) T = 1;
     if (T > N) T = N > 0 ? (int)N : 1;
     return T;
 }

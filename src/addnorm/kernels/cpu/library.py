@@ -32,8 +32,17 @@ class Availability:
     isa: str | None
 
 
-@functools.lru_cache(maxsize=1)
+_LIB = None
+
+
 def _load() -> KernelLibrary | str:
+    global _LIB
+    if _LIB is None:
+        _LIB = _open()
+    return _LIB
+
+
+def _open() -> KernelLibrary | str:
     try:
         from addnorm.kernels.cpu import _addnorm_cpu  # the built extension; opened below as a C library
     except ImportError as e:  # not built (e.g. a source checkout without `pip install`)

@@ -37,7 +37,7 @@ def _param(p: torch.Tensor | None, D: int) -> torch.Tensor | None:
     if p is None:
         return None
     if p.dtype == torch.float32 and p.is_contiguous():
-        return p.detach()
+        return p  # only its data pointer is used
     return p.detach().reshape(D).to(torch.float32).contiguous()
 
 
@@ -62,6 +62,18 @@ def forward(kind, x2, r2, weight, bias, eps, weight_offset, cast_before_weight, 
     if rc != 0:
         raise MemoryError("addnorm CPU forward kernel could not allocate its scratch rows")
     return out2, res_out2, mean, rstd, w32
+
+
+def forward_contiguous(kind, x, r, weight, bias, eps, weight_offset, cast_before_weight, out, res_out, N, D):
+    """The inference fast path: contiguous x/r/out/res_out of N rows x D, no statistics."""
+    w32, b32 = _param(weight, D), _param(bias, D)
+    rc = library().forward(
+        KIND_CODES[kind], _DTYPE[x.dtype], N, D, x.data_ptr(), D, None if r is None else r.data_ptr(), D,
+        None if w32 is None else w32.data_ptr(), None if b32 is None else b32.data_ptr(), weight_offset, eps,
+        cast_before_weight, out.data_ptr(), D, None if res_out is None else res_out.data_ptr(), D, None, None,
+        torch.get_num_threads())
+    if rc != 0:
+        raise MemoryError("addnorm CPU forward kernel could not allocate its scratch rows")
 
 
 def backward(kind, dy2, s2, mean, rstd, w32, weight_offset, dres2, want_dweight: bool, want_dbias: bool, dx2=None):
