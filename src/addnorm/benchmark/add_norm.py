@@ -147,7 +147,14 @@ def run_benchmark(shapes, dtypes, kinds, modes, methods, progress=None, floor: f
                         elif method == "eager":
                             fn = eager_add_norm(kind)
                         else:
-                            fn = compiled.setdefault(kind, torch.compile(eager_add_norm(kind)))
+                            # one fresh compilation per configuration: dynamo's recompile limit
+                            # would otherwise silently fall back to eager after 8 shapes
+                            key = (kind, n, d, dt_name, mode)
+                            if key not in compiled:
+                                torch._dynamo.reset()
+                                compiled.clear()
+                                compiled[key] = torch.compile(eager_add_norm(kind), dynamic=False)
+                            fn = compiled[key]
                         t = time_method(fn, mode, n, d, dtype, kind)
                         mb = min_bytes(mode, n, d, es)
                         rows.append(Row(kind, dt_name, n, d, mode, method, t.median_s * 1e3, t.p10_s * 1e3,
@@ -228,6 +235,8 @@ def main_from_args(args) -> int:
         if args.allocator == "tuned":
             env.update(TUNED_MALLOC)
         env["ADDNORM_BENCH_ALLOCATOR"] = args.allocator
+        # compile in-process: no pool of compile workers left running beside the measurements
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
         argv = [a for a in sys.argv[1:] if not a.startswith("--allocator")]
         cmd = [sys.executable, "-m", "addnorm.benchmark.add_norm", *argv, "--allocator", "current"]
         if argv and argv[0] == "bench":

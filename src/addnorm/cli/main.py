@@ -6,9 +6,10 @@ import argparse
 import sys
 
 from . import bench as bench_cmd
+from . import gradflow as gradflow_cmd
 from . import tour as tour_cmd
 
-COMMANDS = {"tour": tour_cmd, "bench": bench_cmd}
+COMMANDS = {"tour": tour_cmd, "gradflow": gradflow_cmd, "bench": bench_cmd}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -62,6 +62,12 @@ typedef struct {
     int nt;
 } an_bwd_args;
 
+/* per-thread float32 scratch rows; ones/zeros stand in for an absent weight/bias/gradient */
+typedef struct {
+    float *r[5];
+    const float *ones, *zeros;
+} an_rows;
+
 static inline size_t an_elem_size(int dt) { return dt == AN_F32 ? 4 : 2; }
 
 static inline float an_bits_f32(uint32_t u) {
@@ -128,8 +134,8 @@ static inline uint16_t an_f32_to_f16(float f) {
 #include "norm_rows.h"
 #undef AN_SFX
 
-typedef void (*an_fwd_fn)(const an_fwd_args *, int64_t, int64_t, float *, float *);
-typedef void (*an_bwd_fn)(const an_bwd_args *, int64_t, int64_t, float *, float *, float *, float *, float *);
+typedef void (*an_fwd_fn)(const an_fwd_args *, int64_t, int64_t, const an_rows *);
+typedef void (*an_bwd_fn)(const an_bwd_args *, int64_t, int64_t, const an_rows *, float *, float *);
 
 static an_fwd_fn g_fwd = fwd_rows_base;
 static an_bwd_fn g_bwd = bwd_rows_base;
@@ -187,11 +193,16 @@ static inline float *an_row(float *rows, int64_t D, int i) { return (float *)((c
 static void *an_run_task(void *p) {
     an_task *t = (an_task *)p;
     void *base;
-    float *rows = an_alloc_rows(&base, 3, t->D, 256);
+    float *rows = an_alloc_rows(&base, 7, t->D, 256); /* zero-filled */
     if (!rows) { t->status = -1; return NULL; }
-    float *a = an_row(rows, t->D, 0), *b = an_row(rows, t->D, 1), *c = an_row(rows, t->D, 2);
-    if (t->kind == 0) g_fwd((const an_fwd_args *)t->args, t->r0, t->r1, a, b);
-    else g_bwd((const an_bwd_args *)t->args, t->r0, t->r1, a, b, c, t->partial_w, t->partial_b);
+    an_rows sc;
+    for (int i = 0; i < 5; i++) sc.r[i] = an_row(rows, t->D, i);
+    float *ones = an_row(rows, t->D, 5);
+    for (int64_t i = 0; i < t->D; i++) ones[i] = 1.0f;
+    sc.ones = ones;
+    sc.zeros = an_row(rows, t->D, 6);
+    if (t->kind == 0) g_fwd((const an_fwd_args *)t->args, t->r0, t->r1, &sc);
+    else g_bwd((const an_bwd_args *)t->args, t->r0, t->r1, &sc, t->partial_w, t->partial_b);
 #if defined(__x86_64__)
     _mm_sfence(); /* this thread's streamed stores are visible before it reports done */
 #endif

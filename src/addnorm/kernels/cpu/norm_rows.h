@@ -185,9 +185,111 @@ static float AN_FN(add_bf16_rows)(float *restrict buf, const uint16_t *restrict 
     return AN_FN(hsum)(acc);
 }
 
+/* ---- bfloat16, specialised: conversions fused into the arithmetic, two or three passes per row ----
+ * Absent weight / bias / incoming residual gradient / parameter-gradient accumulators are replaced by
+ * rows of ones / zeros / a discarded accumulator, so that each pass is one branch-free loop. */
+
+static void AN_FN(fwd_rows_bf16)(const an_fwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
+    const int64_t D = a->D;
+    const float inv_d = 1.0f / (float)D;
+    float *restrict buf = sc->r[0];
+    uint16_t *restrict o16 = (uint16_t *)sc->r[1], *restrict res16 = (uint16_t *)sc->r[2];
+    const float *restrict w = a->weight ? a->weight : sc->ones;
+    const float *restrict b = a->bias ? a->bias : sc->zeros;
+    const float off = a->weight ? a->weight_offset : 0.0f;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint16_t *restrict x = (const uint16_t *)a->x + r * a->x_rs;
+        uint16_t *out_row = (uint16_t *)a->out + r * a->out_rs;
+        float acc[AN_LANES] = {0};
+        int64_t i = 0;
+        if (a->res) {
+            const uint16_t *restrict rs = (const uint16_t *)a->res + r * a->res_rs;
+            uint16_t *res_row = a->res_out ? (uint16_t *)a->res_out + r * a->res_out_rs : NULL;
+            uint16_t *restrict ro = (res_row && !a->nt) ? res_row : res16;
+            /* x + r rounded to bfloat16, as eager `x + r` stores it; the stored bits are exact */
+            for (; i + AN_LANES <= D; i += AN_LANES)
+                for (int j = 0; j < AN_LANES; j++) {
+                    float v = an_bf16_round(an_bf16_to_f32(x[i + j]) + an_bf16_to_f32(rs[i + j]));
+                    buf[i + j] = v;
+                    ro[i + j] = (uint16_t)(an_f32_bits(v) >> 16);
+                    acc[j] += v;
+                }
+            for (; i < D; i++) {
+                float v = an_bf16_round(an_bf16_to_f32(x[i]) + an_bf16_to_f32(rs[i]));
+                buf[i] = v;
+                ro[i] = (uint16_t)(an_f32_bits(v) >> 16);
+                acc[0] += v;
+            }
+            if (res_row && a->nt) AN_FN(stream_bytes)(res_row, res16, (size_t)D * 2);
+        } else {
+            for (; i + AN_LANES <= D; i += AN_LANES)
+                for (int j = 0; j < AN_LANES; j++) { float v = an_bf16_to_f32(x[i + j]); buf[i + j] = v; acc[j] += v; }
+            for (; i < D; i++) { float v = an_bf16_to_f32(x[i]); buf[i] = v; acc[0] += v; }
+        }
+        const float mean = a->kind == AN_LAYER ? AN_FN(hsum)(acc) * inv_d : 0.0f;
+        const float rstd = 1.0f / sqrtf(AN_FN(sq_dev_sum)(buf, mean, D) * inv_d + a->eps);
+        if (a->mean) a->mean[r] = mean;
+        if (a->rstd) a->rstd[r] = rstd;
+        uint16_t *restrict dst = a->nt ? o16 : out_row;
+        for (i = 0; i < D; i++) dst[i] = an_f32_to_bf16((buf[i] - mean) * rstd * (w[i] + off) + b[i]);
+        if (a->nt) AN_FN(stream_bytes)(out_row, o16, (size_t)D * 2);
+    }
+}
+
+static void AN_FN(bwd_rows_bf16)(const an_bwd_args *a, int64_t r0, int64_t r1, const an_rows *sc, float *dw_acc,
+                                 float *db_acc) {
+    const int64_t D = a->D;
+    const float inv_d = 1.0f / (float)D;
+    uint16_t *restrict o16 = (uint16_t *)sc->r[2];
+    float *restrict dw = dw_acc ? dw_acc : sc->r[3];
+    float *restrict db = db_acc ? db_acc : sc->r[4];
+    const float *restrict w = a->weight ? a->weight : sc->ones;
+    const float off = a->weight ? a->weight_offset : 0.0f;
+    const uint16_t *zeros16 = (const uint16_t *)sc->zeros;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint16_t *restrict s = (const uint16_t *)a->s + r * a->s_rs;
+        const uint16_t *restrict dy = (const uint16_t *)a->dy + r * a->dy_rs;
+        const uint16_t *restrict dres = a->dres ? (const uint16_t *)a->dres + r * a->dres_rs : zeros16;
+        uint16_t *dx_row = (uint16_t *)a->dx + r * a->dx_rs;
+        const float mean = a->mean ? a->mean[r] : 0.0f, rstd = a->rstd[r];
+        /* pass 1 only reduces; pass 2 re-reads the (now L1-resident) bfloat16 rows: fewer stores */
+        float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
+        int64_t i = 0;
+        for (; i + AN_LANES <= D; i += AN_LANES)
+            for (int j = 0; j < AN_LANES; j++) {
+                float xh = (an_bf16_to_f32(s[i + j]) - mean) * rstd;
+                float g = an_bf16_to_f32(dy[i + j]) * (w[i + j] + off);
+                acc_g[j] += g;
+                acc_gx[j] += g * xh;
+            }
+        for (; i < D; i++) {
+            float xh = (an_bf16_to_f32(s[i]) - mean) * rstd;
+            float g = an_bf16_to_f32(dy[i]) * (w[i] + off);
+            acc_g[0] += g;
+            acc_gx[0] += g * xh;
+        }
+        const float mg = (a->kind == AN_LAYER) ? AN_FN(hsum)(acc_g) * inv_d : 0.0f;
+        const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
+        uint16_t *restrict dst = a->nt ? o16 : dx_row;
+        for (i = 0; i < D; i++) {
+            float d = an_bf16_to_f32(dy[i]), xh = (an_bf16_to_f32(s[i]) - mean) * rstd;
+            dw[i] += d * xh;
+            db[i] += d;
+            /* the gradient arriving through the new residual stream joins in float32 */
+            dst[i] = an_f32_to_bf16(rstd * (d * (w[i] + off) - mg - xh * mgx) + an_bf16_to_f32(dres[i]));
+        }
+        if (a->nt) AN_FN(stream_bytes)(dx_row, o16, (size_t)D * 2);
+    }
+}
+
 /* ---- forward ---- */
 
-static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, float *restrict buf, float *restrict tmp) {
+static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
+    if (a->dtype == AN_BF16 && !a->cast_before_weight) {
+        AN_FN(fwd_rows_bf16)(a, r0, r1, sc);
+        return;
+    }
+    float *restrict buf = sc->r[0], *restrict tmp = sc->r[1];
     const int64_t D = a->D;
     const int dt = a->dtype, f32 = dt == AN_F32;
     const size_t es = an_elem_size(dt);
@@ -300,8 +402,13 @@ static void AN_FN(bwd_reduce)(float *restrict xs, const float *restrict sv, cons
 /* ---- backward ----
  * dw_acc / db_acc: this thread's float32 partial sums over its rows (D each, zeroed by caller).
  * xs, dyb, extra: float32 scratch rows. */
-static void AN_FN(bwd_rows)(const an_bwd_args *a, int64_t r0, int64_t r1, float *restrict xs, float *restrict dyb,
-                            float *restrict extra, float *restrict dw_acc, float *restrict db_acc) {
+static void AN_FN(bwd_rows)(const an_bwd_args *a, int64_t r0, int64_t r1, const an_rows *sc, float *restrict dw_acc,
+                            float *restrict db_acc) {
+    if (a->dtype == AN_BF16) {
+        AN_FN(bwd_rows_bf16)(a, r0, r1, sc, dw_acc, db_acc);
+        return;
+    }
+    float *restrict xs = sc->r[0], *restrict dyb = sc->r[1], *restrict extra = sc->r[2];
     const int64_t D = a->D;
     const int dt = a->dtype, f32 = dt == AN_F32;
     const size_t es = an_elem_size(dt);

@@ -1,0 +1,42 @@
+"""`addnorm gradflow`: measured gradient flow and activation statistics through deep stacks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..experiments.gradflow import DEFAULT_PLACEMENTS, GradflowConfig, run_gradflow
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("gradflow", help="measure gradient flow vs depth for several placements")
+    p.add_argument("--placements", default=",".join(DEFAULT_PLACEMENTS), help="comma separated (default %(default)s)")
+    p.add_argument("--depth", type=int, default=GradflowConfig.depth, help="blocks per stack (default %(default)s)")
+    p.add_argument("--d-model", type=int, default=GradflowConfig.d_model)
+    p.add_argument("--heads", type=int, default=GradflowConfig.n_head)
+    p.add_argument("--seq-len", type=int, default=GradflowConfig.seq_len)
+    p.add_argument("--batch", type=int, default=GradflowConfig.batch)
+    p.add_argument("--norm", default=GradflowConfig.norm, choices=["layer", "rms", "dyt"])
+    p.add_argument("--steps", type=int, default=0, help="also record the first N training steps (default 0)")
+    p.add_argument("--lr", type=float, default=GradflowConfig.lr)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data", default=None, help="a text file or folder (default: the Python standard library)")
+    p.add_argument("--out", default="results/gradflow", help="results directory (default %(default)s)")
+
+
+def run(args) -> int:
+    cfg = GradflowConfig(placements=tuple(p for p in args.placements.split(",") if p), depth=args.depth,
+                         d_model=args.d_model, n_head=args.heads, seq_len=args.seq_len, batch=args.batch,
+                         norm=args.norm, steps=args.steps, lr=args.lr, seed=args.seed, data=args.data)
+    console = Console()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        summary = run_gradflow(cfg, Path(args.out), progress)
+    if summary["reused"]:
+        console.print(f"reused finished runs: {', '.join(summary['reused'])}")
+    console.print(Markdown((Path(args.out) / "summary.md").read_text()))
+    console.print(f"figures and data in {args.out}/: {', '.join(summary['figures'])}")
+    return 0

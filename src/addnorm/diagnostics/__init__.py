@@ -1,0 +1,18 @@
+"""Measure what Add & Norm does inside any PyTorch model, through hooks that never change the math.
+
+    with addnorm.diagnostics.record(model) as rec:
+        loss = model(idx, idx)[1]
+        loss.backward()
+    rec.to_csv("flow.csv"); rec.frame()  # tidy records: step, block, site, quantity, value
+
+Per block (and per sub-layer for addnorm models): the gradient norm w.r.t. the residual stream
+entering it, parameter-gradient norms, residual-stream mean/std/RMS/max|x|; for every norm layer,
+the statistics of its input and output. Hooks are removed when the context exits, so a detached
+model runs at full speed.
+"""
+
+from .blocks import find_blocks
+from .recorder import Recorder, record
+from .stats import tensor_stats
+
+__all__ = ["record", "Recorder", "find_blocks", "tensor_stats"]

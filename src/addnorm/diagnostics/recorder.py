@@ -1,0 +1,163 @@
+"""The recorder: hooks on blocks, sub-layers and norms; tidy records out."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .blocks import find_blocks, is_norm
+from .stats import tensor_stats
+
+
+class Recorder:
+    """Holds the hooks and the records. Use ``record(model)`` rather than constructing it."""
+
+    def __init__(self, model: nn.Module, blocks: Iterable[nn.Module] | None = None, *, activations: bool = True,
+                 norms: bool = True, gradients: bool = True):
+        self.model = model
+        self.blocks = list(blocks) if blocks is not None else find_blocks(model)
+        self.activations, self.norms, self.gradients = activations, norms, gradients
+        self.records: list[dict] = []
+        self.step = 0
+        self._handles: list = []
+
+    # ---- records
+    def _add(self, block: int, site: str, quantity: str, value: float) -> None:
+        self.records.append({"step": self.step, "block": block, "site": site, "quantity": quantity, "value": value})
+
+    def next_step(self) -> None:
+        """Mark the end of a training step: later records carry step + 1."""
+        self.collect_parameter_gradients()
+        self.step += 1
+
+    # ---- hooks
+    def _watch_stream(self, block_idx: int, site: str, s: torch.Tensor) -> None:
+        if self.activations:
+            for q, v in tensor_stats(s).items():
+                self._add(block_idx, site, f"stream_{q}", v)
+        if self.gradients and s.requires_grad:
+            def on_grad(g, block_idx=block_idx, site=site):
+                self._add(block_idx, site, "grad_norm", g.detach().float().norm().item())
+                self._add(block_idx, site, "grad_rms", g.detach().float().pow(2).mean().sqrt().item())
+            s.register_hook(on_grad)
+
+    def _stream_pre_hook(self, block_idx: int, site: str, addnorm_sublayer: bool):
+        def hook(module, args, kwargs):
+            if not args and isinstance(kwargs.get("hidden_states"), torch.Tensor):  # HF calls by keyword
+                s = kwargs["hidden_states"].view_as(kwargs["hidden_states"])
+                self._watch_stream(block_idx, site, s)
+                return args, dict(kwargs, hidden_states=s)
+            if not args or not isinstance(args[0], torch.Tensor) or not torch.is_floating_point(args[0]):
+                return None
+            x, rest = args[0], args[1:]
+            if addnorm_sublayer and rest and rest[0] is not None:
+                # addnorm passes (stream, pending): materialize stream = x + pending so that its value and
+                # gradient are the residual stream's; the sum is the same one the fused kernel computes
+                x, rest = x + rest[0], (None,) + rest[1:]
+            s = x.view_as(x)  # a fresh node: its gradient is exactly what flows into this block
+            self._watch_stream(block_idx, site, s)
+            return (s,) + tuple(rest), kwargs
+        return hook
+
+    def _norm_hook(self, block_idx: int, name: str):
+        def hook(module, args, output):
+            x = args[0] if args else None
+            if isinstance(x, torch.Tensor) and len(args) > 1 and isinstance(args[1], torch.Tensor):
+                x = x + args[1]  # addnorm's Add & Norm modules: the input is the sum
+            y = output[0] if isinstance(output, tuple) else output
+            if isinstance(x, torch.Tensor):
+                for q, v in tensor_stats(x).items():
+                    self._add(block_idx, name, f"norm_in_{q}", v)
+            if isinstance(y, torch.Tensor):
+                for q, v in tensor_stats(y).items():
+                    self._add(block_idx, name, f"norm_out_{q}", v)
+        return hook
+
+    def attach(self) -> Recorder:
+        from ..model.block import TransformerBlock
+        from ..model.sublayer import ResidualSubLayer
+
+        for i, block in enumerate(self.blocks):
+            if isinstance(block, TransformerBlock):  # addnorm: per sub-layer, through the fused stream
+                for site, sub in (("attn", block.attn), ("mlp", block.mlp)):
+                    self._handles.append(sub.register_forward_pre_hook(self._stream_pre_hook(i, site, True),
+                                                                       with_kwargs=True))
+            elif isinstance(block, ResidualSubLayer):
+                self._handles.append(block.register_forward_pre_hook(self._stream_pre_hook(i, "block", True),
+                                                                     with_kwargs=True))
+            else:
+                self._handles.append(block.register_forward_pre_hook(self._stream_pre_hook(i, "block", False),
+                                                                     with_kwargs=True))
+            if self.norms:
+                for name, m in block.named_modules():
+                    if name and is_norm(m):
+                        self._handles.append(m.register_forward_hook(self._norm_hook(i, name)))
+        if self.norms:  # norms outside the blocks (the final norm)
+            inside = {id(m) for b in self.blocks for m in b.modules()}
+            for name, m in self.model.named_modules():
+                if name and is_norm(m) and id(m) not in inside:
+                    self._handles.append(m.register_forward_hook(self._norm_hook(len(self.blocks), name)))
+        return self
+
+    def detach(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def collect_parameter_gradients(self) -> None:
+        """Record each block's parameter-gradient norm (and per sub-layer for addnorm blocks)."""
+        if not self.gradients:
+            return
+        for i, block in enumerate(self.blocks):
+            groups = {"block": list(block.parameters())}
+            for site in ("attn", "mlp"):
+                sub = getattr(block, site, None)
+                if isinstance(sub, nn.Module):
+                    groups[site] = list(sub.parameters())
+            for site, params in groups.items():
+                grads = [p.grad.detach().float().reshape(-1) for p in params if p.grad is not None]
+                if grads:
+                    self._add(i, site, "param_grad_norm", torch.cat(grads).norm().item())
+
+    # ---- export
+    def frame(self, quantity: str | None = None, site: str | None = None, step: int | None = None) -> list[dict]:
+        """The records, filtered."""
+        return [r for r in self.records if (quantity is None or r["quantity"] == quantity)
+                and (site is None or r["site"] == site) and (step is None or r["step"] == step)]
+
+    def by_block(self, quantity: str, site: str | None = None, step: int = 0) -> list[float]:
+        """One value per block (the first site matching, in block order): a depth profile."""
+        out: dict[int, float] = {}
+        for r in self.frame(quantity, site, step):
+            out.setdefault(r["block"], r["value"])
+        return [out[k] for k in sorted(out)]
+
+    def to_csv(self, path) -> Path:
+        path = Path(path)
+        with path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=["step", "block", "site", "quantity", "value"])
+            w.writeheader()
+            w.writerows(self.records)
+        return path
+
+    def to_json(self, path) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(self.records))
+        return path
+
+
+@contextmanager
+def record(model: nn.Module, blocks: Iterable[nn.Module] | None = None, **options):
+    """Attach the recorder for the duration of the block; parameter gradients are collected on exit."""
+    rec = Recorder(model, blocks, **options).attach()
+    try:
+        yield rec
+    finally:
+        rec.detach()
+        rec.collect_parameter_gradients()

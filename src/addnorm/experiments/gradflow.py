@@ -1,0 +1,190 @@
+"""Gradient flow and activation statistics through deep stacks, per placement, measured.
+
+For each placement a GPT of ``depth`` blocks (byte-level vocabulary, small width so that 48-200
+layers run on a laptop CPU) is built with the same seed and fed the same real batch from the
+corpus; one forward/backward at initialisation is recorded with ``addnorm.diagnostics`` (and,
+with ``steps > 0``, the first training steps with AdamW). Results are files in a directory, one
+JSON per placement named by a hash of everything that determines it, so a re-run with the same
+arguments reuses them and an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from .. import diagnostics
+from ..diagnostics import plots
+from ..model import GPT, GPTConfig
+from ..placement import NAMES
+from .corpus import load_corpus
+
+DEFAULT_PLACEMENTS = ("no_residual", "none", "post", "pre", "sandwich", "deepnorm", "rezero")
+
+
+@dataclass(frozen=True)
+class GradflowConfig:
+    placements: tuple[str, ...] = DEFAULT_PLACEMENTS
+    depth: int = 48  # blocks in the stack
+    d_model: int = 64
+    n_head: int = 4
+    seq_len: int = 64
+    batch: int = 8
+    norm: str = "layer"
+    steps: int = 0  # training steps recorded after initialisation (AdamW)
+    lr: float = 3e-4
+    seed: int = 0
+    data: str | None = None  # None: the standard library's sources
+
+    def __post_init__(self):
+        bad = [p for p in self.placements if p not in NAMES]
+        if bad:
+            raise ValueError(f"unknown placement(s) {bad}; valid placements: {', '.join(NAMES)}")
+        if self.depth < 1:
+            raise ValueError(f"depth must be >= 1, got {self.depth}")
+
+    def run_key(self, placement: str) -> str:
+        d = asdict(self)
+        d["placements"] = placement
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+
+@dataclass
+class PlacementResult:
+    placement: str
+    records: list[dict] = field(repr=False)
+    losses: list[float]
+    seconds: float
+
+    def profile(self, quantity: str, step: int = 0) -> list[float]:
+        """Per block, the first sub-layer site (the stream entering the block)."""
+        out: dict[int, float] = {}
+        for r in self.records:
+            if r["quantity"] == quantity and r["step"] == step and r["site"] in ("attn", "block"):
+                out.setdefault(r["block"], r["value"])
+        return [out[k] for k in sorted(out)]
+
+    def norm_outputs(self, step: int = 0) -> tuple[list[float], list[float]]:
+        rows = [r for r in self.records if r["step"] == step and r["quantity"] in ("norm_out_mean", "norm_out_std")]
+        means = [r["value"] for r in rows if r["quantity"] == "norm_out_mean"]
+        stds = [r["value"] for r in rows if r["quantity"] == "norm_out_std"]
+        return means, stds
+
+
+def run_placement(cfg: GradflowConfig, placement: str, corpus) -> PlacementResult:
+    import time
+
+    t0 = time.perf_counter()
+    torch.manual_seed(cfg.seed)
+    model = GPT(GPTConfig(vocab_size=corpus.vocab_size, block_size=cfg.seq_len, n_layer=cfg.depth, n_head=cfg.n_head,
+                          n_embd=cfg.d_model, placement=placement, norm=cfg.norm))
+    g = torch.Generator().manual_seed(cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr) if cfg.steps else None
+    losses = []
+    with diagnostics.record(model) as rec:
+        for step in range(cfg.steps + 1):
+            x, y = corpus.batch(cfg.batch, cfg.seq_len, g) if step > 0 else corpus.batch(cfg.batch, cfg.seq_len,
+                                                                                         torch.Generator().manual_seed(cfg.seed))
+            model.zero_grad(set_to_none=True)
+            _, loss = model(x, y)
+            loss.backward()
+            losses.append(loss.item())
+            if step < cfg.steps:
+                rec.next_step()
+                opt.step()
+    return PlacementResult(placement, rec.records, losses, time.perf_counter() - t0)
+
+
+def summarize(result: PlacementResult) -> dict:
+    g = result.profile("grad_norm")
+    rms = result.profile("stream_rms")
+    finite = [v for v in g if math.isfinite(v) and v > 0]
+    return {
+        "placement": result.placement,
+        "grad_first": g[0] if g else float("nan"),
+        "grad_last": g[-1] if g else float("nan"),
+        "grad_first_over_last": (g[0] / g[-1]) if g and g[-1] else float("nan"),
+        "grad_max_over_min": (max(finite) / min(finite)) if finite else float("nan"),
+        "stream_rms_first": rms[0] if rms else float("nan"),
+        "stream_rms_last": rms[-1] if rms else float("nan"),
+        "loss_init": result.losses[0],
+        "loss_final": result.losses[-1],
+        "seconds": result.seconds,
+    }
+
+
+def run_gradflow(cfg: GradflowConfig, out_dir: Path, progress=None) -> dict:
+    """Run (or reuse) every placement, then write figures and the table. Returns the summary."""
+    out_dir = Path(out_dir)
+    runs = out_dir / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    corpus = load_corpus(cfg.data)
+    task = progress.add_task("gradflow", total=len(cfg.placements)) if progress else None
+    results: dict[str, PlacementResult] = {}
+    reused = []
+    for p in cfg.placements:
+        f = runs / f"{p}-{cfg.run_key(p)}.json"
+        if progress:
+            progress.update(task, description=f"{p} (depth {cfg.depth})")
+        if f.exists():
+            d = json.loads(f.read_text())
+            results[p] = PlacementResult(p, d["records"], d["losses"], d["seconds"])
+            reused.append(p)
+        else:
+            r = run_placement(cfg, p, corpus)
+            tmp = f.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"config": asdict(cfg), "placement": p, "records": r.records,
+                                       "losses": r.losses, "seconds": r.seconds}))
+            tmp.replace(f)  # atomic: an interrupted run never leaves a half-written result
+            results[p] = r
+        if progress:
+            progress.advance(task)
+    summary = {"config": asdict(cfg), "corpus": corpus.source, "reused": reused,
+               "placements": [summarize(results[p]) for p in cfg.placements]}
+    figures = write_figures(cfg, results, out_dir)
+    summary["figures"] = [f.name for f in figures]
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out_dir / "summary.md").write_text(summary_markdown(summary))
+    return summary
+
+
+def write_figures(cfg: GradflowConfig, results: dict[str, PlacementResult], out_dir: Path) -> list[Path]:
+    depth = f"{cfg.depth} blocks, d={cfg.d_model}, at initialisation"
+    figs = [
+        plots.depth_profiles({p: r.profile("grad_norm") for p, r in results.items()}, out_dir / "grad_norm_vs_depth.png",
+                             title=f"‖∂loss/∂stream‖ entering each block ({depth})", ylabel="gradient norm"),
+        plots.depth_profiles({p: r.profile("stream_rms") for p, r in results.items()}, out_dir / "stream_rms_vs_depth.png",
+                             title=f"residual-stream RMS entering each block ({depth})", ylabel="RMS"),
+    ]
+    means, stds = {}, {}
+    for p, r in results.items():
+        m, s = r.norm_outputs()
+        if m:
+            means[p], stds[p] = m, s
+    if means:
+        figs.append(plots.norm_output_stats(means, stds, out_dir / "norm_output_stats.png", title=depth))
+    if cfg.steps:
+        for p, r in results.items():
+            figs.append(plots.over_steps({s: r.profile("grad_norm", s) for s in range(cfg.steps + 1)},
+                                         out_dir / f"grad_norm_over_steps_{p}.png",
+                                         title=f"{p}: gradient norm vs depth over the first {cfg.steps} steps",
+                                         ylabel="gradient norm"))
+    return figs
+
+
+def summary_markdown(summary: dict) -> str:
+    c = summary["config"]
+    lines = [f"Gradient flow at initialisation: depth {c['depth']}, d_model {c['d_model']}, {c['norm']} norm, "
+             f"batch {c['batch']}x{c['seq_len']} bytes of {summary['corpus']}, seed {c['seed']}.", "",
+             "| placement | ‖g‖ first block | ‖g‖ last block | first ÷ last | max ÷ min | stream RMS first → last | loss |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in summary["placements"]:
+        lines.append(f"| {r['placement']} | {r['grad_first']:.3g} | {r['grad_last']:.3g} | {r['grad_first_over_last']:.3g} "
+                     f"| {r['grad_max_over_min']:.3g} | {r['stream_rms_first']:.3g} → {r['stream_rms_last']:.3g} "
+                     f"| {r['loss_init']:.3f} → {r['loss_final']:.3f} |")
+    return "\n".join(lines) + "\n"
