@@ -177,35 +177,36 @@ def _needs_grad(*ts) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
 
 
-def _fast_inference(kind, x, residual, D, weight, bias, eps, weight_offset, cast_before_weight, backend):
-    """The common inference call, validated with a handful of cheap checks and sent straight to the
-    kernel (no autograd node, no statistics saved). Returns None whenever any condition does not
-    hold; the general path then validates fully and decides. Same kernel, same results."""
+def _fast_path_ok(x, residual, D, weight, bias, eps, weight_offset, backend) -> bool:
+    """The common call, validated with a handful of cheap checks: contiguous CPU tensors the kernels
+    take, an int normalized size matching x, 1-D parameters, a plain float eps. Anything else takes the
+    general path, which validates fully and decides. Same kernel, same results either way."""
     if (type(x) is not torch.Tensor or type(D) is not int or x.dtype not in _CPU_DTYPES or not x.is_cpu
-            or x.dim() == 0 or x.shape[-1] != D or D <= 0 or (backend or _backend.get()) not in ("auto", "cpu")):
-        return None
+            or x.dim() == 0 or x.shape[-1] != D or D <= 0 or not x.is_contiguous()
+            or (backend or _backend.get()) not in ("auto", "cpu")):
+        return False
     if residual is not None and (type(residual) is not torch.Tensor or residual.shape != x.shape
-                                 or residual.dtype != x.dtype or not residual.is_cpu):
-        return None
+                                 or residual.dtype != x.dtype or not residual.is_cpu or not residual.is_contiguous()):
+        return False
     for p in (weight, bias):
-        if p is not None and (type(p) not in (torch.Tensor, torch.nn.Parameter) or p.dim() != 1 or p.shape[0] != D
+        if p is not None and (not isinstance(p, torch.Tensor) or p.dim() != 1 or p.shape[0] != D
                               or p.dtype not in FLOAT_DTYPES or not p.is_cpu):
-            return None
-    if (torch.is_grad_enabled() and (x.requires_grad or (residual is not None and residual.requires_grad)
-                                     or (weight is not None and weight.requires_grad)
-                                     or (bias is not None and bias.requires_grad))):
-        return None
+            return False
     if type(eps) is not float or not 0.0 <= eps < math.inf or type(weight_offset) not in (int, float):
-        return None
-    if torch.compiler.is_compiling() or not availability().available:
-        return None
-    if not x.is_contiguous() or (residual is not None and not residual.is_contiguous()):
-        return None  # row-strided views: the general path passes their strides instead of copying
+        return False
+    return not torch.compiler.is_compiling() and availability().available
+
+
+def _fast(kind, x, residual, D, weight, bias, eps, weight_offset, cast_before_weight):
+    _last["backend"] = "cpu"
+    if _needs_grad(x, residual, weight, bias):
+        return FusedAddNorm.apply(x, residual, weight, bias, kind, (D,), eps, float(weight_offset),
+                                  bool(cast_before_weight))
+    # inference: no autograd node, no statistics saved
     out = torch.empty(x.shape, dtype=x.dtype)
     res = None if residual is None else torch.empty(x.shape, dtype=x.dtype)
     _cpu_ops.forward_contiguous(kind, x, residual, weight, bias, eps, float(weight_offset), bool(cast_before_weight),
                                 out, res, x.numel() // D, D)
-    _last["backend"] = "cpu"
     return out, res
 
 
@@ -214,10 +215,8 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
     if out is None and residual_out is None:
         if eps is None and isinstance(x, torch.Tensor):
             eps = _default_rms_eps(x)
-        fast = _fast_inference(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
-                               cast_before_weight, backend)
-        if fast is not None:
-            return fast
+        if _fast_path_ok(x, residual, normalized_shape, weight, bias, eps, weight_offset, backend):
+            return _fast(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset, cast_before_weight)
     shape = _normalized_shape(normalized_shape)
     _check_input("x", x, shape)
     _check_residual(x, residual)

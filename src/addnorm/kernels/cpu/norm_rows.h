@@ -75,6 +75,20 @@ static void AN_FN(stream_bytes)(void *restrict dst, const void *restrict src, si
 #endif
 }
 
+/* Prefetch the chunk [c0, c0 + AN_CHUNK) of up to three rows (element size es) -- the next row's data,
+ * requested while the current row's last pass runs. Only rows wider than AN_CHUNK benefit: narrow
+ * rows are fetched early enough by the hardware prefetcher. */
+#define AN_CHUNK 512
+static inline void AN_FN(prefetch_chunk)(const void *a, const void *b, const void *c, int64_t c0, int64_t D, int es) {
+    if (D <= 2 * AN_CHUNK) return;
+    int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
+    for (int64_t o = c0 * es; o < c1 * es; o += 64) {
+        if (a) __builtin_prefetch((const char *)a + o, 0, 3);
+        if (b) __builtin_prefetch((const char *)b + o, 0, 3);
+        if (c) __builtin_prefetch((const char *)c + o, 0, 3);
+    }
+}
+
 /* Store a float32 row in the storage dtype; streamed when nt (scratch: room for n 16-bit values). */
 static void AN_FN(put_row)(void *restrict dst, const float *restrict src, int64_t n, int dt, int nt, void *restrict scratch) {
     if (!nt) {
@@ -231,7 +245,14 @@ static void AN_FN(fwd_rows_bf16)(const an_fwd_args *a, int64_t r0, int64_t r1, c
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
         uint16_t *restrict dst = a->nt ? o16 : out_row;
-        for (i = 0; i < D; i++) dst[i] = an_f32_to_bf16((buf[i] - mean) * rstd * (w[i] + off) + b[i]);
+        const uint16_t *nx = r + 1 < r1 ? x + a->x_rs : NULL;
+        const uint16_t *nr = (r + 1 < r1 && a->res) ? (const uint16_t *)a->res + (r + 1) * a->res_rs : NULL;
+        for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
+            /* wide rows: fetch the next row while this one is written, or the bus idles meanwhile */
+            AN_FN(prefetch_chunk)(nx, nr, NULL, c0, D, 2);
+            const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
+            for (i = c0; i < c1; i++) dst[i] = an_f32_to_bf16((buf[i] - mean) * rstd * (w[i] + off) + b[i]);
+        }
         if (a->nt) AN_FN(stream_bytes)(out_row, o16, (size_t)D * 2);
     }
 }
@@ -271,14 +292,77 @@ static void AN_FN(bwd_rows_bf16)(const an_bwd_args *a, int64_t r0, int64_t r1, c
         const float mg = (a->kind == AN_LAYER) ? AN_FN(hsum)(acc_g) * inv_d : 0.0f;
         const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
         uint16_t *restrict dst = a->nt ? o16 : dx_row;
-        for (i = 0; i < D; i++) {
-            float d = an_bf16_to_f32(dy[i]), xh = (an_bf16_to_f32(s[i]) - mean) * rstd;
-            dw[i] += d * xh;
-            db[i] += d;
-            /* the gradient arriving through the new residual stream joins in float32 */
-            dst[i] = an_f32_to_bf16(rstd * (d * (w[i] + off) - mg - xh * mgx) + an_bf16_to_f32(dres[i]));
+        const int more = r + 1 < r1;
+        for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
+            AN_FN(prefetch_chunk)(more ? s + a->s_rs : NULL, more ? dy + a->dy_rs : NULL,
+                                  (more && a->dres) ? dres + a->dres_rs : NULL, c0, D, 2);
+            const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
+            for (i = c0; i < c1; i++) {
+                float d = an_bf16_to_f32(dy[i]), xh = (an_bf16_to_f32(s[i]) - mean) * rstd;
+                dw[i] += d * xh;
+                db[i] += d;
+                /* the gradient arriving through the new residual stream joins in float32 */
+                dst[i] = an_f32_to_bf16(rstd * (d * (w[i] + off) - mg - xh * mgx) + an_bf16_to_f32(dres[i]));
+            }
         }
         if (a->nt) AN_FN(stream_bytes)(dx_row, o16, (size_t)D * 2);
+    }
+}
+
+/* dst = rstd * (dy * (w + off) - mg - xh * mgx) + dres with xh = (s - mean) * rstd; accumulates dw, db.
+ * A function of its own so that every pointer is a restrict parameter and the loop vectorizes. */
+static void AN_FN(bwd_out_f32)(float *restrict dst, float *restrict dw, float *restrict db, const float *restrict s,
+                               const float *restrict dy, const float *restrict dres, const float *restrict w,
+                               float off, float mean, float rstd, float mg, float mgx, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float d = dy[i], xh = (s[i] - mean) * rstd;
+        dw[i] += d * xh;
+        db[i] += d;
+        dst[i] = rstd * (d * (w[i] + off) - mg - xh * mgx) + dres[i];
+    }
+}
+
+/* ---- float32 backward, specialised like the bfloat16 one: two passes, inputs read where they lie ---- */
+static void AN_FN(bwd_rows_f32)(const an_bwd_args *a, int64_t r0, int64_t r1, const an_rows *sc, float *dw_acc,
+                                float *db_acc) {
+    const int64_t D = a->D;
+    const float inv_d = 1.0f / (float)D;
+    float *restrict o32 = sc->r[2];
+    float *restrict dw = dw_acc ? dw_acc : sc->r[3];
+    float *restrict db = db_acc ? db_acc : sc->r[4];
+    const float *restrict w = a->weight ? a->weight : sc->ones;
+    const float off = a->weight ? a->weight_offset : 0.0f;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *restrict s = (const float *)a->s + r * a->s_rs;
+        const float *restrict dy = (const float *)a->dy + r * a->dy_rs;
+        const float *restrict dres = a->dres ? (const float *)a->dres + r * a->dres_rs : sc->zeros;
+        float *dx_row = (float *)a->dx + r * a->dx_rs;
+        const float mean = a->mean ? a->mean[r] : 0.0f, rstd = a->rstd[r];
+        float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
+        int64_t i = 0;
+        for (; i + AN_LANES <= D; i += AN_LANES)
+            for (int j = 0; j < AN_LANES; j++) {
+                float g = dy[i + j] * (w[i + j] + off);
+                acc_g[j] += g;
+                acc_gx[j] += g * ((s[i + j] - mean) * rstd);
+            }
+        for (; i < D; i++) {
+            float g = dy[i] * (w[i] + off);
+            acc_g[0] += g;
+            acc_gx[0] += g * ((s[i] - mean) * rstd);
+        }
+        const float mg = (a->kind == AN_LAYER) ? AN_FN(hsum)(acc_g) * inv_d : 0.0f;
+        const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
+        float *restrict dst = a->nt ? o32 : dx_row;
+        const int more = r + 1 < r1;
+        for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
+            AN_FN(prefetch_chunk)(more ? s + a->s_rs : NULL, more ? dy + a->dy_rs : NULL,
+                                  (more && a->dres) ? dres + a->dres_rs : NULL, c0, D, 4);
+            const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
+            AN_FN(bwd_out_f32)(dst + c0, dw + c0, db + c0, s + c0, dy + c0, dres + c0, w + c0, off, mean, rstd, mg, mgx,
+                               c1 - c0);
+        }
+        if (a->nt) AN_FN(stream_bytes)(dx_row, o32, (size_t)D * 4);
     }
 }
 
@@ -344,7 +428,14 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, const 
             AN_FN(put_row)(out_row, tmp, D, dt, a->nt, buf);
         } else if (f32 && !a->nt) {
             /* src may be out_row itself (out=x): each element is read before it is written */
-            AN_FN(normalize)(out_row, src, D, mean, rstd, a->weight, a->bias, a->weight_offset);
+            const int more = r + 1 < r1;
+            for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
+                AN_FN(prefetch_chunk)(more ? (const char *)x_row + a->x_rs * es : NULL,
+                                      (more && r_row) ? (const char *)r_row + a->res_rs * es : NULL, NULL, c0, D, 4);
+                const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
+                const float *wc = a->weight ? a->weight + c0 : NULL, *bc = a->bias ? a->bias + c0 : NULL;
+                AN_FN(normalize)((float *)out_row + c0, src + c0, c1 - c0, mean, rstd, wc, bc, a->weight_offset);
+            }
         } else {
             AN_FN(normalize)(tmp, src, D, mean, rstd, a->weight, a->bias, a->weight_offset);
             AN_FN(put_row)(out_row, tmp, D, dt, a->nt, buf); /* buf is free once normalized */
@@ -408,6 +499,10 @@ static void AN_FN(bwd_rows)(const an_bwd_args *a, int64_t r0, int64_t r1, const 
         AN_FN(bwd_rows_bf16)(a, r0, r1, sc, dw_acc, db_acc);
         return;
     }
+    if (a->dtype == AN_F32) {
+        AN_FN(bwd_rows_f32)(a, r0, r1, sc, dw_acc, db_acc);
+        return;
+    }
     float *restrict xs = sc->r[0], *restrict dyb = sc->r[1], *restrict extra = sc->r[2];
     const int64_t D = a->D;
     const int dt = a->dtype, f32 = dt == AN_F32;
@@ -449,14 +544,21 @@ static void AN_FN(bwd_rows)(const an_bwd_args *a, int64_t r0, int64_t r1, const 
                 dres = extra;
             }
         }
-        if (w && dres) {
-            for (i = 0; i < D; i++) o[i] = rstd * (dy[i] * (w[i] + off) - mg - xs[i] * mgx) + dres[i];
-        } else if (w) {
-            for (i = 0; i < D; i++) o[i] = rstd * (dy[i] * (w[i] + off) - mg - xs[i] * mgx);
-        } else if (dres) {
-            for (i = 0; i < D; i++) o[i] = rstd * (dy[i] - mg - xs[i] * mgx) + dres[i];
-        } else {
-            for (i = 0; i < D; i++) o[i] = rstd * (dy[i] - mg - xs[i] * mgx);
+        const int more = r + 1 < r1;
+        for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
+            AN_FN(prefetch_chunk)(more ? (const char *)s_row + a->s_rs * es : NULL,
+                                  more ? (const char *)dy_row + a->dy_rs * es : NULL,
+                                  (more && a->dres) ? (const char *)a->dres + (r + 1) * a->dres_rs * es : NULL, c0, D, (int)es);
+            const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
+            if (w && dres) {
+                for (i = c0; i < c1; i++) o[i] = rstd * (dy[i] * (w[i] + off) - mg - xs[i] * mgx) + dres[i];
+            } else if (w) {
+                for (i = c0; i < c1; i++) o[i] = rstd * (dy[i] * (w[i] + off) - mg - xs[i] * mgx);
+            } else if (dres) {
+                for (i = c0; i < c1; i++) o[i] = rstd * (dy[i] - mg - xs[i] * mgx) + dres[i];
+            } else {
+                for (i = c0; i < c1; i++) o[i] = rstd * (dy[i] - mg - xs[i] * mgx);
+            }
         }
         if (o != (float *)dx_row) AN_FN(put_row)(dx_row, o, D, dt, a->nt, extra);
     }

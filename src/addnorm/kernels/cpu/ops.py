@@ -23,6 +23,8 @@ _DTYPE = {torch.float32: DTYPE_CODES["float32"], torch.bfloat16: DTYPE_CODES["bf
 
 def as_rows(t: torch.Tensor, D: int) -> torch.Tensor:
     """(…, *normalized_shape) -> (N, D) with unit stride on D; copies only when it must."""
+    if t.is_contiguous():
+        return t.view(-1, D)
     t2 = t.reshape(-1, D)
     if D > 1 and t2.stride(1) != 1:
         t2 = t2.contiguous()
