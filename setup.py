@@ -9,9 +9,11 @@ setup(
             sources=["src/addnorm/kernels/cpu/addnorm_cpu.c"],
             depends=["src/addnorm/kernels/cpu/norm_rows.h"],
             # associative math lets gcc vectorize the row reductions; no -ffinite-math-only,
-            # so NaN and Inf keep their IEEE meaning
+            # so NaN and Inf keep their IEEE meaning; no fused multiply-add contraction, so that
+            # g = dy*w rounds the same way wherever it is computed (LayerNorm's dx is exactly 0 at D = 1)
+            # and every instruction-set variant rounds alike
             extra_compile_args=["-O3", "-std=gnu11", "-fno-math-errno", "-fassociative-math",
-                                "-fno-signed-zeros", "-fno-trapping-math", "-pthread", "-fopenmp"],
+                                "-fno-signed-zeros", "-fno-trapping-math", "-ffp-contract=off", "-pthread", "-fopenmp"],
             # links libgomp.so.1 by soname: with torch imported first, that is torch's own OpenMP
             # runtime, so both share one thread pool
             extra_link_args=["-pthread", "-fopenmp"],
