@@ -6,10 +6,12 @@ import argparse
 import sys
 
 from . import bench as bench_cmd
+from . import check as check_cmd
 from . import gradflow as gradflow_cmd
 from . import tour as tour_cmd
+from . import trace as trace_cmd
 
-COMMANDS = {"tour": tour_cmd, "gradflow": gradflow_cmd, "bench": bench_cmd}
+COMMANDS = {"tour": tour_cmd, "trace": trace_cmd, "check": check_cmd, "gradflow": gradflow_cmd, "bench": bench_cmd}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,17 +1,21 @@
-"""`addnorm tour`: the main job -- the Add & Norm walk-through of a real tensor."""
+"""`addnorm tour`: the main job -- every demonstration of the seeds, measured, written as a report."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..experiments.walkthrough import WalkthroughConfig, run_walkthrough
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("tour", help="walk through Add & Norm on real tensors")
-    p.add_argument("--seed", type=int, default=WalkthroughConfig.seed, help="random seed (default %(default)s)")
-    p.add_argument("--text", default=WalkthroughConfig.text, help="sentence to embed (default %(default)r)")
+    p = sub.add_parser("tour", help="every Add & Norm demonstration, measured, as an HTML report")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default %(default)s)")
+    p.add_argument("--depth", type=int, default=48, help="blocks in the gradient-flow stacks (default %(default)s)")
+    p.add_argument("--out", default="addnorm-report", help="report directory (default %(default)s)")
 
 
 def print_walkthrough(w, console: Console) -> None:
@@ -33,7 +37,25 @@ def print_walkthrough(w, console: Console) -> None:
 
 
 def run(args) -> int:
+    from ..experiments.tour import run_tour
+
     console = Console()
-    w = run_walkthrough(WalkthroughConfig(text=args.text, seed=args.seed))
-    print_walkthrough(w, console)
+    print_walkthrough(run_walkthrough(WalkthroughConfig(seed=42 + args.seed)), console)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        res = run_tour(Path(args.out), seed=args.seed, depth=args.depth, progress=progress)
+    d = res["data"]
+    console.rule("[bold]Measured")
+    flow = {r["placement"]: r for r in d["gradient_flow"]["placements"]}
+    console.print(f"gradient norm, first ÷ last of {d['gradient_flow']['depth']} blocks: " +
+                  ", ".join(f"{p} {r['grad_first_over_last']:.3g}" for p, r in flow.items()))
+    bn = d["batchnorm"]
+    console.print(f"one token's output when the rest of the batch changes: LayerNorm "
+                  f"{bn['composition']['layer_batch_a_vs_batch_b_max_diff']:.1e}, BatchNorm "
+                  f"{bn['composition']['batch_batch_a_vs_batch_b_max_diff']:.3f}")
+    b = d["block"]
+    console.print(f"transformer block (512, 8 heads): {b['block_parameters']:,} parameters, shape preserved: "
+                  f"{b['shape_preserved']}; seed 002's attention sub-layer: {b['attention_sublayer_parameters']:,}")
+    console.print(f"report: [bold]{res['index']}[/bold] ({len(res['shown'])} numbers, also in tour.json), "
+                  f"{d['meta']['seconds']:.0f} s")
     return 0

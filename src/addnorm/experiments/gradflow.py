@@ -31,7 +31,7 @@ DEFAULT_PLACEMENTS = ("no_residual", "none", "post", "pre", "sandwich", "deepnor
 class GradflowConfig:
     placements: tuple[str, ...] = DEFAULT_PLACEMENTS
     depth: int = 48  # blocks in the stack
-    d_model: int = 64
+    d_model: int = 256  # wide enough that a branch's output is not negligible next to eps at GPT-2's init
     n_head: int = 4
     seq_len: int = 64
     batch: int = 8
@@ -100,8 +100,17 @@ def run_placement(cfg: GradflowConfig, placement: str, corpus) -> PlacementResul
     return PlacementResult(placement, rec.records, losses, time.perf_counter() - t0)
 
 
+def _param_profile(result: PlacementResult, step: int = 0) -> list[float]:
+    out: dict[int, float] = {}
+    for r in result.records:
+        if r["quantity"] == "param_grad_norm" and r["site"] == "block" and r["step"] == step:
+            out.setdefault(r["block"], r["value"])
+    return [out[k] for k in sorted(out)]
+
+
 def summarize(result: PlacementResult) -> dict:
     g = result.profile("grad_norm")
+    pg = _param_profile(result)
     rms = result.profile("stream_rms")
     finite = [v for v in g if math.isfinite(v) and v > 0]
     return {
@@ -110,6 +119,9 @@ def summarize(result: PlacementResult) -> dict:
         "grad_last": g[-1] if g else float("nan"),
         "grad_first_over_last": (g[0] / g[-1]) if g and g[-1] else float("nan"),
         "grad_max_over_min": (max(finite) / min(finite)) if finite else float("nan"),
+        "param_grad_first": pg[0] if pg else float("nan"),
+        "param_grad_last": pg[-1] if pg else float("nan"),
+        "param_grad_last_over_first": (pg[-1] / pg[0]) if pg and pg[0] else float("nan"),
         "stream_rms_first": rms[0] if rms else float("nan"),
         "stream_rms_last": rms[-1] if rms else float("nan"),
         "loss_init": result.losses[0],
@@ -181,10 +193,12 @@ def summary_markdown(summary: dict) -> str:
     c = summary["config"]
     lines = [f"Gradient flow at initialisation: depth {c['depth']}, d_model {c['d_model']}, {c['norm']} norm, "
              f"batch {c['batch']}x{c['seq_len']} bytes of {summary['corpus']}, seed {c['seed']}.", "",
-             "| placement | ‖g‖ first block | ‖g‖ last block | first ÷ last | max ÷ min | stream RMS first → last | loss |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| placement | ‖g‖ first block | ‖g‖ last block | first ÷ last | max ÷ min | ‖∇W‖ last ÷ first block "
+             "| stream RMS first → last | loss |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in summary["placements"]:
         lines.append(f"| {r['placement']} | {r['grad_first']:.3g} | {r['grad_last']:.3g} | {r['grad_first_over_last']:.3g} "
-                     f"| {r['grad_max_over_min']:.3g} | {r['stream_rms_first']:.3g} → {r['stream_rms_last']:.3g} "
+                     f"| {r['grad_max_over_min']:.3g} | {r['param_grad_last_over_first']:.3g} "
+                     f"| {r['stream_rms_first']:.3g} → {r['stream_rms_last']:.3g} "
                      f"| {r['loss_init']:.3f} → {r['loss_final']:.3f} |")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,111 @@
+"""The tour report: numbers in the HTML are the JSON's, re-runs are identical, the page renders in Chromium."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from addnorm.cli.main import main
+from addnorm.experiments.tour import run_tour
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+class _Nums(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.nums, self._key, self.imgs = {}, None, []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "span" and a.get("class") == "num":
+            self._key = a["data-key"]
+        if tag == "img":
+            self.imgs.append(a["src"])
+
+    def handle_data(self, data):
+        if self._key is not None:
+            self.nums[self._key] = data
+            self._key = None
+
+
+@pytest.fixture(scope="module")
+def tour_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tour")
+    assert main(["tour", "--out", str(d), "--depth", "12"]) == 0
+    return d
+
+
+def test_report_files_and_numbers_match_json(tour_dir):
+    page = (tour_dir / "index.html").read_text()
+    data = json.loads((tour_dir / "tour.json").read_text())
+    p = _Nums()
+    p.feed(page)
+    assert len(p.nums) > 100
+    assert set(p.nums) == set(data["shown"])
+    for key, text in p.nums.items():
+        assert data["shown"][key]["text"] == text, key
+        v = data["shown"][key]["value"]
+        if isinstance(v, float):
+            m = re.match(r"^[+-]?[\d,]*\.?\d+(e[+-]?\d+)?", text.replace(",", ""))
+            assert m, (key, text)
+            got = float(m.group(0)) / (100 if text.endswith("%") else 1)
+            assert abs(got - v) <= abs(v) * 0.06 + 1e-12 or abs(got - v) < 1e-4, (key, text, v)
+    for src in p.imgs:
+        assert (tour_dir / src).stat().st_size > 1000, src
+    assert (tour_dir / "figures" / "pre_vs_post_norm.svg").exists()
+
+
+def test_measured_claims(tour_dir):
+    data = json.loads((tour_dir / "tour.json").read_text())["data"]
+    assert data["block"]["block_parameters"] == 3_152_384
+    assert data["block"]["attention_sublayer_parameters"] == 1_051_648
+    bn = data["batchnorm"]
+    assert bn["composition"]["layer_batch_a_vs_batch_b_max_diff"] < 1e-6 < bn["composition"]["batch_batch_a_vs_batch_b_max_diff"]
+    assert bn["mode"]["layer_train_vs_eval_max_diff"] == 0 < bn["mode"]["batch_train_vs_eval_max_diff"]
+    assert max(data["seed001"]["cross_check"].values()) < 1e-12
+
+
+def test_rerun_gives_the_same_numbers(tour_dir, tmp_path):
+    run_tour(tmp_path, depth=12)
+    a = json.loads((tour_dir / "tour.json").read_text())["shown"]
+    b = json.loads((tmp_path / "tour.json").read_text())["shown"]
+    timing = ("meta.seconds", "rms.speed.")
+    for k in a:
+        if not k.startswith(timing):
+            assert a[k]["text"] == b[k]["text"], k
+
+
+def _need_chromium():
+    if CHROMIUM is None:
+        if os.environ.get("CI"):
+            pytest.fail("Chromium is required in CI (.ci/run installs Debian's chromium package)")
+        pytest.skip("Chromium is not installed (apt-get install chromium); CI installs it and runs this test")
+
+
+def test_report_renders_in_headless_chromium(tour_dir, tmp_path):
+    _need_chromium()
+    url = (tour_dir / "index.html").resolve().as_uri()
+    dom = subprocess.run([CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={tmp_path / 'u1'}", "--virtual-time-budget=10000",
+                          "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
+    m = re.search(r'data-images="(\d+)/(\d+)"', dom)
+    assert m, "the page's load handler did not run"
+    loaded, total = int(m.group(1)), int(m.group(2))
+    assert total >= 9 and loaded == total, f"{loaded} of {total} images loaded"
+    shot = tmp_path / "shot.png"
+    subprocess.run([CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={tmp_path / 'u2'}", "--window-size=1100,1600",
+                    f"--screenshot={shot}", url], capture_output=True, timeout=120)
+    from PIL import Image, ImageStat
+
+    img = Image.open(shot).convert("L")
+    stat = ImageStat.Stat(img)
+    assert img.size == (1100, 1600)
+    assert stat.stddev[0] > 10, "the screenshot is blank"
+    assert len(set(img.resize((110, 160)).getdata())) > 20
