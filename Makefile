@@ -10,7 +10,7 @@ PY     := $(VENV)/bin/python
 TORCH  := torch==2.13.0
 STAMP  := $(VENV)/.addnorm-installed
 
-.PHONY: tour test setup bench clean
+.PHONY: tour test setup bench extras clean
 
 tour: $(STAMP)
 	$(VENV)/bin/addnorm tour
@@ -28,7 +28,19 @@ $(STAMP): pyproject.toml setup.py src/addnorm/kernels/cpu/addnorm_cpu.c src/addn
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH)
 	$(PY) -m pip install --quiet -e '.[test,hf]'
+	@# the report's browser test needs Chromium: Debian's package, when we may install it
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) ; } || \
+	  echo "note: Chromium is not installed; the report's browser test will be skipped (apt-get install chromium)"
 	touch $(STAMP)
+
+# What CI adds on top of the setup, so that no test is skipped there: the MAX extra (and its kernel
+# cache warmed once, instead of compiling per test) and Chromium.
+extras: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[max]'
+	$(PY) -m addnorm.max.warm
+	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info src/addnorm/kernels/cpu/*.so
