@@ -63,7 +63,7 @@ PLACEMENTS: dict[str, Placement] = {
                   formula="x + LN(F(LN(x))), final LN",
                   reference="Ding et al. 2021 (CogView, Sandwich-LN); Kim et al. 2025 (Peri-LN)"),
         Placement("pre_post", before="default", after_sum="default",
-                  formula="LN(x + F(LN(x)))", reference="pre- and post-norm together (e.g. Xie et al. 2023, ResiDual's baselines)"),
+                  formula="LN(x + F(LN(x)))", reference="pre- and post-norm slots both filled (a common baseline in placement studies)"),
         Placement("deepnorm", after_sum="default", residual="scaled",
                   formula="LN(alpha*x + F(x)), alpha = (2N)^(1/4), branch init scaled by beta = (8N)^(-1/4)",
                   reference="Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers"),

@@ -47,8 +47,8 @@ def run(args) -> int:
     d = res["data"]
     console.rule("[bold]Measured")
     flow = {r["placement"]: r for r in d["gradient_flow"]["placements"]}
-    console.print(f"gradient norm, first ÷ last of {d['gradient_flow']['depth']} blocks: " +
-                  ", ".join(f"{p} {r['grad_first_over_last']:.3g}" for p, r in flow.items()))
+    console.print(f"‖∂loss/∂stream‖, block 1 ÷ last of {d['gradient_flow']['depth']} blocks: " +
+                  ", ".join(f"{p} {r['grad_second_over_last']:.3g}" for p, r in flow.items()))
     bn = d["batchnorm"]
     console.print(f"one token's output when the rest of the batch changes: LayerNorm "
                   f"{bn['composition']['layer_batch_a_vs_batch_b_max_diff']:.1e}, BatchNorm "

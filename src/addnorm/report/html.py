@@ -141,13 +141,14 @@ def build(data: dict, figures: dict[str, str]) -> Page:
     p.add(f"<h2>5. Gradient flow with and without residuals ({p.num('flow.depth', d['depth'], '{}')} blocks)</h2>")
     p.add("<p>Real forward/backward passes on bytes of the Python standard library, measured with "
           "<code>addnorm.diagnostics</code> (not simulated): the norm of ∂loss/∂(residual stream) entering each block.</p>")
-    p.table(["placement", "‖g‖ first block", "‖g‖ last block", "first ÷ last", "max ÷ min",
-             "parameter ‖∇W‖ last ÷ first block"],
+    p.table(["placement", "‖g‖ first block", "‖g‖ last block", "first ÷ last", "block 1 ÷ last", "max ÷ min",
+             "parameter ‖∇W‖ last ÷ block 1"],
             [[html.escape(r["placement"]), p.num(f"flow.{r['placement']}.first", r["grad_first"], "{:.3g}"),
               p.num(f"flow.{r['placement']}.last", r["grad_last"], "{:.3g}"),
               p.num(f"flow.{r['placement']}.ratio", r["grad_first_over_last"], "{:.3g}"),
+              p.num(f"flow.{r['placement']}.inner_ratio", r["grad_second_over_last"], "{:.3g}"),
               p.num(f"flow.{r['placement']}.spread", r["grad_max_over_min"], "{:.3g}"),
-              p.num(f"flow.{r['placement']}.param_ratio", r["param_grad_last_over_first"], "{:.3g}")]
+              p.num(f"flow.{r['placement']}.param_ratio", r["param_grad_last_over_second"], "{:.3g}")]
              for r in d["placements"]])
     p.add(f"<p class='note'>GPT-2 initialisation, d_model {d['config']['d_model']}, {d['config']['n_head']} heads, "
           f"batch {d['config']['batch']}×{d['config']['seq_len']} bytes. Block 0's input is the embedding "
