@@ -127,7 +127,22 @@ def time_method(fn, mode, n, d, dtype, kind) -> Timing:
     return measure(step)
 
 
-def run_benchmark(shapes, dtypes, kinds, modes, methods, progress=None, floor: float | None = None) -> list[Row]:
+def _key(kind, dtype, n, d, mode, method) -> str:
+    return f"{kind}|{dtype}|{n}|{d}|{mode}|{method}"
+
+
+def run_benchmark(shapes, dtypes, kinds, modes, methods, progress=None, floor: float | None = None,
+                  journal: Path | None = None) -> list[Row]:
+    """Measure every combination. With a ``journal`` (a JSON-lines file), each finished row is appended
+    as it is measured and rows already in it are reused: an interrupted run resumes where it stopped."""
+    done: dict[str, Row] = {}
+    if journal is not None and journal.exists():
+        for line in journal.read_text().splitlines():
+            try:
+                r = Row(**json.loads(line))
+            except (TypeError, ValueError):
+                continue  # a line cut short by the interruption
+            done[_key(r.kind, r.dtype, r.rows, r.hidden, r.mode, r.method)] = r
     rows: list[Row] = []
     compiled = {}
     total = len(shapes) * len(dtypes) * len(kinds) * len(modes) * len(methods)
@@ -142,6 +157,12 @@ def run_benchmark(shapes, dtypes, kinds, modes, methods, progress=None, floor: f
                     for method in methods:
                         if progress:
                             progress.update(task, description=f"{kind} {dt_name} {n}x{d} {mode} {method}")
+                        key = _key(kind, dt_name, n, d, mode, method)
+                        if key in done:
+                            rows.append(done[key])
+                            if progress:
+                                progress.advance(task)
+                            continue
                         if method == "addnorm":
                             fn = addnorm_add_norm(kind)
                         elif method == "eager":
@@ -157,9 +178,12 @@ def run_benchmark(shapes, dtypes, kinds, modes, methods, progress=None, floor: f
                             fn = compiled[key]
                         t = time_method(fn, mode, n, d, dtype, kind)
                         mb = min_bytes(mode, n, d, es)
-                        rows.append(Row(kind, dt_name, n, d, mode, method, t.median_s * 1e3, t.p10_s * 1e3,
-                                        t.p90_s * 1e3, t.runs, mb, mb / t.median_s / 1e9, floor,
-                                        (mb / (floor * 1e9)) / t.median_s))
+                        row = Row(kind, dt_name, n, d, mode, method, t.median_s * 1e3, t.p10_s * 1e3, t.p90_s * 1e3,
+                                  t.runs, mb, mb / t.median_s / 1e9, floor, (mb / (floor * 1e9)) / t.median_s)
+                        rows.append(row)
+                        if journal is not None:
+                            with journal.open("a") as f:
+                                f.write(json.dumps(asdict(row)) + "\n")
                         if progress:
                             progress.advance(task)
     return rows
@@ -256,9 +280,13 @@ def main_from_args(args) -> int:
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         floor = copy_floor_gbps()
-        rows = run_benchmark(shapes, dtypes, kinds, modes, methods, progress, floor)
+        out_dir = Path(args.out)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        journal = out_dir / f"add_norm_{allocator}.partial.jsonl"  # resumable: finished rows survive a Ctrl-C
+        rows = run_benchmark(shapes, dtypes, kinds, modes, methods, progress, floor, journal)
     cond = conditions(allocator) | {"floor_gbps": floor}
-    csv_path, json_path = write_results(rows, cond, Path(args.out))
+    csv_path, json_path = write_results(rows, cond, out_dir)
+    journal.unlink(missing_ok=True)
     from .report import summary_table
 
     console.print(summary_table(rows, cond))

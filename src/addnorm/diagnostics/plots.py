@@ -21,20 +21,24 @@ def _save(fig, path) -> Path:
     return path
 
 
-def depth_profiles(profiles: dict[str, list[float]], path, *, title: str, ylabel: str, log: bool = True) -> Path:
-    """One line per run (e.g. per placement): value vs block index."""
+def _lines(series: dict, colors: dict, path, *, title: str, ylabel: str, xlabel: str, log: bool, marker: str | None) -> Path:
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    for name, values in profiles.items():
-        ax.plot(range(len(values)), values, marker="o", markersize=2.5, linewidth=1.6, label=name,
-                color=COLORS.get(name))
+    for label, values in series.items():
+        ax.plot(range(len(values)), values, marker=marker, markersize=2.5, linewidth=1.5, label=label,
+                color=colors.get(label))
     if log:
         ax.set_yscale("log")
-    ax.set_xlabel("block (0 = input side)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, alpha=0.3, which="both")
     ax.legend(fontsize=8, ncol=2)
     return _save(fig, path)
+
+
+def depth_profiles(profiles: dict[str, list[float]], path, *, title: str, ylabel: str, log: bool = True) -> Path:
+    """One line per run (e.g. per placement): value vs block index."""
+    return _lines(profiles, COLORS, path, title=title, ylabel=ylabel, xlabel="block (0 = input side)", log=log, marker="o")
 
 
 def norm_output_stats(means: dict[str, list[float]], stds: dict[str, list[float]], path, *, title: str) -> Path:
@@ -54,16 +58,8 @@ def norm_output_stats(means: dict[str, list[float]], stds: dict[str, list[float]
 
 def over_steps(per_step: dict[int, list[float]], path, *, title: str, ylabel: str, log: bool = True) -> Path:
     """Depth profiles at several training steps, darker = later."""
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
     steps = sorted(per_step)
     cmap = plt.get_cmap("viridis")
-    for i, s in enumerate(steps):
-        ax.plot(per_step[s], color=cmap(i / max(1, len(steps) - 1)), linewidth=1.3, label=f"step {s}")
-    if log:
-        ax.set_yscale("log")
-    ax.set_xlabel("block")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3, which="both")
-    ax.legend(fontsize=7, ncol=2)
-    return _save(fig, path)
+    series = {f"step {s}": per_step[s] for s in steps}
+    colors = {f"step {s}": cmap(i / max(1, len(steps) - 1)) for i, s in enumerate(steps)}
+    return _lines(series, colors, path, title=title, ylabel=ylabel, xlabel="block", log=log, marker=None)
