@@ -261,10 +261,9 @@ def main_from_args(args) -> int:
         env["ADDNORM_BENCH_ALLOCATOR"] = args.allocator
         # compile in-process: no pool of compile workers left running beside the measurements
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-        argv = [a for a in sys.argv[1:] if not a.startswith("--allocator")]
-        cmd = [sys.executable, "-m", "addnorm.benchmark.add_norm", *argv, "--allocator", "current"]
-        if argv and argv[0] == "bench":
-            cmd = [sys.executable, "-m", "addnorm.benchmark.add_norm", *argv[1:], "--allocator", "current"]
+        cmd = [sys.executable, "-m", "addnorm.benchmark.add_norm", "--shapes", args.shapes, "--dtypes", args.dtypes,
+               "--kinds", args.kinds, "--modes", args.modes, "--methods", args.methods, "--out", args.out,
+               "--allocator", "current"]
         return subprocess.call(cmd, env=env)
 
     from rich.console import Console
