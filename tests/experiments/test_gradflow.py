@@ -32,7 +32,7 @@ def test_gradflow_runs_writes_and_reuses(tmp_path):
     s1 = run_gradflow(cfg, tmp_path)
     assert s1["reused"] == []
     for f in ("summary.json", "summary.md", "grad_norm_vs_depth.png", "stream_rms_vs_depth.png",
-              "norm_output_stats.png", "grad_norm_over_steps_pre.png"):
+              "norm_output_stats.png", "grad_norm_over_steps_pre.png", "stream_rms_over_steps_pre.png"):
         assert (tmp_path / f).stat().st_size > 0
     s2 = run_gradflow(cfg, tmp_path)
     assert s2["reused"] == ["no_residual", "pre"]

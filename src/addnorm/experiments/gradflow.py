@@ -190,6 +190,10 @@ def write_figures(cfg: GradflowConfig, results: dict[str, PlacementResult], out_
                                          out_dir / f"grad_norm_over_steps_{p}.png",
                                          title=f"{p}: gradient norm vs depth over the first {cfg.steps} steps",
                                          ylabel="gradient norm"))
+            figs.append(plots.over_steps({s: r.profile("stream_rms", s) for s in range(cfg.steps + 1)},
+                                         out_dir / f"stream_rms_over_steps_{p}.png",
+                                         title=f"{p}: residual-stream RMS vs depth over the first {cfg.steps} steps",
+                                         ylabel="RMS"))
     return figs
 
 
