@@ -44,26 +44,32 @@ def _param(p: torch.Tensor | None, D: int) -> torch.Tensor | None:
 
 
 def forward(kind, x2, r2, weight, bias, eps, weight_offset, cast_before_weight, out2=None, res_out2=None, want_stats=True):
-    """One pass over (N, D) rows: returns (out2, residual_out2 or None, mean or None, rstd or None, weight as float32)."""
+    """One pass over (N, D) rows: returns (out2, residual_out2 or None, stats or None, weight as float32).
+
+    ``stats`` is one float32 tensor: (2, N) = (mean, rstd) for LayerNorm, (1, N) = (rstd,) for RMSNorm.
+    """
     N, D = x2.shape
-    lib = library()
     w32, b32 = _param(weight, D), _param(bias, D)
     if out2 is None:
         out2 = torch.empty((N, D), dtype=x2.dtype)
     if r2 is not None and res_out2 is None:
         res_out2 = torch.empty((N, D), dtype=x2.dtype)
-    mean = torch.empty(N, dtype=torch.float32) if (want_stats and kind == "layer") else None
-    rstd = torch.empty(N, dtype=torch.float32) if want_stats else None
-    rc = lib.forward(
-        KIND_CODES[kind], _DTYPE[x2.dtype], N, D,
-        x2.data_ptr(), x2.stride(0), _ptr(r2), 0 if r2 is None else r2.stride(0),
-        _ptr(w32), _ptr(b32), float(weight_offset), float(eps), int(cast_before_weight),
-        out2.data_ptr(), out2.stride(0), _ptr(res_out2), 0 if res_out2 is None else res_out2.stride(0),
-        _ptr(mean), _ptr(rstd), torch.get_num_threads(),
+    layer = kind == "layer"
+    stats = torch.empty((2 if layer else 1, N), dtype=torch.float32) if want_stats else None
+    mean_p = rstd_p = None
+    if stats is not None:
+        mean_p = stats.data_ptr() if layer else None
+        rstd_p = stats.data_ptr() + (4 * N if layer else 0)
+    rc = library().forward(
+        0 if layer else 1, _DTYPE[x2.dtype], N, D,
+        x2.data_ptr(), x2.stride(0), None if r2 is None else r2.data_ptr(), 0 if r2 is None else r2.stride(0),
+        None if w32 is None else w32.data_ptr(), None if b32 is None else b32.data_ptr(), weight_offset, eps,
+        cast_before_weight, out2.data_ptr(), out2.stride(0), None if res_out2 is None else res_out2.data_ptr(),
+        0 if res_out2 is None else res_out2.stride(0), mean_p, rstd_p, torch.get_num_threads(),
     )
     if rc != 0:
         raise MemoryError("addnorm CPU forward kernel could not allocate its scratch rows")
-    return out2, res_out2, mean, rstd, w32
+    return out2, res_out2, stats, w32
 
 
 def forward_contiguous(kind, x, r, weight, bias, eps, weight_offset, cast_before_weight, out, res_out, N, D):
@@ -78,8 +84,8 @@ def forward_contiguous(kind, x, r, weight, bias, eps, weight_offset, cast_before
         raise MemoryError("addnorm CPU forward kernel could not allocate its scratch rows")
 
 
-def backward(kind, dy2, s2, mean, rstd, w32, weight_offset, dres2, want_dweight: bool, want_dbias: bool, dx2=None):
-    """One pass: returns (dx2, dweight32 or None, dbias32 or None)."""
+def backward(kind, dy2, s2, stats, w32, weight_offset, dres2, want_dweight: bool, want_dbias: bool, dx2=None):
+    """One pass: returns (dx2, dweight32 or None, dbias32 or None). ``stats`` as returned by forward."""
     N, D = s2.shape
     lib = library()
     if dx2 is None:
@@ -89,7 +95,8 @@ def backward(kind, dy2, s2, mean, rstd, w32, weight_offset, dres2, want_dweight:
     rc = lib.backward(
         KIND_CODES[kind], _DTYPE[s2.dtype], N, D,
         dy2.data_ptr(), dy2.stride(0), s2.data_ptr(), s2.stride(0),
-        _ptr(mean), rstd.data_ptr(), _ptr(w32), float(weight_offset),
+        stats.data_ptr() if kind == "layer" else None, stats.data_ptr() + (4 * N if kind == "layer" else 0),
+        _ptr(w32), float(weight_offset),
         _ptr(dres2), 0 if dres2 is None else dres2.stride(0), dx2.data_ptr(), dx2.stride(0),
         _ptr(dw), _ptr(db), torch.get_num_threads(),
     )
@@ -112,12 +119,10 @@ class FusedAddNorm(torch.autograd.Function):
         shape = x.shape
         x2 = as_rows(x, D)
         r2 = None if residual is None else as_rows(residual, D)
-        out2, s2, mean, rstd, w32 = forward(kind, x2, r2, weight, bias, eps, weight_offset,
-                                                  cast_before_weight, None, None, True)
-        saved = x2 if s2 is None else s2
-        ctx.save_for_backward(saved, mean, rstd, w32 if w32 is not None else None)
-        spec = lambda p: None if p is None else (p.shape, p.dtype)  # noqa: E731
-        ctx.meta = (kind, shape, D, weight_offset, spec(weight), spec(bias), residual is not None)
+        out2, s2, stats, w32 = forward(kind, x2, r2, weight, bias, eps, weight_offset, cast_before_weight)
+        ctx.save_for_backward(x2 if s2 is None else s2, stats, w32)
+        ctx.meta = (kind, shape, D, weight_offset, None if weight is None else (weight.shape, weight.dtype),
+                    None if bias is None else (bias.shape, bias.dtype), residual is not None)
         out = out2.view(shape)
         if s2 is None:
             return out, None
@@ -127,7 +132,7 @@ class FusedAddNorm(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dout, dres):
         kind, shape, D, weight_offset, wspec, bspec, has_res = ctx.meta
-        s2, mean, rstd, w32 = ctx.saved_tensors
+        s2, stats, w32 = ctx.saved_tensors
         dres2 = None if dres is None else as_rows(dres, D)
         want_w = wspec is not None and ctx.needs_input_grad[2]
         want_b = bspec is not None and ctx.needs_input_grad[3]
@@ -136,8 +141,8 @@ class FusedAddNorm(torch.autograd.Function):
             dw = torch.zeros(D, dtype=torch.float32) if want_w else None
             db = torch.zeros(D, dtype=torch.float32) if want_b else None
         else:
-            dx2, dw, db = backward(kind, as_rows(dout, D), s2, mean, rstd, w32, weight_offset, dres2, want_w, want_b)
+            dx2, dw, db = backward(kind, as_rows(dout, D), s2, stats, w32, weight_offset, dres2, want_w, want_b)
             dx = dx2.view(shape)
-        gw = None if dw is None else dw.view(wspec[0]).to(wspec[1])
-        gb = None if db is None else db.view(bspec[0]).to(bspec[1])
+        gw = None if dw is None else (dw if dw.shape == wspec[0] and wspec[1] == dw.dtype else dw.view(wspec[0]).to(wspec[1]))
+        gb = None if db is None else (db if db.shape == bspec[0] and bspec[1] == db.dtype else db.view(bspec[0]).to(bspec[1]))
         return (dx, dx if has_res else None, gw, gb, None, None, None, None, None)
