@@ -94,6 +94,9 @@ def run_tour(out_dir: Path, seed: int = 0, depth: int = 48, progress=None) -> di
         if src.exists():
             shutil.copy(src, fig_dir / name)
     f["grad_norm"], f["stream_rms"] = "grad_norm_vs_depth.png", "stream_rms_vs_depth.png"
+    for name in data["gradient_flow"]["training_figures"]:
+        shutil.copy(out_dir / "gradflow" / "training" / name, fig_dir / name)
+        f[name.removesuffix(".png")] = name
     data["meta"] = {"seed": seed, "torch": torch.__version__, "threads": torch.get_num_threads(),
                     "backend": AF.last_backend() or "cpu", "seconds": time.perf_counter() - t0, "figures": f}
     page, shown = html.write(data, f, out_dir)
