@@ -64,7 +64,7 @@ typedef struct {
 
 /* per-thread float32 scratch rows; ones/zeros stand in for an absent weight/bias/gradient */
 typedef struct {
-    float *r[5];
+    float *r[6];
     const float *ones, *zeros;
 } an_rows;
 
@@ -193,14 +193,14 @@ static inline float *an_row(float *rows, int64_t D, int i) { return (float *)((c
 static void *an_run_task(void *p) {
     an_task *t = (an_task *)p;
     void *base;
-    float *rows = an_alloc_rows(&base, 7, t->D, 256); /* zero-filled */
+    float *rows = an_alloc_rows(&base, 8, t->D, 256); /* zero-filled */
     if (!rows) { t->status = -1; return NULL; }
     an_rows sc;
-    for (int i = 0; i < 5; i++) sc.r[i] = an_row(rows, t->D, i);
-    float *ones = an_row(rows, t->D, 5);
+    for (int i = 0; i < 6; i++) sc.r[i] = an_row(rows, t->D, i);
+    float *ones = an_row(rows, t->D, 6);
     for (int64_t i = 0; i < t->D; i++) ones[i] = 1.0f;
     sc.ones = ones;
-    sc.zeros = an_row(rows, t->D, 6);
+    sc.zeros = an_row(rows, t->D, 7);
     if (t->kind == 0) g_fwd((const an_fwd_args *)t->args, t->r0, t->r1, &sc);
     else g_bwd((const an_bwd_args *)t->args, t->r0, t->r1, &sc, t->partial_w, t->partial_b);
 #if defined(__x86_64__)

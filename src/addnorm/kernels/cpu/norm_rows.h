@@ -323,46 +323,73 @@ static void AN_FN(bwd_out_f32)(float *restrict dst, float *restrict dw, float *r
 }
 
 /* ---- float32 backward, specialised like the bfloat16 one: two passes, inputs read where they lie ---- */
+/* One row's backward from float32 rows (the storage itself for float32, converted rows for float16):
+ * pass 1 reduces sum(g) and sum(g * xhat), pass 2 writes dst and accumulates dw, db. nxt_*: the next
+ * row's storage (element size es), prefetched chunk by chunk while this one is written. */
+static void AN_FN(bwd_row_f32)(const an_bwd_args *a, const float *restrict s, const float *restrict dy,
+                               const float *restrict dres, const float *restrict w, float off, float mean, float rstd,
+                               float *restrict dw, float *restrict db, float *restrict dst, const void *nxt_s,
+                               const void *nxt_dy, const void *nxt_dres, int es) {
+    const int64_t D = a->D;
+    const float inv_d = 1.0f / (float)D;
+    float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
+    int64_t i = 0;
+    for (; i + AN_LANES <= D; i += AN_LANES)
+        for (int j = 0; j < AN_LANES; j++) {
+            float g = dy[i + j] * (w[i + j] + off);
+            acc_g[j] += g;
+            acc_gx[j] += g * ((s[i + j] - mean) * rstd);
+        }
+    for (; i < D; i++) {
+        float g = dy[i] * (w[i] + off);
+        acc_g[0] += g;
+        acc_gx[0] += g * ((s[i] - mean) * rstd);
+    }
+    const float mg = (a->kind == AN_LAYER) ? AN_FN(hsum)(acc_g) * inv_d : 0.0f;
+    const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
+    for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
+        AN_FN(prefetch_chunk)(nxt_s, nxt_dy, nxt_dres, c0, D, es);
+        const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
+        AN_FN(bwd_out_f32)(dst + c0, dw + c0, db + c0, s + c0, dy + c0, dres + c0, w + c0, off, mean, rstd, mg, mgx,
+                           c1 - c0);
+    }
+}
+
+/* Backward over rows of float32 (read where they lie) or float16 (converted into scratch rows first).
+ * Absent weight / incoming residual gradient / accumulators are rows of ones / zeros / a discarded row. */
 static void AN_FN(bwd_rows_f32)(const an_bwd_args *a, int64_t r0, int64_t r1, const an_rows *sc, float *dw_acc,
                                 float *db_acc) {
     const int64_t D = a->D;
-    const float inv_d = 1.0f / (float)D;
-    float *restrict o32 = sc->r[2];
+    const int dt = a->dtype, f32 = dt == AN_F32;
+    const size_t es = an_elem_size(dt);
     float *restrict dw = dw_acc ? dw_acc : sc->r[3];
     float *restrict db = db_acc ? db_acc : sc->r[4];
+    float *restrict o32 = sc->r[5];
     const float *restrict w = a->weight ? a->weight : sc->ones;
     const float off = a->weight ? a->weight_offset : 0.0f;
     for (int64_t r = r0; r < r1; r++) {
-        const float *restrict s = (const float *)a->s + r * a->s_rs;
-        const float *restrict dy = (const float *)a->dy + r * a->dy_rs;
-        const float *restrict dres = a->dres ? (const float *)a->dres + r * a->dres_rs : sc->zeros;
-        float *dx_row = (float *)a->dx + r * a->dx_rs;
-        const float mean = a->mean ? a->mean[r] : 0.0f, rstd = a->rstd[r];
-        float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
-        int64_t i = 0;
-        for (; i + AN_LANES <= D; i += AN_LANES)
-            for (int j = 0; j < AN_LANES; j++) {
-                float g = dy[i + j] * (w[i + j] + off);
-                acc_g[j] += g;
-                acc_gx[j] += g * ((s[i + j] - mean) * rstd);
+        const char *s_row = (const char *)a->s + r * a->s_rs * es;
+        const char *dy_row = (const char *)a->dy + r * a->dy_rs * es;
+        const char *dres_row = a->dres ? (const char *)a->dres + r * a->dres_rs * es : NULL;
+        char *dx_row = (char *)a->dx + r * a->dx_rs * es;
+        const float *s = (const float *)s_row, *dy = (const float *)dy_row;
+        const float *dres = dres_row ? (const float *)dres_row : sc->zeros;
+        if (!f32) {
+            AN_FN(load_row)(sc->r[0], s_row, D, dt);
+            AN_FN(load_row)(sc->r[1], dy_row, D, dt);
+            s = sc->r[0];
+            dy = sc->r[1];
+            if (dres_row) {
+                AN_FN(load_row)(sc->r[2], dres_row, D, dt);
+                dres = sc->r[2];
             }
-        for (; i < D; i++) {
-            float g = dy[i] * (w[i] + off);
-            acc_g[0] += g;
-            acc_gx[0] += g * ((s[i] - mean) * rstd);
         }
-        const float mg = (a->kind == AN_LAYER) ? AN_FN(hsum)(acc_g) * inv_d : 0.0f;
-        const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
-        float *restrict dst = a->nt ? o32 : dx_row;
         const int more = r + 1 < r1;
-        for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
-            AN_FN(prefetch_chunk)(more ? s + a->s_rs : NULL, more ? dy + a->dy_rs : NULL,
-                                  (more && a->dres) ? dres + a->dres_rs : NULL, c0, D, 4);
-            const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
-            AN_FN(bwd_out_f32)(dst + c0, dw + c0, db + c0, s + c0, dy + c0, dres + c0, w + c0, off, mean, rstd, mg, mgx,
-                               c1 - c0);
-        }
-        if (a->nt) AN_FN(stream_bytes)(dx_row, o32, (size_t)D * 4);
+        float *dst = (f32 && !a->nt) ? (float *)dx_row : o32;
+        AN_FN(bwd_row_f32)(a, s, dy, dres, w, off, a->mean ? a->mean[r] : 0.0f, a->rstd[r], dw, db, dst,
+                           more ? s_row + a->s_rs * es : NULL, more ? dy_row + a->dy_rs * es : NULL,
+                           (more && dres_row) ? dres_row + a->dres_rs * es : NULL, (int)es);
+        if (dst != (float *)dx_row) AN_FN(put_row)(dx_row, dst, D, dt, a->nt, sc->r[0]); /* r[0] is free by now */
     }
 }
 
@@ -443,125 +470,11 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, const 
     }
 }
 
-/* xh = (s - mean) * rstd stored in xs; returns sum(g) and sum(g * xh) with g = dy * (w + off).
- * Separate loops with and without a weight keep the partial sums in registers. */
-static void AN_FN(bwd_reduce_w)(float *restrict xs, const float *restrict sv, const float *restrict dy,
-                                const float *restrict w, float off, float mean, float rstd, int64_t n,
-                                float *sum_g, float *sum_gx) {
-    float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
-    int64_t i = 0;
-    for (; i + AN_LANES <= n; i += AN_LANES)
-        for (int j = 0; j < AN_LANES; j++) {
-            float xh = (sv[i + j] - mean) * rstd;
-            float g = dy[i + j] * (w[i + j] + off);
-            xs[i + j] = xh;
-            acc_g[j] += g;
-            acc_gx[j] += g * xh;
-        }
-    for (; i < n; i++) {
-        float xh = (sv[i] - mean) * rstd;
-        float g = dy[i] * (w[i] + off);
-        xs[i] = xh;
-        acc_g[0] += g;
-        acc_gx[0] += g * xh;
-    }
-    *sum_g = AN_FN(hsum)(acc_g);
-    *sum_gx = AN_FN(hsum)(acc_gx);
-}
-
-static void AN_FN(bwd_reduce)(float *restrict xs, const float *restrict sv, const float *restrict dy, float mean,
-                              float rstd, int64_t n, float *sum_g, float *sum_gx) {
-    float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
-    int64_t i = 0;
-    for (; i + AN_LANES <= n; i += AN_LANES)
-        for (int j = 0; j < AN_LANES; j++) {
-            float xh = (sv[i + j] - mean) * rstd;
-            xs[i + j] = xh;
-            acc_g[j] += dy[i + j];
-            acc_gx[j] += dy[i + j] * xh;
-        }
-    for (; i < n; i++) {
-        float xh = (sv[i] - mean) * rstd;
-        xs[i] = xh;
-        acc_g[0] += dy[i];
-        acc_gx[0] += dy[i] * xh;
-    }
-    *sum_g = AN_FN(hsum)(acc_g);
-    *sum_gx = AN_FN(hsum)(acc_gx);
-}
-
-/* ---- backward ----
- * dw_acc / db_acc: this thread's float32 partial sums over its rows (D each, zeroed by caller).
- * xs, dyb, extra: float32 scratch rows. */
+/* ---- backward ---- (dw_acc / db_acc: this thread's float32 partial sums, zeroed by the caller) */
 static void AN_FN(bwd_rows)(const an_bwd_args *a, int64_t r0, int64_t r1, const an_rows *sc, float *restrict dw_acc,
                             float *restrict db_acc) {
-    if (a->dtype == AN_BF16) {
-        AN_FN(bwd_rows_bf16)(a, r0, r1, sc, dw_acc, db_acc);
-        return;
-    }
-    if (a->dtype == AN_F32) {
-        AN_FN(bwd_rows_f32)(a, r0, r1, sc, dw_acc, db_acc);
-        return;
-    }
-    float *restrict xs = sc->r[0], *restrict dyb = sc->r[1], *restrict extra = sc->r[2];
-    const int64_t D = a->D;
-    const int dt = a->dtype, f32 = dt == AN_F32;
-    const size_t es = an_elem_size(dt);
-    const float inv_d = 1.0f / (float)D;
-    const float *w = a->weight;
-    const float off = a->weight_offset;
-    for (int64_t r = r0; r < r1; r++) {
-        const void *s_row = (const char *)a->s + r * a->s_rs * es;
-        const void *dy_row = (const char *)a->dy + r * a->dy_rs * es;
-        const float *dy = dy_row, *sv = s_row;
-        if (!f32) {
-            AN_FN(load_row)(xs, s_row, D, dt);
-            AN_FN(load_row)(dyb, dy_row, D, dt);
-            dy = dyb;
-            sv = xs;
-        }
-        const float mean = a->mean ? a->mean[r] : 0.0f, rstd = a->rstd[r];
-        /* xs becomes xhat, recomputed from the saved sum; g = dy * w */
-        float sum_g, sum_gx;
-        if (w) AN_FN(bwd_reduce_w)(xs, sv, dy, w, off, mean, rstd, D, &sum_g, &sum_gx);
-        else AN_FN(bwd_reduce)(xs, sv, dy, mean, rstd, D, &sum_g, &sum_gx);
-        int64_t i;
-        if (dw_acc) for (i = 0; i < D; i++) dw_acc[i] += dy[i] * xs[i];
-        if (db_acc) for (i = 0; i < D; i++) db_acc[i] += dy[i];
-        const float mg = (a->kind == AN_LAYER) ? sum_g * inv_d : 0.0f;
-        const float mgx = sum_gx * inv_d;
-        void *dx_row = (char *)a->dx + r * a->dx_rs * es;
-        /* dyb: dy is read before each element is overwritten */
-        float *o = (f32 && !a->nt) ? (float *)dx_row : dyb;
-        const float *dres = NULL;
-        if (a->dres) {
-            const void *dres_row = (const char *)a->dres + r * a->dres_rs * es;
-            if (f32) {
-                dres = dres_row;
-            } else {
-                /* the gradient that arrived through the new residual stream joins in float32 */
-                AN_FN(load_row)(extra, dres_row, D, dt);
-                dres = extra;
-            }
-        }
-        const int more = r + 1 < r1;
-        for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
-            AN_FN(prefetch_chunk)(more ? (const char *)s_row + a->s_rs * es : NULL,
-                                  more ? (const char *)dy_row + a->dy_rs * es : NULL,
-                                  (more && a->dres) ? (const char *)a->dres + (r + 1) * a->dres_rs * es : NULL, c0, D, (int)es);
-            const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
-            if (w && dres) {
-                for (i = c0; i < c1; i++) o[i] = rstd * (dy[i] * (w[i] + off) - mg - xs[i] * mgx) + dres[i];
-            } else if (w) {
-                for (i = c0; i < c1; i++) o[i] = rstd * (dy[i] * (w[i] + off) - mg - xs[i] * mgx);
-            } else if (dres) {
-                for (i = c0; i < c1; i++) o[i] = rstd * (dy[i] - mg - xs[i] * mgx) + dres[i];
-            } else {
-                for (i = c0; i < c1; i++) o[i] = rstd * (dy[i] - mg - xs[i] * mgx);
-            }
-        }
-        if (o != (float *)dx_row) AN_FN(put_row)(dx_row, o, D, dt, a->nt, extra);
-    }
+    if (a->dtype == AN_BF16) AN_FN(bwd_rows_bf16)(a, r0, r1, sc, dw_acc, db_acc);
+    else AN_FN(bwd_rows_f32)(a, r0, r1, sc, dw_acc, db_acc);
 }
 
 #undef AN_FN
