@@ -13,8 +13,6 @@ Autograd is not supported on this path (PyTorch's own ``out=`` rule): the call i
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 
@@ -61,8 +59,3 @@ def check_out_buffers(x, residual, out, residual_out) -> None:
                                  "(same storage offset, shape and strides) or not overlap it at all")
     if out is not None and residual_out is not None and _overlap(out, residual_out):
         raise ValueError("out and residual_out overlap; they must be separate buffers")
-    if math.prod(x.shape) and x.dim() and any(_same_view(t, s) for _, t in outs for s in (x, residual) if s is not None):
-        # an exact alias is read row by row before being written; only unit-stride rows are supported
-        for name, t in outs:
-            if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
-                raise ValueError(f"{name} aliases an input whose last dim is not unit-stride")

@@ -19,9 +19,8 @@ from pathlib import Path
 
 import torch
 
+from .add_norm import TUNED_MALLOC
 from .timing import measure
-
-TUNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(1 << 32), "MALLOC_TRIM_THRESHOLD_": str(1 << 36)}
 
 
 def one_variant(backend: str, batch: int, seq: int, steps: int) -> dict:

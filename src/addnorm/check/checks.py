@@ -26,14 +26,8 @@ def _wild(shape, seed=0):
     return np.random.default_rng(seed).normal(5.0, 10.0, size=shape)
 
 
-def _tutorial(x, eps):
-    m = x.mean(-1, keepdims=True)
-    return (x - m) / (x.std(-1, ddof=1, keepdims=True) + eps)
-
-
 def _diagnose_formula(y, x, eps) -> str:
     """Name the known mistake that y matches, if any."""
-    d = x.shape[-1]
     m = x.mean(-1, keepdims=True)
     var_b, var_u = x.var(-1, keepdims=True), x.var(-1, ddof=1, keepdims=True)
     candidates = {
@@ -47,7 +41,6 @@ def _diagnose_formula(y, x, eps) -> str:
     for name, ref in candidates.items():
         if np.abs(y - ref).max() < 1e-4 * max(1.0, np.abs(ref).max()):
             return name
-    del d
     return ""
 
 

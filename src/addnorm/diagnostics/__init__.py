@@ -12,7 +12,7 @@ model runs at full speed.
 """
 
 from .blocks import find_blocks
-from .recorder import Recorder, record
+from .recorder import Recorder, depth_profile, record
 from .stats import tensor_stats
 
-__all__ = ["record", "Recorder", "find_blocks", "tensor_stats"]
+__all__ = ["record", "Recorder", "depth_profile", "find_blocks", "tensor_stats"]

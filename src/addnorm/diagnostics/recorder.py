@@ -15,6 +15,17 @@ from .blocks import find_blocks, is_norm
 from .stats import tensor_stats
 
 
+def depth_profile(records: Iterable[dict], quantity: str, sites: tuple[str, ...] | None = None,
+                  step: int = 0) -> list[float]:
+    """One value per block, in block order: the first record of ``quantity`` at ``step`` whose site is
+    one of ``sites`` (any site when None)."""
+    out: dict[int, float] = {}
+    for r in records:
+        if r["quantity"] == quantity and r["step"] == step and (sites is None or r["site"] in sites):
+            out.setdefault(r["block"], r["value"])
+    return [out[k] for k in sorted(out)]
+
+
 class Recorder:
     """Holds the hooks and the records. Use ``record(model)`` rather than constructing it."""
 
@@ -133,10 +144,7 @@ class Recorder:
 
     def by_block(self, quantity: str, site: str | None = None, step: int = 0) -> list[float]:
         """One value per block (the first site matching, in block order): a depth profile."""
-        out: dict[int, float] = {}
-        for r in self.frame(quantity, site, step):
-            out.setdefault(r["block"], r["value"])
-        return [out[k] for k in sorted(out)]
+        return depth_profile(self.records, quantity, None if site is None else (site,), step)
 
     def to_csv(self, path) -> Path:
         path = Path(path)

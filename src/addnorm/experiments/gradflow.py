@@ -61,13 +61,9 @@ class PlacementResult:
     losses: list[float]
     seconds: float
 
-    def profile(self, quantity: str, step: int = 0) -> list[float]:
-        """Per block, the first sub-layer site (the stream entering the block)."""
-        out: dict[int, float] = {}
-        for r in self.records:
-            if r["quantity"] == quantity and r["step"] == step and r["site"] in ("attn", "block"):
-                out.setdefault(r["block"], r["value"])
-        return [out[k] for k in sorted(out)]
+    def profile(self, quantity: str, step: int = 0, sites: tuple[str, ...] = ("attn", "block")) -> list[float]:
+        """Per block; by default the first sub-layer site (the stream entering the block)."""
+        return diagnostics.depth_profile(self.records, quantity, sites, step)
 
     def norm_outputs(self, step: int = 0) -> tuple[list[float], list[float]]:
         rows = [r for r in self.records if r["step"] == step and r["quantity"] in ("norm_out_mean", "norm_out_std")]
@@ -100,17 +96,9 @@ def run_placement(cfg: GradflowConfig, placement: str, corpus) -> PlacementResul
     return PlacementResult(placement, rec.records, losses, time.perf_counter() - t0)
 
 
-def _param_profile(result: PlacementResult, step: int = 0) -> list[float]:
-    out: dict[int, float] = {}
-    for r in result.records:
-        if r["quantity"] == "param_grad_norm" and r["site"] == "block" and r["step"] == step:
-            out.setdefault(r["block"], r["value"])
-    return [out[k] for k in sorted(out)]
-
-
 def summarize(result: PlacementResult) -> dict:
     g = result.profile("grad_norm")
-    pg = _param_profile(result)
+    pg = result.profile("param_grad_norm", sites=("block",))  # the whole block's parameters
     rms = result.profile("stream_rms")
     finite = [v for v in g if math.isfinite(v) and v > 0]
     return {

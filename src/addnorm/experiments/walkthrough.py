@@ -8,7 +8,7 @@ numbers the seeds print -- computed, not simulated.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -39,10 +39,6 @@ class Walkthrough:
     tokens: list[str]
     stages: list[StageStats]
     backend: str
-
-    def to_dict(self) -> dict:
-        return {"config": asdict(self.config), "tokens": self.tokens, "backend": self.backend,
-                "stages": [asdict(s) for s in self.stages]}
 
 
 def _stats(name: str, t: torch.Tensor) -> StageStats:

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from ..gradflow import GradflowConfig, run_gradflow
+from ..gradflow import GradflowConfig, PlacementResult, run_gradflow
 
 TOUR_PLACEMENTS = ("no_residual", "none", "post", "pre", "sandwich", "deepnorm", "rezero")
 
 
 TRAINING_STEPS = 10
-
-
-def _profile(records, step):
-    out = {}
-    for r in records:
-        if r["quantity"] == "grad_norm" and r["step"] == step and r["site"] in ("attn", "block"):
-            out.setdefault(r["block"], r["value"])
-    return [out[k] for k in sorted(out)]
 
 
 def run(out_dir: Path, depth: int = 48, seed: int = 0) -> dict:
@@ -26,13 +19,11 @@ def run(out_dir: Path, depth: int = 48, seed: int = 0) -> dict:
     # post- vs pre-norm after a few real training steps (AdamW), where Xiong et al.'s profile appears
     train_cfg = GradflowConfig(placements=("post", "pre"), depth=depth, seed=seed, steps=TRAINING_STEPS)
     train = run_gradflow(train_cfg, out_dir / "training")
-    import json
-
     trained = []
     for p in train_cfg.placements:
         run_file = out_dir / "training" / "runs" / f"{p}-{train_cfg.run_key(p)}.json"
         d = json.loads(run_file.read_text())
-        g = _profile(d["records"], TRAINING_STEPS)
+        g = PlacementResult(p, d["records"], d["losses"], d["seconds"]).profile("grad_norm", TRAINING_STEPS)
         inner = g[1:]
         k = min(range(len(inner)), key=inner.__getitem__) + 1
         trained.append({"placement": p, "steps": TRAINING_STEPS, "block1_over_last": g[1] / g[-1],
