@@ -35,6 +35,15 @@ def _ptr(t: torch.Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
 
 
+def _stats_ptrs(stats: torch.Tensor | None, kind: str, N: int) -> tuple[int | None, int | None]:
+    """(mean, rstd) pointers into the stats tensor: rows (mean, rstd) for LayerNorm, (rstd,) for RMSNorm."""
+    if stats is None:
+        return None, None
+    if kind == "layer":
+        return stats.data_ptr(), stats.data_ptr() + 4 * N
+    return None, stats.data_ptr()
+
+
 def _param(p: torch.Tensor | None, D: int) -> torch.Tensor | None:
     if p is None:
         return None
@@ -54,18 +63,13 @@ def forward(kind, x2, r2, weight, bias, eps, weight_offset, cast_before_weight, 
         out2 = torch.empty((N, D), dtype=x2.dtype)
     if r2 is not None and res_out2 is None:
         res_out2 = torch.empty((N, D), dtype=x2.dtype)
-    layer = kind == "layer"
-    stats = torch.empty((2 if layer else 1, N), dtype=torch.float32) if want_stats else None
-    mean_p = rstd_p = None
-    if stats is not None:
-        mean_p = stats.data_ptr() if layer else None
-        rstd_p = stats.data_ptr() + (4 * N if layer else 0)
+    stats = torch.empty((2 if kind == "layer" else 1, N), dtype=torch.float32) if want_stats else None
     rc = library().forward(
-        0 if layer else 1, _DTYPE[x2.dtype], N, D,
-        x2.data_ptr(), x2.stride(0), None if r2 is None else r2.data_ptr(), 0 if r2 is None else r2.stride(0),
-        None if w32 is None else w32.data_ptr(), None if b32 is None else b32.data_ptr(), weight_offset, eps,
-        cast_before_weight, out2.data_ptr(), out2.stride(0), None if res_out2 is None else res_out2.data_ptr(),
-        0 if res_out2 is None else res_out2.stride(0), mean_p, rstd_p, torch.get_num_threads(),
+        KIND_CODES[kind], _DTYPE[x2.dtype], N, D,
+        x2.data_ptr(), x2.stride(0), _ptr(r2), 0 if r2 is None else r2.stride(0),
+        _ptr(w32), _ptr(b32), weight_offset, eps, cast_before_weight,
+        out2.data_ptr(), out2.stride(0), _ptr(res_out2), 0 if res_out2 is None else res_out2.stride(0),
+        *_stats_ptrs(stats, kind, N), torch.get_num_threads(),
     )
     if rc != 0:
         raise MemoryError("addnorm CPU forward kernel could not allocate its scratch rows")
@@ -76,10 +80,8 @@ def forward_contiguous(kind, x, r, weight, bias, eps, weight_offset, cast_before
     """The inference fast path: contiguous x/r/out/res_out of N rows x D, no statistics."""
     w32, b32 = _param(weight, D), _param(bias, D)
     rc = library().forward(
-        KIND_CODES[kind], _DTYPE[x.dtype], N, D, x.data_ptr(), D, None if r is None else r.data_ptr(), D,
-        None if w32 is None else w32.data_ptr(), None if b32 is None else b32.data_ptr(), weight_offset, eps,
-        cast_before_weight, out.data_ptr(), D, None if res_out is None else res_out.data_ptr(), D, None, None,
-        torch.get_num_threads())
+        KIND_CODES[kind], _DTYPE[x.dtype], N, D, x.data_ptr(), D, _ptr(r), D, _ptr(w32), _ptr(b32), weight_offset, eps,
+        cast_before_weight, out.data_ptr(), D, _ptr(res_out), D, None, None, torch.get_num_threads())
     if rc != 0:
         raise MemoryError("addnorm CPU forward kernel could not allocate its scratch rows")
 
@@ -87,15 +89,13 @@ def forward_contiguous(kind, x, r, weight, bias, eps, weight_offset, cast_before
 def backward(kind, dy2, s2, stats, w32, weight_offset, dres2, want_dweight: bool, want_dbias: bool, dx2=None):
     """One pass: returns (dx2, dweight32 or None, dbias32 or None). ``stats`` as returned by forward."""
     N, D = s2.shape
-    lib = library()
     if dx2 is None:
         dx2 = torch.empty((N, D), dtype=s2.dtype)
     dw = torch.empty(D, dtype=torch.float32) if want_dweight else None
     db = torch.empty(D, dtype=torch.float32) if want_dbias else None
-    rc = lib.backward(
+    rc = library().backward(
         KIND_CODES[kind], _DTYPE[s2.dtype], N, D,
-        dy2.data_ptr(), dy2.stride(0), s2.data_ptr(), s2.stride(0),
-        stats.data_ptr() if kind == "layer" else None, stats.data_ptr() + (4 * N if kind == "layer" else 0),
+        dy2.data_ptr(), dy2.stride(0), s2.data_ptr(), s2.stride(0), *_stats_ptrs(stats, kind, N),
         _ptr(w32), float(weight_offset),
         _ptr(dres2), 0 if dres2 is None else dres2.stride(0), dx2.data_ptr(), dx2.stride(0),
         _ptr(dw), _ptr(db), torch.get_num_threads(),
