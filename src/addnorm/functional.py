@@ -197,26 +197,15 @@ def _fast_path_ok(x, residual, D, weight, bias, eps, weight_offset, backend) -> 
     return not torch.compiler.is_compiling() and availability().available
 
 
-def _fast(kind, x, residual, D, weight, bias, eps, weight_offset, cast_before_weight):
-    _last["backend"] = "cpu"
-    if _needs_grad(x, residual, weight, bias):
-        return FusedAddNorm.apply(x, residual, weight, bias, kind, (D,), eps, float(weight_offset),
-                                  bool(cast_before_weight))
-    # inference: no autograd node, no statistics saved
-    out = torch.empty(x.shape, dtype=x.dtype)
-    res = None if residual is None else torch.empty(x.shape, dtype=x.dtype)
-    _cpu_ops.forward_contiguous(kind, x, residual, weight, bias, eps, float(weight_offset), bool(cast_before_weight),
-                                out, res, x.numel() // D, D)
-    return out, res
-
-
 def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset, cast_before_weight,
           out, residual_out, backend):
     if out is None and residual_out is None:
         if eps is None and isinstance(x, torch.Tensor):
             eps = _default_rms_eps(x)
         if _fast_path_ok(x, residual, normalized_shape, weight, bias, eps, weight_offset, backend):
-            return _fast(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset, cast_before_weight)
+            _last["backend"] = "cpu"
+            return _run_cpu(kind, x, residual, (normalized_shape,), weight, bias, eps, weight_offset,
+                            cast_before_weight, None, None)
     shape = _normalized_shape(normalized_shape)
     _check_input("x", x, shape)
     _check_residual(x, residual)
@@ -254,11 +243,16 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
 
 def _run_cpu(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_before_weight, out, residual_out):
     ops = _cpu_ops
-    grad = _needs_grad(x, residual, weight, bias)
-    if grad:
+    if _needs_grad(x, residual, weight, bias):
         return FusedAddNorm.apply(x, residual, weight, bias, kind, shape, eps, float(weight_offset), bool(cast_before_weight))
     # inference: no autograd node, no saved statistics
     D = math.prod(shape)
+    if out is None and residual_out is None and x.is_contiguous() and (residual is None or residual.is_contiguous()):
+        out_t = torch.empty(x.shape, dtype=x.dtype)
+        res_t = None if residual is None else torch.empty(x.shape, dtype=x.dtype)
+        ops.forward_contiguous(kind, x, residual, weight, bias, eps, float(weight_offset), bool(cast_before_weight),
+                               out_t, res_t, x.numel() // D, D)
+        return out_t, res_t
     x2 = ops.as_rows(x, D)
     r2 = None if residual is None else ops.as_rows(residual, D)
     out_t = torch.empty(x.shape, dtype=x.dtype) if out is None else out  # contiguous, whatever x's layout
