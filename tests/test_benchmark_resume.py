@@ -11,7 +11,7 @@ def test_journal_is_reused(tmp_path, monkeypatch):
                                   journal=journal)
     assert len(journal.read_text().splitlines()) == 2
     calls = []
-    monkeypatch.setattr(add_norm, "time_method", lambda *a: calls.append(a))
+    monkeypatch.setattr(add_norm, "time_cell", lambda *a: calls.append(a))
     again = add_norm.run_benchmark([(8, 16)], ["float32"], ["rms"], ["fwd"], ["addnorm", "eager"], floor=10.0,
                                    journal=journal)
     assert calls == [] and again == rows

@@ -198,3 +198,41 @@ def test_non_contiguous_inputs_are_read_correctly():
     xt = torch.randn(32, 8).t()  # unit stride along rows, not along D: copied first
     for t in (x, xt):
         torch.testing.assert_close(addnorm.layer_norm(t, 32, backend="cpu"), F.layer_norm(t, (32,)), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("xdt, wdt, bdt", [
+    (torch.bfloat16, torch.bfloat16, torch.bfloat16),  # HF bf16 models: the kernel reads 16-bit weights itself
+    (torch.float16, torch.float16, torch.float16),
+    (torch.bfloat16, torch.float32, torch.float32),    # mixed precision: norms kept in float32
+    (torch.float32, torch.bfloat16, torch.float32),    # mixed parameter dtypes: converted to float32 first
+    (torch.float32, torch.float64, torch.float64),
+])
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_parameter_gradients_keep_each_parameters_dtype(xdt, wdt, bdt, kind):
+    g = torch.Generator().manual_seed(3)
+    x, r = (torch.randn(6, 5, 48, generator=g).to(xdt).requires_grad_() for _ in range(2))
+    w = (1 + 0.5 * torch.randn(48, generator=g)).to(wdt).requires_grad_()
+    b = torch.randn(48, generator=g).to(bdt).requires_grad_() if kind == "layer" else None
+    dy = torch.randn(6, 5, 48, generator=g).to(xdt)
+    grads = {}
+    for backend in ("cpu", "torch"):
+        fn = addnorm.add_layer_norm if kind == "layer" else addnorm.add_rms_norm
+        args = (x, r, 48, w, b) if kind == "layer" else (x, r, 48, w)
+        y, s = fn(*args, backend=backend)
+        params = [t for t in (x, w, b) if t is not None]
+        grads[backend] = torch.autograd.grad(y, params, dy)
+    for ours, ref, p in zip(grads["cpu"], grads["torch"], [t for t in (x, w, b) if t is not None]):
+        assert ours.dtype == p.dtype and ours.shape == p.shape
+        tol = 1e-4 if ours.dtype in (torch.float32, torch.float64) else 3e-2
+        torch.testing.assert_close(ours.double(), ref.double(), atol=tol * max(1.0, ref.abs().max().item()), rtol=tol)
+
+
+def test_functorch_transforms_run_on_the_torch_backend():
+    x, r = torch.randn(3, 4, 16), torch.randn(3, 4, 16)
+    y = torch.func.vmap(lambda a, b: addnorm.add_layer_norm(a, b, 16)[0])(x, r)
+    torch.testing.assert_close(y, F.layer_norm(x + r, (16,)), atol=1e-6, rtol=0)
+    g = torch.func.grad(lambda a: addnorm.rms_norm(a, 16).pow(3).sum())(x)
+    ref = torch.func.grad(lambda a: F.rms_norm(a, (16,)).pow(3).sum())(x)
+    torch.testing.assert_close(g, ref, atol=1e-5, rtol=1e-5)
+    with pytest.raises(RuntimeError, match="torch.func transform"):
+        torch.func.vmap(lambda a: addnorm.layer_norm(a, 16, backend="cpu"))(x)

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import functional as AF
-from .timing import Timing, measure
+from .timing import Timing, measure, measure_interleaved
 
 SHAPES = [(64, 768), (4096, 768), (8192, 1024), (2048, 4096), (16384, 768)]
 DTYPES = ["float32", "bfloat16"]
@@ -106,25 +106,30 @@ def _inputs(n, d, dtype, kind, grad):
     return x, r, w, b
 
 
-def time_method(fn, mode, n, d, dtype, kind) -> Timing:
+def make_step(fn, mode, n, d, dtype, kind):
+    """The zero-argument call that one timed run of ``mode`` makes, its inputs made once."""
     if mode == "fwd":
         args = _inputs(n, d, dtype, kind, grad=False)
-        with torch.no_grad():
-            fn(*args)
-            return measure(lambda: fn(*args))
+        return lambda: fn(*args)  # run under no_grad by time_cell
     args = _inputs(n, d, dtype, kind, grad=True)
     params = [a for a in args if a is not None]
     dy = torch.randn(n, d).to(dtype)
     ds = torch.randn(n, d).to(dtype)
     if mode == "bwd":
         y, s = fn(*args)
-        return measure(lambda: torch.autograd.grad([y, s], params, [dy, ds], retain_graph=True))
+        return lambda: torch.autograd.grad([y, s], params, [dy, ds], retain_graph=True)
 
     def step():
         y, s = fn(*args)
         torch.autograd.grad([y, s], params, [dy, ds])
 
-    return measure(step)
+    return step
+
+
+def time_cell(fns: dict, mode, n, d, dtype, kind) -> dict:
+    """{method: Timing} for one shape/dtype/norm/mode, the methods timed interleaved (side by side)."""
+    with torch.set_grad_enabled(mode != "fwd"):
+        return measure_interleaved({m: make_step(fn, mode, n, d, dtype, kind) for m, fn in fns.items()})
 
 
 def _key(kind, dtype, n, d, mode, method) -> str:
@@ -154,39 +159,49 @@ def run_benchmark(shapes, dtypes, kinds, modes, methods, progress=None, floor: f
             es = torch.tensor([], dtype=dtype).element_size()
             for kind in kinds:
                 for mode in modes:
+                    cell, todo = {}, {}
                     for method in methods:
-                        if progress:
-                            progress.update(task, description=f"{kind} {dt_name} {n}x{d} {mode} {method}")
                         key = _key(kind, dt_name, n, d, mode, method)
                         if key in done:
-                            rows.append(done[key])
+                            cell[method] = done[key]
                             if progress:
                                 progress.advance(task)
-                            continue
-                        if method == "addnorm":
-                            fn = addnorm_add_norm(kind)
-                        elif method == "eager":
-                            fn = eager_add_norm(kind)
                         else:
-                            # one fresh compilation per configuration: dynamo's recompile limit
-                            # would otherwise silently fall back to eager after 8 shapes
-                            key = (kind, n, d, dt_name, mode)
-                            if key not in compiled:
-                                torch._dynamo.reset()
-                                compiled.clear()
-                                compiled[key] = torch.compile(eager_add_norm(kind), dynamic=False)
-                            fn = compiled[key]
-                        t = time_method(fn, mode, n, d, dtype, kind)
+                            todo[method] = _method_fn(method, kind, n, d, dt_name, mode, compiled)
+                    if not todo:
+                        rows.extend(cell[m] for m in methods)
+                        continue
+                    if progress:
+                        progress.update(task, description=f"{kind} {dt_name} {n}x{d} {mode}: {', '.join(todo)}")
+                    timings = time_cell(todo, mode, n, d, dtype, kind)
+                    for method in todo:
+                        t = timings[method]
                         mb = min_bytes(mode, n, d, es)
                         row = Row(kind, dt_name, n, d, mode, method, t.median_s * 1e3, t.p10_s * 1e3, t.p90_s * 1e3,
                                   t.runs, mb, mb / t.median_s / 1e9, floor, (mb / (floor * 1e9)) / t.median_s)
-                        rows.append(row)
+                        cell[method] = row
                         if journal is not None:
                             with journal.open("a") as f:
                                 f.write(json.dumps(asdict(row)) + "\n")
                         if progress:
                             progress.advance(task)
+                    rows.extend(cell[m] for m in methods)
     return rows
+
+
+def _method_fn(method, kind, n, d, dt_name, mode, compiled: dict):
+    if method == "addnorm":
+        return addnorm_add_norm(kind)
+    if method == "eager":
+        return eager_add_norm(kind)
+    # one fresh compilation per configuration: dynamo's recompile limit would otherwise silently fall
+    # back to eager after 8 shapes
+    key = (kind, n, d, dt_name, mode)
+    if key not in compiled:
+        torch._dynamo.reset()
+        compiled.clear()
+        compiled[key] = torch.compile(eager_add_norm(kind), dynamic=False)
+    return compiled[key]
 
 
 def conditions(allocator: str) -> dict:

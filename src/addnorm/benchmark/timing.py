@@ -30,6 +30,38 @@ def measure(fn, *, min_runs: int = 15, max_runs: int = 300, budget_s: float = 0.
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    times.sort()
+    return _summary(times)
+
+
+def measure_interleaved(fns: dict, *, min_runs: int = 15, max_runs: int = 300, budget_s: float = 0.6,
+                        warmup_s: float = 0.05, block: int = 5) -> dict:
+    """Time several functions side by side: rounds of ``block`` calls of each in turn (the starting one
+    rotates), every call timed on its own, until each has ``min_runs`` and ``budget_s`` per function has
+    passed (or each has ``max_runs``). Drifts of the machine -- clock, caches, a neighbour's load -- then
+    fall on all of them alike instead of on whichever ran at the wrong moment. Returns {name: Timing}."""
+    names = list(fns)
+    for name in names:  # warm each for warmup_s (at least 3 calls): caches, allocator, thread pool
+        t_end, k = time.perf_counter() + warmup_s, 0
+        while k < 3 or time.perf_counter() < t_end:
+            fns[name]()
+            k += 1
+    times: dict = {name: [] for name in names}
+    start, rnd = time.perf_counter(), 0
+    while True:
+        n_min = min(len(v) for v in times.values())
+        if n_min >= max_runs or (n_min >= min_runs and time.perf_counter() - start >= budget_s * len(names)):
+            break
+        for name in names[rnd % len(names):] + names[: rnd % len(names)]:
+            fn, ts = fns[name], times[name]
+            for _ in range(block):
+                t0 = time.perf_counter()
+                fn()
+                ts.append(time.perf_counter() - t0)
+        rnd += 1
+    return {name: _summary(ts) for name, ts in times.items()}
+
+
+def _summary(times: list[float]) -> Timing:
+    times = sorted(times)
     q = statistics.quantiles(times, n=10, method="inclusive") if len(times) >= 2 else [times[0]] * 9
     return Timing(statistics.median(times), q[0], q[-1], len(times))

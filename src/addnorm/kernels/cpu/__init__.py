@@ -1,4 +1,4 @@
-"""The fused CPU kernels: a small C library (plain C ABI) driven through ctypes."""
+"""The fused CPU kernels: a small C library (plain C ABI) with fast-call Python entry points."""
 
 from .library import availability
 from .ops import SUPPORTED_DTYPES, FusedAddNorm

@@ -5,9 +5,10 @@
  * one pass backward (read dy, saved sum, incoming residual grad; write dx). Statistics and
  * accumulation in float32 for every storage dtype (float32, bfloat16, float16).
  *
- * ABI: plain C, called through ctypes; nothing here links against torch or Python's C API
- * (the PyInit stub only lets the build system build and install this file as a Python
- * extension, which ctypes then opens as an ordinary shared library).
+ * ABI: plain C entry points (addnorm_forward / addnorm_backward, usable from ctypes or any FFI);
+ * nothing here links against torch. Python calls them through two METH_FASTCALL wrappers at the
+ * end of this file (a few hundred nanoseconds, where ctypes' argument marshalling cost microseconds
+ * -- most of a small call).
  *
  * Threads: the caller passes the thread count (torch's); rows are split into that many contiguous
  * chunks, run by OpenMP -- which, with torch loaded, is torch's own libgomp and thread pool, so the
@@ -26,6 +27,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,7 +60,6 @@ typedef struct {
     const float *weight; float weight_offset;
     const void *dres; int64_t dres_rs;    /* gradient of the new residual, NULL when none */
     void *dx; int64_t dx_rs;
-    float *dweight, *dbias;               /* float32 outputs (D), NULL when not wanted */
     int nt;
 } an_bwd_args;
 
@@ -181,32 +182,56 @@ typedef struct {
 #define AN_PAGE 4096
 static size_t an_row_stride(int64_t D) { return ((size_t)D * 4 + AN_PAGE - 1) / AN_PAGE * AN_PAGE + 704; }
 
-static float *an_alloc_rows(void **base, int nrows, int64_t D, size_t first_offset) {
-    size_t stride = an_row_stride(D);
-    if (posix_memalign(base, AN_PAGE, first_offset + stride * (size_t)nrows + AN_PAGE) != 0) return NULL;
-    memset((char *)*base + first_offset, 0, stride * (size_t)nrows);
-    return (float *)((char *)*base + first_offset);
+/* Scratch memory is kept per thread between calls (OpenMP's workers and the calling thread live on),
+ * so a small call costs no allocation; blocks above AN_CACHE_MAX are allocated per call instead, so a
+ * huge row size leaves nothing large behind. */
+#define AN_CACHE_MAX ((size_t)4 << 20)
+typedef struct {
+    void *base;
+    size_t size;
+} an_cache;
+static __thread an_cache tl_task_cache, tl_host_cache;
+
+/* At least `bytes` page-aligned bytes; *owned is set when the block must be freed by the caller. */
+static char *an_scratch(an_cache *c, size_t bytes, void **owned) {
+    *owned = NULL;
+    if (bytes > AN_CACHE_MAX) {
+        if (posix_memalign(owned, AN_PAGE, bytes) != 0) return NULL;
+        return (char *)*owned;
+    }
+    if (c->size < bytes) {
+        free(c->base);
+        c->base = NULL;
+        c->size = 0;
+        size_t want = bytes < AN_CACHE_MAX / 4 ? AN_CACHE_MAX / 4 : bytes;
+        if (posix_memalign(&c->base, AN_PAGE, want) != 0) return NULL;
+        c->size = want;
+    }
+    return (char *)c->base;
 }
 
 static inline float *an_row(float *rows, int64_t D, int i) { return (float *)((char *)rows + an_row_stride(D) * (size_t)i); }
 
 static void *an_run_task(void *p) {
     an_task *t = (an_task *)p;
-    void *base;
-    float *rows = an_alloc_rows(&base, 8, t->D, 256); /* zero-filled */
-    if (!rows) { t->status = -1; return NULL; }
+    void *owned;
+    /* 8 rows: r[0..5], ones, zeros; the first starts 256 bytes into its page (see an_row_stride) */
+    char *block = an_scratch(&tl_task_cache, 256 + an_row_stride(t->D) * 8, &owned);
+    if (!block) { t->status = -1; return NULL; }
+    float *rows = (float *)(block + 256);
     an_rows sc;
     for (int i = 0; i < 6; i++) sc.r[i] = an_row(rows, t->D, i);
-    float *ones = an_row(rows, t->D, 6);
+    float *ones = an_row(rows, t->D, 6), *zeros = an_row(rows, t->D, 7);
     for (int64_t i = 0; i < t->D; i++) ones[i] = 1.0f;
+    memset(zeros, 0, sizeof(float) * (size_t)t->D);
     sc.ones = ones;
-    sc.zeros = an_row(rows, t->D, 7);
+    sc.zeros = zeros;
     if (t->kind == 0) g_fwd((const an_fwd_args *)t->args, t->r0, t->r1, &sc);
     else g_bwd((const an_bwd_args *)t->args, t->r0, t->r1, &sc, t->partial_w, t->partial_b);
 #if defined(__x86_64__)
     _mm_sfence(); /* this thread's streamed stores are visible before it reports done */
 #endif
-    free(base);
+    free(owned);
     t->status = 0;
     return NULL;
 }
@@ -270,7 +295,25 @@ static int an_use_nt(int64_t N, int64_t D, int dtype, int n_outputs) {
     return N * D * (int64_t)an_elem_size(dtype) * n_outputs >= threshold;
 }
 
-/* ---- exported entry points (plain C ABI) ---- */
+/* Parameters of a 16-bit dtype are converted once per call into float32 rows of the calling thread's
+ * scratch (rows 0 and 1 of the host block; rows 2.. hold the per-chunk partial sums of backward). */
+static const float *an_param_f32(const void *p, int pdtype, float *row, int64_t D) {
+    if (p == NULL || pdtype == AN_F32) return (const float *)p;
+    const uint16_t *h = (const uint16_t *)p;
+    if (pdtype == AN_BF16) for (int64_t i = 0; i < D; i++) row[i] = an_bf16_to_f32(h[i]);
+    else for (int64_t i = 0; i < D; i++) row[i] = an_f16_to_f32(h[i]);
+    return row;
+}
+
+static float *an_host_rows(int64_t D, int nrows, void **owned) {
+    char *block = an_scratch(&tl_host_cache, 2368 + an_row_stride(D) * (size_t)nrows, owned);
+    return block ? (float *)(block + 2368) : NULL;
+}
+
+/* ---- exported entry points (plain C ABI) ----
+ * Tensors are passed as data pointers with a row stride in elements (unit stride along D); x, the
+ * residual and the outputs share `dtype`, weight/bias (and their gradients) have `param_dtype`;
+ * statistics are float32. Return 0, or -1 when scratch memory could not be allocated. */
 
 int addnorm_isa(void) {
     an_pick_isa();
@@ -279,45 +322,134 @@ int addnorm_isa(void) {
 
 int addnorm_forward(int kind, int dtype, int64_t N, int64_t D,
                     const void *x, int64_t x_rs, const void *res, int64_t res_rs,
-                    const float *weight, const float *bias, float weight_offset, float eps, int cast_before_weight,
-                    void *out, int64_t out_rs, void *res_out, int64_t res_out_rs,
+                    const void *weight, const void *bias, int param_dtype, float weight_offset, float eps,
+                    int cast_before_weight, void *out, int64_t out_rs, void *res_out, int64_t res_out_rs,
                     float *mean, float *rstd, int nthreads) {
     an_pick_isa();
     if (N <= 0 || D <= 0) return 0;
-    an_fwd_args a = {kind, dtype, cast_before_weight, N, D, x, x_rs, res, res_rs, weight, bias,
+    void *owned = NULL;
+    float *host = NULL;
+    if (param_dtype != AN_F32 && (weight || bias) && !(host = an_host_rows(D, 2, &owned))) return -1;
+    const float *w = an_param_f32(weight, param_dtype, host, D);
+    const float *b = an_param_f32(bias, param_dtype, host ? an_row(host, D, 1) : NULL, D);
+    an_fwd_args a = {kind, dtype, cast_before_weight, N, D, x, x_rs, res, res_rs, w, b,
                      weight_offset, eps, out, out_rs, res_out, res_out_rs, mean, rstd,
                      an_use_nt(N, D, dtype, res_out ? 2 : 1)};
-    return an_parallel(0, &a, N, D, an_threads_for(N, D, nthreads), NULL, NULL);
+    int rc = an_parallel(0, &a, N, D, an_threads_for(N, D, nthreads), NULL, NULL);
+    free(owned);
+    return rc;
+}
+
+/* Sum chunk t's partial row of every element in chunk order (deterministic for a given thread
+ * count), then store it in the parameter dtype. */
+static void an_reduce_partials(void *dst, int pdtype, float *partials, int T, int64_t D) {
+    for (int64_t i = 0; i < D; i++) {
+        float acc = 0.0f;
+        for (int t = 0; t < T; t++) acc += an_row(partials, D, t)[i];
+        if (pdtype == AN_F32) ((float *)dst)[i] = acc;
+        else if (pdtype == AN_BF16) ((uint16_t *)dst)[i] = an_f32_to_bf16(acc);
+        else ((uint16_t *)dst)[i] = an_f32_to_f16(acc);
+    }
 }
 
 int addnorm_backward(int kind, int dtype, int64_t N, int64_t D,
                      const void *dy, int64_t dy_rs, const void *s, int64_t s_rs,
-                     const float *mean, const float *rstd, const float *weight, float weight_offset,
+                     const float *mean, const float *rstd, const void *weight, int param_dtype, float weight_offset,
                      const void *dres, int64_t dres_rs, void *dx, int64_t dx_rs,
-                     float *dweight, float *dbias, int nthreads) {
+                     void *dweight, void *dbias, int nthreads) {
     an_pick_isa();
-    if (dweight) memset(dweight, 0, sizeof(float) * (size_t)(D > 0 ? D : 0));
-    if (dbias) memset(dbias, 0, sizeof(float) * (size_t)(D > 0 ? D : 0));
-    if (N <= 0 || D <= 0) return 0;
-    int T = an_threads_for(N, D, nthreads);
-    void *pw_base = NULL, *pb_base = NULL;
-    float *pw = NULL, *pb = NULL;
-    if (dweight && !(pw = an_alloc_rows(&pw_base, T, D, 2368))) return -1;
-    if (dbias && !(pb = an_alloc_rows(&pb_base, T, D, 3072))) { free(pw_base); return -1; }
-    an_bwd_args a = {kind, dtype, N, D, dy, dy_rs, s, s_rs, mean, rstd, weight, weight_offset, dres, dres_rs, dx, dx_rs,
-                     dweight, dbias, an_use_nt(N, D, dtype, 1)};
-    int rc = an_parallel(1, &a, N, D, T, pw, pb);
-    /* fixed-order reduction of the per-chunk partial sums: deterministic for a given T */
-    for (int t = 0; t < T && rc == 0; t++) {
-        if (pw) for (int64_t i = 0; i < D; i++) dweight[i] += an_row(pw, D, t)[i];
-        if (pb) for (int64_t i = 0; i < D; i++) dbias[i] += an_row(pb, D, t)[i];
+    if (D <= 0) return 0;
+    if (N <= 0) {
+        if (dweight) memset(dweight, 0, an_elem_size(param_dtype) * (size_t)D);
+        if (dbias) memset(dbias, 0, an_elem_size(param_dtype) * (size_t)D);
+        return 0;
     }
-    free(pw_base);
-    free(pb_base);
+    int T = an_threads_for(N, D, nthreads);
+    void *owned = NULL;
+    /* rows: 0 weight as float32, 1 unused, 2..T+1 dweight partials, T+2..2T+1 dbias partials */
+    float *host = an_host_rows(D, 2 + 2 * T, &owned);
+    if (!host) return -1;
+    float *pw = dweight ? an_row(host, D, 2) : NULL, *pb = dbias ? an_row(host, D, 2 + T) : NULL;
+    for (int t = 0; t < T; t++) { /* the kernels accumulate into zeroed partial rows */
+        if (pw) memset(an_row(pw, D, t), 0, sizeof(float) * (size_t)D);
+        if (pb) memset(an_row(pb, D, t), 0, sizeof(float) * (size_t)D);
+    }
+    an_bwd_args a = {kind, dtype, N, D, dy, dy_rs, s, s_rs, mean, rstd, an_param_f32(weight, param_dtype, host, D),
+                     weight_offset, dres, dres_rs, dx, dx_rs, an_use_nt(N, D, dtype, 1)};
+    int rc = an_parallel(1, &a, N, D, T, pw, pb);
+    if (rc == 0 && pw) an_reduce_partials(dweight, param_dtype, pw, T, D);
+    if (rc == 0 && pb) an_reduce_partials(dbias, param_dtype, pb, T, D);
+    free(owned);
     return rc;
 }
 
-/* The build system builds Python extensions; this stub makes the file one. */
+/* ---- the Python entry points: the same two functions, called without ctypes' marshalling ----
+ * Arguments are positional: ints, floats, and pointers as ints (None for NULL). The GIL is released
+ * while the kernel runs. This file uses only CPython's C API, never torch's. */
+
+static int an_parse(PyObject *const *args, Py_ssize_t nargs, const char *fmt, ...) {
+    Py_ssize_t n = (Py_ssize_t)strlen(fmt);
+    if (nargs != n) {
+        PyErr_Format(PyExc_TypeError, "expected %zd arguments, got %zd", n, nargs);
+        return -1;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *o = args[k];
+        switch (fmt[k]) {
+        case 'i': *va_arg(ap, int *) = (int)PyLong_AsLong(o); break;
+        case 'L': *va_arg(ap, int64_t *) = (int64_t)PyLong_AsLongLong(o); break;
+        case 'f': *va_arg(ap, float *) = (float)PyFloat_AsDouble(o); break;
+        case 'p': *va_arg(ap, void **) = o == Py_None ? NULL : PyLong_AsVoidPtr(o); break;
+        }
+        if (PyErr_Occurred()) {
+            va_end(ap);
+            return -1;
+        }
+    }
+    va_end(ap);
+    return 0;
+}
+
+static PyObject *an_py_forward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    int kind, dtype, pdt, cbw, nthreads, rc;
+    int64_t N, D, x_rs, res_rs, out_rs, res_out_rs;
+    void *x, *res, *w, *b, *out, *res_out, *mean, *rstd;
+    float off, eps;
+    if (an_parse(args, nargs, "iiLLpLpLppiffipLpLppi", &kind, &dtype, &N, &D, &x, &x_rs, &res, &res_rs, &w, &b, &pdt,
+                 &off, &eps, &cbw, &out, &out_rs, &res_out, &res_out_rs, &mean, &rstd, &nthreads) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = addnorm_forward(kind, dtype, N, D, x, x_rs, res, res_rs, w, b, pdt, off, eps, cbw, out, out_rs, res_out,
+                         res_out_rs, (float *)mean, (float *)rstd, nthreads);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
+static PyObject *an_py_backward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    int kind, dtype, pdt, nthreads, rc;
+    int64_t N, D, dy_rs, s_rs, dres_rs, dx_rs;
+    void *dy, *s, *mean, *rstd, *w, *dres, *dx, *dw, *db;
+    float off;
+    if (an_parse(args, nargs, "iiLLpLpLpppifpLpLppi", &kind, &dtype, &N, &D, &dy, &dy_rs, &s, &s_rs, &mean, &rstd, &w,
+                 &pdt, &off, &dres, &dres_rs, &dx, &dx_rs, &dw, &db, &nthreads) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = addnorm_backward(kind, dtype, N, D, dy, dy_rs, s, s_rs, (const float *)mean, (const float *)rstd, w, pdt, off,
+                          dres, dres_rs, dx, dx_rs, dw, db, nthreads);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
+static PyObject *an_py_isa(PyObject *self, PyObject *unused) { return PyLong_FromLong(addnorm_isa()); }
+
+static PyMethodDef an_methods[] = {
+    {"forward", (PyCFunction)(void (*)(void))an_py_forward, METH_FASTCALL, "addnorm_forward (see addnorm_cpu.c)"},
+    {"backward", (PyCFunction)(void (*)(void))an_py_backward, METH_FASTCALL, "addnorm_backward (see addnorm_cpu.c)"},
+    {"isa", an_py_isa, METH_NOARGS, "the instruction set picked: 0 baseline, 1 avx2, 2 avx512"},
+    {NULL, NULL, 0, NULL}};
+
 static struct PyModuleDef an_module = {PyModuleDef_HEAD_INIT, "_addnorm_cpu",
-                                       "addnorm CPU kernels (plain C ABI, loaded with ctypes)", -1, NULL};
+                                       "addnorm CPU kernels: fused residual-add + LayerNorm / RMSNorm", -1, an_methods};
 PyMODINIT_FUNC PyInit__addnorm_cpu(void) { return PyModule_Create(&an_module); }

@@ -1,16 +1,15 @@
-"""Open the compiled C kernel library with ctypes and describe whether it is usable.
+"""Load the compiled kernel library and describe whether it is usable.
 
-The library is built by the package's build (``setup.py``) as ``_addnorm_cpu*.so``; it has a plain
-C ABI, so it does not depend on torch's C++ ABI and costs no compile at import.
+The library is built by the package's build (``setup.py``) as the extension ``_addnorm_cpu``. Its
+kernels have a plain C ABI (``addnorm_forward`` / ``addnorm_backward``: no torch headers, no torch
+C++ ABI, no compile at import); Python calls them through the module's two fast-call wrappers,
+which cost far less per call than ctypes' argument marshalling.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 from dataclasses import dataclass
-
-_i64, _i32, _f32, _p = ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_void_p
 
 DTYPE_CODES = {"float32": 0, "bfloat16": 1, "float16": 2}
 KIND_CODES = {"layer": 0, "rms": 1}
@@ -19,8 +18,8 @@ ISA_NAMES = {0: "baseline", 1: "avx2+fma+f16c", 2: "avx512"}
 
 @dataclass(frozen=True)
 class KernelLibrary:
-    forward: object  # ctypes function addnorm_forward
-    backward: object  # ctypes function addnorm_backward
+    forward: object  # the extension's forward(...) -> addnorm_forward
+    backward: object  # the extension's backward(...) -> addnorm_backward
     path: str
     isa: str
 
@@ -44,24 +43,11 @@ def _load() -> KernelLibrary | str:
 
 def _open() -> KernelLibrary | str:
     try:
-        from addnorm.kernels.cpu import _addnorm_cpu  # the built extension; opened below as a C library
-    except ImportError as e:  # not built (e.g. a source checkout without `pip install`)
+        from addnorm.kernels.cpu import _addnorm_cpu  # the built extension
+    except ImportError as e:  # not built (e.g. a source checkout without `pip install`, or no C compiler)
         return f"the compiled kernel library is missing ({e}); reinstall addnorm with `pip install -e .`"
-    path = _addnorm_cpu.__file__
-    try:
-        lib = ctypes.CDLL(path)
-    except OSError as e:
-        return f"could not open {path}: {e}"
-    fwd = lib.addnorm_forward
-    fwd.restype = _i32
-    fwd.argtypes = [_i32, _i32, _i64, _i64, _p, _i64, _p, _i64, _p, _p, _f32, _f32, _i32,
-                    _p, _i64, _p, _i64, _p, _p, _i32]
-    bwd = lib.addnorm_backward
-    bwd.restype = _i32
-    bwd.argtypes = [_i32, _i32, _i64, _i64, _p, _i64, _p, _i64, _p, _p, _p, _f32,
-                    _p, _i64, _p, _i64, _p, _p, _i32]
-    lib.addnorm_isa.restype = _i32
-    return KernelLibrary(fwd, bwd, path, ISA_NAMES.get(lib.addnorm_isa(), "unknown"))
+    return KernelLibrary(_addnorm_cpu.forward, _addnorm_cpu.backward, _addnorm_cpu.__file__,
+                         ISA_NAMES.get(_addnorm_cpu.isa(), "unknown"))
 
 
 def library() -> KernelLibrary:

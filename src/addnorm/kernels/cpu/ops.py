@@ -19,6 +19,7 @@ from .library import DTYPE_CODES, KIND_CODES, library
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _DTYPE = {torch.float32: DTYPE_CODES["float32"], torch.bfloat16: DTYPE_CODES["bfloat16"],
           torch.float16: DTYPE_CODES["float16"]}
+_PARAM_DTYPE = {code: dt for dt, code in _DTYPE.items()}
 
 
 def as_rows(t: torch.Tensor, D: int) -> torch.Tensor:
@@ -29,6 +30,11 @@ def as_rows(t: torch.Tensor, D: int) -> torch.Tensor:
     if D > 1 and t2.stride(1) != 1:
         t2 = t2.contiguous()
     return t2
+
+
+def empty_rows_like(t: torch.Tensor) -> torch.Tensor:
+    """An uninitialised contiguous tensor of t's shape and dtype (``empty_like`` parses fastest)."""
+    return torch.empty_like(t) if t.is_contiguous() else torch.empty_like(t, memory_format=torch.contiguous_format)
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:
@@ -44,105 +50,167 @@ def _stats_ptrs(stats: torch.Tensor | None, kind: str, N: int) -> tuple[int | No
     return None, stats.data_ptr()
 
 
-def _param(p: torch.Tensor | None, D: int) -> torch.Tensor | None:
-    if p is None:
-        return None
-    if p.dtype == torch.float32 and p.is_contiguous():
-        return p  # only its data pointer is used
-    return p.detach().reshape(D).to(torch.float32).contiguous()
+def params(weight: torch.Tensor | None, bias: torch.Tensor | None, D: int):
+    """(weight, bias, dtype code) as the kernels read them: contiguous, one dtype of float32/bfloat16/float16.
 
-
-def forward(kind, x2, r2, weight, bias, eps, weight_offset, cast_before_weight, out2=None, res_out2=None, want_stats=True):
-    """One pass over (N, D) rows: returns (out2, residual_out2 or None, stats or None, weight as float32).
-
-    ``stats`` is one float32 tensor: (2, N) = (mean, rstd) for LayerNorm, (1, N) = (rstd,) for RMSNorm.
+    Parameters already like that are passed as they are (the kernels convert 16-bit ones to float32
+    rows themselves, and write their gradients in the same dtype); anything else -- float64, mixed
+    dtypes, strided -- is copied to float32 here.
     """
-    N, D = x2.shape
-    w32, b32 = _param(weight, D), _param(bias, D)
-    if out2 is None:
-        out2 = torch.empty((N, D), dtype=x2.dtype)
-    if r2 is not None and res_out2 is None:
-        res_out2 = torch.empty((N, D), dtype=x2.dtype)
-    stats = torch.empty((2 if kind == "layer" else 1, N), dtype=torch.float32) if want_stats else None
+    if weight is not None:
+        dt = weight.dtype
+        if dt in _DTYPE and weight.is_contiguous() and (bias is None or (bias.dtype == dt and bias.is_contiguous())):
+            return weight, bias, _DTYPE[dt]
+    elif bias is None:
+        return None, None, 0
+    elif bias.dtype in _DTYPE and bias.is_contiguous():
+        return None, bias, _DTYPE[bias.dtype]
+    f32 = [None if p is None else p.detach().reshape(D).to(torch.float32).contiguous() for p in (weight, bias)]
+    return f32[0], f32[1], _DTYPE[torch.float32]
+
+
+def _rs(t: torch.Tensor | None, D: int) -> int:
+    """Row stride in elements of a contiguous tensor or of an (N, D) view made by ``as_rows``."""
+    return 0 if t is None else D if t.is_contiguous() else t.stride(0)
+
+
+def forward(kind, x, r, weight, bias, eps, weight_offset, cast_before_weight, out, res_out, stats, N, D):
+    """One pass over N rows of D; returns the parameters as the kernel read them (see ``params``).
+
+    Every tensor is either contiguous (any shape) or an (N, D) view from ``as_rows``; ``res_out`` and
+    ``stats`` may be None. ``stats`` is float32: (2, N) = (mean, rstd) for LayerNorm, (1, N) = (rstd,)
+    for RMSNorm.
+    """
+    p = params(weight, bias, D)
     rc = library().forward(
-        KIND_CODES[kind], _DTYPE[x2.dtype], N, D,
-        x2.data_ptr(), x2.stride(0), _ptr(r2), 0 if r2 is None else r2.stride(0),
-        _ptr(w32), _ptr(b32), weight_offset, eps, cast_before_weight,
-        out2.data_ptr(), out2.stride(0), _ptr(res_out2), 0 if res_out2 is None else res_out2.stride(0),
-        *_stats_ptrs(stats, kind, N), torch.get_num_threads(),
-    )
+        KIND_CODES[kind], _DTYPE[x.dtype], N, D, x.data_ptr(), _rs(x, D), _ptr(r), _rs(r, D),
+        _ptr(p[0]), _ptr(p[1]), p[2], weight_offset, eps, cast_before_weight,
+        out.data_ptr(), _rs(out, D), _ptr(res_out), _rs(res_out, D), *_stats_ptrs(stats, kind, N),
+        torch.get_num_threads())
     if rc != 0:
         raise MemoryError("addnorm CPU forward kernel could not allocate its scratch rows")
-    return out2, res_out2, stats, w32
+    return p
 
 
-def forward_contiguous(kind, x, r, weight, bias, eps, weight_offset, cast_before_weight, out, res_out, N, D):
-    """The inference fast path: contiguous x/r/out/res_out of N rows x D, no statistics."""
-    w32, b32 = _param(weight, D), _param(bias, D)
-    rc = library().forward(
-        KIND_CODES[kind], _DTYPE[x.dtype], N, D, x.data_ptr(), D, _ptr(r), D, _ptr(w32), _ptr(b32), weight_offset, eps,
-        cast_before_weight, out.data_ptr(), D, _ptr(res_out), D, None, None, torch.get_num_threads())
-    if rc != 0:
-        raise MemoryError("addnorm CPU forward kernel could not allocate its scratch rows")
+def backward(kind, dy, s, stats, weight, pcode, weight_offset, dres, dx, want_dweight: bool, want_dbias: bool, N, D):
+    """One pass, writing dx; returns (dweight or None, dbias or None) in the dtype of ``pcode``.
 
-
-def backward(kind, dy2, s2, stats, w32, weight_offset, dres2, want_dweight: bool, want_dbias: bool, dx2=None):
-    """One pass: returns (dx2, dweight32 or None, dbias32 or None). ``stats`` as returned by forward."""
-    N, D = s2.shape
-    if dx2 is None:
-        dx2 = torch.empty((N, D), dtype=s2.dtype)
-    dw = torch.empty(D, dtype=torch.float32) if want_dweight else None
-    db = torch.empty(D, dtype=torch.float32) if want_dbias else None
+    Tensors as in ``forward``; ``weight`` and ``pcode`` as ``params`` returned them.
+    """
+    pdt = _PARAM_DTYPE[pcode]
+    dw = torch.empty(D, dtype=pdt) if want_dweight else None  # (D,) ints parse faster than a shape tuple
+    db = torch.empty(D, dtype=pdt) if want_dbias else None
     rc = library().backward(
-        KIND_CODES[kind], _DTYPE[s2.dtype], N, D,
-        dy2.data_ptr(), dy2.stride(0), s2.data_ptr(), s2.stride(0), *_stats_ptrs(stats, kind, N),
-        _ptr(w32), float(weight_offset),
-        _ptr(dres2), 0 if dres2 is None else dres2.stride(0), dx2.data_ptr(), dx2.stride(0),
-        _ptr(dw), _ptr(db), torch.get_num_threads(),
-    )
+        KIND_CODES[kind], _DTYPE[s.dtype], N, D, dy.data_ptr(), _rs(dy, D), s.data_ptr(), _rs(s, D),
+        *_stats_ptrs(stats, kind, N), _ptr(weight), pcode, weight_offset,
+        _ptr(dres), _rs(dres, D), dx.data_ptr(), _rs(dx, D), _ptr(dw), _ptr(db), torch.get_num_threads())
     if rc != 0:
         raise MemoryError("addnorm CPU backward kernel could not allocate its partial sums")
-    return dx2, dw, db
+    return dw, db
+
+
+def _spec(param: torch.Tensor | None, as_read: torch.Tensor | None):
+    """How to turn the kernel's (D,) gradient into the parameter's: False (no parameter), None (it
+    already is: the kernel read the parameter itself), or the parameter's (shape, dtype)."""
+    if param is None:
+        return False
+    return None if as_read is param and param.dim() == 1 else (param.shape, param.dtype)
+
+
+def _like(g: torch.Tensor | None, spec):
+    """A parameter gradient in the parameter's own shape and dtype."""
+    return g if g is None or spec is None else g.view(spec[0]).to(spec[1])
 
 
 class FusedAddNorm(torch.autograd.Function):
     """(x, residual) -> (norm(x + residual), x + residual) in one pass, and back in one pass.
 
     residual may be None (a plain norm; the second output is then None). Gradients of x and
-    residual are the same tensor values: d(x + r)/dx = d(x + r)/dr = 1.
+    residual are the same tensor values: d(x + r)/dx = d(x + r)/dr = 1. Contiguous tensors (the
+    common case) go to the kernels as they are, without views: at small sizes every Python-level
+    tensor operation costs about as much as the kernel itself.
     """
 
     @staticmethod
-    def forward(ctx, x, residual, weight, bias, kind, normalized_shape, eps, weight_offset, cast_before_weight):
+    def forward(ctx, x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight):
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None, not a tensor of zeros
-        D = math.prod(normalized_shape)
-        shape = x.shape
-        x2 = as_rows(x, D)
-        r2 = None if residual is None else as_rows(residual, D)
-        out2, s2, stats, w32 = forward(kind, x2, r2, weight, bias, eps, weight_offset, cast_before_weight)
-        ctx.save_for_backward(x2 if s2 is None else s2, stats, w32)
-        ctx.meta = (kind, shape, D, weight_offset, None if weight is None else (weight.shape, weight.dtype),
-                    None if bias is None else (bias.shape, bias.dtype), residual is not None)
-        out = out2.view(shape)
-        if s2 is None:
-            return out, None
-        return out, s2.view(shape)
+        N = x.numel() // D
+        layer = kind == "layer"
+        stats = torch.empty(2 if layer else 1, N, dtype=torch.float32)
+        out = empty_rows_like(x)
+        s = None if residual is None else empty_rows_like(x)
+        if x.is_contiguous() and (residual is None or residual.is_contiguous()):
+            # the common case, written out: one C call, every row stride D
+            p = params(weight, bias, D)
+            sp = stats.data_ptr()
+            rc = library().forward(
+                0 if layer else 1, _DTYPE[x.dtype], N, D, x.data_ptr(), D, _ptr(residual), D, _ptr(p[0]), _ptr(p[1]),
+                p[2], weight_offset, eps, cast_before_weight, out.data_ptr(), D, _ptr(s), D, sp if layer else None,
+                sp + 4 * N if layer else sp, torch.get_num_threads())
+            if rc != 0:
+                raise MemoryError("addnorm CPU forward kernel could not allocate its scratch rows")
+        else:
+            x, residual = as_rows(x, D), None if residual is None else as_rows(residual, D)
+            p = forward(kind, x, residual, weight, bias, eps, weight_offset, cast_before_weight, out, s, stats, N, D)
+        ctx.save_for_backward(x if s is None else s, stats, p[0])
+        ctx.meta = (kind, out.shape, N, D, weight_offset, p[2], _spec(weight, p[0]), _spec(bias, p[1]),
+                    residual is not None)
+        return out, s
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, dout, dres):
-        kind, shape, D, weight_offset, wspec, bspec, has_res = ctx.meta
-        s2, stats, w32 = ctx.saved_tensors
-        dres2 = None if dres is None else as_rows(dres, D)
-        want_w = wspec is not None and ctx.needs_input_grad[2]
-        want_b = bspec is not None and ctx.needs_input_grad[3]
-        if dout is None:  # only the residual sum was used downstream
-            dx = dres if dres is not None else torch.zeros(shape, dtype=s2.dtype)
-            dw = torch.zeros(D, dtype=torch.float32) if want_w else None
-            db = torch.zeros(D, dtype=torch.float32) if want_b else None
-        else:
-            dx2, dw, db = backward(kind, as_rows(dout, D), s2, stats, w32, weight_offset, dres2, want_w, want_b)
-            dx = dx2.view(shape)
-        gw = None if dw is None else (dw if dw.shape == wspec[0] and wspec[1] == dw.dtype else dw.view(wspec[0]).to(wspec[1]))
-        gb = None if db is None else (db if db.shape == bspec[0] and bspec[1] == db.dtype else db.view(bspec[0]).to(bspec[1]))
-        return (dx, dx if has_res else None, gw, gb, None, None, None, None, None)
+        if torch.is_grad_enabled():  # create_graph=True: the kernel's backward is not differentiable again
+            return _backward_once(ctx, dout, dres)
+        return _backward(ctx, dout, dres)
+
+
+def _backward(ctx, dout, dres):
+    kind, shape, N, D, weight_offset, pcode, wspec, bspec, has_res = ctx.meta
+    s, stats, w = ctx.saved_tensors
+    needs = ctx.needs_input_grad
+    want_w = wspec is not False and needs[2]
+    want_b = bspec is not False and needs[3]
+    if dout is None:  # only the residual sum was used downstream
+        dx = dres if dres is not None else torch.zeros(shape, dtype=s.dtype)
+        dw = torch.zeros_like(w) if want_w else None  # w: the weight as the kernel read it
+        db = torch.zeros(D, dtype=_PARAM_DTYPE[pcode]) if want_b else None
+        return dx, dx if has_res else None, _like(dw, wspec), _like(db, bspec), None, None, None, None, None
+    dx = empty_rows_like(dout)
+    if dout.is_contiguous() and (dres is None or dres.is_contiguous()) and s.is_contiguous():
+        # the common case, written out: one C call, every row stride D
+        pdt = _PARAM_DTYPE[pcode]
+        dw = torch.empty(D, dtype=pdt) if want_w else None
+        db = torch.empty(D, dtype=pdt) if want_b else None
+        sp = stats.data_ptr()
+        layer = kind == "layer"
+        rc = library().backward(
+            0 if layer else 1, _DTYPE[s.dtype], N, D, dout.data_ptr(), D, s.data_ptr(), D, sp if layer else None,
+            sp + 4 * N if layer else sp, _ptr(w), pcode, weight_offset, _ptr(dres), D, dx.data_ptr(), D,
+            _ptr(dw), _ptr(db), torch.get_num_threads())
+        if rc != 0:
+            raise MemoryError("addnorm CPU backward kernel could not allocate its partial sums")
+    else:
+        if not (dout.is_contiguous() and (dres is None or dres.is_contiguous())):
+            dout, dres = as_rows(dout, D), None if dres is None else as_rows(dres, D)
+        dw, db = backward(kind, dout, s, stats, w, pcode, weight_offset, dres, dx, want_w, want_b, N, D)
+    return dx, dx if has_res else None, _like(dw, wspec), _like(db, bspec), None, None, None, None, None
+
+
+# under create_graph=True: computed once, and a second differentiation raises PyTorch's own error
+_backward_once = once_differentiable(_backward)
+
+
+# FusedAddNorm.apply is a Python classmethod whose prologue -- functorch checks, unwrapping dead
+# functorch wrappers over every argument -- costs ~2 us, 3 % of a whole 64 x 768 training step. Callers
+# that have already sent functorch transforms to the torch backend use this instead: the C-level apply
+# that the prologue ends in, with the unwrapping done directly on the four tensors.
+_C_APPLY = torch._C._FunctionBase.__dict__["apply"].__get__(None, FusedAddNorm)
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+
+
+def apply_fused(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight):
+    """``FusedAddNorm.apply(...)`` outside functorch transforms (the caller checks), without the prologue."""
+    return _C_APPLY(_unwrap_if_dead(x), None if residual is None else _unwrap_if_dead(residual),
+                    None if weight is None else _unwrap_if_dead(weight), None if bias is None else _unwrap_if_dead(bias),
+                    kind, D, eps, weight_offset, cast_before_weight)
+
