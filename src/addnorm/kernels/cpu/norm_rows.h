@@ -328,8 +328,8 @@ static void AN_FN(bwd_out_f32)(float *restrict dst, float *restrict dw, float *r
  * row's storage (element size es), prefetched chunk by chunk while this one is written. */
 static void AN_FN(bwd_row_f32)(const an_bwd_args *a, const float *restrict s, const float *restrict dy,
                                const float *restrict dres, const float *restrict w, float off, float mean, float rstd,
-                               float *restrict dw, float *restrict db, float *restrict dst, const void *nxt_s,
-                               const void *nxt_dy, const void *nxt_dres, int es) {
+                               float *restrict dw, float *restrict db, float *restrict dst, float *stream_to,
+                               const void *nxt_s, const void *nxt_dy, const void *nxt_dres, int es) {
     const int64_t D = a->D;
     const float inv_d = 1.0f / (float)D;
     float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
@@ -350,8 +350,14 @@ static void AN_FN(bwd_row_f32)(const an_bwd_args *a, const float *restrict s, co
     for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
         AN_FN(prefetch_chunk)(nxt_s, nxt_dy, nxt_dres, c0, D, es);
         const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
-        AN_FN(bwd_out_f32)(dst + c0, dw + c0, db + c0, s + c0, dy + c0, dres + c0, w + c0, off, mean, rstd, mg, mgx,
-                           c1 - c0);
+        if (stream_to) { /* dst is one chunk of scratch, streamed out while it is still in L1 */
+            AN_FN(bwd_out_f32)(dst, dw + c0, db + c0, s + c0, dy + c0, dres + c0, w + c0, off, mean, rstd, mg, mgx,
+                               c1 - c0);
+            AN_FN(stream_bytes)(stream_to + c0, dst, (size_t)(c1 - c0) * 4);
+        } else {
+            AN_FN(bwd_out_f32)(dst + c0, dw + c0, db + c0, s + c0, dy + c0, dres + c0, w + c0, off, mean, rstd, mg,
+                               mgx, c1 - c0);
+        }
     }
 }
 
@@ -385,11 +391,13 @@ static void AN_FN(bwd_rows_f32)(const an_bwd_args *a, int64_t r0, int64_t r1, co
             }
         }
         const int more = r + 1 < r1;
+        /* float32: dx written in place, or streamed a chunk at a time; float16: converted from o32 */
         float *dst = (f32 && !a->nt) ? (float *)dx_row : o32;
-        AN_FN(bwd_row_f32)(a, s, dy, dres, w, off, a->mean ? a->mean[r] : 0.0f, a->rstd[r], dw, db, dst,
+        float *stream_to = (f32 && a->nt) ? (float *)dx_row : NULL;
+        AN_FN(bwd_row_f32)(a, s, dy, dres, w, off, a->mean ? a->mean[r] : 0.0f, a->rstd[r], dw, db, dst, stream_to,
                            more ? s_row + a->s_rs * es : NULL, more ? dy_row + a->dy_rs * es : NULL,
                            (more && dres_row) ? dres_row + a->dres_rs * es : NULL, (int)es);
-        if (dst != (float *)dx_row) AN_FN(put_row)(dx_row, dst, D, dt, a->nt, sc->r[0]); /* r[0] is free by now */
+        if (!f32) AN_FN(put_row)(dx_row, dst, D, dt, a->nt, sc->r[0]); /* r[0] is free by now */
     }
 }
 
