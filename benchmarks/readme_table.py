@@ -19,12 +19,16 @@ def main() -> int:
     c = res["conditions"]
     rows = res["rows"]
     head = [r for r in rows if (r["rows"], r["hidden"]) in HEADLINE_SHAPES]
+    local = [r["floor_gbps"] for r in rows if r["min_bytes"] >= 32 << 20]
     text = [START,
             f"Measured by `make bench` (= `python benchmarks/bench_add_norm.py`) on {c['processor']}, {c['cores']} cores, "
             f"{c['torch_threads']} torch threads, torch {c['torch']}, Python {c['python']}, kernel ISA `{c['addnorm_isa']}`, "
             f"glibc allocator told to keep freed memory (`--allocator {c['allocator']}`, see docs/performance.md). "
-            f"Floor: torch's copy of a 256 MiB buffer, **{c['floor_gbps']:.1f} GB/s** (read + write), measured in the same run. "
-            "Every time is the median of ≥ 15 runs (± half the p10–p90 spread); GB/s counts the minimum bytes (fwd: read x, r, "
+            f"Floor: torch's copy of a 256 MiB buffer into pre-faulted memory (read + write), {c['floor_gbps']:.1f} GB/s "
+            f"at the start of the run and, because this machine's bandwidth drifts, measured again side by side with the "
+            f"methods in every cell that moves ≥ 32 MiB ({min(local):.1f}–{max(local):.1f} GB/s over the run; the "
+            "“floor GB/s” column). Every time is the median of ≥ 15 runs (± half the p10–p90 spread), the methods of a "
+            "cell timed interleaved (rounds of 5 calls of each in turn); GB/s counts the minimum bytes (fwd: read x, r, "
             "write y, s; bwd: read dy, ds, s, write dx); “of floor” = time the floor would need ÷ time taken; "
             "“vs eager” / “vs compile” = their time ÷ addnorm's (above 1: addnorm is faster). "
             "Small shapes fit in cache, so they can beat the DRAM floor or be dominated by per-call overhead.",

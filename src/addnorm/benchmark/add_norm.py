@@ -3,12 +3,15 @@
 For each shape x dtype x norm x mode, in one process and one run:
   * floor   -- torch's copy of a 256 MiB buffer into pre-faulted memory: the DRAM bandwidth a
                streaming op can hope for on this machine (GB/s, bytes read + written); shapes
-               whose tensors fit in the caches can beat it
+               whose tensors fit in the caches can beat it. Measured once at the start and, for
+               every cell that moves >= 32 MiB, again side by side with that cell's methods
   * addnorm -- addnorm.add_layer_norm / add_rms_norm (the fused CPU kernel, through autograd)
   * eager   -- ``s = x + r; y = F.layer_norm(s)`` (or F.rms_norm)
   * compile -- torch.compile of the eager function
 Modes: ``fwd`` (inference, no graph), ``bwd`` (backward alone, graph retained) and ``fwdbwd``
-(one training step of the unit). Every time is a median of many runs with the p10-p90 spread;
+(one training step of the unit). Every time is a median of many runs with the p10-p90 spread,
+the methods of a cell timed interleaved (rounds of a few calls of each in turn) so that this
+machine's drifts in speed fall on all of them alike;
 GB/s is computed on the *minimum* bytes (fwd: read x, r; write y, s. bwd: read dy, ds, s; write
 dx) so methods that move more data score lower. Results go to CSV and JSON.
 
@@ -88,12 +91,22 @@ def min_bytes(mode: str, n: int, d: int, es: int) -> int:
 FLOOR_BYTES = 256 << 20  # far beyond any last-level cache: the copy runs at DRAM bandwidth
 
 
-def copy_floor_gbps(nbytes: int = FLOOR_BYTES) -> float:
-    """Bandwidth of torch's copy_ between two pre-faulted buffers (bytes read + bytes written)."""
+# cells moving at least this many bytes time the floor again beside their methods: this machine's
+# bandwidth drifts by tens of percent within a run, and a floor measured minutes earlier misjudges them
+LOCAL_FLOOR_BYTES = 32 << 20
+
+
+def copy_step(nbytes: int = FLOOR_BYTES):
+    """One torch copy_ of nbytes between two pre-faulted buffers (bytes read + written: 2 * nbytes)."""
     src = torch.ones(nbytes // 4)
     dst = torch.empty_like(src)
     dst.copy_(src)  # pre-fault
-    t = measure(lambda: dst.copy_(src), min_runs=20, budget_s=1.0)
+    return lambda: dst.copy_(src)
+
+
+def copy_floor_gbps(nbytes: int = FLOOR_BYTES) -> float:
+    """Bandwidth of torch's copy_ between two pre-faulted buffers (bytes read + bytes written)."""
+    t = measure(copy_step(nbytes), min_runs=20, budget_s=1.0)
     return 2 * nbytes / t.median_s / 1e9
 
 
@@ -126,10 +139,14 @@ def make_step(fn, mode, n, d, dtype, kind):
     return step
 
 
-def time_cell(fns: dict, mode, n, d, dtype, kind) -> dict:
-    """{method: Timing} for one shape/dtype/norm/mode, the methods timed interleaved (side by side)."""
+def time_cell(fns: dict, mode, n, d, dtype, kind, floor_step=None) -> dict:
+    """{method: Timing} for one shape/dtype/norm/mode, the methods timed interleaved (side by side);
+    with ``floor_step``, the floor copy is timed among them too (as "floor")."""
     with torch.set_grad_enabled(mode != "fwd"):
-        return measure_interleaved({m: make_step(fn, mode, n, d, dtype, kind) for m, fn in fns.items()})
+        steps = {m: make_step(fn, mode, n, d, dtype, kind) for m, fn in fns.items()}
+        if floor_step is not None:
+            steps["floor"] = floor_step
+        return measure_interleaved(steps)
 
 
 def _key(kind, dtype, n, d, mode, method) -> str:
@@ -153,6 +170,7 @@ def run_benchmark(shapes, dtypes, kinds, modes, methods, progress=None, floor: f
     total = len(shapes) * len(dtypes) * len(kinds) * len(modes) * len(methods)
     task = progress.add_task("benchmark", total=total) if progress else None
     floor = floor or copy_floor_gbps()
+    floor_step = None  # made on first use: 512 MiB of buffers
     for n, d in shapes:
         for dt_name in dtypes:
             dtype = getattr(torch, dt_name)
@@ -173,12 +191,17 @@ def run_benchmark(shapes, dtypes, kinds, modes, methods, progress=None, floor: f
                         continue
                     if progress:
                         progress.update(task, description=f"{kind} {dt_name} {n}x{d} {mode}: {', '.join(todo)}")
-                    timings = time_cell(todo, mode, n, d, dtype, kind)
+                    mb = min_bytes(mode, n, d, es)
+                    local = mb >= LOCAL_FLOOR_BYTES
+                    if local and floor_step is None:
+                        floor_step = copy_step()
+                    timings = time_cell(todo, mode, n, d, dtype, kind, floor_step if local else None)
+                    cell_floor = 2 * FLOOR_BYTES / timings["floor"].median_s / 1e9 if local else floor
                     for method in todo:
                         t = timings[method]
-                        mb = min_bytes(mode, n, d, es)
                         row = Row(kind, dt_name, n, d, mode, method, t.median_s * 1e3, t.p10_s * 1e3, t.p90_s * 1e3,
-                                  t.runs, mb, mb / t.median_s / 1e9, floor, (mb / (floor * 1e9)) / t.median_s)
+                                  t.runs, mb, mb / t.median_s / 1e9, cell_floor,
+                                  (mb / (cell_floor * 1e9)) / t.median_s)
                         cell[method] = row
                         if journal is not None:
                             with journal.open("a") as f:
