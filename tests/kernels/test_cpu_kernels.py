@@ -236,3 +236,22 @@ def test_functorch_transforms_run_on_the_torch_backend():
     torch.testing.assert_close(g, ref, atol=1e-5, rtol=1e-5)
     with pytest.raises(RuntimeError, match="torch.func transform"):
         torch.func.vmap(lambda a: addnorm.layer_norm(a, 16, backend="cpu"))(x)
+
+
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_large_calls_cut_into_many_chunks_match_the_torch_backend(kind):
+    # >= 2^20 elements: rows are cut into several chunks per thread, taken dynamically; 1037 rows do not
+    # divide evenly, so chunks differ in size
+    g = torch.Generator().manual_seed(5)
+    x, r = (torch.randn(1037, 1031, generator=g).requires_grad_() for _ in range(2))
+    w = torch.randn(1031, generator=g).requires_grad_()
+    b = torch.randn(1031, generator=g).requires_grad_() if kind == "layer" else None
+    dy, ds = torch.randn(1037, 1031, generator=g), torch.randn(1037, 1031, generator=g)
+    res = {}
+    for backend in ("cpu", "torch"):
+        fn = addnorm.add_layer_norm if kind == "layer" else addnorm.add_rms_norm
+        y, s = fn(x, r, 1031, w, b, backend=backend) if kind == "layer" else fn(x, r, 1031, w, backend=backend)
+        params = [t for t in (x, w, b) if t is not None]
+        res[backend] = (y, s, *torch.autograd.grad([y, s], params, [dy, ds]))
+    for ours, ref in zip(res["cpu"], res["torch"]):
+        torch.testing.assert_close(ours, ref, atol=1e-4, rtol=1e-5)

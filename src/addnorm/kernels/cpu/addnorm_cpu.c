@@ -13,8 +13,9 @@
  * Threads: the caller passes the thread count (torch's); rows are split into that many contiguous
  * chunks, run by OpenMP -- which, with torch loaded, is torch's own libgomp and thread pool, so the
  * kernels never oversubscribe the cores or start threads per call (pthreads when built without
- * OpenMP). Parameter gradients are summed per chunk and then reduced in chunk order, so
- * dweight/dbias have the same bits on every run for a given thread count.
+ * OpenMP). Large work is cut into several chunks per thread, taken in turn, so a thread slowed by
+ * another process does not hold up the call. Parameter gradients are summed per chunk and then
+ * reduced in chunk order, so dweight/dbias have the same bits on every run for a given thread count.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -35,6 +36,10 @@
 enum { AN_F32 = 0, AN_BF16 = 1, AN_F16 = 2 };
 enum { AN_LAYER = 0, AN_RMS = 1 };
 #define AN_MAX_THREADS 256
+#define AN_MAX_CHUNKS 2048
+/* work of at least this many elements is cut into AN_CHUNKS_PER_THREAD chunks per thread */
+#define AN_BALANCE_MIN ((int64_t)1 << 20)
+#define AN_CHUNKS_PER_THREAD 8
 /* fewer elements than this run on one thread: torch's own grain size (at::internal::GRAIN_SIZE) */
 #define AN_MIN_PARALLEL 32768
 
@@ -236,42 +241,62 @@ static void *an_run_task(void *p) {
     return NULL;
 }
 
-static int an_parallel(int kind, const void *args, int64_t N, int64_t D, int nthreads, float *partial_w, float *partial_b) {
-    an_task tasks[AN_MAX_THREADS];
-    int T = nthreads;
-    for (int t = 0; t < T; t++) {
-        tasks[t].kind = kind;
-        tasks[t].args = args;
-        tasks[t].r0 = N * t / T;
-        tasks[t].r1 = N * (t + 1) / T;
-        tasks[t].D = D;
-        tasks[t].partial_w = partial_w ? an_row(partial_w, D, t) : NULL;
-        tasks[t].partial_b = partial_b ? an_row(partial_b, D, t) : NULL;
-        tasks[t].status = -1;
+typedef struct {
+    an_task *tasks;
+    int C, T, t;
+} an_stride;
+
+static void *an_run_strided(void *p) {
+    an_stride *s = (an_stride *)p;
+    for (int c = s->t; c < s->C; c += s->T) an_run_task(&s->tasks[c]);
+    return NULL;
+}
+
+/* Rows are cut into C chunks, C fixed by the thread count and the size (an_chunks_for), and the
+ * threads take chunks in turn: a thread that the machine slows down (another process, a vCPU being
+ * descheduled) leaves its remaining chunks to the others instead of making every call wait for it.
+ * Which thread runs a chunk does not change any result: partial sums are kept per chunk. */
+static int an_parallel(int kind, const void *args, int64_t N, int64_t D, int nthreads, int C, float *partial_w,
+                       float *partial_b) {
+    an_task tasks[AN_MAX_CHUNKS];
+    for (int c = 0; c < C; c++) {
+        tasks[c].kind = kind;
+        tasks[c].args = args;
+        tasks[c].r0 = N * c / C;
+        tasks[c].r1 = N * (c + 1) / C;
+        tasks[c].D = D;
+        tasks[c].partial_w = partial_w ? an_row(partial_w, D, c) : NULL;
+        tasks[c].partial_b = partial_b ? an_row(partial_b, D, c) : NULL;
+        tasks[c].status = -1;
     }
-    if (T == 1) {
-        an_run_task(&tasks[0]);
+    int T = nthreads < C ? nthreads : C;
+    if (T <= 1) {
+        for (int c = 0; c < C; c++) an_run_task(&tasks[c]);
     } else {
 #ifdef _OPENMP
         /* OpenMP's pool is torch's own when torch is loaded (same libgomp.so.1): no extra threads
-         * compete for the cores, and none are started per call. Chunks are fixed by T, not by which
-         * thread runs them, so results do not depend on scheduling. */
+         * compete for the cores, and none are started per call. */
+        int next = 0;
 #pragma omp parallel num_threads(T)
         {
-            for (int t = omp_get_thread_num(); t < T; t += omp_get_num_threads()) an_run_task(&tasks[t]);
+            int c;
+            while ((c = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED)) < C) an_run_task(&tasks[c]);
         }
 #else
+        /* without OpenMP: T threads, thread t runs chunks t, t + T, ... */
         pthread_t tids[AN_MAX_THREADS];
+        an_stride st[AN_MAX_THREADS];
         int started[AN_MAX_THREADS];
-        for (int t = 1; t < T; t++) started[t] = pthread_create(&tids[t], NULL, an_run_task, &tasks[t]) == 0;
-        an_run_task(&tasks[0]);
+        for (int t = 0; t < T; t++) st[t] = (an_stride){tasks, C, T, t};
+        for (int t = 1; t < T; t++) started[t] = pthread_create(&tids[t], NULL, an_run_strided, &st[t]) == 0;
+        an_run_strided(&st[0]);
         for (int t = 1; t < T; t++) {
             if (started[t]) pthread_join(tids[t], NULL);
-            else an_run_task(&tasks[t]); /* could not start a thread: run its chunk here */
+            else an_run_strided(&st[t]); /* could not start a thread: run its chunks here */
         }
 #endif
     }
-    for (int t = 0; t < T; t++) if (tasks[t].status != 0) return -1;
+    for (int c = 0; c < C; c++) if (tasks[c].status != 0) return -1;
     return 0;
 }
 
@@ -282,6 +307,16 @@ static int an_threads_for(int64_t N, int64_t D, int nthreads) {
     if (work < AN_MIN_PARALLEL) T = 1;
     if (T > N) T = N > 0 ? (int)N : 1;
     return T;
+}
+
+/* One chunk per thread for work that fits in the caches (a chunk costs ~1 us of setup); above that,
+ * AN_CHUNKS_PER_THREAD chunks per thread, so that the load can be balanced. */
+static int an_chunks_for(int64_t N, int64_t D, int T) {
+    if (T <= 1 || N * D < AN_BALANCE_MIN) return T;
+    int64_t C = (int64_t)T * AN_CHUNKS_PER_THREAD;
+    if (C > AN_MAX_CHUNKS) C = AN_MAX_CHUNKS;
+    if (C > N) C = N;
+    return (int)C;
 }
 
 /* Stream (non-temporal stores) once the outputs are too big to stay in the last-level cache for the
@@ -335,7 +370,8 @@ int addnorm_forward(int kind, int dtype, int64_t N, int64_t D,
     an_fwd_args a = {kind, dtype, cast_before_weight, N, D, x, x_rs, res, res_rs, w, b,
                      weight_offset, eps, out, out_rs, res_out, res_out_rs, mean, rstd,
                      an_use_nt(N, D, dtype, res_out ? 2 : 1)};
-    int rc = an_parallel(0, &a, N, D, an_threads_for(N, D, nthreads), NULL, NULL);
+    int T = an_threads_for(N, D, nthreads);
+    int rc = an_parallel(0, &a, N, D, T, an_chunks_for(N, D, T), NULL, NULL);
     free(owned);
     return rc;
 }
@@ -364,21 +400,21 @@ int addnorm_backward(int kind, int dtype, int64_t N, int64_t D,
         if (dbias) memset(dbias, 0, an_elem_size(param_dtype) * (size_t)D);
         return 0;
     }
-    int T = an_threads_for(N, D, nthreads);
+    int T = an_threads_for(N, D, nthreads), C = an_chunks_for(N, D, T);
     void *owned = NULL;
-    /* rows: 0 weight as float32, 1 unused, 2..T+1 dweight partials, T+2..2T+1 dbias partials */
-    float *host = an_host_rows(D, 2 + 2 * T, &owned);
+    /* rows: 0 weight as float32, 1 unused, 2..C+1 dweight partials, C+2..2C+1 dbias partials */
+    float *host = an_host_rows(D, 2 + 2 * C, &owned);
     if (!host) return -1;
-    float *pw = dweight ? an_row(host, D, 2) : NULL, *pb = dbias ? an_row(host, D, 2 + T) : NULL;
-    for (int t = 0; t < T; t++) { /* the kernels accumulate into zeroed partial rows */
-        if (pw) memset(an_row(pw, D, t), 0, sizeof(float) * (size_t)D);
-        if (pb) memset(an_row(pb, D, t), 0, sizeof(float) * (size_t)D);
+    float *pw = dweight ? an_row(host, D, 2) : NULL, *pb = dbias ? an_row(host, D, 2 + C) : NULL;
+    for (int c = 0; c < C; c++) { /* the kernels accumulate into zeroed partial rows */
+        if (pw) memset(an_row(pw, D, c), 0, sizeof(float) * (size_t)D);
+        if (pb) memset(an_row(pb, D, c), 0, sizeof(float) * (size_t)D);
     }
     an_bwd_args a = {kind, dtype, N, D, dy, dy_rs, s, s_rs, mean, rstd, an_param_f32(weight, param_dtype, host, D),
                      weight_offset, dres, dres_rs, dx, dx_rs, an_use_nt(N, D, dtype, 1)};
-    int rc = an_parallel(1, &a, N, D, T, pw, pb);
-    if (rc == 0 && pw) an_reduce_partials(dweight, param_dtype, pw, T, D);
-    if (rc == 0 && pb) an_reduce_partials(dbias, param_dtype, pb, T, D);
+    int rc = an_parallel(1, &a, N, D, T, C, pw, pb);
+    if (rc == 0 && pw) an_reduce_partials(dweight, param_dtype, pw, C, D);
+    if (rc == 0 && pb) an_reduce_partials(dbias, param_dtype, pb, C, D);
     free(owned);
     return rc;
 }

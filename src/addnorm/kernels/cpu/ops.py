@@ -9,8 +9,6 @@ plain norm) and per-row mean / rstd in float32; xhat is recomputed.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -74,25 +72,31 @@ def _rs(t: torch.Tensor | None, D: int) -> int:
     return 0 if t is None else D if t.is_contiguous() else t.stride(0)
 
 
-def forward(kind, x, r, weight, bias, eps, weight_offset, cast_before_weight, out, res_out, stats, N, D):
+def forward(kind, x, r, weight, bias, eps, weight_offset, cast_before_weight, out, res_out, stats, N, D,
+            contiguous=False):
     """One pass over N rows of D; returns the parameters as the kernel read them (see ``params``).
 
     Every tensor is either contiguous (any shape) or an (N, D) view from ``as_rows``; ``res_out`` and
     ``stats`` may be None. ``stats`` is float32: (2, N) = (mean, rstd) for LayerNorm, (1, N) = (rstd,)
-    for RMSNorm.
+    for RMSNorm. ``contiguous=True`` says every tensor is (their row strides are D, not looked up).
     """
     p = params(weight, bias, D)
+    if contiguous:
+        xs = rs = os_ = ros = D
+    else:
+        xs, rs, os_, ros = _rs(x, D), _rs(r, D), _rs(out, D), _rs(res_out, D)
+    mean, rstd = _stats_ptrs(stats, kind, N)
     rc = library().forward(
-        KIND_CODES[kind], _DTYPE[x.dtype], N, D, x.data_ptr(), _rs(x, D), _ptr(r), _rs(r, D),
-        _ptr(p[0]), _ptr(p[1]), p[2], weight_offset, eps, cast_before_weight,
-        out.data_ptr(), _rs(out, D), _ptr(res_out), _rs(res_out, D), *_stats_ptrs(stats, kind, N),
+        KIND_CODES[kind], _DTYPE[x.dtype], N, D, x.data_ptr(), xs, _ptr(r), rs, _ptr(p[0]), _ptr(p[1]), p[2],
+        weight_offset, eps, cast_before_weight, out.data_ptr(), os_, _ptr(res_out), ros, mean, rstd,
         torch.get_num_threads())
     if rc != 0:
         raise MemoryError("addnorm CPU forward kernel could not allocate its scratch rows")
     return p
 
 
-def backward(kind, dy, s, stats, weight, pcode, weight_offset, dres, dx, want_dweight: bool, want_dbias: bool, N, D):
+def backward(kind, dy, s, stats, weight, pcode, weight_offset, dres, dx, want_dweight: bool, want_dbias: bool, N, D,
+             contiguous=False):
     """One pass, writing dx; returns (dweight or None, dbias or None) in the dtype of ``pcode``.
 
     Tensors as in ``forward``; ``weight`` and ``pcode`` as ``params`` returned them.
@@ -100,10 +104,14 @@ def backward(kind, dy, s, stats, weight, pcode, weight_offset, dres, dx, want_dw
     pdt = _PARAM_DTYPE[pcode]
     dw = torch.empty(D, dtype=pdt) if want_dweight else None  # (D,) ints parse faster than a shape tuple
     db = torch.empty(D, dtype=pdt) if want_dbias else None
+    if contiguous:
+        dys = ss = drs = dxs = D
+    else:
+        dys, ss, drs, dxs = _rs(dy, D), _rs(s, D), _rs(dres, D), _rs(dx, D)
+    mean, rstd = _stats_ptrs(stats, kind, N)
     rc = library().backward(
-        KIND_CODES[kind], _DTYPE[s.dtype], N, D, dy.data_ptr(), _rs(dy, D), s.data_ptr(), _rs(s, D),
-        *_stats_ptrs(stats, kind, N), _ptr(weight), pcode, weight_offset,
-        _ptr(dres), _rs(dres, D), dx.data_ptr(), _rs(dx, D), _ptr(dw), _ptr(db), torch.get_num_threads())
+        KIND_CODES[kind], _DTYPE[s.dtype], N, D, dy.data_ptr(), dys, s.data_ptr(), ss, mean, rstd, _ptr(weight),
+        pcode, weight_offset, _ptr(dres), drs, dx.data_ptr(), dxs, _ptr(dw), _ptr(db), torch.get_num_threads())
     if rc != 0:
         raise MemoryError("addnorm CPU backward kernel could not allocate its partial sums")
     return dw, db
@@ -135,23 +143,14 @@ class FusedAddNorm(torch.autograd.Function):
     def forward(ctx, x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight):
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None, not a tensor of zeros
         N = x.numel() // D
-        layer = kind == "layer"
-        stats = torch.empty(2 if layer else 1, N, dtype=torch.float32)
+        stats = torch.empty(2 if kind == "layer" else 1, N, dtype=torch.float32)
         out = empty_rows_like(x)
         s = None if residual is None else empty_rows_like(x)
-        if x.is_contiguous() and (residual is None or residual.is_contiguous()):
-            # the common case, written out: one C call, every row stride D
-            p = params(weight, bias, D)
-            sp = stats.data_ptr()
-            rc = library().forward(
-                0 if layer else 1, _DTYPE[x.dtype], N, D, x.data_ptr(), D, _ptr(residual), D, _ptr(p[0]), _ptr(p[1]),
-                p[2], weight_offset, eps, cast_before_weight, out.data_ptr(), D, _ptr(s), D, sp if layer else None,
-                sp + 4 * N if layer else sp, torch.get_num_threads())
-            if rc != 0:
-                raise MemoryError("addnorm CPU forward kernel could not allocate its scratch rows")
-        else:
+        contiguous = x.is_contiguous() and (residual is None or residual.is_contiguous())
+        if not contiguous:
             x, residual = as_rows(x, D), None if residual is None else as_rows(residual, D)
-            p = forward(kind, x, residual, weight, bias, eps, weight_offset, cast_before_weight, out, s, stats, N, D)
+        p = forward(kind, x, residual, weight, bias, eps, weight_offset, cast_before_weight, out, s, stats, N, D,
+                    contiguous)
         ctx.save_for_backward(x if s is None else s, stats, p[0])
         ctx.meta = (kind, out.shape, N, D, weight_offset, p[2], _spec(weight, p[0]), _spec(bias, p[1]),
                     residual is not None)
@@ -176,23 +175,10 @@ def _backward(ctx, dout, dres):
         db = torch.zeros(D, dtype=_PARAM_DTYPE[pcode]) if want_b else None
         return dx, dx if has_res else None, _like(dw, wspec), _like(db, bspec), None, None, None, None, None
     dx = empty_rows_like(dout)
-    if dout.is_contiguous() and (dres is None or dres.is_contiguous()) and s.is_contiguous():
-        # the common case, written out: one C call, every row stride D
-        pdt = _PARAM_DTYPE[pcode]
-        dw = torch.empty(D, dtype=pdt) if want_w else None
-        db = torch.empty(D, dtype=pdt) if want_b else None
-        sp = stats.data_ptr()
-        layer = kind == "layer"
-        rc = library().backward(
-            0 if layer else 1, _DTYPE[s.dtype], N, D, dout.data_ptr(), D, s.data_ptr(), D, sp if layer else None,
-            sp + 4 * N if layer else sp, _ptr(w), pcode, weight_offset, _ptr(dres), D, dx.data_ptr(), D,
-            _ptr(dw), _ptr(db), torch.get_num_threads())
-        if rc != 0:
-            raise MemoryError("addnorm CPU backward kernel could not allocate its partial sums")
-    else:
-        if not (dout.is_contiguous() and (dres is None or dres.is_contiguous())):
-            dout, dres = as_rows(dout, D), None if dres is None else as_rows(dres, D)
-        dw, db = backward(kind, dout, s, stats, w, pcode, weight_offset, dres, dx, want_w, want_b, N, D)
+    contiguous = dout.is_contiguous() and (dres is None or dres.is_contiguous()) and s.is_contiguous()
+    if not contiguous:
+        dout, dres = as_rows(dout, D), None if dres is None else as_rows(dres, D)
+    dw, db = backward(kind, dout, s, stats, w, pcode, weight_offset, dres, dx, want_w, want_b, N, D, contiguous)
     return dx, dx if has_res else None, _like(dw, wspec), _like(db, bspec), None, None, None, None, None
 
 
