@@ -190,8 +190,12 @@ _backward_once = once_differentiable(_backward)
 # functorch wrappers over every argument -- costs ~2 us, 3 % of a whole 64 x 768 training step. Callers
 # that have already sent functorch transforms to the torch backend use this instead: the C-level apply
 # that the prologue ends in, with the unwrapping done directly on the four tensors.
-_C_APPLY = torch._C._FunctionBase.__dict__["apply"].__get__(None, FusedAddNorm)
-_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+try:
+    _C_APPLY = torch._C._FunctionBase.__dict__["apply"].__get__(None, FusedAddNorm)
+    _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+except (AttributeError, KeyError):  # private entry points gone in some torch version: the public apply
+    _C_APPLY = FusedAddNorm.apply
+    _unwrap_if_dead = lambda t: t  # noqa: E731  (FusedAddNorm.apply unwraps them itself)
 
 
 def apply_fused(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight):
