@@ -36,7 +36,7 @@
 enum { AN_F32 = 0, AN_BF16 = 1, AN_F16 = 2 };
 enum { AN_LAYER = 0, AN_RMS = 1 };
 #define AN_MAX_THREADS 256
-#define AN_MAX_CHUNKS 2048
+#define AN_MAX_CHUNKS 512 /* the tasks live on the caller's stack: 512 x 64 bytes */
 /* work of at least this many elements is cut into AN_CHUNKS_PER_THREAD chunks per thread */
 #define AN_BALANCE_MIN ((int64_t)1 << 20)
 #define AN_CHUNKS_PER_THREAD 8
