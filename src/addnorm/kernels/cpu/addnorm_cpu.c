@@ -10,12 +10,12 @@
  * end of this file (a few hundred nanoseconds, where ctypes' argument marshalling cost microseconds
  * -- most of a small call).
  *
- * Threads: the caller passes the thread count (torch's); rows are split into that many contiguous
- * chunks, run by OpenMP -- which, with torch loaded, is torch's own libgomp and thread pool, so the
- * kernels never oversubscribe the cores or start threads per call (pthreads when built without
- * OpenMP). Large work is cut into several chunks per thread, taken in turn, so a thread slowed by
- * another process does not hold up the call. Parameter gradients are summed per chunk and then
- * reduced in chunk order, so dweight/dbias have the same bits on every run for a given thread count.
+ * Threads: the caller passes the thread count (torch's); rows are split into contiguous chunks run by
+ * OpenMP -- which, with torch loaded, is torch's own libgomp and thread pool, so the kernels never
+ * oversubscribe the cores or start threads per call (pthreads when built without OpenMP). Large work
+ * is cut into several chunks per thread, taken in turn, so a thread slowed by another process does
+ * not hold up the call. Parameter gradients are summed per chunk and then reduced in chunk order, so
+ * dweight/dbias have the same bits on every run for a given thread count.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -189,13 +189,29 @@ static size_t an_row_stride(int64_t D) { return ((size_t)D * 4 + AN_PAGE - 1) / 
 
 /* Scratch memory is kept per thread between calls (OpenMP's workers and the calling thread live on),
  * so a small call costs no allocation; blocks above AN_CACHE_MAX are allocated per call instead, so a
- * huge row size leaves nothing large behind. */
+ * huge row size leaves nothing large behind, and a thread's blocks are freed when the thread exits. */
 #define AN_CACHE_MAX ((size_t)4 << 20)
 typedef struct {
     void *base;
     size_t size;
 } an_cache;
-static __thread an_cache tl_task_cache, tl_host_cache;
+typedef struct {
+    an_cache task, host; /* a chunk's rows; the calling thread's parameter and partial-sum rows */
+} an_caches;
+static __thread an_caches tl_caches;
+#define tl_task_cache (tl_caches.task)
+#define tl_host_cache (tl_caches.host)
+static pthread_key_t an_exit_key;
+static pthread_once_t an_exit_once = PTHREAD_ONCE_INIT;
+
+static void an_caches_free(void *p) {
+    an_caches *c = (an_caches *)p;
+    free(c->task.base);
+    free(c->host.base);
+    memset(c, 0, sizeof *c);
+}
+
+static void an_exit_key_init(void) { (void)pthread_key_create(&an_exit_key, an_caches_free); }
 
 /* At least `bytes` page-aligned bytes; *owned is set when the block must be freed by the caller. */
 static char *an_scratch(an_cache *c, size_t bytes, void **owned) {
@@ -205,6 +221,11 @@ static char *an_scratch(an_cache *c, size_t bytes, void **owned) {
         return (char *)*owned;
     }
     if (c->size < bytes) {
+        /* first block of this thread: have it freed at thread exit */
+        if (tl_caches.task.base == NULL && tl_caches.host.base == NULL) {
+            pthread_once(&an_exit_once, an_exit_key_init);
+            pthread_setspecific(an_exit_key, &tl_caches);
+        }
         free(c->base);
         c->base = NULL;
         c->size = 0;
