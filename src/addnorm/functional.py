@@ -34,7 +34,7 @@ import torch
 
 from .kernels import torch_ref
 from .kernels.cpu import SUPPORTED_DTYPES as _CPU_DTYPES
-from .kernels.cpu import FusedAddNorm, availability
+from .kernels.cpu import availability
 from .kernels.cpu import ops as _cpu_ops
 
 __all__ = [
@@ -180,8 +180,11 @@ def _resolve(backend: str | None, x: torch.Tensor, shape: tuple[int, ...], param
 _functorch_active = torch._C._are_functorch_transforms_active
 
 
-def _needs_grad(*ts) -> bool:
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
+def _needs_grad(x, residual, weight, bias) -> bool:
+    # written out, not any(...) over a generator: this runs on every fast-path call
+    return torch.is_grad_enabled() and (x.requires_grad or (residual is not None and residual.requires_grad)
+                                        or (weight is not None and weight.requires_grad)
+                                        or (bias is not None and bias.requires_grad))
 
 
 def _fast_path_ok(x, residual, D, weight, bias, eps, weight_offset, backend) -> bool:
@@ -213,11 +216,6 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
             eps = _default_rms_eps(x)
         if _fast_path_ok(x, residual, normalized_shape, weight, bias, eps, weight_offset, backend):
             _last["backend"] = "cpu"
-            if torch.is_grad_enabled() and (x.requires_grad or (residual is not None and residual.requires_grad)
-                                            or (weight is not None and weight.requires_grad)
-                                            or (bias is not None and bias.requires_grad)):
-                return _cpu_ops.apply_fused(x, residual, weight, bias, kind, normalized_shape, eps,
-                                            float(weight_offset), bool(cast_before_weight))
             return _run_cpu(kind, x, residual, (normalized_shape,), weight, bias, eps, weight_offset,
                             cast_before_weight, None, None)
     shape = _normalized_shape(normalized_shape)
@@ -257,8 +255,9 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
 
 def _run_cpu(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_before_weight, out, residual_out):
     D = math.prod(shape)
-    if _needs_grad(x, residual, weight, bias):
-        return FusedAddNorm.apply(x, residual, weight, bias, kind, D, eps, float(weight_offset), bool(cast_before_weight))
+    if _needs_grad(x, residual, weight, bias):  # callers have sent torch.func transforms to the torch backend
+        return _cpu_ops.apply_fused(x, residual, weight, bias, kind, D, eps, float(weight_offset),
+                                    bool(cast_before_weight))
     # inference: no autograd node, no saved statistics; outputs are contiguous whatever x's layout
     out_t = _cpu_ops.empty_rows_like(x) if out is None else out
     res_t = None
