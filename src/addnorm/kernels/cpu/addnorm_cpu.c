@@ -32,6 +32,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 enum { AN_F32 = 0, AN_BF16 = 1, AN_F16 = 2 };
 enum { AN_LAYER = 0, AN_RMS = 1 };
@@ -43,8 +46,12 @@ enum { AN_LAYER = 0, AN_RMS = 1 };
 /* fewer elements than this run on one thread: torch's own grain size (at::internal::GRAIN_SIZE) */
 #define AN_MIN_PARALLEL 32768
 
+/* Dtypes: x has xdt, the residual rdt, the normed output odt, the residual sum sdt (the dtype the new
+ * stream is formed and stored in: the residual's). `uniform` says all four are `dtype`: the specialised
+ * row loops need that; a float32 stream beside 16-bit branch outputs takes the generic loop. */
 typedef struct {
     int kind, dtype, cast_before_weight;
+    int xdt, rdt, odt, sdt, uniform;
     int64_t N, D;
     const void *x; int64_t x_rs;
     const void *res; int64_t res_rs;      /* NULL: plain norm */
@@ -56,8 +63,11 @@ typedef struct {
     int nt;                               /* stream the outputs (non-temporal stores) */
 } an_fwd_args;
 
+/* Dtypes: dy has dydt, the saved sum, the incoming residual gradient and dx have sdt; dx2 (optional)
+ * receives the same gradient in dx2dt -- the branch input's dtype when it is narrower than the stream. */
 typedef struct {
     int kind, dtype;
+    int dydt, sdt, dx2dt, uniform;
     int64_t N, D;
     const void *dy; int64_t dy_rs;
     const void *s; int64_t s_rs;          /* the normalized input (the residual sum) */
@@ -65,12 +75,13 @@ typedef struct {
     const float *weight; float weight_offset;
     const void *dres; int64_t dres_rs;    /* gradient of the new residual, NULL when none */
     void *dx; int64_t dx_rs;
+    void *dx2; int64_t dx2_rs;            /* NULL when not wanted */
     int nt;
 } an_bwd_args;
 
 /* per-thread float32 scratch rows; ones/zeros stand in for an absent weight/bias/gradient */
 typedef struct {
-    float *r[6];
+    float *r[8]; /* r[6], r[7]: a block of rows' float32 parameter-gradient sums (backward) */
     const float *ones, *zeros;
 } an_rows;
 
@@ -141,7 +152,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #undef AN_SFX
 
 typedef void (*an_fwd_fn)(const an_fwd_args *, int64_t, int64_t, const an_rows *);
-typedef void (*an_bwd_fn)(const an_bwd_args *, int64_t, int64_t, const an_rows *, float *, float *);
+typedef void (*an_bwd_fn)(const an_bwd_args *, int64_t, int64_t, const an_rows *, double *, double *);
 
 static an_fwd_fn g_fwd = fwd_rows_base;
 static an_bwd_fn g_bwd = bwd_rows_base;
@@ -177,7 +188,7 @@ typedef struct {
     const void *args;
     int64_t r0, r1;
     int64_t D;
-    float *partial_w, *partial_b; /* this chunk's float32 partial sums (bwd) */
+    double *partial_w, *partial_b; /* this chunk's float64 partial sums (bwd) */
     int status;
 } an_task;
 
@@ -237,17 +248,21 @@ static char *an_scratch(an_cache *c, size_t bytes, void **owned) {
 }
 
 static inline float *an_row(float *rows, int64_t D, int i) { return (float *)((char *)rows + an_row_stride(D) * (size_t)i); }
+/* a float64 row of D takes two float32 row slots */
+static inline double *an_drow(double *rows, int64_t D, int i) {
+    return (double *)((char *)rows + 2 * an_row_stride(D) * (size_t)i);
+}
 
 static void *an_run_task(void *p) {
     an_task *t = (an_task *)p;
     void *owned;
-    /* 8 rows: r[0..5], ones, zeros; the first starts 256 bytes into its page (see an_row_stride) */
-    char *block = an_scratch(&tl_task_cache, 256 + an_row_stride(t->D) * 8, &owned);
+    /* 10 rows: r[0..7], ones, zeros; the first starts 256 bytes into its page (see an_row_stride) */
+    char *block = an_scratch(&tl_task_cache, 256 + an_row_stride(t->D) * 10, &owned);
     if (!block) { t->status = -1; return NULL; }
     float *rows = (float *)(block + 256);
     an_rows sc;
-    for (int i = 0; i < 6; i++) sc.r[i] = an_row(rows, t->D, i);
-    float *ones = an_row(rows, t->D, 6), *zeros = an_row(rows, t->D, 7);
+    for (int i = 0; i < 8; i++) sc.r[i] = an_row(rows, t->D, i);
+    float *ones = an_row(rows, t->D, 8), *zeros = an_row(rows, t->D, 9);
     for (int64_t i = 0; i < t->D; i++) ones[i] = 1.0f;
     memset(zeros, 0, sizeof(float) * (size_t)t->D);
     sc.ones = ones;
@@ -277,8 +292,8 @@ static void *an_run_strided(void *p) {
  * threads take chunks in turn: a thread that the machine slows down (another process, a vCPU being
  * descheduled) leaves its remaining chunks to the others instead of making every call wait for it.
  * Which thread runs a chunk does not change any result: partial sums are kept per chunk. */
-static int an_parallel(int kind, const void *args, int64_t N, int64_t D, int nthreads, int C, float *partial_w,
-                       float *partial_b) {
+static int an_parallel(int kind, const void *args, int64_t N, int64_t D, int nthreads, int C, double *partial_w,
+                       double *partial_b) {
     an_task tasks[AN_MAX_CHUNKS];
     for (int c = 0; c < C; c++) {
         tasks[c].kind = kind;
@@ -286,8 +301,8 @@ static int an_parallel(int kind, const void *args, int64_t N, int64_t D, int nth
         tasks[c].r0 = N * c / C;
         tasks[c].r1 = N * (c + 1) / C;
         tasks[c].D = D;
-        tasks[c].partial_w = partial_w ? an_row(partial_w, D, c) : NULL;
-        tasks[c].partial_b = partial_b ? an_row(partial_b, D, c) : NULL;
+        tasks[c].partial_w = partial_w ? an_drow(partial_w, D, c) : NULL;
+        tasks[c].partial_b = partial_b ? an_drow(partial_b, D, c) : NULL;
         tasks[c].status = -1;
     }
     int T = nthreads < C ? nthreads : C;
@@ -376,43 +391,71 @@ int addnorm_isa(void) {
     return g_isa;
 }
 
-int addnorm_forward(int kind, int dtype, int64_t N, int64_t D,
+/* Large fresh outputs: ask for transparent huge pages before the first write, so that the kernel's
+ * first touch faults in 2 MiB at a time instead of 4 KiB (glibc hands out every block of 32 MiB or more
+ * as fresh mmap'd pages, so without this each such output pays ~8000 page faults per call). A no-op
+ * where the OS offers no THP, on pages already touched, and for smaller outputs. */
+#define AN_HUGE_MIN ((size_t)32 << 20)
+#define AN_HUGE_PAGE ((uintptr_t)2 << 20)
+static void an_advise_huge(void *p, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (p == NULL || bytes < AN_HUGE_MIN) return;
+    uintptr_t lo = ((uintptr_t)p + AN_HUGE_PAGE - 1) & ~(AN_HUGE_PAGE - 1);
+    uintptr_t hi = ((uintptr_t)p + bytes) & ~(AN_HUGE_PAGE - 1);
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
+/* bytes spanned by N rows of D elements with row stride rs */
+static size_t an_span(int64_t N, int64_t D, int64_t rs, int dt) {
+    return (size_t)((N - 1) * rs + D) * an_elem_size(dt);
+}
+
+int addnorm_forward(int kind, int xdt, int rdt, int odt, int sdt, int64_t N, int64_t D,
                     const void *x, int64_t x_rs, const void *res, int64_t res_rs,
                     const void *weight, const void *bias, int param_dtype, float weight_offset, float eps,
                     int cast_before_weight, void *out, int64_t out_rs, void *res_out, int64_t res_out_rs,
                     float *mean, float *rstd, int nthreads) {
     an_pick_isa();
     if (N <= 0 || D <= 0) return 0;
+    if (x == NULL || out == NULL) return -2;
+    an_advise_huge(out, an_span(N, D, out_rs, odt));
+    if (res_out) an_advise_huge(res_out, an_span(N, D, res_out_rs, sdt));
     void *owned = NULL;
     float *host = NULL;
     if (param_dtype != AN_F32 && (weight || bias) && !(host = an_host_rows(D, 2, &owned))) return -1;
     const float *w = an_param_f32(weight, param_dtype, host, D);
     const float *b = an_param_f32(bias, param_dtype, host ? an_row(host, D, 1) : NULL, D);
-    an_fwd_args a = {kind, dtype, cast_before_weight, N, D, x, x_rs, res, res_rs, w, b,
+    int uniform = xdt == odt && (res == NULL || rdt == xdt) && (res_out == NULL || sdt == xdt);
+    an_fwd_args a = {kind, xdt, cast_before_weight, xdt, rdt, odt, sdt, uniform, N, D, x, x_rs, res, res_rs, w, b,
                      weight_offset, eps, out, out_rs, res_out, res_out_rs, mean, rstd,
-                     an_use_nt(N, D, dtype, res_out ? 2 : 1)};
+                     an_use_nt(N, D, odt, res_out ? 2 : 1)};
     int T = an_threads_for(N, D, nthreads);
     int rc = an_parallel(0, &a, N, D, T, an_chunks_for(N, D, T), NULL, NULL);
     free(owned);
     return rc;
 }
 
-/* Sum chunk t's partial row of every element in chunk order (deterministic for a given thread
+/* Sum chunk t's float64 partial row of every element in chunk order (deterministic for a given thread
  * count), then store it in the parameter dtype. */
-static void an_reduce_partials(void *dst, int pdtype, float *partials, int T, int64_t D) {
+static void an_reduce_partials(void *dst, int pdtype, double *partials, int C, int64_t D) {
     for (int64_t i = 0; i < D; i++) {
-        float acc = 0.0f;
-        for (int t = 0; t < T; t++) acc += an_row(partials, D, t)[i];
-        if (pdtype == AN_F32) ((float *)dst)[i] = acc;
-        else if (pdtype == AN_BF16) ((uint16_t *)dst)[i] = an_f32_to_bf16(acc);
-        else ((uint16_t *)dst)[i] = an_f32_to_f16(acc);
+        double acc = 0.0;
+        for (int c = 0; c < C; c++) acc += an_drow(partials, D, c)[i];
+        float v = (float)acc;
+        if (pdtype == AN_F32) ((float *)dst)[i] = v;
+        else if (pdtype == AN_BF16) ((uint16_t *)dst)[i] = an_f32_to_bf16(v);
+        else ((uint16_t *)dst)[i] = an_f32_to_f16(v);
     }
 }
 
-int addnorm_backward(int kind, int dtype, int64_t N, int64_t D,
+int addnorm_backward(int kind, int dydt, int sdt, int dx2dt, int64_t N, int64_t D,
                      const void *dy, int64_t dy_rs, const void *s, int64_t s_rs,
                      const float *mean, const float *rstd, const void *weight, int param_dtype, float weight_offset,
-                     const void *dres, int64_t dres_rs, void *dx, int64_t dx_rs,
+                     const void *dres, int64_t dres_rs, void *dx, int64_t dx_rs, void *dx2, int64_t dx2_rs,
                      void *dweight, void *dbias, int nthreads) {
     an_pick_isa();
     if (D <= 0) return 0;
@@ -421,18 +464,25 @@ int addnorm_backward(int kind, int dtype, int64_t N, int64_t D,
         if (dbias) memset(dbias, 0, an_elem_size(param_dtype) * (size_t)D);
         return 0;
     }
+    if (dy == NULL || s == NULL || dx == NULL || rstd == NULL) return -2;
+    an_advise_huge(dx, an_span(N, D, dx_rs, sdt));
+    if (dx2) an_advise_huge(dx2, an_span(N, D, dx2_rs, dx2dt));
     int T = an_threads_for(N, D, nthreads), C = an_chunks_for(N, D, T);
     void *owned = NULL;
-    /* rows: 0 weight as float32, 1 unused, 2..C+1 dweight partials, C+2..2C+1 dbias partials */
-    float *host = an_host_rows(D, 2 + 2 * C, &owned);
+    /* float32 rows: 0 weight as float32, 1 unused, then float64 rows (two slots each): C dweight partials,
+     * C dbias partials */
+    float *host = an_host_rows(D, 2 + 4 * C, &owned);
     if (!host) return -1;
-    float *pw = dweight ? an_row(host, D, 2) : NULL, *pb = dbias ? an_row(host, D, 2 + C) : NULL;
+    double *pw = dweight ? (double *)an_row(host, D, 2) : NULL;
+    double *pb = dbias ? (double *)an_row(host, D, 2 + 2 * C) : NULL;
     for (int c = 0; c < C; c++) { /* the kernels accumulate into zeroed partial rows */
-        if (pw) memset(an_row(pw, D, c), 0, sizeof(float) * (size_t)D);
-        if (pb) memset(an_row(pb, D, c), 0, sizeof(float) * (size_t)D);
+        if (pw) memset(an_drow(pw, D, c), 0, sizeof(double) * (size_t)D);
+        if (pb) memset(an_drow(pb, D, c), 0, sizeof(double) * (size_t)D);
     }
-    an_bwd_args a = {kind, dtype, N, D, dy, dy_rs, s, s_rs, mean, rstd, an_param_f32(weight, param_dtype, host, D),
-                     weight_offset, dres, dres_rs, dx, dx_rs, an_use_nt(N, D, dtype, 1)};
+    int uniform = dydt == sdt && dx2 == NULL;
+    an_bwd_args a = {kind, sdt, dydt, sdt, dx2dt, uniform, N, D, dy, dy_rs, s, s_rs, mean, rstd,
+                     an_param_f32(weight, param_dtype, host, D), weight_offset, dres, dres_rs, dx, dx_rs, dx2, dx2_rs,
+                     an_use_nt(N, D, sdt, dx2 ? 2 : 1)};
     int rc = an_parallel(1, &a, N, D, T, C, pw, pb);
     if (rc == 0 && pw) an_reduce_partials(dweight, param_dtype, pw, C, D);
     if (rc == 0 && pb) an_reduce_partials(dbias, param_dtype, pb, C, D);
@@ -470,31 +520,32 @@ static int an_parse(PyObject *const *args, Py_ssize_t nargs, const char *fmt, ..
 }
 
 static PyObject *an_py_forward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    int kind, dtype, pdt, cbw, nthreads, rc;
+    int kind, xdt, rdt, odt, sdt, pdt, cbw, nthreads, rc;
     int64_t N, D, x_rs, res_rs, out_rs, res_out_rs;
     void *x, *res, *w, *b, *out, *res_out, *mean, *rstd;
     float off, eps;
-    if (an_parse(args, nargs, "iiLLpLpLppiffipLpLppi", &kind, &dtype, &N, &D, &x, &x_rs, &res, &res_rs, &w, &b, &pdt,
-                 &off, &eps, &cbw, &out, &out_rs, &res_out, &res_out_rs, &mean, &rstd, &nthreads) < 0)
+    if (an_parse(args, nargs, "iiiiiLLpLpLppiffipLpLppi", &kind, &xdt, &rdt, &odt, &sdt, &N, &D, &x, &x_rs, &res,
+                 &res_rs, &w, &b, &pdt, &off, &eps, &cbw, &out, &out_rs, &res_out, &res_out_rs, &mean, &rstd,
+                 &nthreads) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
-    rc = addnorm_forward(kind, dtype, N, D, x, x_rs, res, res_rs, w, b, pdt, off, eps, cbw, out, out_rs, res_out,
-                         res_out_rs, (float *)mean, (float *)rstd, nthreads);
+    rc = addnorm_forward(kind, xdt, rdt, odt, sdt, N, D, x, x_rs, res, res_rs, w, b, pdt, off, eps, cbw, out, out_rs,
+                         res_out, res_out_rs, (float *)mean, (float *)rstd, nthreads);
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(rc);
 }
 
 static PyObject *an_py_backward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    int kind, dtype, pdt, nthreads, rc;
-    int64_t N, D, dy_rs, s_rs, dres_rs, dx_rs;
-    void *dy, *s, *mean, *rstd, *w, *dres, *dx, *dw, *db;
+    int kind, dydt, sdt, dx2dt, pdt, nthreads, rc;
+    int64_t N, D, dy_rs, s_rs, dres_rs, dx_rs, dx2_rs;
+    void *dy, *s, *mean, *rstd, *w, *dres, *dx, *dx2, *dw, *db;
     float off;
-    if (an_parse(args, nargs, "iiLLpLpLpppifpLpLppi", &kind, &dtype, &N, &D, &dy, &dy_rs, &s, &s_rs, &mean, &rstd, &w,
-                 &pdt, &off, &dres, &dres_rs, &dx, &dx_rs, &dw, &db, &nthreads) < 0)
+    if (an_parse(args, nargs, "iiiiLLpLpLpppifpLpLpLppi", &kind, &dydt, &sdt, &dx2dt, &N, &D, &dy, &dy_rs, &s, &s_rs,
+                 &mean, &rstd, &w, &pdt, &off, &dres, &dres_rs, &dx, &dx_rs, &dx2, &dx2_rs, &dw, &db, &nthreads) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
-    rc = addnorm_backward(kind, dtype, N, D, dy, dy_rs, s, s_rs, (const float *)mean, (const float *)rstd, w, pdt, off,
-                          dres, dres_rs, dx, dx_rs, dw, db, nthreads);
+    rc = addnorm_backward(kind, dydt, sdt, dx2dt, N, D, dy, dy_rs, s, s_rs, (const float *)mean, (const float *)rstd,
+                          w, pdt, off, dres, dres_rs, dx, dx_rs, dx2, dx2_rs, dw, db, nthreads);
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(rc);
 }

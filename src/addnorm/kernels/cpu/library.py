@@ -8,7 +8,6 @@ which cost far less per call than ctypes' argument marshalling.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 DTYPE_CODES = {"float32": 0, "bfloat16": 1, "float16": 2}
@@ -57,9 +56,23 @@ def library() -> KernelLibrary:
     return lib
 
 
-@functools.lru_cache(maxsize=1)
+_AVAILABILITY: Availability | None = None
+
+
 def availability() -> Availability:
-    lib = _load()
-    if isinstance(lib, str):
-        return Availability(False, lib, None)
-    return Availability(True, f"loaded from {lib.path}", lib.isa)
+    """Whether the kernels can run (computed once; a plain global read afterwards, which torch.compile
+    traces without a graph break)."""
+    global _AVAILABILITY
+    if _AVAILABILITY is None:
+        lib = _load()
+        _AVAILABILITY = (Availability(False, lib, None) if isinstance(lib, str)
+                         else Availability(True, f"loaded from {lib.path}", lib.isa))
+    return _AVAILABILITY
+
+
+def _clear_availability() -> None:
+    global _AVAILABILITY
+    _AVAILABILITY = None
+
+
+availability.cache_clear = _clear_availability  # tests swap the library out and back

@@ -403,7 +403,43 @@ static void AN_FN(bwd_rows_f32)(const an_bwd_args *a, int64_t r0, int64_t r1, co
 
 /* ---- forward ---- */
 
+/* Rows whose tensors do not share one dtype (a float32 residual stream beside 16-bit branch outputs, an
+ * explicit output dtype): every row is converted into float32 scratch, summed, rounded to the stream's
+ * dtype as the stored sum will be, normalized and stored in the output dtype -- still one pass. */
+static void AN_FN(fwd_rows_mixed)(const an_fwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
+    float *restrict buf = sc->r[0], *restrict tmp = sc->r[1];
+    const int64_t D = a->D;
+    const size_t xes = an_elem_size(a->xdt), res = an_elem_size(a->rdt), oes = an_elem_size(a->odt),
+                 ses = an_elem_size(a->sdt);
+    const float inv_d = 1.0f / (float)D;
+    for (int64_t r = r0; r < r1; r++) {
+        AN_FN(load_row)(buf, (const char *)a->x + r * a->x_rs * xes, D, a->xdt);
+        if (a->res) {
+            AN_FN(load_row)(tmp, (const char *)a->res + r * a->res_rs * res, D, a->rdt);
+            for (int64_t i = 0; i < D; i++) buf[i] += tmp[i];
+        }
+        if (a->res || a->res_out) AN_FN(round_row)(buf, D, a->sdt); /* normalize exactly what is stored */
+        if (a->res_out) AN_FN(put_row)((char *)a->res_out + r * a->res_out_rs * ses, buf, D, a->sdt, a->nt, tmp);
+        const float mean = a->kind == AN_LAYER ? AN_FN(row_sum)(buf, D) * inv_d : 0.0f;
+        const float rstd = 1.0f / sqrtf(AN_FN(sq_dev_sum)(buf, mean, D) * inv_d + a->eps);
+        if (a->mean) a->mean[r] = mean;
+        if (a->rstd) a->rstd[r] = rstd;
+        if (a->cast_before_weight) {
+            AN_FN(normalize)(tmp, buf, D, mean, rstd, NULL, NULL, 0.0f);
+            AN_FN(round_row)(tmp, D, a->odt);
+            AN_FN(normalize)(tmp, tmp, D, 0.0f, 1.0f, a->weight, a->bias, a->weight_offset);
+        } else {
+            AN_FN(normalize)(tmp, buf, D, mean, rstd, a->weight, a->bias, a->weight_offset);
+        }
+        AN_FN(put_row)((char *)a->out + r * a->out_rs * oes, tmp, D, a->odt, a->nt, buf); /* buf is free now */
+    }
+}
+
 static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
+    if (!a->uniform) {
+        AN_FN(fwd_rows_mixed)(a, r0, r1, sc);
+        return;
+    }
     if (a->dtype == AN_BF16 && !a->cast_before_weight) {
         AN_FN(fwd_rows_bf16)(a, r0, r1, sc);
         return;
@@ -478,11 +514,51 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, const 
     }
 }
 
-/* ---- backward ---- (dw_acc / db_acc: this thread's float32 partial sums, zeroed by the caller) */
-static void AN_FN(bwd_rows)(const an_bwd_args *a, int64_t r0, int64_t r1, const an_rows *sc, float *restrict dw_acc,
-                            float *restrict db_acc) {
-    if (a->dtype == AN_BF16) AN_FN(bwd_rows_bf16)(a, r0, r1, sc, dw_acc, db_acc);
-    else AN_FN(bwd_rows_f32)(a, r0, r1, sc, dw_acc, db_acc);
+/* Backward over rows whose tensors do not share one dtype: dy, the saved sum and the incoming residual
+ * gradient converted into float32 rows; the gradient stored in the stream's dtype (dx) and, when asked,
+ * in the branch input's dtype too (dx2). */
+static void AN_FN(bwd_rows_mixed)(const an_bwd_args *a, int64_t r0, int64_t r1, const an_rows *sc, float *dw_acc,
+                                  float *db_acc) {
+    const int64_t D = a->D;
+    const size_t ses = an_elem_size(a->sdt), dyes = an_elem_size(a->dydt), x2es = an_elem_size(a->dx2dt);
+    float *restrict dw = dw_acc ? dw_acc : sc->r[3];
+    float *restrict db = db_acc ? db_acc : sc->r[4];
+    float *restrict o32 = sc->r[5];
+    const float *restrict w = a->weight ? a->weight : sc->ones;
+    const float off = a->weight ? a->weight_offset : 0.0f;
+    for (int64_t r = r0; r < r1; r++) {
+        AN_FN(load_row)(sc->r[0], (const char *)a->s + r * a->s_rs * ses, D, a->sdt);
+        AN_FN(load_row)(sc->r[1], (const char *)a->dy + r * a->dy_rs * dyes, D, a->dydt);
+        const float *dres = sc->zeros;
+        if (a->dres) {
+            AN_FN(load_row)(sc->r[2], (const char *)a->dres + r * a->dres_rs * ses, D, a->sdt);
+            dres = sc->r[2];
+        }
+        AN_FN(bwd_row_f32)(a, sc->r[0], sc->r[1], dres, w, off, a->mean ? a->mean[r] : 0.0f, a->rstd[r], dw, db, o32,
+                           NULL, NULL, NULL, NULL, 4);
+        AN_FN(put_row)((char *)a->dx + r * a->dx_rs * ses, o32, D, a->sdt, a->nt, sc->r[0]);
+        if (a->dx2) AN_FN(put_row)((char *)a->dx2 + r * a->dx2_rs * x2es, o32, D, a->dx2dt, a->nt, sc->r[0]);
+    }
+}
+
+/* Parameter gradients are summed over a block of AN_BLOCK rows in float32 (in r[6], r[7]), and the block
+ * sums into the chunk's float64 partial row: the error stays that of a 32-term float32 sum at any row
+ * count, where one float32 sum per chunk grew with its rows. */
+#define AN_BLOCK 32
+static void AN_FN(bwd_rows)(const an_bwd_args *a, int64_t r0, int64_t r1, const an_rows *sc, double *restrict dw_acc,
+                            double *restrict db_acc) {
+    float *restrict bw = dw_acc ? sc->r[6] : NULL, *restrict bb = db_acc ? sc->r[7] : NULL;
+    const int64_t D = a->D;
+    for (int64_t b0 = r0; b0 < r1; b0 += AN_BLOCK) {
+        const int64_t b1 = b0 + AN_BLOCK < r1 ? b0 + AN_BLOCK : r1;
+        if (bw) memset(bw, 0, sizeof(float) * (size_t)D);
+        if (bb) memset(bb, 0, sizeof(float) * (size_t)D);
+        if (!a->uniform) AN_FN(bwd_rows_mixed)(a, b0, b1, sc, bw, bb);
+        else if (a->dtype == AN_BF16) AN_FN(bwd_rows_bf16)(a, b0, b1, sc, bw, bb);
+        else AN_FN(bwd_rows_f32)(a, b0, b1, sc, bw, bb);
+        if (bw) for (int64_t i = 0; i < D; i++) dw_acc[i] += (double)bw[i];
+        if (bb) for (int64_t i = 0; i < D; i++) db_acc[i] += (double)bb[i];
+    }
 }
 
 #undef AN_FN

@@ -1,7 +1,8 @@
-"""Host wrappers and the autograd.Function for the fused CPU kernels.
+"""Host wrappers for the fused CPU kernels, and the CPU implementation of addnorm's operators.
 
-Layout: host ``forward``/``backward`` (tensors in, tensors out, one C call each) ->
-``FusedAddNorm`` (autograd) -> called by ``addnorm.functional``. Inputs are viewed as
+Layout: host ``forward``/``backward`` (tensors in, tensors out, one C call each) -> ``add_norm`` /
+``add_norm_backward`` (allocate the outputs; registered by ``addnorm.ops`` as the operators' CPU
+kernels, and called directly by its eager fast path). Inputs are viewed as
 (rows, D) with unit stride along D; a layout that cannot be (e.g. a transposed last dim) is
 copied first, never read wrongly. What backward needs: the residual sum (or the input of a
 plain norm) and per-row mean / rstd in float32; xhat is recomputed.
@@ -10,9 +11,8 @@ plain norm) and per-row mean / rstd in float32; xhat is recomputed.
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
-from .library import DTYPE_CODES, KIND_CODES, library
+from .library import DTYPE_CODES, KIND_CODES, availability, library
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _DTYPE = {torch.float32: DTYPE_CODES["float32"], torch.bfloat16: DTYPE_CODES["bfloat16"],
@@ -72,36 +72,59 @@ def _rs(t: torch.Tensor | None, D: int) -> int:
     return 0 if t is None else D if t.is_contiguous() else t.stride(0)
 
 
+def _live(*ts) -> None:
+    """A tensor with elements whose storage was freed has a null data pointer, which the kernels would
+    take for an absent residual or parameter: refuse it."""
+    for t in ts:
+        if t is not None and t.data_ptr() == 0 and t.numel():
+            raise ValueError("addnorm CPU kernels: a tensor with elements has no storage (was its storage "
+                             "freed, e.g. by untyped_storage().resize_(0)?)")
+
+
+def _check_rc(rc: int, what: str) -> None:
+    if rc == -2:
+        raise ValueError(f"addnorm CPU {what}: a tensor with elements has no storage (was its storage freed, "
+                         "e.g. by untyped_storage().resize_(0)?)")
+    if rc != 0:
+        raise MemoryError(f"addnorm CPU {what} kernel could not allocate its scratch rows")
+
+
 def forward(kind, x, r, weight, bias, eps, weight_offset, cast_before_weight, out, res_out, stats, N, D,
             contiguous=False):
     """One pass over N rows of D; returns the parameters as the kernel read them (see ``params``).
 
     Every tensor is either contiguous (any shape) or an (N, D) view from ``as_rows``; ``res_out`` and
     ``stats`` may be None. ``stats`` is float32: (2, N) = (mean, rstd) for LayerNorm, (1, N) = (rstd,)
-    for RMSNorm. ``contiguous=True`` says every tensor is (their row strides are D, not looked up).
+    for RMSNorm. Each tensor has its own dtype: the residual (and the sum written to ``res_out``) may be
+    float32 beside 16-bit x and out. ``contiguous=True`` says every tensor is (row strides are D).
     """
     p = params(weight, bias, D)
+    if r is not None or p[0] is not None or p[1] is not None:
+        _live(r, p[0], p[1])
     if contiguous:
         xs = rs = os_ = ros = D
     else:
         xs, rs, os_, ros = _rs(x, D), _rs(r, D), _rs(out, D), _rs(res_out, D)
     mean, rstd = _stats_ptrs(stats, kind, N)
+    xdt = _DTYPE[x.dtype]
     rc = library().forward(
-        KIND_CODES[kind], _DTYPE[x.dtype], N, D, x.data_ptr(), xs, _ptr(r), rs, _ptr(p[0]), _ptr(p[1]), p[2],
-        weight_offset, eps, cast_before_weight, out.data_ptr(), os_, _ptr(res_out), ros, mean, rstd,
+        KIND_CODES[kind], xdt, xdt if r is None else _DTYPE[r.dtype], _DTYPE[out.dtype],
+        xdt if res_out is None else _DTYPE[res_out.dtype], N, D, x.data_ptr(), xs, _ptr(r), rs, _ptr(p[0]),
+        _ptr(p[1]), p[2], weight_offset, eps, cast_before_weight, out.data_ptr(), os_, _ptr(res_out), ros, mean, rstd,
         torch.get_num_threads())
-    if rc != 0:
-        raise MemoryError("addnorm CPU forward kernel could not allocate its scratch rows")
+    if rc:
+        _check_rc(rc, "forward")
     return p
 
 
 def backward(kind, dy, s, stats, weight, pcode, weight_offset, dres, dx, want_dweight: bool, want_dbias: bool, N, D,
-             contiguous=False):
-    """One pass, writing dx; returns (dweight or None, dbias or None) in the dtype of ``pcode``.
-
-    Tensors as in ``forward``; ``weight`` and ``pcode`` as ``params`` returned them.
+             contiguous=False, dx2=None):
+    """One pass, writing dx (in s's dtype) and, if given, dx2 (its own dtype); returns (dweight or None,
+    dbias or None) in the dtype of ``pcode``. Tensors as in ``forward``; ``weight`` and ``pcode`` as
+    ``params`` returned them.
     """
     pdt = _PARAM_DTYPE[pcode]
+    _live(weight, dres)
     dw = torch.empty(D, dtype=pdt) if want_dweight else None  # (D,) ints parse faster than a shape tuple
     db = torch.empty(D, dtype=pdt) if want_dbias else None
     if contiguous:
@@ -109,15 +132,17 @@ def backward(kind, dy, s, stats, weight, pcode, weight_offset, dres, dx, want_dw
     else:
         dys, ss, drs, dxs = _rs(dy, D), _rs(s, D), _rs(dres, D), _rs(dx, D)
     mean, rstd = _stats_ptrs(stats, kind, N)
+    sdt = _DTYPE[s.dtype]
     rc = library().backward(
-        KIND_CODES[kind], _DTYPE[s.dtype], N, D, dy.data_ptr(), dys, s.data_ptr(), ss, mean, rstd, _ptr(weight),
-        pcode, weight_offset, _ptr(dres), drs, dx.data_ptr(), dxs, _ptr(dw), _ptr(db), torch.get_num_threads())
-    if rc != 0:
-        raise MemoryError("addnorm CPU backward kernel could not allocate its partial sums")
+        KIND_CODES[kind], _DTYPE[dy.dtype], sdt, sdt if dx2 is None else _DTYPE[dx2.dtype], N, D, dy.data_ptr(), dys,
+        s.data_ptr(), ss, mean, rstd, _ptr(weight), pcode, weight_offset, _ptr(dres), drs, dx.data_ptr(), dxs,
+        _ptr(dx2), _rs(dx2, D), _ptr(dw), _ptr(db), torch.get_num_threads())
+    if rc:
+        _check_rc(rc, "backward")
     return dw, db
 
 
-def _spec(param: torch.Tensor | None, as_read: torch.Tensor | None):
+def spec(param: torch.Tensor | None, as_read: torch.Tensor | None):
     """How to turn the kernel's (D,) gradient into the parameter's: False (no parameter), None (it
     already is: the kernel read the parameter itself), or the parameter's (shape, dtype)."""
     if param is None:
@@ -125,82 +150,49 @@ def _spec(param: torch.Tensor | None, as_read: torch.Tensor | None):
     return None if as_read is param and param.dim() == 1 else (param.shape, param.dtype)
 
 
-def _like(g: torch.Tensor | None, spec):
+def like(g: torch.Tensor | None, spec):
     """A parameter gradient in the parameter's own shape and dtype."""
     return g if g is None or spec is None else g.view(spec[0]).to(spec[1])
 
 
-class FusedAddNorm(torch.autograd.Function):
-    """(x, residual) -> (norm(x + residual), x + residual) in one pass, and back in one pass.
-
-    residual may be None (a plain norm; the second output is then None). Gradients of x and
-    residual are the same tensor values: d(x + r)/dx = d(x + r)/dr = 1. Contiguous tensors (the
-    common case) go to the kernels as they are, without views: at small sizes every Python-level
-    tensor operation costs about as much as the kernel itself.
-    """
-
-    @staticmethod
-    def forward(ctx, x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight):
-        ctx.set_materialize_grads(False)  # an unused output's gradient stays None, not a tensor of zeros
-        N = x.numel() // D
-        stats = torch.empty(2 if kind == "layer" else 1, N, dtype=torch.float32)
-        out = empty_rows_like(x)
-        s = None if residual is None else empty_rows_like(x)
-        contiguous = x.is_contiguous() and (residual is None or residual.is_contiguous())
-        if not contiguous:
-            x, residual = as_rows(x, D), None if residual is None else as_rows(residual, D)
-        p = forward(kind, x, residual, weight, bias, eps, weight_offset, cast_before_weight, out, s, stats, N, D,
-                    contiguous)
-        ctx.save_for_backward(x if s is None else s, stats, p[0])
-        ctx.meta = (kind, out.shape, N, D, weight_offset, p[2], _spec(weight, p[0]), _spec(bias, p[1]),
-                    residual is not None)
-        return out, s
-
-    @staticmethod
-    def backward(ctx, dout, dres):
-        if torch.is_grad_enabled():  # create_graph=True: the kernel's backward is not differentiable again
-            return _backward_once(ctx, dout, dres)
-        return _backward(ctx, dout, dres)
+# ---------------------------------------------------------------- the operators' CPU implementation
+# Tensors in, tensors out, as ``addnorm.ops`` registers them (and as its eager fast path calls them
+# directly): (y, s, stats) forward, (ds, dx, dweight, dbias) backward; an output that does not exist
+# is an empty tensor (an operator returns no None and no alias of an input).
 
 
-def _backward(ctx, dout, dres):
-    kind, shape, N, D, weight_offset, pcode, wspec, bspec, has_res = ctx.meta
-    s, stats, w = ctx.saved_tensors
-    needs = ctx.needs_input_grad
-    want_w = wspec is not False and needs[2]
-    want_b = bspec is not False and needs[3]
-    if dout is None:  # only the residual sum was used downstream
-        dx = dres if dres is not None else torch.zeros(shape, dtype=s.dtype)
-        dw = torch.zeros_like(w) if want_w else None  # w: the weight as the kernel read it
-        db = torch.zeros(D, dtype=_PARAM_DTYPE[pcode]) if want_b else None
-        return dx, dx if has_res else None, _like(dw, wspec), _like(db, bspec), None, None, None, None, None
-    dx = empty_rows_like(dout)
-    contiguous = dout.is_contiguous() and (dres is None or dres.is_contiguous()) and s.is_contiguous()
+def applies(x: torch.Tensor, residual, out_dtype, D: int) -> bool:
+    """Whether the kernels take these dtypes (else the operator computes with torch ops)."""
+    return (x.dtype in _DTYPE and (residual is None or residual.dtype in _DTYPE)
+            and (out_dtype is None or out_dtype in _DTYPE) and D > 0 and availability().available)
+
+
+def add_norm(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight, out_dtype, sum_dtype,
+             want_stats=True):
+    """Forward: y (x's shape, out_dtype), s (x's shape, sum_dtype; None when sum_dtype is None), stats
+    (float32; None unless wanted: inference needs none)."""
+    N = x.numel() // D
+    stats = torch.empty(2 if kind == "layer" else 1, N, dtype=torch.float32) if want_stats else None
+    out = empty_rows_like(x) if out_dtype is None else torch.empty(x.shape, dtype=out_dtype)
+    s = None
+    if sum_dtype is not None:
+        s = empty_rows_like(x) if sum_dtype == x.dtype else torch.empty(x.shape, dtype=sum_dtype)
+    contiguous = x.is_contiguous() and (residual is None or residual.is_contiguous())
     if not contiguous:
-        dout, dres = as_rows(dout, D), None if dres is None else as_rows(dres, D)
-    dw, db = backward(kind, dout, s, stats, w, pcode, weight_offset, dres, dx, want_w, want_b, N, D, contiguous)
-    return dx, dx if has_res else None, _like(dw, wspec), _like(db, bspec), None, None, None, None, None
+        x, residual = as_rows(x, D), None if residual is None else as_rows(residual, D)
+    forward(kind, x, residual, weight, bias, eps, weight_offset, cast_before_weight, out, s, stats, N, D, contiguous)
+    return out, s, stats
 
 
-# under create_graph=True: computed once, and a second differentiation raises PyTorch's own error
-_backward_once = once_differentiable(_backward)
-
-
-# FusedAddNorm.apply is a Python classmethod whose prologue -- functorch checks, unwrapping dead
-# functorch wrappers over every argument -- costs ~2 us, 3 % of a whole 64 x 768 training step. Callers
-# that have already sent functorch transforms to the torch backend use this instead: the C-level apply
-# that the prologue ends in, with the unwrapping done directly on the four tensors.
-try:
-    _C_APPLY = torch._C._FunctionBase.__dict__["apply"].__get__(None, FusedAddNorm)
-    _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
-except (AttributeError, KeyError):  # private entry points gone in some torch version: the public apply
-    _C_APPLY = FusedAddNorm.apply
-    _unwrap_if_dead = lambda t: t  # noqa: E731  (FusedAddNorm.apply unwraps them itself)
-
-
-def apply_fused(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight):
-    """``FusedAddNorm.apply(...)`` outside functorch transforms (the caller checks), without the prologue."""
-    return _C_APPLY(_unwrap_if_dead(x), None if residual is None else _unwrap_if_dead(residual),
-                    None if weight is None else _unwrap_if_dead(weight), None if bias is None else _unwrap_if_dead(bias),
-                    kind, D, eps, weight_offset, cast_before_weight)
-
+def add_norm_backward(dy, dres, s, stats, weight, bias, kind, D, weight_offset, x_dtype, want_w, want_b):
+    """Backward: ds in s's dtype, dx in x_dtype when that differs (else None), dweight, dbias (or None)."""
+    N = s.numel() // D
+    w, b, pcode = params(weight, bias, D)  # as the forward read them
+    ds = empty_rows_like(s)
+    dx = None if x_dtype == s.dtype else torch.empty(s.shape, dtype=x_dtype)
+    contiguous = dy.is_contiguous() and (dres is None or dres.is_contiguous()) and s.is_contiguous()
+    if not contiguous:
+        dy, s, dres = as_rows(dy, D), as_rows(s, D), None if dres is None else as_rows(dres, D)
+    dw, db = backward(kind, dy, s, stats, w, pcode, weight_offset, dres, ds, want_w and weight is not None,
+                      want_b and bias is not None, N, D, contiguous, dx)
+    return ds, dx, like(dw, spec(weight, w)), like(db, spec(bias, b))

@@ -1,0 +1,11 @@
+"""addnorm's operators (``torch.ops.addnorm.*``): one place where what PyTorch's transforms see is defined.
+
+``schema`` defines the operators and their device and fake implementations, ``autograd`` their
+backward, double backward and jvp, ``formulas`` the math in torch ops that the last two and the
+non-CPU devices use. ``addnorm.functional`` calls them.
+"""
+
+from . import formulas, schema  # noqa: F401  (schema defines the operators; autograd registers on them)
+from .autograd import AddNorm, EagerAddNorm, direct_forward, plain
+
+__all__ = ["AddNorm", "EagerAddNorm", "direct_forward", "formulas", "plain"]

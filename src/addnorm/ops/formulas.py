@@ -1,0 +1,133 @@
+"""The Add & Norm math in torch ops: forward, backward and the jvp, differentiable to any order.
+
+These define what the operators compute on devices without a kernel (and on meta/fake tensors by
+shape), what a gradient-of-a-gradient differentiates (``create_graph=True``: the kernels' backward is
+not differentiable again, this is), and the tangent of forward-mode AD. Statistics are in float32
+(float64 for float64 tensors), as in the kernels.
+
+    s = x + residual                (in the stream's dtype: the residual's, or float32 with residual_in_fp32)
+    xhat = (s - mean) * rstd        LayerNorm;  xhat = s * rstd  RMSNorm
+    y = xhat * (weight + offset) + bias
+
+Backward with g = dy * (weight + offset), means over the normalized dims:
+    ds = rstd * (g - mean(g) - xhat * mean(g * xhat)) + dres      (RMSNorm: no mean(g) term)
+    dweight = sum_rows(dy * xhat),  dbias = sum_rows(dy)
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def compute_dtype(*ts) -> torch.dtype:
+    return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in ts) else torch.float32
+
+
+def sum_dtype(x: torch.Tensor, residual: torch.Tensor | None, residual_in_fp32: bool) -> torch.dtype:
+    """The residual stream's dtype: the residual's; with none yet, float32 if asked, else x's."""
+    if residual is not None:
+        return residual.dtype
+    if residual_in_fp32 and x.dtype in (torch.float16, torch.bfloat16):
+        return torch.float32
+    return x.dtype
+
+
+def returns_sum(x, residual, residual_in_fp32) -> bool:
+    """Whether the operator returns the stream as a new tensor (otherwise the stream is x itself)."""
+    return residual is not None or sum_dtype(x, residual, residual_in_fp32) != x.dtype
+
+
+def _dims(ndim: int) -> tuple[int, ...]:
+    return tuple(range(-ndim, 0))
+
+
+def statistics(s: torch.Tensor, kind: str, ndim: int, eps: float, ct: torch.dtype):
+    """(s in ct, mean or None, rstd, xhat), kept-dim statistics over the last ndim dims."""
+    sf = s.to(ct)
+    dims = _dims(ndim)
+    if kind == "layer":
+        mean = sf.mean(dims, keepdim=True)
+        xc = sf - mean
+        rstd = torch.rsqrt((xc * xc).mean(dims, keepdim=True) + eps)
+        return sf, mean, rstd, xc * rstd
+    rstd = torch.rsqrt((sf * sf).mean(dims, keepdim=True) + eps)
+    return sf, None, rstd, sf * rstd
+
+
+def scale(weight, weight_offset, ct):
+    if weight is None:
+        return None
+    w = weight.to(ct)
+    return w + weight_offset if weight_offset else w
+
+
+def residual_sum(x, residual, residual_in_fp32):
+    sdt = sum_dtype(x, residual, residual_in_fp32)
+    if residual is None:
+        return x.to(sdt)
+    ct = compute_dtype(x, residual)
+    return (x.to(ct) + residual.to(ct)).to(sdt)  # one rounding, as eager `x + residual` stores it
+
+
+def forward(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight, out_dtype,
+            residual_in_fp32):
+    """(y, s, stats) as the operator returns them: stats is (2, N) (mean, rstd) or (1, N) (rstd,)."""
+    odt = out_dtype or x.dtype
+    s = residual_sum(x, residual, residual_in_fp32)
+    ct = compute_dtype(x, s)
+    _, mean, rstd, xhat = statistics(s, kind, ndim, eps, ct)
+    w = scale(weight, weight_offset, ct)
+    if cast_before_weight:  # Llama order: xhat rounded to the output dtype, then the weight
+        xhat = xhat.to(odt).to(ct)
+    y = xhat if w is None else xhat * w
+    if bias is not None:
+        y = y + bias.to(ct)
+    rows = [rstd.reshape(-1)] if mean is None else [mean.reshape(-1), rstd.reshape(-1)]
+    return y.to(odt), s, torch.stack(rows)
+
+
+def backward(dy, dres, s, weight, bias, kind, ndim, eps, weight_offset, x_dtype, output_mask):
+    """(ds, dx, dweight, dbias): ds in the stream's dtype; dx in x_dtype when that differs (else None)."""
+    ct = compute_dtype(s, dy)
+    _, mean, rstd, xhat = statistics(s, kind, ndim, eps, ct)
+    dims = _dims(ndim)
+    d = dy.to(ct)
+    w = scale(weight, weight_offset, ct)
+    g = d if w is None else d * w
+    part = g - xhat * (g * xhat).mean(dims, keepdim=True)
+    if kind == "layer":
+        part = part - g.mean(dims, keepdim=True)
+    ds = rstd * part
+    if dres is not None:
+        ds = ds + dres.to(ct)
+    rows = tuple(range(s.dim() - ndim))
+    dw = (d * xhat).sum(rows).to(weight.dtype).reshape(weight.shape) if weight is not None and output_mask[1] else None
+    db = d.sum(rows).to(bias.dtype).reshape(bias.shape) if bias is not None and output_mask[2] else None
+    dx = ds.to(x_dtype) if x_dtype != s.dtype else None
+    return ds.to(s.dtype), dx, dw, db
+
+
+def jvp(s, weight, kind, ndim, eps, weight_offset, cast_before_weight, out_dtype, tx, tr, tw, tb):
+    """Tangents (ty, ts) of (y, s) given those of x, residual, weight, bias (any may be None)."""
+    ct = compute_dtype(s, weight)
+    ts = None
+    for t in (tx, tr):
+        if t is not None:
+            ts = t.to(ct) if ts is None else ts + t.to(ct)
+    _, mean, rstd, xhat = statistics(s, kind, ndim, eps, ct)
+    dims = _dims(ndim)
+    ty = None
+    if ts is not None:
+        part = ts - xhat * (ts * xhat).mean(dims, keepdim=True)
+        if kind == "layer":
+            part = part - ts.mean(dims, keepdim=True)
+        ty = rstd * part
+        w = scale(weight, weight_offset, ct)
+        if w is not None:
+            ty = ty * w
+    if tw is not None:
+        xh = xhat.to(out_dtype).to(ct) if cast_before_weight else xhat
+        ty = xh * tw.to(ct) if ty is None else ty + xh * tw.to(ct)
+    if tb is not None:
+        ty = tb.to(ct).expand_as(xhat) if ty is None else ty + tb.to(ct)
+    return (None if ty is None else ty.to(out_dtype)), (None if ts is None else ts.to(s.dtype))

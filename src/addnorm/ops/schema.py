@@ -1,0 +1,136 @@
+"""addnorm's PyTorch operators: their schemas, fake (meta) implementations and device implementations.
+
+    addnorm::add_norm(x, residual?, weight?, bias?, kind, ndim, eps, weight_offset, cast_before_weight,
+                      out_dtype?, residual_in_fp32) -> (y, s, stats)
+    addnorm::add_norm_backward(dy, dres?, s, stats, weight?, bias?, kind, ndim, eps, weight_offset,
+                               x_dtype, output_mask) -> (ds, dx, dweight, dbias)
+
+``kind`` is "layer" or "rms"; the last ``ndim`` dims are normalized. ``y`` has x's shape in ``out_dtype``
+(default x's dtype); ``s`` is the new residual stream in its dtype (see ``formulas.sum_dtype``), or an
+empty tensor when the stream is x itself (no residual and nothing to widen: an operator may not return
+an alias of its input); ``stats`` is (2, N) = (mean, rstd) for LayerNorm or (1, N) = (rstd,) for RMSNorm,
+float32 (float64 for float64 tensors). Backward returns ``ds`` in the stream's dtype, ``dx`` in
+``x_dtype`` when that differs (else empty), and the parameter gradients asked for by ``output_mask``
+(else empty). Every output is contiguous.
+
+Implementations: CPU -- the C kernels where they take the dtypes, else the torch-op formulas; every
+other device -- the formulas (the GPU issue registers kernels here); Meta/fake -- shapes and strides
+only. Autograd is registered by ``addnorm.ops.autograd``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..kernels.cpu import ops as _cpu
+from . import formulas
+
+LIB = torch.library.Library("addnorm", "DEF")
+LIB.define(
+    "add_norm(Tensor x, Tensor? residual, Tensor? weight, Tensor? bias, str kind, int ndim, float eps, "
+    "float weight_offset, bool cast_before_weight, ScalarType? out_dtype, bool residual_in_fp32) "
+    "-> (Tensor, Tensor, Tensor)"
+)
+LIB.define(
+    "add_norm_backward(Tensor dy, Tensor? dres, Tensor s, Tensor stats, Tensor? weight, Tensor? bias, str kind, "
+    "int ndim, float eps, float weight_offset, ScalarType x_dtype, bool[3] output_mask) "
+    "-> (Tensor, Tensor, Tensor, Tensor)"
+)
+
+
+def _rows(x: torch.Tensor, ndim: int) -> tuple[int, int]:
+    D = math.prod(x.shape[x.dim() - ndim:])
+    return (x.numel() // D if D else math.prod(x.shape[:x.dim() - ndim])), D
+
+
+def _none(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return like.new_empty((0,)) if t is None else t
+
+
+def _stats_dtype(x, residual) -> torch.dtype:
+    return formulas.compute_dtype(x, residual)
+
+
+# ---------------------------------------------------------------- forward
+
+
+def _forward_formulas(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight, out_dtype,
+                      residual_in_fp32):
+    y, s, stats = formulas.forward(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight,
+                                   out_dtype, residual_in_fp32)
+    s = s.contiguous() if formulas.returns_sum(x, residual, residual_in_fp32) else x.new_empty((0,))
+    return y.contiguous(), s, stats.contiguous()
+
+
+def _resolved(*ts):
+    # negative views (torch._neg_view) keep their sign in a flag the kernels cannot see
+    return tuple(t if t is None or not t.is_neg() else t.resolve_neg() for t in ts)
+
+
+def forward_cpu(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight, out_dtype,
+                residual_in_fp32):
+    N, D = _rows(x, ndim)
+    x, residual, weight, bias = _resolved(x, residual, weight, bias)
+    if not _cpu.applies(x, residual, out_dtype, D):
+        return _forward_formulas(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight,
+                                 out_dtype, residual_in_fp32)
+    sdt = formulas.sum_dtype(x, residual, residual_in_fp32) if formulas.returns_sum(x, residual,
+                                                                                    residual_in_fp32) else None
+    y, s, stats = _cpu.add_norm(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight,
+                                out_dtype, sdt)
+    return y, _none(s, x), stats
+
+
+@torch.library.register_fake("addnorm::add_norm", lib=LIB)
+def _forward_fake(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight, out_dtype,
+                  residual_in_fp32):
+    n = x.dim() - ndim
+    y = x.new_empty(x.shape, dtype=out_dtype or x.dtype)
+    if formulas.returns_sum(x, residual, residual_in_fp32):
+        s = x.new_empty(x.shape, dtype=formulas.sum_dtype(x, residual, residual_in_fp32))
+    else:
+        s = x.new_empty((0,))
+    rows = math.prod(x.shape[:n])
+    stats = x.new_empty((2 if kind == "layer" else 1, rows), dtype=_stats_dtype(x, residual))
+    return y, s, stats
+
+
+LIB.impl("add_norm", forward_cpu, "CPU")
+LIB.impl("add_norm", _forward_formulas, "CompositeExplicitAutograd")
+
+
+# ---------------------------------------------------------------- backward
+
+
+def _backward_formulas(dy, dres, s, stats, weight, bias, kind, ndim, eps, weight_offset, x_dtype, output_mask):
+    ds, dx, dw, db = formulas.backward(dy, dres, s, weight, bias, kind, ndim, eps, weight_offset, x_dtype,
+                                       output_mask)
+    return ds.contiguous(), _none(dx, s), _none(dw, s), _none(db, s)
+
+
+def backward_cpu(dy, dres, s, stats, weight, bias, kind, ndim, eps, weight_offset, x_dtype, output_mask):
+    N, D = _rows(s, ndim)
+    dy, dres, s, weight = _resolved(dy, dres, s, weight)
+    if not (_cpu.applies(s, dy, None, D) and stats.dtype == torch.float32):
+        return _backward_formulas(dy, dres, s, stats, weight, bias, kind, ndim, eps, weight_offset, x_dtype,
+                                  output_mask)
+    if dres is not None and dres.dtype != s.dtype:
+        dres = dres.to(s.dtype)
+    ds, dx, dw, db = _cpu.add_norm_backward(dy, dres, s, stats, weight, bias, kind, D, weight_offset, x_dtype,
+                                            output_mask[1], output_mask[2])
+    return ds, _none(dx, s), _none(dw, s), _none(db, s)
+
+
+@torch.library.register_fake("addnorm::add_norm_backward", lib=LIB)
+def _backward_fake(dy, dres, s, stats, weight, bias, kind, ndim, eps, weight_offset, x_dtype, output_mask):
+    ds = s.new_empty(s.shape)
+    dx = s.new_empty(s.shape, dtype=x_dtype) if x_dtype != s.dtype else s.new_empty((0,))
+    dw = weight.new_empty(weight.shape) if weight is not None and output_mask[1] else s.new_empty((0,))
+    db = bias.new_empty(bias.shape) if bias is not None and output_mask[2] else s.new_empty((0,))
+    return ds, dx, dw, db
+
+
+LIB.impl("add_norm_backward", backward_cpu, "CPU")
+LIB.impl("add_norm_backward", _backward_formulas, "CompositeExplicitAutograd")
