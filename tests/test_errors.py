@@ -19,11 +19,11 @@ def test_wrong_weight_and_bias_shape():
         addnorm.layer_norm(torch.randn(2, 4), 4, None, torch.ones(4, 1))
 
 
-@pytest.mark.parametrize("eps", [-1e-5, float("nan"), float("inf")])
+@pytest.mark.parametrize("eps", [float("nan"), float("inf"), -float("inf")])
 def test_bad_eps(eps):
-    with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
+    with pytest.raises(ValueError, match="eps must be a finite number"):
         addnorm.rms_norm(torch.randn(2, 4), 4, eps=eps)
-    with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
+    with pytest.raises(ValueError, match="eps must be a finite number"):
         ann.LayerNorm(4, eps=eps)
 
 

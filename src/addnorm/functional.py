@@ -156,13 +156,17 @@ def _check_storage(name: str, t) -> None:
 
 
 def _check_eps(eps) -> float:
-    if type(eps) is float and 0.0 <= eps < math.inf:  # the common case, checked cheaply
+    """A finite float. Negative values are taken as torch takes them (its OpInfo samples use eps=-0.5:
+    rows whose variance + eps is negative come out NaN, as in torch); NaN and inf are refused."""
+    if type(eps) is float and -math.inf < eps < math.inf:  # the common case, checked cheaply
         return eps
+    if isinstance(eps, torch.Tensor) and eps.dim() == 0 and eps.dtype.is_floating_point:
+        eps = eps.item()
     if not isinstance(eps, numbers.Real) or isinstance(eps, bool):
         raise TypeError(f"eps must be a float, got {type(eps).__name__}")
     eps = float(eps)
-    if not eps >= 0 or math.isinf(eps):  # also rejects NaN
-        raise ValueError(f"eps must be a finite number >= 0, got {eps}")
+    if not math.isfinite(eps):
+        raise ValueError(f"eps must be a finite number, got {eps}")
     return eps
 
 

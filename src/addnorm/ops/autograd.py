@@ -49,6 +49,10 @@ def direct_forward(x, residual, weight, bias, kind, ndim, eps, weight_offset, ca
     return y, s
 
 
+def _primal(t):
+    return None if t is None else _fwad.unpack_dual(t).primal.detach()
+
+
 def _zero_grads(dres, x_dtype, w, b, want_w, want_b):
     """Backward when only the residual sum was used downstream."""
     dx = dres.to(x_dtype) if dres.dtype != x_dtype else None
@@ -72,11 +76,11 @@ class AddNorm(torch.autograd.Function):
         has_sum = formulas.returns_sum(x, residual, fp32)
         saved = s if has_sum else x
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None, not a tensor of zeros
-        ctx.mark_non_differentiable(stats)
-        if not has_sum:
-            ctx.mark_non_differentiable(s)
+        # one call: a second mark_non_differentiable replaces the first's set instead of adding to it
+        ctx.mark_non_differentiable(*((stats,) if has_sum else (stats, s)))
         ctx.save_for_backward(saved, stats, weight, bias)
-        ctx.save_for_forward(saved, weight)
+        if _fwad._current_level >= 0:  # jvp runs right after forward: plain detached references suffice
+            ctx.primals = (_primal(saved), _primal(weight))
         ctx.meta = (kind, ndim, eps, weight_offset, cast_before_weight, out_dtype or x.dtype, x.dtype, has_sum,
                     residual is not None)
 
@@ -104,7 +108,7 @@ class AddNorm(torch.autograd.Function):
     @staticmethod
     def jvp(ctx, tx, tr, tw, tb, *_):
         kind, ndim, eps, off, cbw, out_dtype, _, has_sum, _ = ctx.meta
-        saved, w = ctx.saved_tensors
+        saved, w = ctx.primals
         ty, ts = formulas.jvp(saved, w, kind, ndim, eps, off, cbw, out_dtype, tx, tr, tw, tb)
         return ty, (ts if has_sum else None), None
 
@@ -127,7 +131,7 @@ class EagerAddNorm(torch.autograd.Function):
         ctx.save_for_backward(saved, weight, bias)
         ctx.stats = stats
         if _fwad._current_level >= 0:
-            ctx.save_for_forward(saved, weight)
+            ctx.primals = (_primal(saved), _primal(weight))
         ctx.meta = (kind, D, eps, weight_offset, cast_before_weight, residual is not None)
         return y, s
 
@@ -156,7 +160,7 @@ class EagerAddNorm(torch.autograd.Function):
     @staticmethod
     def jvp(ctx, tx, tr, tw, tb, *_):
         kind, D, eps, off, cbw, has_res = ctx.meta
-        saved, w = ctx.saved_tensors
+        saved, w = ctx.primals
         ty, ts = formulas.jvp(saved, w, kind, 1, eps, off, cbw, saved.dtype, tx, tr, tw, tb)
         return ty, (ts if has_res else None)
 

@@ -101,8 +101,9 @@ def backward(dy, dres, s, weight, bias, kind, ndim, eps, weight_offset, x_dtype,
     if dres is not None:
         ds = ds + dres.to(ct)
     rows = tuple(range(s.dim() - ndim))
-    dw = (d * xhat).sum(rows).to(weight.dtype).reshape(weight.shape) if weight is not None and output_mask[1] else None
-    db = d.sum(rows).to(bias.dtype).reshape(bias.shape) if bias is not None and output_mask[2] else None
+    total = (lambda t: t.sum(rows)) if rows else (lambda t: t)  # sum(()) would sum over every dim
+    dw = total(d * xhat).to(weight.dtype).reshape(weight.shape) if weight is not None and output_mask[1] else None
+    db = total(d).to(bias.dtype).reshape(bias.shape) if bias is not None and output_mask[2] else None
     dx = ds.to(x_dtype) if x_dtype != s.dtype else None
     return ds.to(s.dtype), dx, dw, db
 

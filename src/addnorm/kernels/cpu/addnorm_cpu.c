@@ -110,6 +110,10 @@ static inline uint16_t an_f32_to_bf16(float f) {
     return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
+/* 1 / sqrt(var + eps), rounded once (in double: once per row, so free), where float32 would round the
+ * sum, the square root and the quotient each */
+static inline float an_rstd(float var, float eps) { return (float)(1.0 / sqrt((double)var + (double)eps)); }
+
 static inline float an_bf16_round(float f) { return an_bf16_to_f32(an_f32_to_bf16(f)); }
 
 static inline float an_f16_to_f32(uint16_t h) {

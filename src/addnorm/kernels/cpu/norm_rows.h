@@ -241,7 +241,7 @@ static void AN_FN(fwd_rows_bf16)(const an_fwd_args *a, int64_t r0, int64_t r1, c
             for (; i < D; i++) { float v = an_bf16_to_f32(x[i]); buf[i] = v; acc[0] += v; }
         }
         const float mean = a->kind == AN_LAYER ? AN_FN(hsum)(acc) * inv_d : 0.0f;
-        const float rstd = 1.0f / sqrtf(AN_FN(sq_dev_sum)(buf, mean, D) * inv_d + a->eps);
+        const float rstd = an_rstd(AN_FN(sq_dev_sum)(buf, mean, D) * inv_d, a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
         uint16_t *restrict dst = a->nt ? o16 : out_row;
@@ -421,7 +421,7 @@ static void AN_FN(fwd_rows_mixed)(const an_fwd_args *a, int64_t r0, int64_t r1, 
         if (a->res || a->res_out) AN_FN(round_row)(buf, D, a->sdt); /* normalize exactly what is stored */
         if (a->res_out) AN_FN(put_row)((char *)a->res_out + r * a->res_out_rs * ses, buf, D, a->sdt, a->nt, tmp);
         const float mean = a->kind == AN_LAYER ? AN_FN(row_sum)(buf, D) * inv_d : 0.0f;
-        const float rstd = 1.0f / sqrtf(AN_FN(sq_dev_sum)(buf, mean, D) * inv_d + a->eps);
+        const float rstd = an_rstd(AN_FN(sq_dev_sum)(buf, mean, D) * inv_d, a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
         if (a->cast_before_weight) {
@@ -487,7 +487,7 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, const 
 
         const float mean = a->kind == AN_LAYER ? sum * inv_d : 0.0f;
         /* two-pass: the sum of squared deviations, no E[x²]−E[x]² cancellation */
-        const float rstd = 1.0f / sqrtf(AN_FN(sq_dev_sum)(src, mean, D) * inv_d + a->eps);
+        const float rstd = an_rstd(AN_FN(sq_dev_sum)(src, mean, D) * inv_d, a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
 
