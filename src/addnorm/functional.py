@@ -262,8 +262,9 @@ def _fast_path_ok(x, residual, D, weight, bias, eps, weight_offset, backend) -> 
     if torch.compiler.is_compiling() or type(x) is not torch.Tensor or type(D) is not int or type(eps) is not float:
         return False
     dt = x.dtype
-    if (dt not in _CPU_DTYPES or not x.is_cpu or not x.is_contiguous() or not x.dim() or x.shape[-1] != D
-            or D <= 0 or not 0.0 <= eps < math.inf or type(weight_offset) not in (int, float) or x.is_neg()):
+    if (dt not in _CPU_DTYPES or not x.is_cpu or x.is_nested or not x.is_contiguous() or not x.dim()
+            or x.shape[-1] != D or D <= 0 or not 0.0 <= eps < math.inf or type(weight_offset) not in (int, float)
+            or not -math.inf < weight_offset < math.inf or x.is_neg()):
         return False
     if residual is not None and (type(residual) is not torch.Tensor or residual.dtype != dt or not residual.is_cpu
                                  or not residual.is_contiguous() or residual.shape != x.shape or residual.is_neg()):
