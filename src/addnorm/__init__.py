@@ -11,6 +11,7 @@ from .functional import (
     use_backend,
 )
 from .kernels.cpu import availability as cpu_kernel_availability
+from .kernels.cpu.output_pool import POOL as output_pool  # large outputs from recycled memory: .set_limit, .release
 
 __version__ = "0.1.0"
 
@@ -25,4 +26,5 @@ __all__ = [
     "use_backend",
     "last_backend",
     "cpu_kernel_availability",
+    "output_pool",
 ]

@@ -351,14 +351,20 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
 
 def _torch_backend(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_before_weight, out_dtype,
                    residual_in_fp32):
-    """Composite torch ops, differentiable to any order: PyTorch's own layer_norm where dtypes are uniform."""
-    if (out_dtype is None or out_dtype == x.dtype) and (residual is None or residual.dtype == x.dtype) \
-            and not formulas.returns_sum(x, None, residual_in_fp32):
+    """Composite torch ops, differentiable to any order: PyTorch's own layer_norm in float32/float64, HF's
+    RMSNorm formula; for 16-bit LayerNorm and mixed dtypes, ``ops.formulas`` (float32 statistics, one
+    rounding), which is exact where both torch paths are not: a constant row gives exactly the bias (torch's
+    16-bit kernel: off by 6e-5) and normalized size 1 a weight gradient of exactly 0 (its float32 path:
+    -2e-5)."""
+    uniform = ((out_dtype is None or out_dtype == x.dtype) and (residual is None or residual.dtype == x.dtype)
+               and not formulas.returns_sum(x, None, residual_in_fp32))
+    if uniform and (kind == "rms" or x.dtype in (torch.float32, torch.float64)):
         s = torch_ref.add(x, residual)
         if kind == "layer":
-            return torch_ref.layer_norm(s, shape, weight, bias, eps, weight_offset), s if residual is not None else None
-        return torch_ref.rms_norm(s, shape, weight, eps, weight_offset, cast_before_weight), \
-            s if residual is not None else None
+            y = torch_ref.layer_norm(s, shape, weight, bias, eps, weight_offset)
+        else:
+            y = torch_ref.rms_norm(s, shape, weight, eps, weight_offset, cast_before_weight)
+        return y, (s if residual is not None else None)
     y, s, _ = formulas.forward(x, residual, weight, bias, kind, len(shape), eps, weight_offset, cast_before_weight,
                                out_dtype, residual_in_fp32)
     return y, (s if formulas.returns_sum(x, residual, residual_in_fp32) else None)

@@ -21,9 +21,7 @@ def layer_norm(x, normalized_shape, weight, bias, eps: float, weight_offset: flo
     ct = _stat_dtype(x)
     if weight is not None and weight_offset:
         weight = weight.to(ct) + weight_offset  # Gemma-style zero-centred weight: scale is 1 + w
-    if (weight is None or weight.dtype == x.dtype) and (bias is None or bias.dtype == x.dtype):
-        # torch's own kernel in every dtype (16-bit ones compute in float32 inside): torch's exact result,
-        # e.g. a weight gradient of exactly 0 at normalized size 1, where an upcast copy gives ~1e-5
+    if x.dtype == ct and (weight is None or weight.dtype == ct) and (bias is None or bias.dtype == ct):
         return F.layer_norm(x, normalized_shape, weight, bias, eps)
     w = None if weight is None else weight.to(ct)
     b = None if bias is None else bias.to(ct)

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import torch
 
+from . import output_pool
 from .library import DTYPE_CODES, KIND_CODES, availability, library
+
+_POOL_MIN_NUMEL = output_pool.MIN_BYTES // 4  # the pool itself checks the bytes
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _DTYPE = {torch.float32: DTYPE_CODES["float32"], torch.bfloat16: DTYPE_CODES["bfloat16"],
@@ -30,8 +33,14 @@ def as_rows(t: torch.Tensor, D: int) -> torch.Tensor:
     return t2
 
 
-def empty_rows_like(t: torch.Tensor) -> torch.Tensor:
-    """An uninitialised contiguous tensor of t's shape and dtype (``empty_like`` parses fastest)."""
+def empty_rows_like(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """An uninitialised contiguous tensor of t's shape (and dtype, unless given). Large ones come from
+    the output pool (``output_pool``: memory already faulted in); small ones from ``empty_like``, which
+    parses fastest."""
+    if t.numel() >= _POOL_MIN_NUMEL:  # one int compare on the small-call path
+        return output_pool.empty(t.shape, dtype or t.dtype)
+    if dtype is not None and dtype != t.dtype:
+        return torch.empty(t.shape, dtype=dtype)
     return torch.empty_like(t) if t.is_contiguous() else torch.empty_like(t, memory_format=torch.contiguous_format)
 
 
@@ -173,10 +182,8 @@ def add_norm(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before
     (float32; None unless wanted: inference needs none)."""
     N = x.numel() // D
     stats = torch.empty(2 if kind == "layer" else 1, N, dtype=torch.float32) if want_stats else None
-    out = empty_rows_like(x) if out_dtype is None else torch.empty(x.shape, dtype=out_dtype)
-    s = None
-    if sum_dtype is not None:
-        s = empty_rows_like(x) if sum_dtype == x.dtype else torch.empty(x.shape, dtype=sum_dtype)
+    out = empty_rows_like(x, out_dtype)
+    s = None if sum_dtype is None else empty_rows_like(x, sum_dtype)
     contiguous = x.is_contiguous() and (residual is None or residual.is_contiguous())
     if not contiguous:
         x, residual = as_rows(x, D), None if residual is None else as_rows(residual, D)
@@ -189,7 +196,7 @@ def add_norm_backward(dy, dres, s, stats, weight, bias, kind, D, weight_offset, 
     N = s.numel() // D
     w, b, pcode = params(weight, bias, D)  # as the forward read them
     ds = empty_rows_like(s)
-    dx = None if x_dtype == s.dtype else torch.empty(s.shape, dtype=x_dtype)
+    dx = None if x_dtype == s.dtype else empty_rows_like(s, x_dtype)
     contiguous = dy.is_contiguous() and (dres is None or dres.is_contiguous()) and s.is_contiguous()
     if not contiguous:
         dy, s, dres = as_rows(dy, D), as_rows(s, D), None if dres is None else as_rows(dres, D)

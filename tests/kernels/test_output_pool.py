@@ -1,0 +1,83 @@
+"""Large outputs come from recycled, already faulted-in memory; the pool is bounded and can be emptied."""
+
+import gc
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import addnorm
+from addnorm.kernels.cpu.output_pool import MIN_BYTES, OutputPool
+
+pytestmark = pytest.mark.skipif(not addnorm.cpu_kernel_availability().available,
+                                reason="the compiled kernels are not built")
+ROWS, D = 8192, 1024  # 32 MiB of float32
+
+
+@pytest.fixture
+def pool():
+    p = addnorm.output_pool
+    p.release()
+    yield p
+    p.set_limit(1 << 30)
+    p.release()
+
+
+def test_a_freed_output_is_reused(pool):
+    x, r = torch.randn(ROWS, D), torch.randn(ROWS, D)
+    y, s = addnorm.add_layer_norm(x, r, D)
+    ptrs = {y.data_ptr(), s.data_ptr()}
+    assert pool.stats()["in_use_bytes"] == 2 * ROWS * D * 4
+    del y, s
+    gc.collect()
+    assert pool.stats()["idle_bytes"] == 2 * ROWS * D * 4
+    y2, s2 = addnorm.add_layer_norm(x, r, D)
+    assert {y2.data_ptr(), s2.data_ptr()} == ptrs
+    torch.testing.assert_close(y2, F.layer_norm(x + r, (D,)), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(s2, x + r)
+
+
+def test_a_live_view_keeps_its_block(pool):
+    x = torch.randn(ROWS, D)
+    y = addnorm.rms_norm(x, D)
+    row = y[3]
+    ptr = y.data_ptr()
+    del y
+    y2 = addnorm.rms_norm(x * 2, D)
+    assert y2.data_ptr() != ptr  # the view still uses the first block
+    torch.testing.assert_close(row, F.rms_norm(x, (D,), eps=torch.finfo(torch.float32).eps)[3])
+
+
+def test_backward_outputs_and_training_use_the_pool(pool):
+    x = torch.randn(ROWS, D, requires_grad=True)
+    w = torch.ones(D, requires_grad=True)
+    for _ in range(2):
+        y = addnorm.layer_norm(x, D, w)
+        (gx,) = torch.autograd.grad(y, x, torch.ones_like(y))
+        del y, gx
+    st = pool.stats()
+    assert st["blocks"] <= 2 and st["in_use_bytes"] == 0
+
+
+def test_limit_and_release(pool):
+    pool.set_limit(0)
+    assert pool.stats()["blocks"] == 0
+    y = addnorm.rms_norm(torch.randn(ROWS, D), D)
+    assert pool.stats()["blocks"] == 0 and y.is_contiguous()  # off: plain torch.empty
+    pool.set_limit(1 << 30)
+    with pytest.raises(ValueError, match="limit_bytes"):
+        pool.set_limit(-1)
+    own = OutputPool(limit_bytes=MIN_BYTES)  # room for one idle block
+    a = own.empty((ROWS, D), torch.float32)
+    b = own.empty((ROWS, D), torch.float32)
+    del a, b
+    own.empty((1, 1), torch.float32)  # below the pool's size: torch's, and trims nothing
+    assert own.stats()["idle_bytes"] == 2 * ROWS * D * 4
+    c = own.empty((ROWS, D), torch.float32)  # reuses one; the other, idle, fits the limit
+    assert own.stats() == {"blocks": 2, "idle_bytes": ROWS * D * 4, "in_use_bytes": ROWS * D * 4,
+                           "limit_bytes": MIN_BYTES}
+    own.set_limit(1)
+    assert own.stats()["blocks"] == 1 and own.stats()["in_use_bytes"] == ROWS * D * 4
+    del c
+    own.release()
+    assert own.stats()["blocks"] == 0
