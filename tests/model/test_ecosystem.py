@@ -66,10 +66,8 @@ def _fsdp2_worker(rank, world, init_file, out_file):
     mesh = init_device_mesh("cpu", (world,))
     torch.manual_seed(0)
     model = GPT(CFG)
-    for block in model.h:  # each sub-layer's parameters are gathered for its forward and freed after it
-        # (sub-layers, not blocks: GPT runs a block through forward_stream, which module hooks do not see)
-        fully_shard(block.attn, mesh=mesh)
-        fully_shard(block.mlp, mesh=mesh)
+    for block in model.h:  # the usual recipe: each block's parameters gathered for its forward, freed after
+        fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     idx = _batch()[rank * 2:(rank + 1) * 2]

@@ -16,7 +16,7 @@ class TransformerBlock(nn.Module):
     """Pre-norm (GPT-2) by default: ``x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))``.
 
     The placement (``config.placement``, resolved for ``layer_idx``) decides where the norms sit.
-    ``forward(x)`` returns the new stream; ``forward_stream(x, pending)`` is the fused protocol
+    ``forward(x)`` returns the new stream; ``forward(x, pending=p, stream=True)`` is the fused protocol
     (see ``ResidualSubLayer``) that ``GPT`` uses between blocks.
     """
 
@@ -31,10 +31,18 @@ class TransformerBlock(nn.Module):
         self.mlp = ResidualSubLayer(FeedForward(c.n_embd, c.ff_dim, c.activation, c.bias, c.dropout), c.n_embd,
                                     self.placement, **kw)
 
-    def forward_stream(self, x, pending=None, attention_mask=None):
-        x, pending = self.attn(x, pending, attention_mask=attention_mask)
-        return self.mlp(x, pending)
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None, *, pending=None,
+                stream: bool = False):
+        """The new stream; with ``stream=True`` the fused protocol: ``(stream, pending)`` in and out.
 
-    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x, pending = self.forward_stream(x, None, attention_mask)
+        GPT calls blocks through ``__call__`` with ``stream=True``, so module hooks (FSDP2's
+        ``fully_shard`` per block, forward hooks, activation checkpointing wrappers) see every block.
+        """
+        x, pending = self.attn(x, pending, attention_mask=attention_mask)
+        x, pending = self.mlp(x, pending)
+        if stream:
+            return x, pending
         return x if pending is None else x + pending
+
+    def forward_stream(self, x, pending=None, attention_mask=None):
+        return self(x, attention_mask, pending=pending, stream=True)

@@ -63,7 +63,7 @@ class GPT(nn.Module):
         x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
         pending = None
         for block in self.h:
-            x, pending = block.forward_stream(x, pending, attention_mask)
+            x, pending = block(x, attention_mask, pending=pending, stream=True)
         if self.ln_f is not None:
             x, _ = self.ln_f(pending, x) if pending is not None else self.ln_f(x)
         elif pending is not None:
