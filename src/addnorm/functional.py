@@ -45,7 +45,7 @@ import torch.autograd.forward_ad as _fwad
 from .kernels import torch_ref
 from .kernels.cpu import SUPPORTED_DTYPES as _CPU_DTYPES
 from .kernels.cpu import availability
-from .ops import EagerAddNorm, direct_forward, formulas, plain
+from .ops import EagerAddNorm, direct_forward, eager_inference, formulas, plain
 
 __all__ = [
     "layer_norm",
@@ -253,6 +253,15 @@ def _needs_autograd(x, residual, weight, bias) -> bool:
     return _fwad._current_level >= 0 or _needs_grad(x, residual, weight, bias)
 
 
+# the fast path's constants: set lookups and module globals cost less than tuple scans and attributes
+_FAST_DTYPES = frozenset(_CPU_DTYPES)
+_PARAM_DTYPES = frozenset(FLOAT_DTYPES)
+_PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
+_NUMBER = frozenset((int, float))
+_KERNEL_BACKENDS = frozenset(("auto", "cpu"))
+_INF = math.inf
+
+
 def _fast_path_ok(x, residual, D, weight, bias, eps, weight_offset, backend) -> bool:
     """The common call, validated with a handful of cheap checks: contiguous CPU tensors of one dtype
     the kernels take, an int normalized size matching x, 1-D parameters, a plain float eps, nothing
@@ -262,19 +271,21 @@ def _fast_path_ok(x, residual, D, weight, bias, eps, weight_offset, backend) -> 
     if torch.compiler.is_compiling() or type(x) is not torch.Tensor or type(D) is not int or type(eps) is not float:
         return False
     dt = x.dtype
-    if (dt not in _CPU_DTYPES or not x.is_cpu or x.is_nested or not x.is_contiguous() or not x.dim()
-            or x.shape[-1] != D or D <= 0 or not 0.0 <= eps < math.inf or type(weight_offset) not in (int, float)
-            or not -math.inf < weight_offset < math.inf or x.is_neg()):
+    if (dt not in _FAST_DTYPES or not x.is_cpu or x.is_nested or not x.is_contiguous() or not x.dim()
+            or x.shape[-1] != D or D <= 0 or not 0.0 <= eps < _INF or type(weight_offset) not in _NUMBER
+            or not -_INF < weight_offset < _INF or x.is_neg()):
         return False
-    if residual is not None and (type(residual) is not torch.Tensor or residual.dtype != dt or not residual.is_cpu
-                                 or not residual.is_contiguous() or residual.shape != x.shape or residual.is_neg()):
+    if residual is not None and (type(residual) is not torch.Tensor or residual.dtype is not dt
+                                 or not residual.is_cpu or not residual.is_contiguous() or residual.shape != x.shape
+                                 or residual.is_neg()):
         return False
     for p in (weight, bias):
-        if p is not None and (type(p) is not torch.Tensor or p.dtype not in FLOAT_DTYPES or not p.is_cpu
+        # plain tensors and Parameters; other subclasses (DTensor, FakeTensor, ...) take the general path
+        if p is not None and (type(p) not in _PLAIN or p.dtype not in _PARAM_DTYPES or not p.is_cpu
                               or p.dim() != 1 or p.shape[0] != D or p.is_neg()):
             return False
-    return ((backend or _state.backend) in ("auto", "cpu") and not _functorch_active() and not _dispatch_depth() and _tracing_state() is None
-            and availability().available)
+    return ((backend or _state.backend) in _KERNEL_BACKENDS and not _functorch_active() and not _dispatch_depth()
+            and _tracing_state() is None and availability().available)
 
 
 def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset, cast_before_weight, out,
@@ -286,8 +297,7 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
             _last["backend"] = "cpu"
             if _needs_autograd(x, residual, weight, bias):
                 return _C_APPLY(x, residual, weight, bias, kind, eps, float(weight_offset), bool(cast_before_weight))
-            return direct_forward(x, residual, weight, bias, kind, 1, eps, float(weight_offset),
-                                  bool(cast_before_weight), None, False)
+            return eager_inference(x, residual, weight, bias, kind, eps, float(weight_offset), bool(cast_before_weight))
     shape = _normalized_shape(normalized_shape)
     if getattr(x, "is_nested", False):
         return _nested(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_before_weight, out,

@@ -49,6 +49,17 @@ def direct_forward(x, residual, weight, bias, kind, ndim, eps, weight_offset, ca
     return y, s
 
 
+def eager_inference(x, residual, weight, bias, kind, eps, weight_offset, cast_before_weight):
+    """The fast path without autograd: contiguous CPU tensors of one dtype, one normalized dim (the caller
+    checks), straight to the kernel; no statistics kept."""
+    D = x.shape[-1]
+    out = _cpu.empty_rows_like(x)
+    s = None if residual is None else _cpu.empty_rows_like(x)
+    _cpu.forward(kind, x, residual, weight, bias, eps, weight_offset, cast_before_weight, out, s, None, x.numel() // D,
+                 D, True)
+    return out, s
+
+
 def _primal(t):
     return None if t is None else _fwad.unpack_dual(t).primal.detach()
 
@@ -115,30 +126,35 @@ class AddNorm(torch.autograd.Function):
 
 class EagerAddNorm(torch.autograd.Function):
     """The eager fast path's autograd node: plain contiguous CPU tensors of one dtype, one normalized dim,
-    no transform active (the caller checks). The same math as ``AddNorm`` -- the CPU implementation both
-    ways, the formulas under create_graph, the same jvp -- with less per call: two outputs, the statistics
-    kept on the node, and the kernels' view of the parameters worked out once in forward. At 64 x 768 each
+    no transform active (the caller checks). The same math as ``AddNorm`` -- the CPU kernels both ways,
+    the formulas under create_graph, the same jvp -- with less per call: two outputs, the host calls
+    made directly, and the kernels' view of the parameters worked out once in forward. At 64 x 768 each
     microsecond here is a visible part of a training step.
     """
 
     @staticmethod
     def forward(ctx, x, residual, weight, bias, kind, eps, weight_offset, cast_before_weight):
-        ctx.set_materialize_grads(False)
+        ctx.set_materialize_grads(False)  # an unused output's gradient stays None, not a tensor of zeros
         D = x.shape[-1]
-        y, s, stats = _cpu.add_norm(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight, None,
-                                    None if residual is None else x.dtype)
+        N = x.numel() // D
+        stats = torch.empty(2 if kind == "layer" else 1, N, dtype=torch.float32)
+        out = _cpu.empty_rows_like(x)
+        s = None if residual is None else _cpu.empty_rows_like(x)
+        p = _cpu.forward(kind, x, residual, weight, bias, eps, weight_offset, cast_before_weight, out, s, stats, N,
+                         D, True)
         saved = x if s is None else s
-        ctx.save_for_backward(saved, weight, bias)
-        ctx.stats = stats
+        ctx.save_for_backward(saved, stats, weight, bias)
+        ctx.w_read = p[0]  # the weight as the kernels read it (itself, or a float32 copy)
         if _fwad._current_level >= 0:
             ctx.primals = (_primal(saved), _primal(weight))
-        ctx.meta = (kind, D, eps, weight_offset, cast_before_weight, residual is not None)
-        return y, s
+        ctx.meta = (kind, N, D, eps, weight_offset, cast_before_weight, residual is not None, p[2],
+                    _cpu.spec(weight, p[0]), _cpu.spec(bias, p[1]))
+        return out, s
 
     @staticmethod
     def backward(ctx, dy, dres):
-        kind, D, eps, off, _, has_res = ctx.meta
-        saved, w, b = ctx.saved_tensors
+        kind, N, D, eps, off, _, has_res, pcode, wspec, bspec = ctx.meta
+        saved, stats, w, b = ctx.saved_tensors
         needs = ctx.needs_input_grad
         want_w, want_b = w is not None and needs[2], b is not None and needs[3]
         if dy is None:
@@ -148,18 +164,23 @@ class EagerAddNorm(torch.autograd.Function):
         elif torch.is_grad_enabled():  # create_graph=True: a backward that is itself differentiable
             ds, _, dw, db = formulas.backward(dy, dres, saved, w, b, kind, 1, eps, off, saved.dtype,
                                               (True, want_w, want_b))
-        elif type(dy) is torch.Tensor and not _dispatch_depth() and not torch.compiler.is_compiling():
-            ds, _, dw, db = _cpu.add_norm_backward(dy, dres, saved, ctx.stats, w, b, kind, D, off, saved.dtype,
-                                                   want_w, want_b)
+        elif type(dy) is torch.Tensor and not _dispatch_depth():  # a traced backward sees fake tensors or a mode
+            ds = _cpu.empty_rows_like(dy)
+            contiguous = dy.is_contiguous() and (dres is None or dres.is_contiguous())
+            if not contiguous:
+                dy, dres = _cpu.as_rows(dy, D), None if dres is None else _cpu.as_rows(dres, D)
+            dw, db = _cpu.backward(kind, dy, saved, stats, ctx.w_read, pcode, off, dres, ds, want_w, want_b, N, D,
+                                   contiguous)
+            dw, db = _cpu.like(dw, wspec), _cpu.like(db, bspec)
         else:  # a backward traced by something (compiled autograd, a dispatch mode): the operator
-            ds, _, dw, db = _add_norm_backward(dy, dres, saved, ctx.stats, w, b, kind, 1, eps, off, saved.dtype,
+            ds, _, dw, db = _add_norm_backward(dy, dres, saved, stats, w, b, kind, 1, eps, off, saved.dtype,
                                                [True, want_w, want_b])
             dw, db = (dw if want_w else None), (db if want_b else None)
         return ds, ds if has_res else None, dw, db, None, None, None, None
 
     @staticmethod
     def jvp(ctx, tx, tr, tw, tb, *_):
-        kind, D, eps, off, cbw, has_res = ctx.meta
+        kind, _, _, eps, off, cbw, has_res = ctx.meta[:7]
         saved, w = ctx.primals
         ty, ts = formulas.jvp(saved, w, kind, 1, eps, off, cbw, saved.dtype, tx, tr, tw, tb)
         return ty, (ts if has_res else None)

@@ -44,8 +44,19 @@ def empty_rows_like(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.
     return torch.empty_like(t) if t.is_contiguous() else torch.empty_like(t, memory_format=torch.contiguous_format)
 
 
+_num_threads = torch.get_num_threads
+
+
 def _ptr(t: torch.Tensor | None) -> int | None:
-    return None if t is None else t.data_ptr()
+    """The data pointer of an optional tensor. A tensor with elements whose storage was freed has a null
+    pointer, which the kernels would take for an absent residual or parameter: refused here."""
+    if t is None:
+        return None
+    p = t.data_ptr()
+    if not p and t.numel():
+        raise ValueError("addnorm CPU kernels: a tensor with elements has no storage (was its storage freed, "
+                         "e.g. by untyped_storage().resize_(0)?)")
+    return p
 
 
 def _stats_ptrs(stats: torch.Tensor | None, kind: str, N: int) -> tuple[int | None, int | None]:
@@ -81,15 +92,6 @@ def _rs(t: torch.Tensor | None, D: int) -> int:
     return 0 if t is None else D if t.is_contiguous() else t.stride(0)
 
 
-def _live(*ts) -> None:
-    """A tensor with elements whose storage was freed has a null data pointer, which the kernels would
-    take for an absent residual or parameter: refuse it."""
-    for t in ts:
-        if t is not None and t.data_ptr() == 0 and t.numel():
-            raise ValueError("addnorm CPU kernels: a tensor with elements has no storage (was its storage "
-                             "freed, e.g. by untyped_storage().resize_(0)?)")
-
-
 def _check_rc(rc: int, what: str) -> None:
     if rc == -2:
         raise ValueError(f"addnorm CPU {what}: a tensor with elements has no storage (was its storage freed, "
@@ -108,19 +110,19 @@ def forward(kind, x, r, weight, bias, eps, weight_offset, cast_before_weight, ou
     float32 beside 16-bit x and out. ``contiguous=True`` says every tensor is (row strides are D).
     """
     p = params(weight, bias, D)
-    if r is not None or p[0] is not None or p[1] is not None:
-        _live(r, p[0], p[1])
     if contiguous:
         xs = rs = os_ = ros = D
     else:
         xs, rs, os_, ros = _rs(x, D), _rs(r, D), _rs(out, D), _rs(res_out, D)
     mean, rstd = _stats_ptrs(stats, kind, N)
-    xdt = _DTYPE[x.dtype]
+    dt = x.dtype
+    xdt = _DTYPE[dt]  # the other tensors' dtype codes looked up only where they differ (every lookup counts)
+    rdt = xdt if r is None or r.dtype is dt else _DTYPE[r.dtype]
+    odt = xdt if out.dtype is dt else _DTYPE[out.dtype]
+    sdt = xdt if res_out is None or res_out.dtype is dt else _DTYPE[res_out.dtype]
     rc = library().forward(
-        KIND_CODES[kind], xdt, xdt if r is None else _DTYPE[r.dtype], _DTYPE[out.dtype],
-        xdt if res_out is None else _DTYPE[res_out.dtype], N, D, x.data_ptr(), xs, _ptr(r), rs, _ptr(p[0]),
-        _ptr(p[1]), p[2], weight_offset, eps, cast_before_weight, out.data_ptr(), os_, _ptr(res_out), ros, mean, rstd,
-        torch.get_num_threads())
+        KIND_CODES[kind], xdt, rdt, odt, sdt, N, D, x.data_ptr(), xs, _ptr(r), rs, _ptr(p[0]), _ptr(p[1]), p[2],
+        weight_offset, eps, cast_before_weight, out.data_ptr(), os_, _ptr(res_out), ros, mean, rstd, _num_threads())
     if rc:
         _check_rc(rc, "forward")
     return p
@@ -133,7 +135,6 @@ def backward(kind, dy, s, stats, weight, pcode, weight_offset, dres, dx, want_dw
     ``params`` returned them.
     """
     pdt = _PARAM_DTYPE[pcode]
-    _live(weight, dres)
     dw = torch.empty(D, dtype=pdt) if want_dweight else None  # (D,) ints parse faster than a shape tuple
     db = torch.empty(D, dtype=pdt) if want_dbias else None
     if contiguous:
@@ -145,7 +146,7 @@ def backward(kind, dy, s, stats, weight, pcode, weight_offset, dres, dx, want_dw
     rc = library().backward(
         KIND_CODES[kind], _DTYPE[dy.dtype], sdt, sdt if dx2 is None else _DTYPE[dx2.dtype], N, D, dy.data_ptr(), dys,
         s.data_ptr(), ss, mean, rstd, _ptr(weight), pcode, weight_offset, _ptr(dres), drs, dx.data_ptr(), dxs,
-        _ptr(dx2), _rs(dx2, D), _ptr(dw), _ptr(db), torch.get_num_threads())
+        _ptr(dx2), _rs(dx2, D), _ptr(dw), _ptr(db), _num_threads())
     if rc:
         _check_rc(rc, "backward")
     return dw, db
