@@ -45,7 +45,7 @@ import torch.autograd.forward_ad as _fwad
 from .kernels import torch_ref
 from .kernels.cpu import SUPPORTED_DTYPES as _CPU_DTYPES
 from .kernels.cpu import availability
-from .ops import EagerAddNorm, direct_forward, eager_inference, formulas, plain
+from .ops import DirectAddNorm, EagerAddNorm, direct_forward, eager_inference, formulas, plain
 
 __all__ = [
     "layer_norm",
@@ -338,8 +338,8 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
     elif plain(x) and not _functorch_active() and out is None and residual_out is None:
         args = (x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight, out_dtype,
                 residual_in_fp32)
-        if _needs_autograd(x, residual, weight, bias):  # through the operator's own autograd node
-            y, s, _ = torch.ops.addnorm.add_norm(*args)
+        if _needs_autograd(x, residual, weight, bias):  # the operator's autograd node, without the dispatcher
+            y, s, _ = _C_APPLY_DIRECT(*args)
             s = s if has_sum else None
         else:
             y, s = direct_forward(*args)
@@ -430,10 +430,13 @@ def _nested(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_bef
 # functorch wrappers over every argument -- costs ~2 us, 3 % of a whole 64 x 768 training step. The fast
 # path, which has already sent functorch transforms elsewhere, calls the C-level apply the prologue
 # ends in (plain tensors: nothing to unwrap).
+# DirectAddNorm (setup_context style) is worse: its public apply binds every call's arguments through
+# inspect.signature (~40 us at 64 x 768); all of them are passed positionally here, so there is nothing to bind.
 try:
     _C_APPLY = torch._C._FunctionBase.__dict__["apply"].__get__(None, EagerAddNorm)
+    _C_APPLY_DIRECT = torch._C._FunctionBase.__dict__["apply"].__get__(None, DirectAddNorm)
 except (AttributeError, KeyError):  # private entry point gone in some torch version: the public apply
-    _C_APPLY = EagerAddNorm.apply
+    _C_APPLY, _C_APPLY_DIRECT = EagerAddNorm.apply, DirectAddNorm.apply
 
 
 # ---------------------------------------------------------------- public functions

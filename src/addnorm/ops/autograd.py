@@ -20,7 +20,7 @@ import torch.autograd.forward_ad as _fwad
 
 from ..kernels.cpu import ops as _cpu
 from . import formulas
-from .schema import LIB
+from .schema import LIB, backward_cpu, forward_cpu
 
 _add_norm_backward = torch.ops.addnorm.add_norm_backward.default
 _add_norm = torch.ops.addnorm.add_norm.default
@@ -94,6 +94,7 @@ class AddNorm(torch.autograd.Function):
             ctx.primals = (_primal(saved), _primal(weight))
         ctx.meta = (kind, ndim, eps, weight_offset, cast_before_weight, out_dtype or x.dtype, x.dtype, has_sum,
                     residual is not None)
+        ctx.direct = False
 
     @staticmethod
     def backward(ctx, dy, ds_out, _dstats):
@@ -109,9 +110,9 @@ class AddNorm(torch.autograd.Function):
         elif torch.is_grad_enabled():  # create_graph=True: a backward that is itself differentiable
             ds, dx, dw, db = formulas.backward(dy, dres, saved, w, b, kind, ndim, eps, off, x_dtype,
                                                (True, want_w, want_b))
-        else:
-            ds, dx, dw, db = _add_norm_backward(dy, dres, saved, stats, w, b, kind, ndim, eps, off, x_dtype,
-                                                [True, want_w, want_b])
+        else:  # the operator, or (eager, nothing tracing) its CPU implementation without the dispatcher
+            bwd = backward_cpu if ctx.direct and type(dy) is torch.Tensor and not _dispatch_depth() else _add_norm_backward
+            ds, dx, dw, db = bwd(dy, dres, saved, stats, w, b, kind, ndim, eps, off, x_dtype, [True, want_w, want_b])
             dx = dx if x_dtype != saved.dtype else None
             dw, db = (dw if want_w else None), (db if want_b else None)
         return (ds if dx is None else dx, ds if has_res else None, dw, db) + (None,) * 7
@@ -122,6 +123,24 @@ class AddNorm(torch.autograd.Function):
         saved, w = ctx.primals
         ty, ts = formulas.jvp(saved, w, kind, ndim, eps, off, cbw, out_dtype, tx, tr, tw, tb)
         return ty, (ts if has_sum else None), None
+
+
+class DirectAddNorm(AddNorm):
+    """``AddNorm`` for eager CPU calls off the fast path (several normalized dims, strided inputs, a float32
+    stream beside 16-bit x, ``out_dtype``): the operator's CPU implementation called directly, both ways.
+    Going through the dispatcher costs two Python kernel calls more (~64 us at 64 x 768,
+    benchmarks/bench_overhead.py), which only tracing needs."""
+
+    @staticmethod
+    def forward(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight, out_dtype,
+                residual_in_fp32):
+        return forward_cpu(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight, out_dtype,
+                           residual_in_fp32)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        AddNorm.setup_context(ctx, inputs, output)
+        ctx.direct = True
 
 
 class EagerAddNorm(torch.autograd.Function):
