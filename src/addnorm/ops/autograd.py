@@ -2,8 +2,9 @@
 
 ``AddNorm`` is the operator's Autograd kernel. Its forward redispatches below autograd to the device
 implementation, so torch.compile, make_fx, torch.export and FakeTensorMode record the operator, not
-what it computes. ``EagerAddNorm`` is the same node for the eager fast path (plain CPU tensors, no
-transform, no dispatch mode), which calls the same CPU implementation without the dispatcher's cost.
+what it computes. In eager code with nothing tracing, the same math runs without the dispatcher's cost
+(~64 us a call at 64 x 768): ``DirectAddNorm`` (``AddNorm`` calling the CPU implementation directly) for
+general calls, ``EagerAddNorm`` (two outputs, host calls made directly) for the fast path.
 
 * backward: ``addnorm::add_norm_backward`` (the kernels), one pass;
 * backward under ``create_graph=True``: the torch-op formulas, so the gradient is itself differentiable
