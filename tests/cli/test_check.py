@@ -40,3 +40,54 @@ def test_bad_targets(capsys):
     assert "has no 'Missing'" in capsys.readouterr().out
     assert main(["check", "nowhere.py:X"]) == 2
     assert main(["check", "no-colon"]) == 2
+
+
+def _file(tmp_path, body: str):
+    p = tmp_path / "user_norm.py"
+    p.write_text(body)
+    return p
+
+
+def test_says_it_runs_the_users_code(capsys):
+    main(["check", f"{EX / 'good.py'}:LayerNorm"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "imports" in out and "runs its code" in out and "stopped after 60 s" in out
+
+
+@pytest.mark.parametrize("body, name, cause, line", [
+    ("import torch\nclass N(torch.nn.Module:\n    pass\n", "N", "SyntaxError", 2),
+    ("import no_such_module_for_addnorm\n", "N", "ModuleNotFoundError: No module named 'no_such_module_for_addnorm'", 1),
+    ("import torch\nclass N(torch.nn.Module):\n    def __init__(self, d):\n        super().__init__()\n"
+     "        raise RuntimeError('broken constructor')\n", "N", "broken constructor", 5),
+    ("import sys\nsys.exit(3)\n", "N", "sys.exit(3)", 2),
+])
+def test_code_that_cannot_be_loaded_or_run_exits_2_with_cause_and_line(tmp_path, capsys, body, name, cause, line):
+    p = _file(tmp_path, body)
+    assert main(["check", f"{p}:{name}", "--timeout", "120"]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert cause in out and f"user_norm.py:{line}" in out, out
+    assert "Traceback" not in out
+
+
+def test_a_forward_that_raises_fails_the_runs_check(tmp_path, capsys):
+    p = _file(tmp_path, "import torch\nclass N(torch.nn.Module):\n    def __init__(self, d):\n"
+                        "        super().__init__()\n    def forward(self, x):\n        return x.nonexistent()\n")
+    assert main(["check", f"{p}:N", "--timeout", "120"]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "❌ runs" in out and "AttributeError" in out
+
+
+def test_a_forward_that_never_returns_is_stopped(tmp_path, capsys):
+    p = _file(tmp_path, "import torch\nclass N(torch.nn.Module):\n    def __init__(self, d):\n"
+                        "        super().__init__()\n    def forward(self, x):\n        while True:\n            pass\n")
+    assert main(["check", f"{p}:N", "--timeout", "8"]) == 2
+    assert "did not finish within 8 s" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("args", [["--features", "0"], ["--features", "abc"], ["--features", "1"],
+                                  ["--timeout", "0"], ["--timeout", "-1"], ["--timeout", "soon"]])
+def test_bad_options_are_refused_naming_them(args, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["check", f"{EX / 'good.py'}:LayerNorm", *args])
+    assert e.value.code == 2
+    assert args[0] in capsys.readouterr().err

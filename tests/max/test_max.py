@@ -96,10 +96,10 @@ def test_conversion_shares_memory(am):
 def test_check_accepts_max_modules(capsys):
     from addnorm.cli.main import main
 
-    assert main(["check", f"{EX / 'max_step10.py'}:LayerNorm"]) == 0
+    assert main(["check", f"{EX / 'max_step10.py'}:LayerNorm", "--timeout", "900"]) == 0
     assert "MAX module" in capsys.readouterr().out
-    assert main(["check", f"{EX / 'max_step10.py'}:ResidualBlock"]) == 0
-    assert main(["check", f"{EX / 'max_step10.py'}:ForgotResidual"]) == 1
+    assert main(["check", f"{EX / 'max_step10.py'}:ResidualBlock", "--timeout", "900"]) == 0
+    assert main(["check", f"{EX / 'max_step10.py'}:ForgotResidual", "--timeout", "900"]) == 1
     assert "the residual is missing" in " ".join(capsys.readouterr().out.split())
 
 

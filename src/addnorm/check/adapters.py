@@ -1,7 +1,8 @@
 """Make any implementation callable as ``f(x: float64 ndarray) -> ndarray`` with settable scale/shift.
 
 Supported: torch ``nn.Module`` classes or instances, NumPy or torch functions (``f(x)``,
-``f(x, gamma, beta[, eps])``, ``f(x, weight, bias)``), and MAX modules (via ``addnorm.max``).
+``f(x, gamma, beta[, eps])``, ``f(x, weight, bias)``), and whatever the caller adds through ``extra``
+(the command line adds MAX modules from ``addnorm.max.check_adapter``: ``check/`` never imports ``max/``).
 """
 
 from __future__ import annotations
@@ -55,19 +56,21 @@ def _instantiate(cls, d: int):
     raise TypeError(f"could not construct {cls.__name__} with the feature size {d}: {errors[0]}")
 
 
-def _is_max_module(obj) -> bool:
+def is_max_module(obj) -> bool:
     mod = type(obj).__module__ if not isinstance(obj, type) else obj.__module__
     bases = [c.__module__ for c in (obj.__mro__ if isinstance(obj, type) else type(obj).__mro__)]
     return any(m.startswith("max.") for m in bases) or mod.startswith("max.")
 
 
-def adapt(target, d: int) -> Adapted:
+def adapt(target, d: int, extra=()) -> Adapted:
+    """``extra``: (predicate, adapter) pairs tried first, ``adapter(target, d) -> Adapted``."""
     import torch
 
-    if _is_max_module(target):
-        from ..max.check_adapter import adapt_max
-
-        return adapt_max(target, d)
+    for applies, adapter in extra:
+        if applies(target):
+            return adapter(target, d)
+    if is_max_module(target):
+        raise TypeError("this is a MAX module: checking it needs addnorm's MAX extra (pip install 'addnorm[max]')")
     if isinstance(target, type) and issubclass(target, torch.nn.Module):
         target = _instantiate(target, d)
     if isinstance(target, torch.nn.Module):

@@ -206,8 +206,8 @@ def check_residual(a: Adapted, d: int) -> list[CheckResult]:
     return res
 
 
-def check_target(target, d: int = 768) -> tuple[Adapted, list[CheckResult]]:
-    a = adapt(target, d)
+def check_target(target, d: int = 768, extra_adapters=()) -> tuple[Adapted, list[CheckResult]]:
+    a = adapt(target, d, extra_adapters)
     if a.n_inputs == 2:
         return a, check_residual(a, d)
     return a, check_norm(a, d)

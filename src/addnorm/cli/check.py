@@ -1,32 +1,85 @@
-"""`addnorm check FILE.py:NAME`: ✅/❌ per check with a hint, exit status 1 on any failure."""
+"""`addnorm check FILE.py:NAME`: ✅/❌ per check with a hint.
+
+Exit status: 0 every check passed, 1 a check failed, 2 the file could not be loaded or run (a one-line
+cause with its file:line), including a time-out. The user's file is imported and run in a child process
+(``check_worker``) under ``--timeout``: it is their code, run as ``python FILE`` would run it.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
 from rich.console import Console
+
+
+def _features(s: str) -> int:
+    try:
+        d = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--features must be an integer, got {s!r}") from None
+    if not 2 <= d <= 65536:
+        raise argparse.ArgumentTypeError(f"--features must be between 2 and 65536, got {d}")
+    return d
+
+
+def _timeout(s: str) -> float:
+    try:
+        t = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--timeout must be a number of seconds, got {s!r}") from None
+    if not 0 < t <= 3600:
+        raise argparse.ArgumentTypeError(f"--timeout must be > 0 and at most 3600 seconds, got {s}")
+    return t
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("check", help="validate your own LayerNorm / RMSNorm / residual implementation")
     p.add_argument("target", help="FILE.py:NAME -- an nn.Module class or instance, a NumPy/torch function, a MAX module")
-    p.add_argument("--features", type=int, default=768, help="feature size to test with (default %(default)s)")
+    p.add_argument("--features", type=_features, default=768, help="feature size to test with (default %(default)s)")
+    p.add_argument("--timeout", type=_timeout, default=60.0,
+                   help="seconds the file and the checks may take before they are stopped (default %(default)s)")
 
 
 def run(args) -> int:
-    from ..check import check_target, load_target
-
     console = Console(highlight=False)
-    try:
-        target = load_target(args.target)
-        adapted, results = check_target(target, args.features)
-    except (ValueError, FileNotFoundError, AttributeError, TypeError, ImportError) as e:
-        console.print(f"❌ could not check {args.target}: {e}")
+    spec = args.target
+    if ":" not in spec:
+        console.print(f"❌ could not check {spec}: expected FILE.py:NAME (e.g. my_norm.py:LayerNorm)")
         return 2
-    console.print(f"Checking {args.target}: {adapted.description}\n")
-    for r in results:
-        mark = "✅" if r.ok else "❌"
-        console.print(f"{mark} {r.name}" + (f"  [dim]({r.detail})[/dim]" if r.detail else ""))
-        if not r.ok and r.hint:
-            console.print(f"   Hint: {r.hint}")
-    failed = sum(not r.ok for r in results)
+    path = Path(spec.rsplit(":", 1)[0])
+    if not path.is_file():
+        console.print(f"❌ could not check {spec}: {path}: no such file")
+        return 2
+    console.print(f"[dim]addnorm check imports {path} and runs its code (as `python {path}` would), in a child "
+                  f"process stopped after {args.timeout:g} s.[/dim]")
+    with tempfile.TemporaryDirectory(prefix="addnorm-check-") as tmp:
+        out = Path(tmp) / "result.json"
+        cmd = [sys.executable, "-m", "addnorm.cli.check_worker", spec, str(args.features), str(out)]
+        try:
+            proc = subprocess.run(cmd, timeout=args.timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            console.print(f"❌ could not check {spec}: it did not finish within {args.timeout:g} s "
+                          "(a forward or constructor that never returns?); raise --timeout if it is only slow")
+            return 2
+        if not out.is_file():
+            how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
+            console.print(f"❌ could not check {spec}: the child process running it ended without a result ({how})")
+            return 2
+        result = json.loads(out.read_text())
+    if result["status"] != "ok":
+        what = "load" if result["stage"] == "load" else "run"
+        console.print(f"❌ could not {what} {spec}: {result['cause']}  ({result['where']})")
+        return 2
+    console.print(f"Checking {spec}: {result['description']}\n")
+    for r in result["results"]:
+        console.print(("✅ " if r["ok"] else "❌ ") + r["name"] + (f"  [dim]({r['detail']})[/dim]" if r["detail"] else ""))
+        if not r["ok"] and r["hint"]:
+            console.print(f"   Hint: {r['hint']}")
+    failed = sum(not r["ok"] for r in result["results"])
     console.print("\n" + ("🎉 All checks passed!" if not failed else f"⚠️  {failed} check(s) failed. Review the hints above."))
     return 1 if failed else 0
