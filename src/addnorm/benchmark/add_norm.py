@@ -272,10 +272,10 @@ def write_results(rows: list[Row], cond: dict, out_dir: Path) -> tuple[Path, Pat
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shapes", default=",".join(f"{n}x{d}" for n, d in SHAPES), help="rows x hidden, comma separated")
-    p.add_argument("--dtypes", default=",".join(DTYPES))
-    p.add_argument("--kinds", default=",".join(KINDS))
-    p.add_argument("--modes", default=",".join(MODES))
-    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--dtypes", default=",".join(DTYPES), help="comma separated, of float32, bfloat16, float16")
+    p.add_argument("--kinds", default=",".join(KINDS), help="comma separated norms, of layer, rms")
+    p.add_argument("--modes", default=",".join(MODES), help="comma separated, of fwd, bwd, fwdbwd")
+    p.add_argument("--methods", default=",".join(METHODS), help="comma separated, of addnorm, eager, compile")
     p.add_argument("--allocator", choices=["both", "tuned", "default", "current"], default="both",
                    help="both: the tuned table, then the default one (default); tuned: re-run with glibc told to "
                         "keep freed memory; default: glibc as is; current: run in this process with whatever is "
@@ -331,7 +331,7 @@ def main_from_args(args) -> int:
     journal.unlink(missing_ok=True)
     from .report import summary_table
 
-    console.print(summary_table(rows, cond))
+    console.print(summary_table(rows, cond, csv_path))
     console.print(f"results: {csv_path}  {json_path}")
     return 0
 

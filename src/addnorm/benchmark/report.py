@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from rich import box
 from rich.table import Table
 
 
@@ -33,16 +34,25 @@ def _line(key, by):
 HEADER = ["norm", "dtype", "shape", "mode", "addnorm ms", "GB/s", "floor GB/s", "of floor", "vs eager", "vs compile"]
 
 
-def summary_table(rows, cond) -> Table:
-    t = Table(title=f"Add & Norm, {cond['processor']}, {cond['torch_threads']} threads, torch {cond['torch']}, "
-                    f"allocator: {cond['allocator']}, floor at start {cond.get('floor_gbps', 0):.1f} GB/s",
-              caption="ms: median ± half the p10–p90 spread; GB/s on the minimum bytes; floor: the copy "
-                      "bandwidth (cells of >= 32 MiB time it beside their methods); "
-                      "vs eager / vs compile: their time ÷ addnorm's (>1 means addnorm is faster)")
-    for h in HEADER:
-        t.add_column(h, justify="right")
+TERMINAL = ["norm", "dtype", "shape", "mode", "ms", "of floor", "vs eager", "vs compile"]
+
+
+def summary_table(rows, cond, csv_path=None) -> Table:
+    """The terminal's table: the columns that fit 80 characters (median ms, fraction of the copy floor, the
+    two ratios); the spread, GB/s and the per-cell floor are in the CSV and the README's Markdown table."""
+    t = Table(title=f"Add & Norm: {cond['torch_threads']} threads, allocator {cond['allocator']}, "
+                    f"copy floor {cond.get('floor_gbps', 0):.1f} GB/s at start",
+              caption="ms: median; of floor: the copy bandwidth's time ÷ addnorm's; vs eager / vs compile: their "
+                      "time ÷ addnorm's (>1: addnorm is faster)"
+                      + (f"; every column: {csv_path}" if csv_path else ""),
+              box=box.SIMPLE_HEAD, pad_edge=False)
+    for i, h in enumerate(TERMINAL):
+        t.add_column(h, justify="left" if i < 4 else "right", no_wrap=True)
     for key, by in sorted(_index(rows).items()):
-        t.add_row(*_line(key, by))
+        full = _line(key, by)
+        norm = "layer" if full[0] == "LayerNorm" else "rms"
+        ms = full[4].split(" ±")[0]
+        t.add_row(norm, full[1], full[2], full[3], ms, full[7], full[8], full[9])
     return t
 
 

@@ -14,11 +14,23 @@ from . import trace as trace_cmd
 COMMANDS = {"tour": tour_cmd, "trace": trace_cmd, "check": check_cmd, "gradflow": gradflow_cmd, "bench": bench_cmd}
 
 
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help ends with its default, unless the help already says it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text.lower():
+            return text
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="addnorm", description="Residual connections and normalization layers, measured.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, mod in COMMANDS.items():
         mod.add_parser(sub)
+    for sp in sub.choices.values():
+        sp.formatter_class = _DefaultsFormatter
     return p
 
 
