@@ -86,5 +86,74 @@ def test_unsupported_and_bad_inputs():
     with pytest.raises(ValueError, match="config is required"):
         load_gpt2({"wte.weight": torch.zeros(2, 2)})
     hf = _hf(CONFIGS[0])
-    with pytest.raises(ValueError, match="checkpoint does not match the config"):
+    with pytest.raises(ValueError, match="the state_dict does not match the config: shapes .*transformer.wte.weight"):
         load_gpt2(hf.state_dict(), CONFIGS[2])
+
+
+def test_loads_an_in_memory_model_and_says_what_else_to_pass():
+    hf = _hf(CONFIGS[1])
+    ours = load_gpt2(hf).eval()  # the model itself: weights and config
+    idx = torch.randint(0, 257, (1, 7))
+    with torch.no_grad():
+        assert (hf(idx).logits - ours(idx)).abs().max() <= 1e-5
+    with pytest.raises(TypeError, match="already an addnorm GPT"):
+        load_gpt2(ours)
+    with pytest.raises(TypeError, match="pass a GPT2LMHeadModel / GPT2Model, its state_dict"):
+        load_gpt2(torch.nn.Linear(2, 2))
+
+
+def test_untied_checkpoint_without_its_head_is_refused():
+    hf = _hf(CONFIGS[3])  # tie_word_embeddings=False
+    sd = {k: v for k, v in hf.state_dict().items() if k != "lm_head.weight"}
+    with pytest.raises(ValueError, match="no lm_head.weight but the config is untied"):
+        load_gpt2(sd, hf.config.to_dict())
+
+
+def test_errors_name_the_checkpoints_keys_and_file(tmp_path):
+    hf = _hf(CONFIGS[0])
+    sd = {k: v for k, v in hf.state_dict().items() if k != "transformer.h.1.ln_2.bias"}
+    sd["transformer.h.0.extra.weight"] = torch.zeros(3)
+    with pytest.raises(ValueError, match=r"missing \['transformer.h.1.ln_2.bias'\].*unexpected "
+                                         r"\['transformer.h.0.extra.weight'\]"):
+        load_gpt2(sd, hf.config.to_dict())
+    hf.save_pretrained(tmp_path / "m")
+    (tmp_path / "m" / "model.safetensors").write_bytes(b"not a checkpoint at all")
+    with pytest.raises(ValueError, match=r"could not read .*model.safetensors: .*corrupt"):
+        load_gpt2(tmp_path / "m")
+    bin_path = tmp_path / "w.bin"
+    bin_path.write_bytes(b"\x80\x02garbage")
+    with pytest.raises(ValueError, match=r"could not read .*w.bin"):
+        load_gpt2(bin_path, hf.config.to_dict())
+
+
+def test_incomplete_or_foreign_configs_are_named():
+    hf = _hf(CONFIGS[0])
+    cfg = {k: v for k, v in hf.config.to_dict().items() if k not in ("n_embd", "n_head")}
+    with pytest.raises(ValueError, match=r"GPT-2 config is missing \['n_head', 'n_embd'\]"):
+        load_gpt2(hf.state_dict(), cfg)
+    with pytest.raises(ValueError, match="model_type 'llama'"):
+        config_from_hf(dict(CONFIGS[0], model_type="llama"))
+
+
+def test_sharded_save_pretrained_directory(tmp_path):
+    hf = _hf(CONFIGS[1])
+    hf.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    assert (tmp_path / "sharded" / "model.safetensors.index.json").exists()
+    ours = load_gpt2(tmp_path / "sharded").eval()
+    idx = torch.randint(0, 257, (2, 9))
+    with torch.no_grad():
+        assert (hf(idx).logits - ours(idx)).abs().max() <= 1e-5
+
+
+def test_bias_free_model_round_trips_through_save_gpt2(tmp_path):
+    torch.manual_seed(4)
+    ours = GPT(GPTConfig(vocab_size=70, block_size=16, n_layer=2, n_head=2, n_embd=32, bias=False)).eval()
+    d = save_gpt2(ours, tmp_path / "nobias")
+    back = load_gpt2(d).eval()
+    assert not back.config.bias and all(not n.endswith(".bias") for n, _ in back.named_parameters())
+    hf = GPT2LMHeadModel.from_pretrained(d).eval()  # a complete GPT-2 checkpoint: zero biases
+    idx = torch.randint(0, 70, (2, 12))
+    with torch.no_grad():
+        ref = ours(idx)
+        assert torch.equal(back(idx), ref)
+        assert (hf(idx).logits - ref).abs().max() <= 1e-5
