@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -60,8 +61,11 @@ def run(args) -> int:
     with tempfile.TemporaryDirectory(prefix="addnorm-check-") as tmp:
         out = Path(tmp) / "result.json"
         cmd = [sys.executable, "-m", "addnorm.cli.check_worker", spec, str(args.features), str(out)]
+        # this interpreter's directory first on PATH: a library that re-executes "python3" (MAX does, once it
+        # has set its environment up in the parent) must find this environment's, not another one
+        env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
         try:
-            proc = subprocess.run(cmd, timeout=args.timeout, stdin=subprocess.DEVNULL)
+            proc = subprocess.run(cmd, timeout=args.timeout, stdin=subprocess.DEVNULL, env=env)
         except subprocess.TimeoutExpired:
             console.print(f"❌ could not check {spec}: it did not finish within {args.timeout:g} s "
                           "(a forward or constructor that never returns?); raise --timeout if it is only slow")
