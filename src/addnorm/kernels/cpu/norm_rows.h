@@ -361,129 +361,104 @@ static void AN_FN(bwd_row_f32)(const an_bwd_args *a, const float *restrict s, co
     }
 }
 
-/* Backward over rows of float32 (read where they lie) or float16 (converted into scratch rows first).
- * Absent weight / incoming residual gradient / accumulators are rows of ones / zeros / a discarded row. */
+/* Backward over rows of any dtypes but bfloat16 throughout (which has its own loop): float32 rows read where
+ * they lie, others converted into scratch rows first. Absent weight / incoming residual gradient / accumulators are rows of ones / zeros / a discarded row. */
 static void AN_FN(bwd_rows_f32)(const an_bwd_args *a, int64_t r0, int64_t r1, const an_rows *sc, float *dw_acc,
                                 float *db_acc) {
     const int64_t D = a->D;
-    const int dt = a->dtype, f32 = dt == AN_F32;
-    const size_t es = an_elem_size(dt);
+    /* float32 throughout: rows read where they lie; anything else (float16, a float32 stream beside a 16-bit
+     * dy, a second dx in the branch input's dtype) is converted into float32 scratch rows first */
+    const int f32 = a->uniform && a->dtype == AN_F32;
+    const size_t ses = an_elem_size(a->sdt), dyes = an_elem_size(a->dydt), x2es = an_elem_size(a->dx2dt);
     float *restrict dw = dw_acc ? dw_acc : sc->r[3];
     float *restrict db = db_acc ? db_acc : sc->r[4];
     float *restrict o32 = sc->r[5];
     const float *restrict w = a->weight ? a->weight : sc->ones;
     const float off = a->weight ? a->weight_offset : 0.0f;
     for (int64_t r = r0; r < r1; r++) {
-        const char *s_row = (const char *)a->s + r * a->s_rs * es;
-        const char *dy_row = (const char *)a->dy + r * a->dy_rs * es;
-        const char *dres_row = a->dres ? (const char *)a->dres + r * a->dres_rs * es : NULL;
-        char *dx_row = (char *)a->dx + r * a->dx_rs * es;
+        const char *s_row = (const char *)a->s + r * a->s_rs * ses;
+        const char *dy_row = (const char *)a->dy + r * a->dy_rs * dyes;
+        const char *dres_row = a->dres ? (const char *)a->dres + r * a->dres_rs * ses : NULL;
+        char *dx_row = (char *)a->dx + r * a->dx_rs * ses;
         const float *s = (const float *)s_row, *dy = (const float *)dy_row;
         const float *dres = dres_row ? (const float *)dres_row : sc->zeros;
         if (!f32) {
-            AN_FN(load_row)(sc->r[0], s_row, D, dt);
-            AN_FN(load_row)(sc->r[1], dy_row, D, dt);
+            AN_FN(load_row)(sc->r[0], s_row, D, a->sdt);
+            AN_FN(load_row)(sc->r[1], dy_row, D, a->dydt);
             s = sc->r[0];
             dy = sc->r[1];
             if (dres_row) {
-                AN_FN(load_row)(sc->r[2], dres_row, D, dt);
+                AN_FN(load_row)(sc->r[2], dres_row, D, a->sdt);
                 dres = sc->r[2];
             }
         }
         const int more = r + 1 < r1;
-        /* float32: dx written in place, or streamed a chunk at a time; float16: converted from o32 */
+        /* float32: dx written in place, or streamed a chunk at a time; otherwise converted from o32 */
         float *dst = (f32 && !a->nt) ? (float *)dx_row : o32;
         float *stream_to = (f32 && a->nt) ? (float *)dx_row : NULL;
+        /* prefetch takes one element size: dy's next row only when it shares the stream's */
         AN_FN(bwd_row_f32)(a, s, dy, dres, w, off, a->mean ? a->mean[r] : 0.0f, a->rstd[r], dw, db, dst, stream_to,
-                           more ? s_row + a->s_rs * es : NULL, more ? dy_row + a->dy_rs * es : NULL,
-                           (more && dres_row) ? dres_row + a->dres_rs * es : NULL, (int)es);
-        if (!f32) AN_FN(put_row)(dx_row, dst, D, dt, a->nt, sc->r[0]); /* r[0] is free by now */
+                           more ? s_row + a->s_rs * ses : NULL, (more && dyes == ses) ? dy_row + a->dy_rs * dyes : NULL,
+                           (more && dres_row) ? dres_row + a->dres_rs * ses : NULL, (int)ses);
+        if (!f32) {
+            AN_FN(put_row)(dx_row, dst, D, a->sdt, a->nt, sc->r[0]); /* r[0] is free by now */
+            if (a->dx2) AN_FN(put_row)((char *)a->dx2 + r * a->dx2_rs * x2es, dst, D, a->dx2dt, a->nt, sc->r[0]);
+        }
     }
 }
 
 /* ---- forward ---- */
 
-/* Rows whose tensors do not share one dtype (a float32 residual stream beside 16-bit branch outputs, an
- * explicit output dtype): every row is converted into float32 scratch, summed, rounded to the stream's
- * dtype as the stored sum will be, normalized and stored in the output dtype -- still one pass. */
-static void AN_FN(fwd_rows_mixed)(const an_fwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
-    float *restrict buf = sc->r[0], *restrict tmp = sc->r[1];
-    const int64_t D = a->D;
-    const size_t xes = an_elem_size(a->xdt), res = an_elem_size(a->rdt), oes = an_elem_size(a->odt),
-                 ses = an_elem_size(a->sdt);
-    const float inv_d = 1.0f / (float)D;
-    for (int64_t r = r0; r < r1; r++) {
-        AN_FN(load_row)(buf, (const char *)a->x + r * a->x_rs * xes, D, a->xdt);
-        if (a->res) {
-            AN_FN(load_row)(tmp, (const char *)a->res + r * a->res_rs * res, D, a->rdt);
-            for (int64_t i = 0; i < D; i++) buf[i] += tmp[i];
-        }
-        if (a->res || a->res_out) AN_FN(round_row)(buf, D, a->sdt); /* normalize exactly what is stored */
-        if (a->res_out) AN_FN(put_row)((char *)a->res_out + r * a->res_out_rs * ses, buf, D, a->sdt, a->nt, tmp);
-        const float mean = a->kind == AN_LAYER ? AN_FN(row_sum)(buf, D) * inv_d : 0.0f;
-        const float rstd = an_rstd(AN_FN(sq_dev_sum)(buf, mean, D) * inv_d, a->eps);
-        if (a->mean) a->mean[r] = mean;
-        if (a->rstd) a->rstd[r] = rstd;
-        if (a->cast_before_weight) {
-            AN_FN(normalize)(tmp, buf, D, mean, rstd, NULL, NULL, 0.0f);
-            AN_FN(round_row)(tmp, D, a->odt);
-            AN_FN(normalize)(tmp, tmp, D, 0.0f, 1.0f, a->weight, a->bias, a->weight_offset);
-        } else {
-            AN_FN(normalize)(tmp, buf, D, mean, rstd, a->weight, a->bias, a->weight_offset);
-        }
-        AN_FN(put_row)((char *)a->out + r * a->out_rs * oes, tmp, D, a->odt, a->nt, buf); /* buf is free now */
-    }
-}
-
+/* Every tensor has its own dtype (see an_fwd_args). Float32 throughout and bfloat16 throughout take
+ * specialised loops; anything else -- float16, a float32 residual stream beside 16-bit branch outputs, an
+ * explicit output dtype -- converts each row into float32 scratch, sums, rounds to the stream's dtype as the
+ * stored sum will be, normalizes and stores in the output dtype: still one pass. */
 static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
-    if (!a->uniform) {
-        AN_FN(fwd_rows_mixed)(a, r0, r1, sc);
-        return;
-    }
-    if (a->dtype == AN_BF16 && !a->cast_before_weight) {
+    if (a->uniform && a->dtype == AN_BF16 && !a->cast_before_weight) {
         AN_FN(fwd_rows_bf16)(a, r0, r1, sc);
         return;
     }
     float *restrict buf = sc->r[0], *restrict tmp = sc->r[1];
     const int64_t D = a->D;
-    const int dt = a->dtype, f32 = dt == AN_F32;
-    const size_t es = an_elem_size(dt);
+    const int f32 = a->uniform && a->dtype == AN_F32, bf16 = a->uniform && a->dtype == AN_BF16;
+    const size_t xes = an_elem_size(a->xdt), res = an_elem_size(a->rdt), oes = an_elem_size(a->odt),
+                 ses = an_elem_size(a->sdt);
     const float inv_d = 1.0f / (float)D;
     for (int64_t r = r0; r < r1; r++) {
-        const void *x_row = (const char *)a->x + r * a->x_rs * es;
-        const void *r_row = a->res ? (const char *)a->res + r * a->res_rs * es : NULL;
-        void *out_row = (char *)a->out + r * a->out_rs * es;
+        const void *x_row = (const char *)a->x + r * a->x_rs * xes;
+        const void *r_row = a->res ? (const char *)a->res + r * a->res_rs * res : NULL;
+        void *out_row = (char *)a->out + r * a->out_rs * oes;
         const float *src; /* the row to normalize, as float32 */
         float sum = 0.0f;
         int res_done = 0;
         if (f32 && r_row) {
             /* unstreamed float32: the new residual is written in the same pass as the sum */
-            float *ro = (a->res_out && !a->nt) ? (float *)((char *)a->res_out + r * a->res_out_rs * es) : NULL;
+            float *ro = (a->res_out && !a->nt) ? (float *)((char *)a->res_out + r * a->res_out_rs * ses) : NULL;
             sum = AN_FN(add_rows_sum)(buf, x_row, r_row, ro, D);
             res_done = ro != NULL;
             src = buf;
         } else if (f32) {
             src = x_row;
             if (a->kind == AN_LAYER) sum = AN_FN(row_sum)(src, D);
-        } else if (dt == AN_BF16 && r_row) {
-            void *ro = a->res_out ? (char *)a->res_out + r * a->res_out_rs * es : NULL;
+        } else if (bf16 && r_row) {
+            void *ro = a->res_out ? (char *)a->res_out + r * a->res_out_rs * ses : NULL;
             sum = AN_FN(add_bf16_rows)(buf, x_row, r_row, (ro && a->nt) ? (uint16_t *)tmp : ro, D);
             if (ro && a->nt) AN_FN(stream_bytes)(ro, tmp, (size_t)D * 2);
             res_done = 1;
             src = buf;
         } else {
-            AN_FN(load_row)(buf, x_row, D, dt);
+            AN_FN(load_row)(buf, x_row, D, a->xdt);
             if (r_row) {
-                AN_FN(load_row)(tmp, r_row, D, dt);
+                AN_FN(load_row)(tmp, r_row, D, a->rdt);
                 for (int64_t i = 0; i < D; i++) buf[i] += tmp[i];
-                /* the new residual stream is stored in the input dtype: normalize exactly what is stored */
-                AN_FN(round_row)(buf, D, dt);
+                /* the new residual stream is stored in its own dtype: normalize exactly what is stored */
+                AN_FN(round_row)(buf, D, a->sdt);
             }
             if (a->kind == AN_LAYER) sum = AN_FN(row_sum)(buf, D);
             src = buf;
         }
         if (a->res_out && !res_done)
-            AN_FN(put_row)((char *)a->res_out + r * a->res_out_rs * es, src, D, dt, a->nt, tmp);
+            AN_FN(put_row)((char *)a->res_out + r * a->res_out_rs * ses, src, D, a->sdt, a->nt, tmp);
 
         const float mean = a->kind == AN_LAYER ? sum * inv_d : 0.0f;
         /* two-pass: the sum of squared deviations, no E[x²]−E[x]² cancellation */
@@ -492,52 +467,25 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, const 
         if (a->rstd) a->rstd[r] = rstd;
 
         if (a->cast_before_weight && !f32) {
-            /* Llama order: xhat cast to the input dtype first, then multiplied by the weight */
+            /* Llama order: xhat cast to the output dtype first, then multiplied by the weight */
             AN_FN(normalize)(tmp, src, D, mean, rstd, NULL, NULL, 0.0f);
-            AN_FN(round_row)(tmp, D, dt);
+            AN_FN(round_row)(tmp, D, a->odt);
             AN_FN(normalize)(tmp, tmp, D, 0.0f, 1.0f, a->weight, a->bias, a->weight_offset);
-            AN_FN(put_row)(out_row, tmp, D, dt, a->nt, buf);
+            AN_FN(put_row)(out_row, tmp, D, a->odt, a->nt, buf);
         } else if (f32 && !a->nt) {
             /* src may be out_row itself (out=x): each element is read before it is written */
             const int more = r + 1 < r1;
             for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
-                AN_FN(prefetch_chunk)(more ? (const char *)x_row + a->x_rs * es : NULL,
-                                      (more && r_row) ? (const char *)r_row + a->res_rs * es : NULL, NULL, c0, D, 4);
+                AN_FN(prefetch_chunk)(more ? (const char *)x_row + a->x_rs * xes : NULL,
+                                      (more && r_row) ? (const char *)r_row + a->res_rs * res : NULL, NULL, c0, D, 4);
                 const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
                 const float *wc = a->weight ? a->weight + c0 : NULL, *bc = a->bias ? a->bias + c0 : NULL;
                 AN_FN(normalize)((float *)out_row + c0, src + c0, c1 - c0, mean, rstd, wc, bc, a->weight_offset);
             }
         } else {
             AN_FN(normalize)(tmp, src, D, mean, rstd, a->weight, a->bias, a->weight_offset);
-            AN_FN(put_row)(out_row, tmp, D, dt, a->nt, buf); /* buf is free once normalized */
+            AN_FN(put_row)(out_row, tmp, D, a->odt, a->nt, buf); /* buf is free once normalized */
         }
-    }
-}
-
-/* Backward over rows whose tensors do not share one dtype: dy, the saved sum and the incoming residual
- * gradient converted into float32 rows; the gradient stored in the stream's dtype (dx) and, when asked,
- * in the branch input's dtype too (dx2). */
-static void AN_FN(bwd_rows_mixed)(const an_bwd_args *a, int64_t r0, int64_t r1, const an_rows *sc, float *dw_acc,
-                                  float *db_acc) {
-    const int64_t D = a->D;
-    const size_t ses = an_elem_size(a->sdt), dyes = an_elem_size(a->dydt), x2es = an_elem_size(a->dx2dt);
-    float *restrict dw = dw_acc ? dw_acc : sc->r[3];
-    float *restrict db = db_acc ? db_acc : sc->r[4];
-    float *restrict o32 = sc->r[5];
-    const float *restrict w = a->weight ? a->weight : sc->ones;
-    const float off = a->weight ? a->weight_offset : 0.0f;
-    for (int64_t r = r0; r < r1; r++) {
-        AN_FN(load_row)(sc->r[0], (const char *)a->s + r * a->s_rs * ses, D, a->sdt);
-        AN_FN(load_row)(sc->r[1], (const char *)a->dy + r * a->dy_rs * dyes, D, a->dydt);
-        const float *dres = sc->zeros;
-        if (a->dres) {
-            AN_FN(load_row)(sc->r[2], (const char *)a->dres + r * a->dres_rs * ses, D, a->sdt);
-            dres = sc->r[2];
-        }
-        AN_FN(bwd_row_f32)(a, sc->r[0], sc->r[1], dres, w, off, a->mean ? a->mean[r] : 0.0f, a->rstd[r], dw, db, o32,
-                           NULL, NULL, NULL, NULL, 4);
-        AN_FN(put_row)((char *)a->dx + r * a->dx_rs * ses, o32, D, a->sdt, a->nt, sc->r[0]);
-        if (a->dx2) AN_FN(put_row)((char *)a->dx2 + r * a->dx2_rs * x2es, o32, D, a->dx2dt, a->nt, sc->r[0]);
     }
 }
 
@@ -553,8 +501,7 @@ static void AN_FN(bwd_rows)(const an_bwd_args *a, int64_t r0, int64_t r1, const 
         const int64_t b1 = b0 + AN_BLOCK < r1 ? b0 + AN_BLOCK : r1;
         if (bw) memset(bw, 0, sizeof(float) * (size_t)D);
         if (bb) memset(bb, 0, sizeof(float) * (size_t)D);
-        if (!a->uniform) AN_FN(bwd_rows_mixed)(a, b0, b1, sc, bw, bb);
-        else if (a->dtype == AN_BF16) AN_FN(bwd_rows_bf16)(a, b0, b1, sc, bw, bb);
+        if (a->uniform && a->dtype == AN_BF16) AN_FN(bwd_rows_bf16)(a, b0, b1, sc, bw, bb);
         else AN_FN(bwd_rows_f32)(a, b0, b1, sc, bw, bb);
         if (bw) for (int64_t i = 0; i < D; i++) dw_acc[i] += (double)bw[i];
         if (bb) for (int64_t i = 0; i < D; i++) db_acc[i] += (double)bb[i];
