@@ -155,6 +155,15 @@ def _check_storage(name: str, t) -> None:
                            "(untyped_storage().resize_(0)); materialize it before calling addnorm")
 
 
+def _finite_real(name: str, value) -> float:
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+    return value
+
+
 def _check_eps(eps) -> float:
     """A finite float. Negative values are taken as torch takes them (its OpInfo samples use eps=-0.5:
     rows whose variance + eps is negative come out NaN, as in torch); NaN and inf are refused."""
@@ -162,21 +171,7 @@ def _check_eps(eps) -> float:
         return eps
     if isinstance(eps, torch.Tensor) and eps.dim() == 0 and eps.dtype.is_floating_point:
         eps = eps.item()
-    if not isinstance(eps, numbers.Real) or isinstance(eps, bool):
-        raise TypeError(f"eps must be a float, got {type(eps).__name__}")
-    eps = float(eps)
-    if not math.isfinite(eps):
-        raise ValueError(f"eps must be a finite number, got {eps}")
-    return eps
-
-
-def _check_offset(weight_offset) -> float:
-    if not isinstance(weight_offset, numbers.Real) or isinstance(weight_offset, bool):
-        raise TypeError(f"weight_offset must be a float, got {type(weight_offset).__name__}")
-    weight_offset = float(weight_offset)
-    if not math.isfinite(weight_offset):
-        raise ValueError(f"weight_offset must be finite, got {weight_offset}")
-    return weight_offset
+    return _finite_real("eps", eps)
 
 
 def _default_rms_eps(x: torch.Tensor) -> float:
@@ -312,10 +307,11 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
     if eps is None:
         eps = _default_rms_eps(x)
     eps = _check_eps(eps)
-    weight_offset = _check_offset(weight_offset)
+    weight_offset = _finite_real("weight_offset", weight_offset)
     cast_before_weight = bool(cast_before_weight)
     if not torch.compiler.is_compiling() and not _functorch_active():  # real tensors (else wrappers, no storage)
-        for name, t in (("x", x), ("residual", residual), ("weight", weight), ("bias", bias)):
+        for name, t in (("x", x), ("residual", residual), ("weight", weight), ("bias", bias), ("out", out),
+                        ("residual_out", residual_out)):
             _check_storage(name, t)
         # negative views (torch._neg_view) keep their sign in a flag the kernels cannot see
         x, residual, weight, bias = (t if t is None or not t.is_neg() else t.resolve_neg()

@@ -44,8 +44,6 @@ def _check_buffer(name: str, t, x: torch.Tensor, D: int, dtype: torch.dtype) -> 
     if t.shape != x.shape or t.dtype != dtype or t.device != x.device:
         raise ValueError(f"{name} must have shape {tuple(x.shape)}, dtype {dtype} and device {x.device}; "
                          f"got shape {tuple(t.shape)}, {t.dtype}, {t.device}")
-    if t.numel() and t.untyped_storage().nbytes() == 0:
-        raise RuntimeError(f"{name} has {t.numel()} elements but its storage has been freed")
     if any(n > 1 and st == 0 for n, st in zip(t.shape, t.stride())):  # expanded
         raise _self_overlap(name)
     if not D or not t.numel():

@@ -143,6 +143,15 @@ def test_freed_storage_is_refused(what):
         addnorm.add_layer_norm(x, r, D, w, b)
 
 
+@pytest.mark.parametrize("what", ["out", "residual_out"])
+def test_freed_output_buffer_is_refused(what):
+    x, r, w, b = _inputs()
+    buf = torch.empty(4, D)
+    buf.untyped_storage().resize_(0)
+    with pytest.raises(RuntimeError, match=f"{what} has {4 * D} elements but its storage has been freed"):
+        addnorm.add_layer_norm(x, r, D, w, b, **{what: buf})
+
+
 def test_negative_views_are_read_with_their_sign():
     x, r, w, b = _inputs()
     args = [torch._neg_view(t) for t in (x, r, w, b)]
@@ -158,7 +167,7 @@ def test_argument_checks_are_as_strict_as_torch():
     assert torch.equal(addnorm.layer_norm(x, (torch.tensor(64),)), addnorm.layer_norm(x, 64))
     with pytest.raises(TypeError, match="weight_offset"):
         addnorm.rms_norm(x, 64, torch.ones(64), weight_offset=True)
-    with pytest.raises(ValueError, match="weight_offset must be finite"):
+    with pytest.raises(ValueError, match="weight_offset must be a finite number"):
         addnorm.rms_norm(x, 64, torch.ones(64), weight_offset=float("nan"))
 
 
