@@ -40,17 +40,13 @@ LIB.define(
 )
 
 
-def _rows(x: torch.Tensor, ndim: int) -> tuple[int, int]:
-    D = math.prod(x.shape[x.dim() - ndim:])
-    return (x.numel() // D if D else math.prod(x.shape[:x.dim() - ndim])), D
+def _row_size(x: torch.Tensor, ndim: int) -> int:
+    """D: the number of elements in the last ndim dims, the rows the kernels normalize."""
+    return math.prod(x.shape[x.dim() - ndim:])
 
 
 def _none(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return like.new_empty((0,)) if t is None else t
-
-
-def _stats_dtype(x, residual) -> torch.dtype:
-    return formulas.compute_dtype(x, residual)
 
 
 # ---------------------------------------------------------------- forward
@@ -71,7 +67,7 @@ def _resolved(*ts):
 
 def forward_cpu(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight, out_dtype,
                 residual_in_fp32):
-    N, D = _rows(x, ndim)
+    D = _row_size(x, ndim)
     x, residual, weight, bias = _resolved(x, residual, weight, bias)
     if not _cpu.applies(x, residual, out_dtype, D):
         return _forward_formulas(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight,
@@ -93,7 +89,7 @@ def _forward_fake(x, residual, weight, bias, kind, ndim, eps, weight_offset, cas
     else:
         s = x.new_empty((0,))
     rows = math.prod(x.shape[:n])
-    stats = x.new_empty((2 if kind == "layer" else 1, rows), dtype=_stats_dtype(x, residual))
+    stats = x.new_empty((2 if kind == "layer" else 1, rows), dtype=formulas.compute_dtype(x, residual))
     return y, s, stats
 
 
@@ -111,7 +107,7 @@ def _backward_formulas(dy, dres, s, stats, weight, bias, kind, ndim, eps, weight
 
 
 def backward_cpu(dy, dres, s, stats, weight, bias, kind, ndim, eps, weight_offset, x_dtype, output_mask):
-    N, D = _rows(s, ndim)
+    D = _row_size(s, ndim)
     dy, dres, s, weight = _resolved(dy, dres, s, weight)
     if not (_cpu.applies(s, dy, None, D) and stats.dtype == torch.float32):
         return _backward_formulas(dy, dres, s, stats, weight, bias, kind, ndim, eps, weight_offset, x_dtype,
