@@ -112,7 +112,8 @@ class AddNorm(torch.autograd.Function):
             ds, dx, dw, db = formulas.backward(dy, dres, saved, w, b, kind, ndim, eps, off, x_dtype,
                                                (True, want_w, want_b))
         else:  # the operator, or (eager, nothing tracing) its CPU implementation without the dispatcher
-            bwd = backward_cpu if ctx.direct and type(dy) is torch.Tensor and not _dispatch_depth() else _add_norm_backward
+            eager = ctx.direct and type(dy) is torch.Tensor and not _dispatch_depth()
+            bwd = backward_cpu if eager else _add_norm_backward
             ds, dx, dw, db = bwd(dy, dres, saved, stats, w, b, kind, ndim, eps, off, x_dtype, [True, want_w, want_b])
             dx = dx if x_dtype != saved.dtype else None
             dw, db = (dw if want_w else None), (db if want_b else None)
