@@ -44,7 +44,7 @@ def test_residual_mismatch():
 
 
 def test_unknown_backend_and_bad_normalized_shape():
-    with pytest.raises(ValueError, match=r"backend must be one of \('auto', 'cpu', 'torch'\), got 'gpu'"):
+    with pytest.raises(ValueError, match=r"backend must be one of \('auto', 'cpu', 'triton', 'torch'\), got 'gpu'"):
         addnorm.layer_norm(torch.randn(2, 4), 4, backend="gpu")
     with pytest.raises(ValueError, match="backend must be one of"):
         with addnorm.use_backend("fast"):

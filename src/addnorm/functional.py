@@ -10,9 +10,12 @@ new residual stream ``s`` beside ``y`` (that is their whole point, so there is n
 particular nothing here is called "prenorm" -- placement lives in ``addnorm.placement``).
 
 Backends (chosen explicitly, never by environment at import time):
-    "cpu"   -- the fused C kernels (float32/bfloat16/float16 on the CPU), one pass each way
-    "torch" -- exact composite of torch ops (any dtype/device, double-differentiable)
-    "auto"  -- "cpu" where it applies, else "torch"  (the default)
+    "cpu"    -- the fused C kernels (float32/bfloat16/float16 on the CPU), one pass each way
+    "triton" -- the fused Triton kernels (float32/bfloat16/float16 on CUDA; the optional extra
+                ``addnorm[gpu]``); on CPU tensors too when TRITON_INTERPRET=1 is set (Triton's
+                interpreter: slow, for testing)
+    "torch"  -- exact composite of torch ops (any dtype/device, double-differentiable)
+    "auto"   -- "cpu" on CPU tensors and "triton" on CUDA ones where they apply, else "torch" (the default)
 Set it per call (``backend=``) or for a region (``with addnorm.use_backend("torch"): ...``);
 ``last_backend()`` says which one ran most recently.
 
@@ -45,7 +48,9 @@ import torch.autograd.forward_ad as _fwad
 from .kernels import torch_ref
 from .kernels.cpu import SUPPORTED_DTYPES as _CPU_DTYPES
 from .kernels.cpu import availability
-from .ops import DirectAddNorm, EagerAddNorm, direct_forward, eager_inference, formulas, plain
+from .kernels.triton import availability as triton_availability
+from .kernels.triton import ops as _triton
+from .ops import DirectAddNorm, EagerAddNorm, TritonAddNorm, direct_forward, eager_inference, formulas, plain
 
 __all__ = [
     "layer_norm",
@@ -58,7 +63,7 @@ __all__ = [
     "BACKENDS",
 ]
 
-BACKENDS = ("auto", "cpu", "torch")
+BACKENDS = ("auto", "cpu", "triton", "torch")
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -73,9 +78,11 @@ _last = {"backend": None}
 
 @contextlib.contextmanager
 def use_backend(name: str):
-    """Run the enclosed addnorm calls on backend ``name`` ("auto", "cpu" or "torch"); works inside
-    torch.compile'd code too."""
+    """Run the enclosed addnorm calls on backend ``name`` ("auto", "cpu", "triton" or "torch"); works
+    inside torch.compile'd code too."""
     _check_backend_name(name)
+    if name == "triton":
+        triton_availability()  # imported here, before any compiled code asks
     old = _state.backend
     _state.backend = name
     try:
@@ -85,7 +92,7 @@ def use_backend(name: str):
 
 
 def last_backend() -> str | None:
-    """The backend ("cpu" or "torch") that ran the most recent addnorm call in this process."""
+    """The backend ("cpu", "triton" or "torch") that ran the most recent addnorm call in this process."""
     return _last["backend"]
 
 
@@ -202,11 +209,37 @@ def _check_out_dtype(out_dtype) -> None:
 # ---------------------------------------------------------------- dispatch
 
 
+def _triton_reason(x: torch.Tensor, shape: tuple[int, ...], out_dtype) -> str | None:
+    """Why the Triton kernels cannot run this call, or None."""
+    if x.dtype not in _triton.SUPPORTED_DTYPES:
+        return f"x has dtype {x.dtype}"
+    if out_dtype is not None and out_dtype not in _triton.SUPPORTED_DTYPES:
+        return f"out_dtype is {out_dtype}"
+    if math.prod(shape) == 0:
+        return "normalized_shape has no elements"
+    if not torch.compiler.is_compiling() and _functorch_active():
+        return "a torch.func transform (vmap, grad, jacrev, ...) is active"
+    av = triton_availability()
+    if not av.available:
+        return av.reason
+    if not x.is_cuda and not av.interpreted:
+        return (f"x is on {x.device}: the Triton kernels run on CUDA tensors, or on any tensor under Triton's "
+                "interpreter (set TRITON_INTERPRET=1 before addnorm first uses Triton)")
+    return None
+
+
 def _resolve(backend: str | None, x: torch.Tensor, shape: tuple[int, ...], out_dtype) -> str:
     name = _state.backend if backend is None else backend
     if name == "torch":
         return "torch"
     _check_backend_name(name)
+    if name == "triton" or (name == "auto" and x.is_cuda):
+        reason = _triton_reason(x, shape, out_dtype)
+        if reason is None:
+            return "triton"
+        if name == "triton":
+            raise RuntimeError(f"backend='triton' cannot run this call: {reason}; use backend='torch' or 'auto'")
+        return "torch"
     reason = None
     if not x.is_cpu:
         reason = f"x is on {x.device}"
@@ -228,6 +261,8 @@ def _resolve(backend: str | None, x: torch.Tensor, shape: tuple[int, ...], out_d
 
 
 availability()  # loaded once here, so that compiled code only reads the answer
+if torch.cuda.is_available():
+    triton_availability()  # likewise: CUDA tensors ask for it (Triton imports in ~0.3 s)
 
 # torch.func transforms (vmap, grad, jvp, ...) wrap tensors the kernels cannot read; the torch backend
 # composes with them
@@ -335,13 +370,13 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
         args = (x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight, out_dtype,
                 residual_in_fp32)
         if _needs_autograd(x, residual, weight, bias):  # the operator's autograd node, without the dispatcher
-            y, s, _ = _C_APPLY_DIRECT(*args)
+            y, s, _ = (_C_APPLY_TRITON if which == "triton" else _C_APPLY_DIRECT)(*args)
             s = s if has_sum else None
         else:
-            y, s = direct_forward(*args)
+            y, s = direct_forward(*args, triton=which == "triton")
     elif plain(x) and not _functorch_active():
         return _into_buffers(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_before_weight, out,
-                             residual_out, out_dtype, residual_in_fp32)
+                             residual_out, out_dtype, residual_in_fp32, which)
     else:
         y, s, _ = torch.ops.addnorm.add_norm(x, residual, weight, bias, kind, ndim, eps, weight_offset,
                                              cast_before_weight, out_dtype, residual_in_fp32)
@@ -377,18 +412,22 @@ def _torch_backend(kind, x, residual, shape, weight, bias, eps, weight_offset, c
 
 
 def _into_buffers(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_before_weight, out, residual_out,
-                  out_dtype, residual_in_fp32):
+                  out_dtype, residual_in_fp32, which):
     """Inference into the caller's buffers (checked by ``out_buffers``): no allocation, no autograd node."""
     from .kernels.cpu import ops as cpu
 
     D = math.prod(shape)
     has_sum = formulas.returns_sum(x, residual, residual_in_fp32)
     odt = out_dtype or x.dtype
-    out_t = out if out is not None else torch.empty(x.shape, dtype=odt)
+    out_t = out if out is not None else torch.empty(x.shape, dtype=odt, device=x.device)
     res_t = None
     if has_sum:
         res_t = residual_out if residual_out is not None else torch.empty(
-            x.shape, dtype=formulas.sum_dtype(x, residual, residual_in_fp32))
+            x.shape, dtype=formulas.sum_dtype(x, residual, residual_in_fp32), device=x.device)
+    if which == "triton":
+        _triton.add_norm(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight, odt,
+                         None if res_t is None else res_t.dtype, False, out_t, res_t)
+        return out_t, res_t
     if not (x.is_contiguous() and (residual is None or residual.is_contiguous())):
         x, residual = cpu.as_rows(x, D), None if residual is None else cpu.as_rows(residual, D)
     o = out_t if out_t.is_contiguous() else out_t.view(-1, D)  # out_buffers checked it can be
@@ -431,8 +470,9 @@ def _nested(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_bef
 try:
     _C_APPLY = torch._C._FunctionBase.__dict__["apply"].__get__(None, EagerAddNorm)
     _C_APPLY_DIRECT = torch._C._FunctionBase.__dict__["apply"].__get__(None, DirectAddNorm)
+    _C_APPLY_TRITON = torch._C._FunctionBase.__dict__["apply"].__get__(None, TritonAddNorm)
 except (AttributeError, KeyError):  # private entry point gone in some torch version: the public apply
-    _C_APPLY, _C_APPLY_DIRECT = EagerAddNorm.apply, DirectAddNorm.apply
+    _C_APPLY, _C_APPLY_DIRECT, _C_APPLY_TRITON = EagerAddNorm.apply, DirectAddNorm.apply, TritonAddNorm.apply
 
 
 # ---------------------------------------------------------------- public functions

@@ -6,6 +6,7 @@ non-CPU devices use. ``addnorm.functional`` calls them.
 """
 
 from . import formulas, schema  # noqa: F401  (schema defines the operators; autograd registers on them)
-from .autograd import AddNorm, DirectAddNorm, EagerAddNorm, direct_forward, eager_inference, plain
+from .autograd import AddNorm, DirectAddNorm, EagerAddNorm, TritonAddNorm, direct_forward, eager_inference, plain
 
-__all__ = ["AddNorm", "DirectAddNorm", "EagerAddNorm", "direct_forward", "eager_inference", "formulas", "plain"]
+__all__ = ["AddNorm", "DirectAddNorm", "EagerAddNorm", "TritonAddNorm", "direct_forward", "eager_inference", "formulas",
+           "plain"]

@@ -20,8 +20,9 @@ import torch
 import torch.autograd.forward_ad as _fwad
 
 from ..kernels.cpu import ops as _cpu
+from ..kernels.triton import ops as _triton
 from . import formulas
-from .schema import LIB, backward_cpu, forward_cpu
+from .schema import LIB, backward_cpu, backward_triton, forward_cpu, forward_triton
 
 _add_norm_backward = torch.ops.addnorm.add_norm_backward.default
 _add_norm = torch.ops.addnorm.add_norm.default
@@ -36,8 +37,9 @@ def plain(t) -> bool:
 
 
 def direct_forward(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight, out_dtype,
-                   residual_in_fp32):
-    """Inference on the CPU implementation, called without the dispatcher: (y, s or None)."""
+                   residual_in_fp32, triton=False):
+    """Inference on the CPU implementation (``triton``: the Triton one), called without the dispatcher:
+    (y, s or None)."""
     D = x.shape[-1] if ndim == 1 else math.prod(x.shape[x.dim() - ndim:])
     sdt = None
     if residual is not None:
@@ -45,8 +47,9 @@ def direct_forward(x, residual, weight, bias, kind, ndim, eps, weight_offset, ca
     elif residual_in_fp32:
         sdt = formulas.sum_dtype(x, None, True)
         sdt = None if sdt == x.dtype else sdt
-    y, s, _ = _cpu.add_norm(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight, out_dtype,
-                            sdt, False)
+    kernels = _triton if triton else _cpu
+    y, s, _ = kernels.add_norm(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight, out_dtype,
+                               sdt, False)
     return y, s
 
 
@@ -95,7 +98,7 @@ class AddNorm(torch.autograd.Function):
             ctx.primals = (_primal(saved), _primal(weight))
         ctx.meta = (kind, ndim, eps, weight_offset, cast_before_weight, out_dtype or x.dtype, x.dtype, has_sum,
                     residual is not None)
-        ctx.direct = False
+        ctx.direct = None  # the backward implementation to call without the dispatcher (the direct subclasses)
 
     @staticmethod
     def backward(ctx, dy, ds_out, _dstats):
@@ -111,9 +114,9 @@ class AddNorm(torch.autograd.Function):
         elif torch.is_grad_enabled():  # create_graph=True: a backward that is itself differentiable
             ds, dx, dw, db = formulas.backward(dy, dres, saved, w, b, kind, ndim, eps, off, x_dtype,
                                                (True, want_w, want_b))
-        else:  # the operator, or (eager, nothing tracing) its CPU implementation without the dispatcher
-            eager = ctx.direct and type(dy) is torch.Tensor and not _dispatch_depth()
-            bwd = backward_cpu if eager else _add_norm_backward
+        else:  # the operator, or (eager, nothing tracing) the forward's implementation without the dispatcher
+            eager = ctx.direct is not None and type(dy) is torch.Tensor and not _dispatch_depth()
+            bwd = ctx.direct if eager else _add_norm_backward
             ds, dx, dw, db = bwd(dy, dres, saved, stats, w, b, kind, ndim, eps, off, x_dtype, [True, want_w, want_b])
             dx = dx if x_dtype != saved.dtype else None
             dw, db = (dw if want_w else None), (db if want_b else None)
@@ -142,7 +145,24 @@ class DirectAddNorm(AddNorm):
     @staticmethod
     def setup_context(ctx, inputs, output):
         AddNorm.setup_context(ctx, inputs, output)
-        ctx.direct = True
+        ctx.direct = backward_cpu
+
+
+class TritonAddNorm(AddNorm):
+    """``AddNorm`` on the Triton kernels called directly, both ways: eager calls on CUDA tensors, and
+    ``backend="triton"`` on CPU tensors under Triton's interpreter (where the operator's CPU key would run
+    the C kernels). Traced calls go through the operator, whose CUDA implementation is the same kernels."""
+
+    @staticmethod
+    def forward(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight, out_dtype,
+                residual_in_fp32):
+        return forward_triton(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight,
+                              out_dtype, residual_in_fp32)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        AddNorm.setup_context(ctx, inputs, output)
+        ctx.direct = backward_triton
 
 
 class EagerAddNorm(torch.autograd.Function):

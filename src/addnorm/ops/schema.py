@@ -13,9 +13,12 @@ float32 (float64 for float64 tensors). Backward returns ``ds`` in the stream's d
 ``x_dtype`` when that differs (else empty), and the parameter gradients asked for by ``output_mask``
 (else empty). Every output is contiguous.
 
-Implementations: CPU -- the C kernels where they take the dtypes, else the torch-op formulas; every
-other device -- the formulas (the GPU issue registers kernels here); Meta/fake -- shapes and strides
-only. Autograd is registered by ``addnorm.ops.autograd``.
+Implementations: CPU -- the C kernels where they take the dtypes, else the torch-op formulas; CUDA --
+the Triton kernels (``kernels.triton``, the optional extra ``addnorm[gpu]``) where Triton is installed
+and they take the dtypes, else the formulas; every other device -- the formulas; Meta/fake -- shapes and
+strides only. The Triton implementation also runs on CPU tensors under Triton's interpreter, called
+directly (``backend="triton"``), never through the CPU key. Autograd is registered by
+``addnorm.ops.autograd``. To torch.compile every implementation is opaque: the operator is one node.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import math
 import torch
 
 from ..kernels.cpu import ops as _cpu
+from ..kernels.triton import ops as _triton
 from . import formulas
 
 LIB = torch.library.Library("addnorm", "DEF")
@@ -65,18 +69,28 @@ def _resolved(*ts):
     return tuple(t if t is None or not t.is_neg() else t.resolve_neg() for t in ts)
 
 
-def forward_cpu(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight, out_dtype,
+def _forward_on(kernels):
+    """The forward implementation on a kernel family (``kernels.cpu.ops`` or ``kernels.triton.ops``): its
+    kernels where they take the call, else the formulas."""
+
+    def forward(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight, out_dtype,
                 residual_in_fp32):
-    D = _row_size(x, ndim)
-    x, residual, weight, bias = _resolved(x, residual, weight, bias)
-    if not _cpu.applies(x, residual, out_dtype, D):
-        return _forward_formulas(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight,
-                                 out_dtype, residual_in_fp32)
-    sdt = formulas.sum_dtype(x, residual, residual_in_fp32) if formulas.returns_sum(x, residual,
-                                                                                    residual_in_fp32) else None
-    y, s, stats = _cpu.add_norm(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight,
-                                out_dtype, sdt)
-    return y, _none(s, x), stats
+        D = _row_size(x, ndim)
+        x, residual, weight, bias = _resolved(x, residual, weight, bias)
+        if not kernels.applies(x, residual, out_dtype, D):
+            return _forward_formulas(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight,
+                                     out_dtype, residual_in_fp32)
+        sdt = formulas.sum_dtype(x, residual, residual_in_fp32) if formulas.returns_sum(x, residual,
+                                                                                        residual_in_fp32) else None
+        y, s, stats = kernels.add_norm(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight,
+                                       out_dtype, sdt)
+        return y, _none(s, x), stats
+
+    return forward
+
+
+forward_cpu = _forward_on(_cpu)
+forward_triton = _forward_on(_triton)
 
 
 @torch.library.register_fake("addnorm::add_norm", lib=LIB)
@@ -94,6 +108,7 @@ def _forward_fake(x, residual, weight, bias, kind, ndim, eps, weight_offset, cas
 
 
 LIB.impl("add_norm", forward_cpu, "CPU")
+LIB.impl("add_norm", forward_triton, "CUDA")
 LIB.impl("add_norm", _forward_formulas, "CompositeExplicitAutograd")
 
 
@@ -106,17 +121,26 @@ def _backward_formulas(dy, dres, s, stats, weight, bias, kind, ndim, eps, weight
     return ds.contiguous(), _none(dx, s), _none(dw, s), _none(db, s)
 
 
-def backward_cpu(dy, dres, s, stats, weight, bias, kind, ndim, eps, weight_offset, x_dtype, output_mask):
-    D = _row_size(s, ndim)
-    dy, dres, s, weight = _resolved(dy, dres, s, weight)
-    if not (_cpu.applies(s, dy, None, D) and stats.dtype == torch.float32):
-        return _backward_formulas(dy, dres, s, stats, weight, bias, kind, ndim, eps, weight_offset, x_dtype,
-                                  output_mask)
-    if dres is not None and dres.dtype != s.dtype:
-        dres = dres.to(s.dtype)
-    ds, dx, dw, db = _cpu.add_norm_backward(dy, dres, s, stats, weight, bias, kind, D, weight_offset, x_dtype,
-                                            output_mask[1], output_mask[2])
-    return ds, _none(dx, s), _none(dw, s), _none(db, s)
+def _backward_on(kernels):
+    """The backward implementation on a kernel family, as ``_forward_on``."""
+
+    def backward(dy, dres, s, stats, weight, bias, kind, ndim, eps, weight_offset, x_dtype, output_mask):
+        D = _row_size(s, ndim)
+        dy, dres, s, weight = _resolved(dy, dres, s, weight)
+        if not (kernels.applies(s, dy, None, D) and stats.dtype == torch.float32):
+            return _backward_formulas(dy, dres, s, stats, weight, bias, kind, ndim, eps, weight_offset, x_dtype,
+                                      output_mask)
+        if dres is not None and dres.dtype != s.dtype:
+            dres = dres.to(s.dtype)
+        ds, dx, dw, db = kernels.add_norm_backward(dy, dres, s, stats, weight, bias, kind, D, weight_offset, x_dtype,
+                                                   output_mask[1], output_mask[2])
+        return ds, _none(dx, s), _none(dw, s), _none(db, s)
+
+    return backward
+
+
+backward_cpu = _backward_on(_cpu)
+backward_triton = _backward_on(_triton)
 
 
 @torch.library.register_fake("addnorm::add_norm_backward", lib=LIB)
@@ -129,4 +153,5 @@ def _backward_fake(dy, dres, s, stats, weight, bias, kind, ndim, eps, weight_off
 
 
 LIB.impl("add_norm_backward", backward_cpu, "CPU")
+LIB.impl("add_norm_backward", backward_triton, "CUDA")
 LIB.impl("add_norm_backward", _backward_formulas, "CompositeExplicitAutograd")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ..rows import as_rows  # noqa: F401  (callers view their inputs as rows through here)
 from . import output_pool
 from .library import DTYPE_CODES, KIND_CODES, availability, library
 
@@ -21,16 +22,6 @@ SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _DTYPE = {torch.float32: DTYPE_CODES["float32"], torch.bfloat16: DTYPE_CODES["bfloat16"],
           torch.float16: DTYPE_CODES["float16"]}
 _PARAM_DTYPE = {code: dt for dt, code in _DTYPE.items()}
-
-
-def as_rows(t: torch.Tensor, D: int) -> torch.Tensor:
-    """(…, *normalized_shape) -> (N, D) with unit stride on D; copies only when it must."""
-    if t.is_contiguous():
-        return t.view(-1, D)
-    t2 = t.reshape(-1, D)
-    if D > 1 and t2.stride(1) != 1:
-        t2 = t2.contiguous()
-    return t2
 
 
 def empty_rows_like(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -1,0 +1,15 @@
+"""The row view every kernel reads: a tensor ending in the normalized dims as (rows, D), unit stride on D."""
+
+from __future__ import annotations
+
+import torch
+
+
+def as_rows(t: torch.Tensor, D: int) -> torch.Tensor:
+    """(…, *normalized_shape) -> (N, D) with unit stride on D; copies only when it must."""
+    if t.is_contiguous():
+        return t.view(-1, D)
+    t2 = t.reshape(-1, D)
+    if D > 1 and t2.stride(1) != 1:
+        t2 = t2.contiguous()
+    return t2

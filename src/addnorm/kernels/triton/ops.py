@@ -1,0 +1,160 @@
+"""Host side of the Triton kernels: launch configuration, and the operators' implementation on them.
+
+    add_norm(x, residual, weight, bias, kind, D, eps, ...)       -> (y, s or None, stats or None)
+    add_norm_backward(dy, dres, s, stats, weight, bias, kind, D, ...) -> (ds, dx or None, dweight, dbias)
+
+As ``kernels.cpu.ops``: tensors are read as (rows, D) with unit stride on D (``as_rows``: strided rows
+are read in place, a layout without unit stride on D is copied first); statistics are float32, (2, N)
+= (mean, rstd) for LayerNorm, (1, N) = (rstd,) for RMSNorm; every tensor has its own dtype (a float32
+stream beside 16-bit x, an out dtype of its own).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from ..rows import as_rows
+from .availability import availability
+
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+MAX_BLOCK = 16384  # elements of a row held at once; longer rows are walked in chunks of this many
+_REDUCE_BLOCK = 256
+_INTERPRETER_PROGRAMS = 4  # backward programs under the interpreter (any fixed number: results do not depend on it)
+
+
+def applies(x: torch.Tensor, residual, out_dtype, D: int) -> bool:
+    """Whether the kernels take this call: their dtypes, a non-empty row, and a device they run on
+    (CUDA, or any tensor under the interpreter)."""
+    if not (x.dtype in SUPPORTED_DTYPES and (residual is None or residual.dtype in SUPPORTED_DTYPES)
+            and (out_dtype is None or out_dtype in SUPPORTED_DTYPES) and D > 0):
+        return False
+    av = availability()
+    return av.available and (x.is_cuda or av.interpreted)
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def config(D: int) -> tuple[int, int, int]:
+    """(BLOCK, CHUNKS, num_warps) for rows of D elements."""
+    block = min(_next_pow2(D), MAX_BLOCK)
+    return block, -(-D // block), min(max(block // 256, 1), 16)
+
+
+def _device(t: torch.Tensor):
+    """Triton launches on the current CUDA device: make it t's."""
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+
+def _param(p: torch.Tensor | None, D: int) -> torch.Tensor | None:
+    return None if p is None else p.detach().reshape(D).contiguous()
+
+
+def _rows(t: torch.Tensor | None, D: int) -> torch.Tensor | None:
+    return None if t is None else as_rows(t, D)
+
+
+def _kernels():
+    from . import kernels
+
+    return kernels
+
+
+def forward(kind, x, r, weight, bias, eps, weight_offset, cast_before_weight, out, res_out, stats, N, D):
+    """One launch over N rows; x, r, out, res_out are (N, D) row views (r, res_out, stats may be None)."""
+    k = _kernels()
+    w, b = _param(weight, D), _param(bias, D)
+    block, chunks, warps = config(D)
+    layer = kind == "layer"
+    rstd = stats[-1] if stats is not None else x
+    mean = stats[0] if stats is not None and layer else rstd
+    with _device(x):
+        k.add_norm_fwd[(N,)](
+            x, x if r is None else r, x if w is None else w, x if b is None else b, out,
+            out if res_out is None else res_out, mean, rstd,
+            x.stride(0), 0 if r is None else r.stride(0), out.stride(0), 0 if res_out is None else res_out.stride(0),
+            D, float(eps), float(weight_offset),
+            IS_LAYER=layer, HAS_R=r is not None, HAS_W=w is not None, HAS_B=b is not None,
+            STORE_S=res_out is not None, STORE_STATS=stats is not None, CAST_BEFORE_W=bool(cast_before_weight),
+            BLOCK=block, CHUNKS=chunks, RNE=availability().interpreted, num_warps=warps)
+
+
+def _programs(N: int, t: torch.Tensor) -> int:
+    if t.is_cuda and not availability().interpreted:
+        return min(N, 4 * torch.cuda.get_device_properties(t.device).multi_processor_count)
+    return min(N, _INTERPRETER_PROGRAMS)
+
+
+def _reduce(partials: torch.Tensor, D: int) -> torch.Tensor:
+    """(programs, D) float32 partials -> (D,) float64, summed in program order."""
+    out = torch.empty(D, dtype=torch.float64, device=partials.device)
+    with _device(partials):
+        _kernels().reduce_partials[(-(-D // _REDUCE_BLOCK),)](partials, out, partials.shape[0], D,
+                                                              BLOCK=_REDUCE_BLOCK)
+    return out
+
+
+def backward(kind, dy, dres, s, stats, weight, weight_offset, ds, dx, want_dweight, want_dbias, N, D):
+    """One launch over N rows (row views as in ``forward``), then the deterministic reduction of the
+    parameter gradients: returns (dweight, dbias) as (D,) float64, or None where not wanted."""
+    k = _kernels()
+    w = _param(weight, D)
+    block, chunks, warps = config(D)
+    programs = _programs(N, s)
+    per_program = -(-N // programs)
+    programs = -(-N // per_program)
+    make = torch.zeros if chunks > 1 else torch.empty  # chunked rows add into their partials
+    dwp = make(programs, D, dtype=torch.float32, device=s.device) if want_dweight else s
+    dbp = make(programs, D, dtype=torch.float32, device=s.device) if want_dbias else s
+    layer = kind == "layer"
+    with _device(s):
+        k.add_norm_bwd[(programs,)](
+            dy, s if dres is None else dres, s, stats[0] if layer else stats[-1], stats[-1],
+            s if w is None else w, ds, ds if dx is None else dx, dwp, dbp,
+            dy.stride(0), 0 if dres is None else dres.stride(0), s.stride(0), ds.stride(0),
+            0 if dx is None else dx.stride(0), N, D, per_program, float(weight_offset),
+            IS_LAYER=layer, HAS_DRES=dres is not None, HAS_W=w is not None, WANT_DW=want_dweight,
+            WANT_DB=want_dbias, STORE_DX=dx is not None, BLOCK=block, CHUNKS=chunks, RNE=availability().interpreted,
+            num_warps=warps)
+    return (_reduce(dwp, D) if want_dweight else None), (_reduce(dbp, D) if want_dbias else None)
+
+
+# ---------------------------------------------------------------- the operators' implementation
+
+
+def add_norm(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight, out_dtype, sum_dtype,
+             want_stats=True, out=None, residual_out=None):
+    """Forward: y (x's shape, out_dtype), s (x's shape, sum_dtype; None when sum_dtype is None), stats
+    (float32; None unless wanted). ``out``/``residual_out``: the caller's buffers (checked by
+    ``addnorm.out_buffers``), written in place of new ones."""
+    N = x.numel() // D
+    y = out if out is not None else torch.empty(x.shape, dtype=out_dtype or x.dtype, device=x.device)
+    s = residual_out
+    if s is None and sum_dtype is not None:
+        s = torch.empty(x.shape, dtype=sum_dtype, device=x.device)
+    stats = torch.empty(2 if kind == "layer" else 1, N, dtype=torch.float32, device=x.device) if want_stats else None
+    if N:
+        forward(kind, as_rows(x, D), _rows(residual, D), weight, bias, eps, weight_offset, cast_before_weight,
+                y.view(-1, D), None if s is None else s.view(-1, D), stats, N, D)
+    return y, s, stats
+
+
+def add_norm_backward(dy, dres, s, stats, weight, bias, kind, D, weight_offset, x_dtype, want_w, want_b):
+    """Backward: ds in s's dtype, dx in x_dtype when that differs (else None), dweight and dbias in their
+    parameters' shapes and dtypes (None unless wanted)."""
+    N = s.numel() // D
+    want_w, want_b = want_w and weight is not None, want_b and bias is not None
+    ds = torch.empty(s.shape, dtype=s.dtype, device=s.device)
+    dx = None if x_dtype == s.dtype else torch.empty(s.shape, dtype=x_dtype, device=s.device)
+    if N:
+        dw, db = backward(kind, as_rows(dy, D), _rows(dres, D), as_rows(s, D), stats, weight, weight_offset,
+                          ds.view(-1, D), None if dx is None else dx.view(-1, D), want_w, want_b, N, D)
+    else:
+        dw = torch.zeros(D, dtype=torch.float64, device=s.device) if want_w else None
+        db = torch.zeros(D, dtype=torch.float64, device=s.device) if want_b else None
+    dw = None if dw is None else dw.to(weight.dtype).view(weight.shape)
+    db = None if db is None else db.to(bias.dtype).view(bias.shape)
+    return ds, dx, dw, db
