@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 import addnorm
 
-BACKENDS = ["cpu", "torch"]
+from backends import BACKENDS
 LOW = [torch.float32, torch.bfloat16, torch.float16]
 
 

@@ -9,7 +9,7 @@ import torch
 
 import addnorm
 
-BACKENDS = ["cpu", "torch"]
+from backends import BACKENDS
 
 
 def llama_rms_norm(x, weight, eps):

@@ -11,7 +11,7 @@ import addnorm
 from addnorm.reference import oracle
 from samples import SAMPLES, make, params, upstream
 
-BACKENDS = ["cpu", "torch"]
+from backends import BACKENDS
 KINDS = ["layer", "rms"]
 
 

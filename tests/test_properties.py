@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import addnorm
 
-BACKENDS = ["cpu", "torch"]
+from backends import BACKENDS
 dims = st.integers(min_value=2, max_value=300)
 rows = st.integers(min_value=1, max_value=6)
 seeds = st.integers(min_value=0, max_value=2**31 - 1)
@@ -25,8 +25,9 @@ def test_layer_norm_shift_invariance(backend, n, d, seed, c):
     x = _randn((n, d), seed).float()
     y0 = addnorm.layer_norm(x, d, backend=backend)
     y1 = addnorm.layer_norm((x.double() + c).float(), d, backend=backend)
-    # the shift is exact in float64 but rounding x + c to float32 loses ~|c|·2^-24 per element
-    tol = 1e-5 + 4 * (abs(c) + 10) * 2.0**-24 / x.std(-1, unbiased=False).min().item()
+    # the shift is exact in float64 but rounding x + c to float32 loses ~|c|·2^-24 per element, and the
+    # float32 mean of values near c as much again (torch's own layer_norm reached 4.1 of these units)
+    tol = 1e-5 + 8 * (abs(c) + 10) * 2.0**-24 / x.std(-1, unbiased=False).min().item()
     torch.testing.assert_close(y1, y0, atol=tol, rtol=0)
 
 

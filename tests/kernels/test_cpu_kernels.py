@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 import addnorm
 from addnorm.reference import oracle
+from backends import KERNELS
 
 pytestmark = pytest.mark.skipif(not addnorm.cpu_kernel_availability().available,
                                 reason="the compiled CPU kernels are not built")
@@ -33,7 +34,8 @@ def _eager(kind, x, r, w, b):
 @pytest.mark.parametrize("dtype", LOW)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("kind", ["layer", "rms"])
-def test_low_precision_within_twice_pytorchs_own_error(dtype, shape, kind):
+@pytest.mark.parametrize("backend", KERNELS)
+def test_low_precision_within_twice_pytorchs_own_error(dtype, shape, kind, backend):
     """flash-attention's rule: |ours - fp64| <= 2 * |pytorch_in_dtype - fp64| + atol."""
     g = torch.Generator().manual_seed(sum(shape))
     D = shape[-1]
@@ -46,7 +48,7 @@ def test_low_precision_within_twice_pytorchs_own_error(dtype, shape, kind):
     ins = [t for t in (x, r, w, b) if t is not None]
     fn = addnorm.add_layer_norm if kind == "layer" else addnorm.add_rms_norm
     args = (w, b) if kind == "layer" else (w,)
-    y, s = fn(x, r, D, *args, backend="cpu")
+    y, s = fn(x, r, D, *args, backend=backend)
     y_pt, s_pt = _eager(kind, x, r, w, b)
     assert torch.equal(s, s_pt)  # the rounded residual sum is exactly eager's
 
@@ -144,7 +146,7 @@ def test_every_instruction_set_variant_agrees(tmp_path, dtype):
 # ---- the allocation-free path ----
 
 
-@pytest.mark.parametrize("backend", ["cpu", "torch"])
+@pytest.mark.parametrize("backend", KERNELS + ["torch"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_in_place_residual_update(backend, dtype):
     x, r = torch.randn(64, 96).to(dtype), torch.randn(64, 96).to(dtype)
@@ -157,7 +159,7 @@ def test_in_place_residual_update(backend, dtype):
     assert torch.equal(r, want_s) and torch.equal(out, want_y)
 
 
-@pytest.mark.parametrize("backend", ["cpu", "torch"])
+@pytest.mark.parametrize("backend", KERNELS + ["torch"])
 def test_out_may_be_x_itself(backend):
     x, r = torch.randn(10, 33), torch.randn(10, 33)
     want_y, want_s = addnorm.add_layer_norm(x, r, 33, backend=backend)
@@ -208,20 +210,21 @@ def test_non_contiguous_inputs_are_read_correctly():
     (torch.float32, torch.float64, torch.float64),
 ])
 @pytest.mark.parametrize("kind", ["layer", "rms"])
-def test_parameter_gradients_keep_each_parameters_dtype(xdt, wdt, bdt, kind):
+@pytest.mark.parametrize("backend", KERNELS)
+def test_parameter_gradients_keep_each_parameters_dtype(xdt, wdt, bdt, kind, backend):
     g = torch.Generator().manual_seed(3)
     x, r = (torch.randn(6, 5, 48, generator=g).to(xdt).requires_grad_() for _ in range(2))
     w = (1 + 0.5 * torch.randn(48, generator=g)).to(wdt).requires_grad_()
     b = torch.randn(48, generator=g).to(bdt).requires_grad_() if kind == "layer" else None
     dy = torch.randn(6, 5, 48, generator=g).to(xdt)
     grads = {}
-    for backend in ("cpu", "torch"):
+    for which in (backend, "torch"):
         fn = addnorm.add_layer_norm if kind == "layer" else addnorm.add_rms_norm
         args = (x, r, 48, w, b) if kind == "layer" else (x, r, 48, w)
-        y, s = fn(*args, backend=backend)
+        y, s = fn(*args, backend=which)
         params = [t for t in (x, w, b) if t is not None]
-        grads[backend] = torch.autograd.grad(y, params, dy)
-    for ours, ref, p in zip(grads["cpu"], grads["torch"], [t for t in (x, w, b) if t is not None]):
+        grads[which] = torch.autograd.grad(y, params, dy)
+    for ours, ref, p in zip(grads[backend], grads["torch"], [t for t in (x, w, b) if t is not None]):
         assert ours.dtype == p.dtype and ours.shape == p.shape
         tol = 1e-4 if ours.dtype in (torch.float32, torch.float64) else 3e-2
         torch.testing.assert_close(ours.double(), ref.double(), atol=tol * max(1.0, ref.abs().max().item()), rtol=tol)

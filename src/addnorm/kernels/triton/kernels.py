@@ -9,13 +9,15 @@ Same semantics as the CPU kernels and ``addnorm.ops.formulas``, row by row:
     y = xhat * (weight + weight_offset) + bias            in float32, rounded once to y's dtype
                                           (cast_before_weight: xhat rounded to y's dtype first)
 
-Backward recomputes xhat from s and the saved statistics; each program takes a block of rows and keeps
-float32 partial sums of dy * xhat and dy, one row of partials per program, which ``reduce_partials``
-sums column by column in float64 in program order: the weight gradient is deterministic.
+Programs work on tiles of ROWS rows x BLOCK columns (several short rows at once; one row of up to
+BLOCK elements). A row that fits in one block (``CHUNKS == 1``) is held in registers; a longer one is
+walked in chunks of BLOCK: the forward's first pass writes the stream, the later ones read it back (so
+``residual_out=residual`` in place stays right); the backward reads its inputs twice.
 
-A row that fits in one block (``CHUNKS == 1``) is held in registers; a longer one is walked in chunks of
-BLOCK: the forward's first pass writes the stream, the later ones read it back (so ``residual_out=residual``
-in place stays right), the backward reads its inputs twice.
+Backward recomputes xhat from s and the saved statistics. Each program takes a fixed range of rows and
+sums dy * xhat and dy over it: per tile in a tree (``tl.sum``), across tiles with Kahan compensation,
+in float32; one row of partials per program, which ``reduce_partials`` sums column by column in float64
+in program order. The weight gradient is deterministic and as close to float64 as torch's.
 
 Under Triton's interpreter (``RNE``) float32 -> bfloat16 casts truncate; ``_to`` rounds to nearest-even
 first, as the GPU's cast does, so interpreted results are the GPU's bit for bit in that respect.
@@ -36,26 +38,8 @@ def _to(v, dtype: tl.constexpr, RNE: tl.constexpr):
 
 
 @triton.jit
-def _stream(X, R, S, cols, mask, HAS_R: tl.constexpr, STORE_S: tl.constexpr, RNE: tl.constexpr):
-    """The row's stream s in float32 (0 where masked): x + residual rounded to the stream's dtype, and
-    written to S when it is returned."""
-    s = tl.load(X + cols, mask=mask, other=0.0).to(tl.float32)
-    if HAS_R:
-        s += tl.load(R + cols, mask=mask, other=0.0).to(tl.float32)
-    if STORE_S:
-        sr = _to(s, S.dtype.element_ty, RNE)
-        tl.store(S + cols, sr, mask=mask)
-        s = sr.to(tl.float32)
-    return s
-
-
-@triton.jit
-def _stream_again(X, S, cols, mask, STORE_S: tl.constexpr):
-    """The stream of a chunk already passed: read back from S where it was written (the residual may be
-    S itself, updated in place), else x."""
-    if STORE_S:
-        return tl.load(S + cols, mask=mask, other=0.0).to(tl.float32)
-    return tl.load(X + cols, mask=mask, other=0.0).to(tl.float32)
+def _load(P, offs, mask):
+    return tl.load(P + offs, mask=mask, other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -64,159 +48,191 @@ def _rstd(var, eps):
 
 
 @triton.jit
-def _affine(xhat, W, B, Y, cols, mask, weight_offset, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+def _affine(xhat, W, B, Y, offs_y, cols, mask, cmask, weight_offset, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
             CAST_BEFORE_W: tl.constexpr, RNE: tl.constexpr):
     """y = xhat * (weight + offset) + bias, stored in Y's dtype."""
     y = xhat
     if CAST_BEFORE_W:  # Llama's order: the normalized row in the output dtype, then the weight
         y = _to(y, Y.dtype.element_ty, RNE).to(tl.float32)
     if HAS_W:
-        y = y * (tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + weight_offset)
+        y = y * (_load(W, cols, cmask) + weight_offset)[None, :]
     if HAS_B:
-        y = y + tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(Y + cols, _to(y, Y.dtype.element_ty, RNE), mask=mask)
+        y = y + _load(B, cols, cmask)[None, :]
+    tl.store(Y + offs_y, _to(y, Y.dtype.element_ty, RNE), mask=mask)
 
 
 @triton.jit
-def add_norm_fwd(X, R, W, B, Y, S, MEAN, RSTD, stride_x, stride_r, stride_y, stride_s, D, eps, weight_offset,
+def _stream(X, R, S, rx, rr, rs, cols, mask, HAS_R: tl.constexpr, STORE_S: tl.constexpr, RNE: tl.constexpr):
+    """A tile of the stream in float32 (0 where masked): x + residual rounded to the stream's dtype, and
+    written to S when it is returned."""
+    s = _load(X, rx + cols[None, :], mask)
+    if HAS_R:
+        s += _load(R, rr + cols[None, :], mask)
+    if STORE_S:
+        sr = _to(s, S.dtype.element_ty, RNE)
+        tl.store(S + rs + cols[None, :], sr, mask=mask)
+        s = sr.to(tl.float32)
+    return s
+
+
+@triton.jit
+def _stream_again(X, S, rx, rs, cols, mask, STORE_S: tl.constexpr):
+    """A tile of the stream already passed: read back from S where it was written (the residual may be
+    S itself, updated in place), else x."""
+    if STORE_S:
+        return _load(S, rs + cols[None, :], mask)
+    return _load(X, rx + cols[None, :], mask)
+
+
+@triton.jit
+def add_norm_fwd(X, R, W, B, Y, S, MEAN, RSTD, stride_x, stride_r, stride_y, stride_s, N, D, eps, weight_offset,
                  IS_LAYER: tl.constexpr, HAS_R: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
                  STORE_S: tl.constexpr, STORE_STATS: tl.constexpr, CAST_BEFORE_W: tl.constexpr,
-                 BLOCK: tl.constexpr, CHUNKS: tl.constexpr, RNE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)  # int64 offsets: rows * stride may pass 2**31
-    X += row * stride_x
-    Y += row * stride_y
-    if HAS_R:
-        R += row * stride_r
-    if STORE_S:
-        S += row * stride_s
-    cols = tl.arange(0, BLOCK)
-    if CHUNKS == 1:
-        mask = cols < D
-        s = _stream(X, R, S, cols, mask, HAS_R, STORE_S, RNE)
+                 ROWS: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, RNE: tl.constexpr):
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)  # int64: rows * stride may pass 2**31
+    rmask = rows < N
+    rx, ry = rows[:, None] * stride_x, rows[:, None] * stride_y
+    rr, rs = rows[:, None] * stride_r, rows[:, None] * stride_s
+    if CHUNKS == 1:  # the rows in registers
+        cols = tl.arange(0, BLOCK)
+        mask = rmask[:, None] & (cols < D)[None, :]
+        s = _stream(X, R, S, rx, rr, rs, cols, mask, HAS_R, STORE_S, RNE)
+        mean = tl.zeros([ROWS], dtype=tl.float32)
+        xc = s
         if IS_LAYER:
-            mean = tl.sum(s, axis=0) / D
-            xc = tl.where(mask, s - mean, 0.0)
-        else:
-            mean = 0.0
-            xc = s
-        rstd = _rstd(tl.sum(xc * xc, axis=0) / D, eps)
-        _affine(xc * rstd, W, B, Y, cols, mask, weight_offset, HAS_W, HAS_B, CAST_BEFORE_W, RNE)
+            mean = tl.sum(s, axis=1) / D
+            xc = tl.where(mask, s - mean[:, None], 0.0)
+        rstd = _rstd(tl.sum(xc * xc, axis=1) / D, eps)
+        _affine(xc * rstd[:, None], W, B, Y, ry + cols[None, :], cols, mask, cols < D, weight_offset, HAS_W, HAS_B,
+                CAST_BEFORE_W, RNE)
     else:
-        acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for c in range(CHUNKS):  # pass 1: the stream (written once), and its sum or sum of squares
-            offs = c * BLOCK + cols
-            mask = offs < D
-            s = _stream(X, R, S, offs, mask, HAS_R, STORE_S, RNE)
+        acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
+        for c in range(CHUNKS):  # pass 1: the stream (written once), its sum or sum of squares
+            cols = c * BLOCK + tl.arange(0, BLOCK)
+            mask = rmask[:, None] & (cols < D)[None, :]
+            s = _stream(X, R, S, rx, rr, rs, cols, mask, HAS_R, STORE_S, RNE)
             if IS_LAYER:
                 acc += s
             else:
                 acc += s * s
         tl.debug_barrier()  # the stream written, before any thread reads it back
-        mean = 0.0
+        mean = tl.zeros([ROWS], dtype=tl.float32)
         if IS_LAYER:  # pass 2: the centred sum of squares
-            mean = tl.sum(acc, axis=0) / D
-            acc = tl.zeros([BLOCK], dtype=tl.float32)
+            mean = tl.sum(acc, axis=1) / D
+            acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
             for c in range(CHUNKS):
-                offs = c * BLOCK + cols
-                mask = offs < D
-                xc = tl.where(mask, _stream_again(X, S, offs, mask, STORE_S) - mean, 0.0)
+                cols = c * BLOCK + tl.arange(0, BLOCK)
+                mask = rmask[:, None] & (cols < D)[None, :]
+                xc = tl.where(mask, _stream_again(X, S, rx, rs, cols, mask, STORE_S) - mean[:, None], 0.0)
                 acc += xc * xc
-        rstd = _rstd(tl.sum(acc, axis=0) / D, eps)
+        rstd = _rstd(tl.sum(acc, axis=1) / D, eps)
         for c in range(CHUNKS):  # pass 3: normalize
-            offs = c * BLOCK + cols
-            mask = offs < D
-            s = _stream_again(X, S, offs, mask, STORE_S)
-            _affine((s - mean) * rstd, W, B, Y, offs, mask, weight_offset, HAS_W, HAS_B, CAST_BEFORE_W, RNE)
+            cols = c * BLOCK + tl.arange(0, BLOCK)
+            mask = rmask[:, None] & (cols < D)[None, :]
+            s = _stream_again(X, S, rx, rs, cols, mask, STORE_S)
+            _affine((s - mean[:, None]) * rstd[:, None], W, B, Y, ry + cols[None, :], cols, mask, cols < D,
+                    weight_offset, HAS_W, HAS_B, CAST_BEFORE_W, RNE)
     if STORE_STATS:
-        tl.store(RSTD + row, rstd)
+        tl.store(RSTD + rows, rstd, mask=rmask)
         if IS_LAYER:
-            tl.store(MEAN + row, mean)
+            tl.store(MEAN + rows, mean, mask=rmask)
 
 
 @triton.jit
-def _row_grad(DY, S, W, DRES, cols, mask, mean, rstd, weight_offset, HAS_W: tl.constexpr, HAS_DRES: tl.constexpr):
-    """(dy, xhat, g = dy * (weight + offset)) of one block of a row, float32, 0 where masked."""
-    dy = tl.load(DY + cols, mask=mask, other=0.0).to(tl.float32)
-    xhat = tl.where(mask, (tl.load(S + cols, mask=mask, other=0.0).to(tl.float32) - mean) * rstd, 0.0)
+def _tile_grad(DY, S, W, rdy, rs, cols, mask, mean, rstd, weight_offset, D, HAS_W: tl.constexpr):
+    """(dy, xhat, g = dy * (weight + offset)) of one tile, float32, 0 where masked."""
+    dy = _load(DY, rdy + cols[None, :], mask)
+    xhat = tl.where(mask, (_load(S, rs + cols[None, :], mask) - mean[:, None]) * rstd[:, None], 0.0)
     g = dy
     if HAS_W:
-        g = dy * (tl.load(W + cols, mask=mask, other=0.0).to(tl.float32) + weight_offset)
+        g = dy * (_load(W, cols, cols < D) + weight_offset)[None, :]
     return dy, xhat, g
 
 
 @triton.jit
-def _store_ds(ds, DRES, DS, DX, cols, mask, HAS_DRES: tl.constexpr, STORE_DX: tl.constexpr, RNE: tl.constexpr):
+def _store_ds(ds, DRES, DS, DX, rdres, rds, rdx, cols, mask, HAS_DRES: tl.constexpr, STORE_DX: tl.constexpr,
+              RNE: tl.constexpr):
     if HAS_DRES:
-        ds += tl.load(DRES + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(DS + cols, _to(ds, DS.dtype.element_ty, RNE), mask=mask)
+        ds += _load(DRES, rdres + cols[None, :], mask)
+    tl.store(DS + rds + cols[None, :], _to(ds, DS.dtype.element_ty, RNE), mask=mask)
     if STORE_DX:  # x's gradient in x's dtype, from the same float32 value (one rounding each)
-        tl.store(DX + cols, _to(ds, DX.dtype.element_ty, RNE), mask=mask)
+        tl.store(DX + rdx + cols[None, :], _to(ds, DX.dtype.element_ty, RNE), mask=mask)
+
+
+@triton.jit
+def _kahan(total, carry, v):
+    """total + v with the rounding error carried (compensated summation)."""
+    y = v - carry
+    t = total + y
+    return t, (t - total) - y
 
 
 @triton.jit
 def add_norm_bwd(DY, DRES, S, MEAN, RSTD, W, DS, DX, DWP, DBP, stride_dy, stride_dres, stride_s, stride_ds,
                  stride_dx, N, D, rows_per_program, weight_offset,
                  IS_LAYER: tl.constexpr, HAS_DRES: tl.constexpr, HAS_W: tl.constexpr, WANT_DW: tl.constexpr,
-                 WANT_DB: tl.constexpr, STORE_DX: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr,
-                 RNE: tl.constexpr):
-    pid = tl.program_id(0)
-    first = pid.to(tl.int64) * rows_per_program  # int64 bounds: the row index (and offsets) in int64
+                 WANT_DB: tl.constexpr, STORE_DX: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+                 CHUNKS: tl.constexpr, RNE: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    first = pid * rows_per_program  # int64 bounds: row indices (and offsets) in int64
     last = tl.minimum(first + rows_per_program, N)
-    cols = tl.arange(0, BLOCK)
-    DWP += pid.to(tl.int64) * D
-    DBP += pid.to(tl.int64) * D
+    DWP += pid * D
+    DBP += pid * D
     dw = tl.zeros([BLOCK], dtype=tl.float32)
+    dw_carry = tl.zeros([BLOCK], dtype=tl.float32)
     db = tl.zeros([BLOCK], dtype=tl.float32)
-    for r in range(first, last):
-        dy_row, s_row, ds_row = DY + r * stride_dy, S + r * stride_s, DS + r * stride_ds
-        dres_row, dx_row = DRES + r * stride_dres, DX + r * stride_dx
-        rstd = tl.load(RSTD + r)
-        mean = 0.0
+    db_carry = tl.zeros([BLOCK], dtype=tl.float32)
+    for t in range(first, last, ROWS):
+        rows = t + tl.arange(0, ROWS)
+        rmask = rows < last
+        rstd = tl.load(RSTD + rows, mask=rmask, other=0.0)
+        mean = tl.zeros([ROWS], dtype=tl.float32)
         if IS_LAYER:
-            mean = tl.load(MEAN + r)
+            mean = tl.load(MEAN + rows, mask=rmask, other=0.0)
+        rdy, rs, rds = rows[:, None] * stride_dy, rows[:, None] * stride_s, rows[:, None] * stride_ds
+        rdres, rdx = rows[:, None] * stride_dres, rows[:, None] * stride_dx
         if CHUNKS == 1:
-            mask = cols < D
-            dy, xhat, g = _row_grad(dy_row, s_row, W, dres_row, cols, mask, mean, rstd, weight_offset, HAS_W,
-                                    HAS_DRES)
-            part = g - xhat * (tl.sum(g * xhat, axis=0) / D)
+            cols = tl.arange(0, BLOCK)
+            mask = rmask[:, None] & (cols < D)[None, :]
+            dy, xhat, g = _tile_grad(DY, S, W, rdy, rs, cols, mask, mean, rstd, weight_offset, D, HAS_W)
+            part = g - xhat * (tl.sum(g * xhat, axis=1) / D)[:, None]
             if IS_LAYER:
-                part -= tl.sum(g, axis=0) / D
-            _store_ds(part * rstd, dres_row, ds_row, dx_row, cols, mask, HAS_DRES, STORE_DX, RNE)
+                part -= (tl.sum(g, axis=1) / D)[:, None]
+            _store_ds(part * rstd[:, None], DRES, DS, DX, rdres, rds, rdx, cols, mask, HAS_DRES, STORE_DX, RNE)
             if WANT_DW:
-                dw += dy * xhat
+                dw, dw_carry = _kahan(dw, dw_carry, tl.sum(dy * xhat, axis=0))
             if WANT_DB:
-                db += dy
+                db, db_carry = _kahan(db, db_carry, tl.sum(dy, axis=0))
         else:
-            c1 = tl.zeros([BLOCK], dtype=tl.float32)
-            c2 = tl.zeros([BLOCK], dtype=tl.float32)
-            for c in range(CHUNKS):  # pass 1: the row's two means
-                offs = c * BLOCK + cols
-                mask = offs < D
-                dy, xhat, g = _row_grad(dy_row, s_row, W, dres_row, offs, mask, mean, rstd, weight_offset, HAS_W,
-                                        HAS_DRES)
+            c1 = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
+            c2 = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
+            for c in range(CHUNKS):  # pass 1: each row's two means
+                cols = c * BLOCK + tl.arange(0, BLOCK)
+                mask = rmask[:, None] & (cols < D)[None, :]
+                dy, xhat, g = _tile_grad(DY, S, W, rdy, rs, cols, mask, mean, rstd, weight_offset, D, HAS_W)
                 c1 += g * xhat
                 c2 += g
-            m1 = tl.sum(c1, axis=0) / D
-            m2 = tl.sum(c2, axis=0) / D
+            m1 = tl.sum(c1, axis=1) / D
+            m2 = tl.sum(c2, axis=1) / D
             for c in range(CHUNKS):  # pass 2: the gradient, and this program's partial sums (its own row)
-                offs = c * BLOCK + cols
-                mask = offs < D
-                dy, xhat, g = _row_grad(dy_row, s_row, W, dres_row, offs, mask, mean, rstd, weight_offset, HAS_W,
-                                        HAS_DRES)
-                part = g - xhat * m1
+                cols = c * BLOCK + tl.arange(0, BLOCK)
+                cmask = cols < D
+                mask = rmask[:, None] & cmask[None, :]
+                dy, xhat, g = _tile_grad(DY, S, W, rdy, rs, cols, mask, mean, rstd, weight_offset, D, HAS_W)
+                part = g - xhat * m1[:, None]
                 if IS_LAYER:
-                    part -= m2
-                _store_ds(part * rstd, dres_row, ds_row, dx_row, offs, mask, HAS_DRES, STORE_DX, RNE)
+                    part -= m2[:, None]
+                _store_ds(part * rstd[:, None], DRES, DS, DX, rdres, rds, rdx, cols, mask, HAS_DRES, STORE_DX, RNE)
                 if WANT_DW:
-                    tl.store(DWP + offs, tl.load(DWP + offs, mask=mask, other=0.0) + dy * xhat, mask=mask)
+                    tl.store(DWP + cols, _load(DWP, cols, cmask) + tl.sum(dy * xhat, axis=0), mask=cmask)
                 if WANT_DB:
-                    tl.store(DBP + offs, tl.load(DBP + offs, mask=mask, other=0.0) + dy, mask=mask)
+                    tl.store(DBP + cols, _load(DBP, cols, cmask) + tl.sum(dy, axis=0), mask=cmask)
     if CHUNKS == 1:
-        mask = cols < D
+        cols = tl.arange(0, BLOCK)
         if WANT_DW:
-            tl.store(DWP + cols, dw, mask=mask)
+            tl.store(DWP + cols, dw, mask=cols < D)
         if WANT_DB:
-            tl.store(DBP + cols, db, mask=mask)
+            tl.store(DBP + cols, db, mask=cols < D)
 
 
 @triton.jit

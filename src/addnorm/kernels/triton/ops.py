@@ -20,8 +20,14 @@ from .availability import availability
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_BLOCK = 16384  # elements of a row held at once; longer rows are walked in chunks of this many
+_GPU_TILE = 4096  # elements per program tile on a GPU: short rows are taken several at a time
+_INTERPRETER_TILE = 16384  # the interpreter's cost is per operation, not per element: big tiles
+_BACKWARD_ROWS = 16  # at most this many rows per backward tile: a tile's column sums are plain float32 sums
 _REDUCE_BLOCK = 256
-_INTERPRETER_PROGRAMS = 4  # backward programs under the interpreter (any fixed number: results do not depend on it)
+# FMA contraction on, said explicitly (Triton 3.9 warns when it is left to its default): y = xhat * w + b
+# rounds once
+_OPTIONS = {"enable_fp_fusion": True}
+_INTERPRETER_PROGRAMS = 4  # backward programs under the interpreter (a fixed number: results depend on it)
 
 
 def applies(x: torch.Tensor, residual, out_dtype, D: int) -> bool:
@@ -38,10 +44,12 @@ def _next_pow2(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
-def config(D: int) -> tuple[int, int, int]:
-    """(BLOCK, CHUNKS, num_warps) for rows of D elements."""
+def config(N: int, D: int, max_rows: int | None = None) -> tuple[int, int, int, int]:
+    """(ROWS, BLOCK, CHUNKS, num_warps) for N rows of D elements: a tile is ROWS rows x BLOCK columns."""
     block = min(_next_pow2(D), MAX_BLOCK)
-    return block, -(-D // block), min(max(block // 256, 1), 16)
+    tile = _INTERPRETER_TILE if availability().interpreted else _GPU_TILE
+    rows = min(max(tile // block, 1), _next_pow2(max(N, 1)), max_rows or tile)
+    return rows, block, -(-D // block), min(max(rows * block // 256, 1), 16)
 
 
 def _device(t: torch.Tensor):
@@ -67,25 +75,25 @@ def forward(kind, x, r, weight, bias, eps, weight_offset, cast_before_weight, ou
     """One launch over N rows; x, r, out, res_out are (N, D) row views (r, res_out, stats may be None)."""
     k = _kernels()
     w, b = _param(weight, D), _param(bias, D)
-    block, chunks, warps = config(D)
+    rows, block, chunks, warps = config(N, D)
     layer = kind == "layer"
     rstd = stats[-1] if stats is not None else x
     mean = stats[0] if stats is not None and layer else rstd
     with _device(x):
-        k.add_norm_fwd[(N,)](
+        k.add_norm_fwd[(-(-N // rows),)](
             x, x if r is None else r, x if w is None else w, x if b is None else b, out,
             out if res_out is None else res_out, mean, rstd,
             x.stride(0), 0 if r is None else r.stride(0), out.stride(0), 0 if res_out is None else res_out.stride(0),
-            D, float(eps), float(weight_offset),
+            N, D, float(eps), float(weight_offset),
             IS_LAYER=layer, HAS_R=r is not None, HAS_W=w is not None, HAS_B=b is not None,
             STORE_S=res_out is not None, STORE_STATS=stats is not None, CAST_BEFORE_W=bool(cast_before_weight),
-            BLOCK=block, CHUNKS=chunks, RNE=availability().interpreted, num_warps=warps)
+            ROWS=rows, BLOCK=block, CHUNKS=chunks, RNE=availability().interpreted, num_warps=warps, **_OPTIONS)
 
 
-def _programs(N: int, t: torch.Tensor) -> int:
+def _programs(tiles: int, t: torch.Tensor) -> int:
     if t.is_cuda and not availability().interpreted:
-        return min(N, 4 * torch.cuda.get_device_properties(t.device).multi_processor_count)
-    return min(N, _INTERPRETER_PROGRAMS)
+        return min(tiles, 4 * torch.cuda.get_device_properties(t.device).multi_processor_count)
+    return min(tiles, _INTERPRETER_PROGRAMS)
 
 
 def _reduce(partials: torch.Tensor, D: int) -> torch.Tensor:
@@ -102,8 +110,8 @@ def backward(kind, dy, dres, s, stats, weight, weight_offset, ds, dx, want_dweig
     parameter gradients: returns (dweight, dbias) as (D,) float64, or None where not wanted."""
     k = _kernels()
     w = _param(weight, D)
-    block, chunks, warps = config(D)
-    programs = _programs(N, s)
+    rows, block, chunks, warps = config(N, D, _BACKWARD_ROWS)
+    programs = _programs(-(-N // rows), s)
     per_program = -(-N // programs)
     programs = -(-N // per_program)
     make = torch.zeros if chunks > 1 else torch.empty  # chunked rows add into their partials
@@ -117,8 +125,8 @@ def backward(kind, dy, dres, s, stats, weight, weight_offset, ds, dx, want_dweig
             dy.stride(0), 0 if dres is None else dres.stride(0), s.stride(0), ds.stride(0),
             0 if dx is None else dx.stride(0), N, D, per_program, float(weight_offset),
             IS_LAYER=layer, HAS_DRES=dres is not None, HAS_W=w is not None, WANT_DW=want_dweight,
-            WANT_DB=want_dbias, STORE_DX=dx is not None, BLOCK=block, CHUNKS=chunks, RNE=availability().interpreted,
-            num_warps=warps)
+            WANT_DB=want_dbias, STORE_DX=dx is not None, ROWS=rows, BLOCK=block, CHUNKS=chunks,
+            RNE=availability().interpreted, num_warps=warps, **_OPTIONS)
     return (_reduce(dwp, D) if want_dweight else None), (_reduce(dbp, D) if want_dbias else None)
 
 
