@@ -256,9 +256,10 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def write_results(rows: list[Row], cond: dict, out_dir: Path) -> tuple[Path, Path]:
+def write_results(rows: list[Row], cond: dict, out_dir: Path, tag: str | None = None) -> tuple[Path, Path]:
+    """add_norm_<tag>.{csv,json} (tag: the allocator by default)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    tag = cond["allocator"]
+    tag = tag or cond["allocator"]
     csv_path = out_dir / f"add_norm_{tag}.csv"
     json_path = out_dir / f"add_norm_{tag}.json"
     with csv_path.open("w", newline="") as f:

@@ -1,0 +1,250 @@
+"""Fused Add & Norm on a GPU: addnorm's Triton kernels vs eager PyTorch vs torch.compile vs Liger-Kernel and
+flash-attention (where importable) vs the device's copy bandwidth. Same rows, CSV and JSON as the CPU
+benchmark (``add_norm.py``), written to ``add_norm_gpu.{csv,json}``.
+
+Every cell -- norm x dtype x shape x mode (fwd, bwd, fwdbwd) -- times its methods interleaved: rounds of
+``block`` calls of each method in turn between two CUDA events, so clock and thermal drifts fall on all
+of them alike; the floor (a device-to-device ``copy_`` of 512 MiB) is timed among them. GB/s are on the
+minimum bytes (fwd: read x, r; write y, s -- as the CPU table), ``frac_of_floor`` is that over the copy's.
+
+    python benchmarks/bench_gpu.py [--shapes 4096x4096,16384x8192,32768x2048] [--dtypes float32,bfloat16]
+
+Without a CUDA device it says so and measures nothing (exit 2): GPU numbers are never estimated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .. import functional as AF
+from .add_norm import Row, _parse_list, eager_add_norm, min_bytes, write_results
+from .timing import Timing, _summary, measure_interleaved
+
+SHAPES = [(4096, 4096), (16384, 8192), (32768, 2048)]
+DTYPES = ["float32", "bfloat16"]
+KINDS = ["layer", "rms"]
+MODES = ["fwd", "bwd", "fwdbwd"]
+METHODS = ["addnorm", "eager", "compile", "liger", "flash_attn"]
+FLOOR_BYTES = 512 << 20
+
+
+def addnorm_method(kind):
+    def f(x, r, w, b):
+        if kind == "layer":
+            return AF.add_layer_norm(x, r, x.shape[-1], w, b)
+        return AF.add_rms_norm(x, r, x.shape[-1], w)
+
+    return f
+
+
+def liger_method(kind):
+    """Liger-Kernel's fused add + RMSNorm (it has no fused add + LayerNorm): None where not importable."""
+    if kind != "rms":
+        return None
+    try:
+        from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+    except ImportError:
+        return None
+    return lambda x, r, w, b: LigerFusedAddRMSNormFunction.apply(x, r, w, 1e-6, 0.0, "llama", False)
+
+
+def flash_attn_method(kind):
+    """flash-attention's Triton layer_norm_fn / rms_norm_fn with the residual fused (prenorm=True)."""
+    try:
+        from flash_attn.ops.triton.layer_norm import layer_norm_fn, rms_norm_fn
+    except ImportError:
+        return None
+    if kind == "layer":
+        return lambda x, r, w, b: layer_norm_fn(x, w, b, residual=r, eps=1e-5, prenorm=True)
+    return lambda x, r, w, b: rms_norm_fn(x, w, None, residual=r, eps=1e-6, prenorm=True)
+
+
+def _inputs(n, d, dtype, kind, grad, device):
+    g = torch.Generator(device="cpu").manual_seed(0)
+    mk = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype).requires_grad_(grad)  # noqa: E731
+    return mk(n, d), mk(n, d), mk(d), (mk(d) if kind == "layer" else None)
+
+
+def make_step(fn, mode, n, d, dtype, kind, device):
+    if mode == "fwd":
+        args = _inputs(n, d, dtype, kind, False, device)
+        return lambda: fn(*args)
+    args = _inputs(n, d, dtype, kind, True, device)
+    params = [a for a in args if a is not None]
+    dy, ds = torch.randn(n, d, device=device, dtype=dtype), torch.randn(n, d, device=device, dtype=dtype)
+    if mode == "bwd":
+        y, s = fn(*args)
+        return lambda: torch.autograd.grad([y, s], params, [dy, ds], retain_graph=True)
+
+    def step():
+        y, s = fn(*args)
+        torch.autograd.grad([y, s], params, [dy, ds])
+
+    return step
+
+
+def cuda_interleaved(fns: dict, *, rounds: int = 30, block: int = 10, warmup: int = 5) -> dict:
+    """{name: Timing} per call: ``rounds`` rounds of ``block`` calls of each in turn (the starting one
+    rotates), each block timed between CUDA events."""
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    torch.cuda.synchronize()
+    times = {name: [] for name in names}
+    for rnd in range(rounds):
+        for name in names[rnd % len(names):] + names[: rnd % len(names)]:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(block):
+                fns[name]()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end) / 1e3 / block)
+    return {name: _summary(ts) for name, ts in times.items()}
+
+
+def _timed(fns: dict, device: str) -> dict[str, Timing]:
+    if device == "cuda":
+        return cuda_interleaved(fns)
+    return measure_interleaved(fns, min_runs=5, budget_s=0.05)  # --device cpu: the script's own smoke test
+
+
+def _method(method, kind, compiled):
+    if method == "addnorm":
+        return addnorm_method(kind)
+    if method == "eager":
+        return eager_add_norm(kind)
+    if method == "compile":
+        if kind not in compiled:
+            compiled[kind] = torch.compile(eager_add_norm(kind), dynamic=False)
+        return compiled[kind]
+    return {"liger": liger_method, "flash_attn": flash_attn_method}[method](kind)
+
+
+def run(shapes, dtypes, kinds, modes, methods, device, progress=None) -> tuple[list[Row], dict]:
+    rows, skipped, compiled = [], {}, {}
+    src = torch.ones(FLOOR_BYTES // 4, device=device)
+    dst = torch.empty_like(src)
+    floor_step = lambda: dst.copy_(src)  # noqa: E731
+    total = len(shapes) * len(dtypes) * len(kinds) * len(modes)
+    task = progress.add_task("gpu benchmark", total=total) if progress else None
+    for n, d in shapes:
+        for dt_name in dtypes:
+            dtype = getattr(torch, dt_name)
+            es = torch.tensor([], dtype=dtype).element_size()
+            for kind in kinds:
+                for mode in modes:
+                    if progress:
+                        progress.update(task, description=f"{kind} {dt_name} {n}x{d} {mode}")
+                    steps = {}
+                    with torch.set_grad_enabled(mode != "fwd"):
+                        for m in methods:
+                            fn = _method(m, kind, compiled)
+                            if fn is None:
+                                skipped[f"{m}/{kind}"] = "not importable here, or no such fused op"
+                                continue
+                            try:
+                                steps[m] = make_step(fn, mode, n, d, dtype, kind, device)
+                                steps[m]()
+                            except Exception as e:  # noqa: BLE001  (a peer's API we could not call: say so)
+                                steps.pop(m, None)
+                                skipped[f"{m}/{kind}/{dt_name}"] = f"{type(e).__name__}: {e}"[:200]
+                        steps["floor"] = floor_step
+                        timings = _timed(steps, device)
+                    floor = 2 * FLOOR_BYTES / timings["floor"].median_s / 1e9
+                    mb = min_bytes(mode, n, d, es)
+                    for m in steps:
+                        if m == "floor":
+                            continue
+                        t = timings[m]
+                        rows.append(Row(kind, dt_name, n, d, mode, m, t.median_s * 1e3, t.p10_s * 1e3, t.p90_s * 1e3,
+                                        t.runs, mb, mb / t.median_s / 1e9, floor, (mb / (floor * 1e9)) / t.median_s))
+                    del steps
+                    if device == "cuda":
+                        torch.cuda.empty_cache()
+                    if progress:
+                        progress.advance(task)
+    return rows, skipped
+
+
+def conditions(device: str, skipped: dict) -> dict:
+    from ..kernels.triton import availability
+
+    cond = {"device": device, "torch": torch.__version__, "python": platform.python_version(),
+            "triton": availability().reason, "skipped": skipped,
+            "timing": "CUDA events around blocks of 10 calls, methods interleaved, 30 rounds; median per call"}
+    if device == "cuda":
+        p = torch.cuda.get_device_properties(0)
+        cond |= {"gpu": p.name, "sms": p.multi_processor_count, "memory_gib": round(p.total_memory / 2**30, 1),
+                 "cuda": torch.version.cuda}
+    return cond
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shapes", default=",".join(f"{n}x{d}" for n, d in SHAPES), help="rows x hidden, comma separated")
+    p.add_argument("--dtypes", default=",".join(DTYPES), help="comma separated, of float32, bfloat16, float16")
+    p.add_argument("--kinds", default=",".join(KINDS), help="comma separated norms, of layer, rms")
+    p.add_argument("--modes", default=",".join(MODES), help="comma separated, of fwd, bwd, fwdbwd")
+    p.add_argument("--methods", default=",".join(METHODS), help="comma separated, of " + ", ".join(METHODS))
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                   help="cuda (default); cpu only checks the script itself, its numbers mean nothing for a GPU")
+    p.add_argument("--out", default="benchmarks/results", help="directory for CSV/JSON (default %(default)s)")
+
+
+def main_from_args(args) -> int:
+    shapes = []
+    for s in _parse_list(args.shapes):
+        try:
+            n, d = (int(v) for v in s.split("x"))
+        except ValueError:
+            raise SystemExit(f"--shapes: {s!r} is not ROWSxHIDDEN") from None
+        if n <= 0 or d <= 0:
+            raise SystemExit(f"--shapes: {s!r} must have positive rows and hidden size")
+        shapes.append((n, d))
+    dtypes = _parse_list(args.dtypes, DTYPES + ["float16"])
+    kinds = _parse_list(args.kinds, KINDS)
+    modes = _parse_list(args.modes, MODES)
+    methods = _parse_list(args.methods, METHODS)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA device here: the GPU benchmark measures nothing (GPU numbers are not measured, never "
+              "estimated). Run it on a machine with an NVIDIA GPU and `pip install 'addnorm[gpu]'`.", file=sys.stderr)
+        return 2
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as pr:
+        rows, skipped = run(shapes, dtypes, kinds, modes, methods, args.device, pr)
+    cond = conditions(args.device, skipped)
+    csv_path, json_path = write_results(rows, cond, Path(args.out), tag="gpu" if args.device == "cuda" else "gpu_cpu")
+    _print_summary(rows)
+    print(f"results: {csv_path}  {json_path}")
+    for k, v in skipped.items():
+        print(f"skipped {k}: {v}")
+    return 0
+
+
+def _print_summary(rows: list[Row]) -> None:
+    """addnorm's time against each other method, and its fraction of the copy bandwidth, per cell."""
+    cells: dict = {}
+    for r in rows:
+        cells.setdefault((r.kind, r.dtype, r.rows, r.hidden, r.mode), {})[r.method] = r
+    print(f"{'cell':34} {'addnorm ms':>10} {'of copy bw':>10}  speedup vs " + ", ".join(METHODS[1:]))
+    for key, c in cells.items():
+        if "addnorm" not in c:
+            continue
+        a = c["addnorm"]
+        ratios = ", ".join(f"{m} {c[m].median_ms / a.median_ms:.2f}x" for m in METHODS[1:] if m in c)
+        print(f"{' '.join(map(str, key)):34} {a.median_ms:10.3f} {a.frac_of_floor:10.2f}  {ratios}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m addnorm.benchmark.gpu", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    sys.exit(main_from_args(parser.parse_args()))
