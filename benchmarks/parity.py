@@ -57,7 +57,7 @@ def main() -> int:
         ldiff = (o.logits - o_ref.logits).abs().max().item()
         out["patch"][name] = {"max_abs_logit_diff": ldiff, "max_abs_grad_diff": gdiff, **patched._addnorm_patched}
         print(f"patched {name:22s} max |logits diff| = {ldiff:.2e}, max |grad diff| = {gdiff:.2e}, "
-              f"{patched._addnorm_patched['layers']} layers fused, {patched._addnorm_patched['norms']} norms swapped")
+              f"{patched._addnorm_patched['fused_adds']} adds fused ({', '.join(patched._addnorm_patched['structures'])})")
     d = Path(__file__).resolve().parent / "results"
     d.mkdir(exist_ok=True)
     (d / "parity.json").write_text(json.dumps(out, indent=1))
