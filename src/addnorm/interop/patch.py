@@ -1,27 +1,28 @@
-"""Fuse a HuggingFace model's residual adds with the norms that follow them, in place, by structure.
+"""Patch a HuggingFace model for addnorm's kernels, in place, by structure: fused Add & Norm in the decoder
+layers, and every norm it can reproduce on its kernels.
 
-A decoder layer is recognised by what it holds, not by its class name:
+A decoder layer is recognised by what it holds, not by its class name (``STRUCTURES``):
 
-    sequential pre-norm   norm1 -> attention -> add -> norm2 -> MLP -> add
-                          (GPT-2: ln_1/attn/ln_2/mlp; Llama and every Llama-like -- Mistral, Mixtral, Qwen2/3
-                          and their MoE versions, Granite-free Llama clones, SmolLM3, OLMo, Helium, ...:
-                          input_layernorm/self_attn/post_attention_layernorm/mlp)
-    sandwich              norm -> attention -> norm -> add -> norm -> MLP -> norm -> add
-                          (Gemma2, Gemma3: post_attention_layernorm on the branch, pre_feedforward_layernorm
-                          after the add)
+    sequential pre-norm    norm1 -> attention -> add -> norm2 -> MLP -> add
+                           GPT-2 (ln_1/attn/ln_2/mlp); Llama and every Llama-like (input_layernorm/self_attn/
+                           post_attention_layernorm/mlp): Mistral, Mixtral, Qwen2/3 and their MoE versions,
+                           SmolLM3, OLMo, Helium, Ministral, Gemma, Phi-3, StarCoder2, StableLM, ...
+    scaled branches        the same with the branches scaled before their adds (Granite)
+    sandwich               norms on the branch outputs too (Gemma2/3; GLM-4's names)
 
-In both, the add after attention and the norm after it become one ``add_layer_norm`` / ``add_rms_norm``
-call. Each norm's convention is read from the norm itself by probing it (not from its class): RMSNorm
-with Llama's cast order (normalize in float32, cast, multiply), Gemma's zero-centred ``(1 + w)`` weight
-multiplied in float32, or LayerNorm with or without weight and bias. A layer that matches no structure,
-or a norm that matches no convention, is refused -- before anything changes -- with the structures that
-are supported. Everything else is untouched: the norm modules stay HF's own (same classes, same
-Parameter objects, same state_dict keys), so HF Trainer groups weight decay as before, and
-``torch.save`` / ``save_pretrained`` see the model they always saw.
+In each, the add after attention and the norm after it become one ``add_layer_norm`` / ``add_rms_norm``
+call. Where no norm follows an add inside the layer (parallel attention + MLP: GPT-NeoX, Falcon, Phi,
+Cohere; post-branch norms: OLMo2, EXAONE 4, Apertus) nothing can be fused there, and only the norms run on
+addnorm's kernels. Each norm's convention is read from the norm itself by probing it, not from its class:
+RMSNorm with Llama's cast order, Gemma's ``(1 + w)`` weight multiplied in float32, or LayerNorm with or
+without weight and bias; a norm that matches none is left as it is, except the one a fused layer needs,
+which refuses the patch -- before anything changes -- naming the supported structures.
 
-The patched forward is an instance attribute (a ``functools.partial`` of a module-level function, so the
-model still pickles); ``unpatch_hf_model`` removes it. Patching twice is a no-op. Unless
-``verify=False``, the patched model is run once on a few tokens beside the original and the patch is
+Nothing is replaced: the norm modules stay HF's own (same classes, Parameter objects, state_dict keys), so
+HF Trainer groups weight decay as before and ``torch.save`` / ``save_pretrained`` see the model they always
+saw. The patched forwards are instance attributes (``functools.partial`` of module-level functions, so the
+model still pickles); ``unpatch_hf_model`` removes them; patching twice is a no-op. Unless
+``verify=False``, the patched model is run once on a few tokens beside the original, and the patch is
 undone and refused if any output differs beyond float32 rounding.
 """
 
@@ -37,14 +38,46 @@ from torch import nn
 
 from .. import functional as AF
 
-# (structure, attention, the norm before attention, the norm fused with the add, branch norm, MLP, MLP branch norm)
-_STRUCTURES = {
-    "sequential (GPT-2)": ("attn", "ln_1", "ln_2", None, "mlp", None),
-    "sequential (Llama-like)": ("self_attn", "input_layernorm", "post_attention_layernorm", None, "mlp", None),
-    "sandwich (Gemma2/3)": ("self_attn", "input_layernorm", "pre_feedforward_layernorm", "post_attention_layernorm",
-                            "mlp", "post_feedforward_layernorm"),
-}
-_SUPPORTED = "; ".join(f"{k}: {', '.join(n for n in v if n)}" for k, v in _STRUCTURES.items())
+@dataclass(frozen=True)
+class Structure:
+    """A decoder layer's shape, by the names of what it holds: attention and MLP, the norm before attention,
+    the norm after the attention add (fused with it), optional norms on the branch outputs, and an optional
+    scale on the branches (Granite's residual_multiplier)."""
+
+    name: str
+    attn: str
+    norm1: str
+    fused: str
+    mlp: str
+    branch_norm: str | None = None
+    mlp_norm: str | None = None
+    scale: str | None = None
+    excludes: tuple[str, ...] = ()
+
+    def matches(self, layer: nn.Module) -> bool:
+        names = [n for n in (self.attn, self.norm1, self.fused, self.mlp, self.branch_norm, self.mlp_norm) if n]
+        return (all(isinstance(getattr(layer, n, None), nn.Module) for n in names)
+                and (self.scale is None or isinstance(getattr(layer, self.scale, None), float | int))
+                and not any(getattr(layer, n, None) is not None for n in self.excludes))
+
+
+_EXTRA = ("pre_feedforward_layernorm", "post_feedforward_layernorm", "post_self_attn_layernorm",
+          "post_mlp_layernorm", "residual_multiplier", "crossattention")
+# most specific first
+STRUCTURES = (
+    Structure("sandwich (Gemma2/3)", "self_attn", "input_layernorm", "pre_feedforward_layernorm", "mlp",
+              branch_norm="post_attention_layernorm", mlp_norm="post_feedforward_layernorm"),
+    Structure("sandwich (GLM-4)", "self_attn", "input_layernorm", "post_attention_layernorm", "mlp",
+              branch_norm="post_self_attn_layernorm", mlp_norm="post_mlp_layernorm"),
+    Structure("scaled branches (Granite)", "self_attn", "input_layernorm", "post_attention_layernorm", "mlp",
+              scale="residual_multiplier", excludes=_EXTRA[:4]),
+    Structure("sequential (GPT-2)", "attn", "ln_1", "ln_2", "mlp", excludes=_EXTRA),
+    Structure("sequential (Llama-like)", "self_attn", "input_layernorm", "post_attention_layernorm", "mlp",
+              excludes=_EXTRA),
+)
+_SUPPORTED = ("fused: " + "; ".join(f"{st.name} ({', '.join(n for n in (st.norm1, st.attn, st.fused, st.mlp) if n)})"
+                                    for st in STRUCTURES)
+              + "; elsewhere (parallel attention + MLP, post-branch norms) only the norms")
 
 
 @dataclass(frozen=True)
@@ -58,14 +91,8 @@ class NormConvention:
 
 @dataclass(frozen=True)
 class LayerPlan:
-    structure: str
-    attn: str
-    norm1: str
-    fused: str
-    branch_norm: str | None
-    mlp: str
-    mlp_norm: str | None
-    convention: NormConvention
+    structure: Structure
+    convention: NormConvention  # of the fused norm
     signature: inspect.Signature
 
 
@@ -151,24 +178,33 @@ def probe_convention(norm: nn.Module) -> NormConvention | None:
 
 
 def _plan(layer: nn.Module) -> LayerPlan | str | None:
-    """The layer's plan; a string saying why a layer-like module cannot be patched; None for other modules."""
-    for structure, names in _STRUCTURES.items():
-        attn, norm1, fused, branch, mlp, mlp_norm = names
-        present = [n for n in names if n]
-        if not all(isinstance(getattr(layer, n, None), nn.Module) for n in present):
+    """The layer's plan; a string saying why a layer of a known structure cannot be fused; None for other
+    modules."""
+    for st in STRUCTURES:
+        if not st.matches(layer):
             continue
-        if structure.startswith("sequential") and (getattr(layer, "pre_feedforward_layernorm", None) is not None
-                                                   or getattr(layer, "crossattention", None) is not None):
-            continue
-        if any(hasattr(layer, a) for a in ("residual_multiplier", "use_parallel_residual", "parallel_attn")):
-            return f"{type(layer).__name__} scales or splits its residual branches"
-        conv = probe_convention(getattr(layer, fused))
+        norm = getattr(layer, st.fused)
+        conv = probe_convention(norm)
         if conv is None:
-            return f"{type(layer).__name__}.{fused} ({type(getattr(layer, fused)).__name__}) follows no known norm " \
-                   "convention"
-        return LayerPlan(structure, attn, norm1, fused, branch, mlp, mlp_norm, conv,
-                         inspect.signature(type(layer).forward))
+            return f"{type(layer).__name__}.{st.fused} ({type(norm).__name__}) follows no known norm convention"
+        return LayerPlan(st, conv, inspect.signature(type(layer).forward))
     return None
+
+
+def _is_norm(module: nn.Module) -> bool:
+    """A leaf that may be a norm (the probe decides): torch's norms, or a leaf named like one."""
+    return (not any(True for _ in module.children())
+            and (isinstance(module, nn.LayerNorm | nn.RMSNorm) or type(module).__name__.lower().endswith("norm")))
+
+
+def _norm_forward(norm: nn.Module, x, *args, **kwargs):
+    """A patched norm: addnorm's kernel where it takes the input, else the module's own forward."""
+    conv: NormConvention = norm._addnorm_convention
+    w = getattr(norm, "weight", None)
+    if (args or kwargs or not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() == 0
+            or (w is not None and x.shape[-1] != w.shape[0])):
+        return type(norm).forward(norm, x, *args, **kwargs)
+    return _apply(conv, norm, x, _out_dtype(conv, norm, x.dtype))[0]
 
 
 def _attn_kwargs(plan: LayerPlan, layer, hidden_states, args, kwargs) -> dict:
@@ -181,7 +217,7 @@ def _attn_kwargs(plan: LayerPlan, layer, hidden_states, args, kwargs) -> dict:
             out.update(value)
         else:
             out[name] = value
-    if plan.attn == "attn":  # GPT-2's attention takes no encoder arguments from the block (no cross-attention)
+    if plan.structure.attn == "attn":  # GPT-2's attention takes no encoder arguments from the block
         out.pop("encoder_hidden_states", None)
         out.pop("encoder_attention_mask", None)
     return out
@@ -199,29 +235,34 @@ def _fused_add_norm(plan: LayerPlan, norm: nn.Module, branch: torch.Tensor, resi
 
 def _patched_forward(layer: nn.Module, hidden_states, *args, **kwargs):
     plan: LayerPlan = layer._addnorm_plan
+    st = plan.structure
     attn_kwargs = _attn_kwargs(plan, layer, hidden_states, args, kwargs)
     residual = hidden_states
-    h = getattr(layer, plan.norm1)(hidden_states)
-    if plan.attn == "attn":
-        out = getattr(layer, plan.attn)(h, **attn_kwargs)
+    h = getattr(layer, st.norm1)(hidden_states)
+    if st.attn == "attn":
+        out = getattr(layer, st.attn)(h, **attn_kwargs)
     else:
-        out = getattr(layer, plan.attn)(hidden_states=h, **attn_kwargs)
+        out = getattr(layer, st.attn)(hidden_states=h, **attn_kwargs)
     a = out[0] if isinstance(out, tuple) else out
-    if plan.branch_norm is not None:
-        a = getattr(layer, plan.branch_norm)(a)
-    normed, hidden_states = _fused_add_norm(plan, getattr(layer, plan.fused), a, residual)
-    m = getattr(layer, plan.mlp)(normed)
+    if st.branch_norm is not None:
+        a = getattr(layer, st.branch_norm)(a)
+    if st.scale is not None:
+        a = a * getattr(layer, st.scale)
+    normed, hidden_states = _fused_add_norm(plan, getattr(layer, st.fused), a, residual)
+    m = getattr(layer, st.mlp)(normed)
     m = m[0] if isinstance(m, tuple) else m
-    if plan.mlp_norm is not None:
-        m = getattr(layer, plan.mlp_norm)(m)
+    if st.mlp_norm is not None:
+        m = getattr(layer, st.mlp_norm)(m)
+    if st.scale is not None:
+        m = m * getattr(layer, st.scale)
     return hidden_states + m
 
 
 def _layers(model: nn.Module):
-    """(name, plan or refusal) of every decoder layer, outermost first; the inside of a layer is not searched."""
-    found, skip = [], ()
+    """(module, plan or refusal) of every decoder layer of a known structure; a layer's inside is not searched."""
+    found, skip = [], None
     for name, module in model.named_modules():
-        if skip and name.startswith(skip):
+        if skip is not None and name.startswith(skip):
             continue
         plan = getattr(module, "_addnorm_plan", None) or _plan(module)
         if plan is not None:
@@ -230,22 +271,41 @@ def _layers(model: nn.Module):
     return found
 
 
-def patch_hf_model(model: nn.Module, *, verify: bool = True) -> nn.Module:
-    """Fuse each decoder layer's attention add with the norm after it; returns the model (patched in place).
+def _norms(model: nn.Module):
+    """(module, convention) of every norm addnorm reproduces (each found by probing it)."""
+    out = []
+    for module in model.modules():
+        conv = getattr(module, "_addnorm_convention", None)
+        if conv is None and _is_norm(module):
+            conv = probe_convention(module)
+        if conv is not None:
+            out.append((module, conv))
+    return out
 
-    Counts are in ``model._addnorm_patched``; raises before changing anything when a layer is not supported."""
+
+def patch_hf_model(model: nn.Module, *, verify: bool = True) -> nn.Module:
+    """Fuse each decoder layer's attention add with the norm after it, and run every norm addnorm can
+    reproduce on its kernels; returns the model, patched in place. Counts are in ``model._addnorm_patched``.
+    Raises -- with nothing changed -- when a layer of a known structure has a norm addnorm cannot reproduce,
+    when nothing at all can be patched, or when the patched model's outputs differ on a probe."""
     layers = _layers(model)
     refused = [(n, p) for n, _, p in layers if isinstance(p, str)]
     if refused:
-        raise NotImplementedError(f"{type(model).__name__}: {refused[0][0]}: {refused[0][1]}; supported decoder "
-                                  f"layers are {_SUPPORTED}. Nothing was changed.")
-    if not layers:
-        raise ValueError(f"{type(model).__name__} has no decoder layer addnorm can patch; supported: {_SUPPORTED}")
-    new = [(m, p) for _, m, p in layers if getattr(m, "_addnorm_plan", None) is None]
-    before = _probe_outputs(model) if verify and new else None
-    for module, plan in new:
+        raise NotImplementedError(f"{type(model).__name__}: {refused[0][0]}: {refused[0][1]}; supported: "
+                                  f"{_SUPPORTED}. Nothing was changed.")
+    norms = _norms(model)
+    if not layers and not norms:
+        raise ValueError(f"{type(model).__name__} has no decoder layer or norm addnorm can patch; supported: "
+                         f"{_SUPPORTED}")
+    new_layers = [(m, p) for _, m, p in layers if getattr(m, "_addnorm_plan", None) is None]
+    new_norms = [(m, c) for m, c in norms if getattr(m, "_addnorm_convention", None) is None]
+    before = _probe_outputs(model) if verify and (new_layers or new_norms) else None
+    for module, plan in new_layers:
         module._addnorm_plan = plan
         module.forward = functools.partial(_patched_forward, module)
+    for module, conv in new_norms:
+        module._addnorm_convention = conv
+        module.forward = functools.partial(_norm_forward, module)
     if before is not None:
         try:
             after = _probe_outputs(model)
@@ -253,24 +313,24 @@ def patch_hf_model(model: nn.Module, *, verify: bool = True) -> nn.Module:
         except Exception as e:  # noqa: BLE001  (whatever the layer's code raised: undone, then reported)
             problem = f"raised {type(e).__name__}: {e}"
         if problem:
-            for module, _ in new:
-                _unpatch_layer(module)
-            raise NotImplementedError(f"{type(model).__name__}: the patched layers {problem}, so the patch was undone "
-                                      f"(nothing was changed); supported decoder layers are {_SUPPORTED}")
-    structures = sorted({p.structure for _, _, p in layers})
-    model._addnorm_patched = {"layers": len(layers), "fused_adds": len(layers), "structures": structures}
+            for module, _ in new_layers + new_norms:
+                _unpatch_module(module)
+            raise NotImplementedError(f"{type(model).__name__}: the patched model {problem}, so the patch was undone "
+                                      f"(nothing was changed); supported: {_SUPPORTED}")
+    model._addnorm_patched = {"layers": len(layers), "fused_adds": len(layers), "norms": len(norms),
+                              "structures": sorted({p.structure.name for _, _, p in layers})}
     return model
 
 
-def _unpatch_layer(module: nn.Module) -> None:
-    module.__dict__.pop("forward", None)
-    module.__dict__.pop("_addnorm_plan", None)
+def _unpatch_module(module: nn.Module) -> None:
+    for attr in ("forward", "_addnorm_plan", "_addnorm_convention"):
+        module.__dict__.pop(attr, None)
 
 
 def unpatch_hf_model(model: nn.Module) -> nn.Module:
     """Undo ``patch_hf_model``: every layer's own forward again."""
     for module in model.modules():
-        _unpatch_layer(module)
+        _unpatch_module(module)
     model.__dict__.pop("_addnorm_patched", None)
     return model
 
