@@ -48,3 +48,57 @@ def test_cli(tmp_path, capsys):
     assert "Gradient flow at initialisation: depth 4" in out
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [p["placement"] for p in summary["placements"]] == ["pre", "post"]
+
+
+SMALL = ["--placements", "pre", "--depth", "3", "--d-model", "16", "--heads", "2", "--seq-len", "16", "--batch", "2"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--seq-len", "0"], "--seq-len must be an integer >= 1, got 0"),
+    (["--steps", "-1"], "--steps must be an integer >= 0, got -1"),
+    (["--heads", "0"], "--heads must be an integer >= 1, got 0"),
+    (["--d-model", "0"], "--d-model must be an integer >= 1, got 0"),
+    (["--batch", "0"], "--batch must be an integer >= 1, got 0"),
+    (["--depth", "0"], "--depth must be an integer >= 1, got 0"),
+    (["--d-model", "10", "--heads", "3"], "--d-model 10 must be divisible by the number of heads (3)"),
+    (["--placements", "prenorm"], "--placements unknown placement(s) ['prenorm']"),
+    (["--lr", "nan"], "--lr must be a finite number > 0"),
+    (["--data", "/nonexistent/corpus"], "--data: --data /nonexistent/corpus: no such file or directory"),
+    (["--out", "/proc/addnorm-cannot-write"], "--out: /proc/addnorm-cannot-write is not a writable directory"),
+])
+def test_every_argument_is_validated_before_any_work(args, message, tmp_path, capsys):
+    out = ["--out", str(tmp_path / "o")] if "--out" not in args else []
+    assert main(["gradflow", *SMALL, *out, *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2
+    assert not (tmp_path / "o" / "runs").exists()
+
+
+def test_tour_refuses_a_depth_it_cannot_report_before_working(capsys, tmp_path):
+    assert main(["tour", "--depth", "1", "--out", str(tmp_path)]) == 2
+    assert "--depth must be >= 2" in capsys.readouterr().err
+
+
+def _cfg():
+    return GradflowConfig(placements=("pre",), depth=3, d_model=16, n_head=2, seq_len=16, batch=2)
+
+
+def test_changed_data_is_not_served_from_the_cache(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("the residual stream carries everything " * 100)
+    cfg = GradflowConfig(**{**_cfg().__dict__, "data": str(data)})
+    run_gradflow(cfg, tmp_path / "out")
+    assert run_gradflow(cfg, tmp_path / "out")["reused"] == ["pre"]
+    (data / "a.txt").write_text("a different text entirely, so a different result " * 100)
+    assert run_gradflow(cfg, tmp_path / "out")["reused"] == []
+
+
+def test_a_truncated_run_file_is_named_and_redone(tmp_path):
+    s1 = run_gradflow(_cfg(), tmp_path)
+    f = tmp_path / "runs" / s1["run_files"]["pre"]
+    f.write_text(f.read_text()[:100])  # cut short, as a crash mid-write without atomic writes would
+    s2 = run_gradflow(_cfg(), tmp_path)
+    assert s2["reused"] == [] and str(f) in s2["redone"][0]
+    assert s2["placements"][0]["loss_init"] == s1["placements"][0]["loss_init"]
+    assert run_gradflow(_cfg(), tmp_path)["reused"] == ["pre"]

@@ -8,7 +8,14 @@ from rich.console import Console
 from rich.markdown import Markdown
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..experiments.gradflow import DEFAULT_PLACEMENTS, GradflowConfig, run_gradflow
+from ..experiments.corpus import load_corpus
+from ..experiments.gradflow import DEFAULT_PLACEMENTS, ConfigError, GradflowConfig, run_gradflow
+from ..experiments.store import check_writable_dir
+
+# the option that sets each configuration field
+FLAGS = {"placements": "--placements", "depth": "--depth", "d_model": "--d-model", "n_head": "--heads",
+         "seq_len": "--seq-len", "batch": "--batch", "norm": "--norm", "steps": "--steps", "lr": "--lr",
+         "seed": "--seed", "data": "--data"}
 
 
 def add_parser(sub) -> None:
@@ -27,10 +34,29 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default="results/gradflow", help="results directory (default %(default)s)")
 
 
+def _error(msg: str) -> int:
+    Console(stderr=True).print(f"addnorm gradflow: error: {msg}", highlight=False, soft_wrap=True)
+    return 2
+
+
 def run(args) -> int:
-    cfg = GradflowConfig(placements=tuple(p for p in args.placements.split(",") if p), depth=args.depth,
-                         d_model=args.d_model, n_head=args.heads, seq_len=args.seq_len, batch=args.batch,
-                         norm=args.norm, steps=args.steps, lr=args.lr, seed=args.seed, data=args.data)
+    """Every argument checked before any work: a one-line error naming the option, exit 2."""
+    try:
+        cfg = GradflowConfig(placements=tuple(p for p in args.placements.split(",") if p), depth=args.depth,
+                             d_model=args.d_model, n_head=args.heads, seq_len=args.seq_len, batch=args.batch,
+                             norm=args.norm, steps=args.steps, lr=args.lr, seed=args.seed, data=args.data)
+    except ConfigError as e:
+        return _error(f"{FLAGS.get(e.field, e.field)} {e.message}")
+    try:
+        corpus = load_corpus(cfg.data)
+        if len(corpus.data) <= cfg.seq_len + 1:
+            return _error(f"--seq-len {cfg.seq_len} is longer than the data ({len(corpus.data)} bytes)")
+    except (OSError, ValueError) as e:
+        return _error(f"--data: {e}")
+    try:
+        check_writable_dir(Path(args.out))
+    except OSError as e:
+        return _error(f"--out: {e}")
     console = Console()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:

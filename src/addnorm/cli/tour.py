@@ -37,8 +37,23 @@ def print_walkthrough(w, console: Console) -> None:
 
 
 def run(args) -> int:
+    from ..experiments.store import check_writable_dir
     from ..experiments.tour import run_tour
 
+    # checked before any work: the gradient-flow section compares block 1 with the last
+    problem = None
+    if args.depth < 2:
+        problem = f"--depth must be >= 2 (the report compares block 1 with the last block), got {args.depth}"
+    elif args.seed < 0:
+        problem = f"--seed must be >= 0, got {args.seed}"
+    else:
+        try:
+            check_writable_dir(Path(args.out))
+        except OSError as e:
+            problem = f"--out: {e}"
+    if problem:
+        Console(stderr=True).print(f"addnorm tour: error: {problem}", highlight=False, soft_wrap=True)
+        return 2
     console = Console()
     print_walkthrough(run_walkthrough(WalkthroughConfig(seed=42 + args.seed)), console)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

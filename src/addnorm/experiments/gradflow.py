@@ -23,8 +23,18 @@ from ..diagnostics import plots
 from ..model import GPT, GPTConfig
 from ..placement import NAMES
 from .corpus import load_corpus
+from .store import atomic_write_text, digest, read_json
 
 DEFAULT_PLACEMENTS = ("no_residual", "none", "post", "pre", "sandwich", "deepnorm", "rezero")
+NORM_KINDS = ("layer", "rms", "dyt")
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value; ``field`` names it (the command line maps it to its option)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field} {message}")
+        self.field, self.message = field, message
 
 
 @dataclass(frozen=True)
@@ -42,15 +52,32 @@ class GradflowConfig:
     data: str | None = None  # None: the standard library's sources
 
     def __post_init__(self):
+        if not self.placements:
+            raise ConfigError("placements", "must name at least one placement")
         bad = [p for p in self.placements if p not in NAMES]
         if bad:
-            raise ValueError(f"unknown placement(s) {bad}; valid placements: {', '.join(NAMES)}")
-        if self.depth < 1:
-            raise ValueError(f"depth must be >= 1, got {self.depth}")
+            raise ConfigError("placements", f"unknown placement(s) {bad}; valid: {', '.join(NAMES)}")
+        for name in ("depth", "d_model", "n_head", "seq_len", "batch"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(name, f"must be an integer >= 1, got {v!r}")
+        if self.d_model % self.n_head:
+            raise ConfigError("d_model", f"{self.d_model} must be divisible by the number of heads ({self.n_head})")
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 0:
+            raise ConfigError("steps", f"must be an integer >= 0, got {self.steps!r}")
+        if not (isinstance(self.lr, int | float) and math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError("lr", f"must be a finite number > 0, got {self.lr!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError("seed", f"must be an integer >= 0, got {self.seed!r}")
+        if self.norm not in NORM_KINDS:
+            raise ConfigError("norm", f"must be one of {NORM_KINDS}, got {self.norm!r}")
 
-    def run_key(self, placement: str) -> str:
+    def run_key(self, placement: str, data_digest: str) -> str:
+        """Everything that changes a run's result: the configuration (not the data's path) and the data's
+        content hash."""
         d = asdict(self)
         d["placements"] = placement
+        d["data"] = data_digest
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -128,32 +155,39 @@ def run_gradflow(cfg: GradflowConfig, out_dir: Path, progress=None) -> dict:
     runs = out_dir / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     corpus = load_corpus(cfg.data)
+    data_digest = digest(corpus.data.numpy().tobytes())
     task = progress.add_task("gradflow", total=len(cfg.placements)) if progress else None
     results: dict[str, PlacementResult] = {}
-    reused = []
+    reused, redone, files = [], [], {}
     for p in cfg.placements:
-        f = runs / f"{p}-{cfg.run_key(p)}.json"
+        f = runs / f"{p}-{cfg.run_key(p, data_digest)}.json"
+        files[p] = f.name
         if progress:
             progress.update(task, description=f"{p} (depth {cfg.depth})")
-        if f.exists():
-            d = json.loads(f.read_text())
+        d, why = read_json(f)
+        if d is not None and not all(k in d for k in ("records", "losses", "seconds")):
+            d, why = None, f"{f}: incomplete (no records, losses or seconds); redoing it"
+        if d is not None:
             results[p] = PlacementResult(p, d["records"], d["losses"], d["seconds"])
             reused.append(p)
         else:
+            if why:
+                redone.append(why)
+                if progress:
+                    progress.console.print(f"[yellow]{why}[/yellow]")
             r = run_placement(cfg, p, corpus)
-            tmp = f.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"config": asdict(cfg), "placement": p, "records": r.records,
-                                       "losses": r.losses, "seconds": r.seconds}))
-            tmp.replace(f)  # atomic: an interrupted run never leaves a half-written result
+            atomic_write_text(f, json.dumps({"config": asdict(cfg), "data_digest": data_digest, "placement": p,
+                                             "records": r.records, "losses": r.losses, "seconds": r.seconds}))
             results[p] = r
         if progress:
             progress.advance(task)
-    summary = {"config": asdict(cfg), "corpus": corpus.source, "reused": reused,
+    summary = {"config": asdict(cfg), "corpus": corpus.source, "data_digest": data_digest, "reused": reused,
+               "redone": redone, "run_files": files,
                "placements": [summarize(results[p]) for p in cfg.placements]}
     figures = write_figures(cfg, results, out_dir)
     summary["figures"] = [f.name for f in figures]
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-    (out_dir / "summary.md").write_text(summary_markdown(summary))
+    atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=1))
+    atomic_write_text(out_dir / "summary.md", summary_markdown(summary))
     return summary
 
 

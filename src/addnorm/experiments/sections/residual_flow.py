@@ -21,7 +21,7 @@ def run(out_dir: Path, depth: int = 48, seed: int = 0) -> dict:
     train = run_gradflow(train_cfg, out_dir / "training")
     trained = []
     for p in train_cfg.placements:
-        run_file = out_dir / "training" / "runs" / f"{p}-{train_cfg.run_key(p)}.json"
+        run_file = out_dir / "training" / "runs" / train["run_files"][p]
         d = json.loads(run_file.read_text())
         g = PlacementResult(p, d["records"], d["losses"], d["seconds"]).profile("grad_norm", TRAINING_STEPS)
         inner = g[1:]
