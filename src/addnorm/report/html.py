@@ -133,7 +133,8 @@ def build(data: dict, figures: dict[str, str]) -> Page:
           f"{p.num('rms.speed.layer_addnorm', sp[1]['layer_addnorm_ms'], '{:.3f}')} ms, RMSNorm "
           f"{p.num('rms.speed.rms_addnorm', sp[1]['rms_addnorm_ms'], '{:.3f}')} ms; eager PyTorch LayerNorm "
           f"{p.num('rms.speed.layer_eager', sp[1]['layer_eager_ms'], '{:.3f}')} ms, RMSNorm "
-          f"{p.num('rms.speed.rms_eager', sp[1]['rms_eager_ms'], '{:.3f}')} ms.</p>")
+          f"{p.num('rms.speed.rms_eager', sp[1]['rms_eager_ms'], '{:.3f}')} ms "
+          f"({html.escape(d.get('speed_method', ''))}).</p>")
     p.img(figures["rms_vs_layer"], "LayerNorm vs RMSNorm statistics")
 
     # 5. gradient flow
