@@ -41,6 +41,7 @@ def _ddp_worker(rank, world, init_file, out_file):
     loss.backward()
     if rank == 0:
         torch.save({n: p.grad for n, p in model.module.named_parameters()}, out_file)
+    dist.barrier()  # every rank done before any tears down (gloo aborts a peer that is still talking)
     dist.destroy_process_group()
 
 
@@ -84,6 +85,7 @@ def _fsdp2_worker(rank, world, init_file, out_file):
         opt.zero_grad()
     if rank == 0:
         torch.save({"losses": losses, "grads": grads}, out_file)
+    dist.barrier()  # every rank done before any tears down (gloo aborts a peer that is still talking)
     dist.destroy_process_group()
 
 
