@@ -8,10 +8,12 @@ import sys
 from . import bench as bench_cmd
 from . import check as check_cmd
 from . import gradflow as gradflow_cmd
+from . import study as study_cmd
 from . import tour as tour_cmd
 from . import trace as trace_cmd
 
-COMMANDS = {"tour": tour_cmd, "trace": trace_cmd, "check": check_cmd, "gradflow": gradflow_cmd, "bench": bench_cmd}
+COMMANDS = {"tour": tour_cmd, "trace": trace_cmd, "check": check_cmd, "gradflow": gradflow_cmd, "bench": bench_cmd,
+            "study": study_cmd}
 
 
 class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):

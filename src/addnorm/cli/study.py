@@ -1,0 +1,103 @@
+"""`addnorm study`: train a grid of real models and measure what the seeds claim (see experiments/study)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+
+from ..experiments.store import check_writable_dir
+from ..experiments.study.config import PRESETS, StudyConfigError, StudyGrid
+from ..experiments.study.data import load_split
+from ..experiments.study.grid import run_study
+
+FLAGS = {"placement": "--placements", "norm": "--norms", "depth": "--depths", "lr": "--lrs", "warmup": "--warmups",
+         "seed": "--seeds", "clip": "--clips", "init": "--inits", "steps": "--steps"}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("study", help="train a grid of models: placements x norms x depth x lr x warmup x seed")
+    p.add_argument("--preset", default="default", choices=sorted(PRESETS),
+                   help="quick: <= 3 min on 2 cores; default: <= 25 min; paper: hours (default %(default)s)")
+    for axis in ("placements", "norms", "depths", "lrs", "warmups", "seeds", "clips", "inits"):
+        p.add_argument(f"--{axis}", default=None, help=f"comma separated; replaces the preset's {axis} "
+                                                        "(default: the preset's)")
+    p.add_argument("--steps", type=int, default=None, help="steps per run (default: the preset's)")
+    p.add_argument("--data", default=None, help="a folder of text files, split by file (default: the Python "
+                                                 "standard library)")
+    p.add_argument("--out", default="results/study", help="results directory (default %(default)s)")
+    p.add_argument("--shard", default="0/1", help="i/n: run every n-th run starting at i (default %(default)s)")
+    p.add_argument("--list", action="store_true", help="print the grid and exit (default: off)")
+
+
+def _error(msg: str) -> int:
+    Console(stderr=True).print(f"addnorm study: error: {msg}", highlight=False, soft_wrap=True)
+    return 2
+
+
+def _axis(name: str, text: str, kind):
+    items = [t for t in text.split(",") if t]
+    if not items:
+        raise ValueError(f"--{name}: empty")
+    out = []
+    for t in items:
+        try:
+            out.append(kind(t))
+        except ValueError:
+            raise ValueError(f"--{name}: {t!r} is not a valid {kind.__name__}") from None
+    return tuple(out)
+
+
+def grid_from_args(args) -> StudyGrid:
+    grid = PRESETS[args.preset]
+    kinds = {"placements": str, "norms": str, "depths": int, "lrs": float, "warmups": int, "seeds": int,
+             "clips": float, "inits": str}
+    over = {k: _axis(k, getattr(args, k), kinds[k]) for k in kinds if getattr(args, k) is not None}
+    if args.steps is not None:
+        over["base"] = replace(grid.base, steps=args.steps)
+    grid = replace(grid, **over)
+    grid.runs()  # validates every combination
+    return grid
+
+
+def run(args) -> int:
+    try:
+        grid = grid_from_args(args)
+    except StudyConfigError as e:
+        return _error(f"{FLAGS.get(e.field, e.field)} {e.message}")
+    except ValueError as e:
+        return _error(str(e))
+    try:
+        i, n = (int(v) for v in args.shard.split("/"))
+        if not 0 <= i < n:
+            raise ValueError
+    except ValueError:
+        return _error(f"--shard must be i/n with 0 <= i < n, got {args.shard!r}")
+    console = Console()
+    runs = grid.runs()
+    console.print(f"[bold]{len(runs)} runs[/bold] ({args.preset} preset): {grid.describe()}")
+    if args.list:
+        for r in runs:
+            console.print(f"  {r.name()}")
+        return 0
+    try:
+        data = load_split(args.data)
+    except (OSError, ValueError) as e:
+        return _error(f"--data: {e}")
+    if len(data.val) <= grid.base.seq_len + 1:
+        return _error(f"the validation split ({len(data.val)} bytes) is too short for seq_len {grid.base.seq_len}")
+    try:
+        check_writable_dir(Path(args.out))
+    except OSError as e:
+        return _error(f"--out: {e}")
+    console.print(f"data: {data.source} ({data.train_files} training files, {data.val_files} validation files; "
+                  f"unigram plateau {data.unigram_nats:.3f} nats)")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=console) as progress:
+        study = run_study(grid, data, Path(args.out), progress, (i, n))
+    console.print((Path(args.out) / "summary.md").read_text())
+    console.print(f"results in {args.out}/: summary.csv, summary.json, summary.md, {', '.join(study['figures'])}")
+    return 0

@@ -1,0 +1,165 @@
+"""Every run of a study grid -- reused when finished, resumed when interrupted, skipped when another shard
+owns it -- then the study's tables and figures, made from every finished run in the results directory (so
+shards that share one directory merge)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+from ..store import atomic_write_text, read_json
+from .config import RunConfig, StudyGrid
+from .data import SplitCorpus
+from .runner import train_run
+
+COLUMNS = ["name", "placement", "norm", "depth", "lr", "warmup", "seed", "clip", "init", "steps_done",
+           "final_train_loss", "final_val_loss", "failed", "failure"]
+
+
+def run_dir(out_dir: Path, cfg: RunConfig, data: SplitCorpus) -> Path:
+    return Path(out_dir) / "runs" / f"{cfg.name()}-{cfg.key(data.digest)}"
+
+
+def run_study(grid: StudyGrid, data: SplitCorpus, out_dir: Path, progress=None, shard: tuple[int, int] = (0, 1),
+              on_step=None) -> dict:
+    out_dir = Path(out_dir)
+    runs = grid.runs()
+    mine = [r for i, r in enumerate(runs) if i % shard[1] == shard[0]]
+    total = sum(r.steps for r in mine)
+    overall = progress.add_task("study", total=total, loss="") if progress else None
+    for i, cfg in enumerate(mine):
+        task = None
+        if progress is not None:
+            task = progress.add_task(f"run {i + 1} of {len(mine)}: {cfg.name()}", total=cfg.steps, loss="")
+        summary = train_run(cfg, data, run_dir(out_dir, cfg, data), progress, task, on_step)
+        for note in summary.get("notes", []):
+            if progress is not None:
+                progress.console.print(f"[yellow]{note}[/yellow]")
+        if progress is not None:
+            progress.update(task, completed=cfg.steps, visible=False)
+            progress.update(overall, advance=cfg.steps)
+    return write_outputs(grid, data, out_dir)
+
+
+def collect(grid: StudyGrid, data: SplitCorpus, out_dir: Path) -> tuple[list[dict], list[str]]:
+    """The summaries of the grid's finished runs (from any shard), and the names of those not finished."""
+    done, missing = [], []
+    for cfg in grid.runs():
+        s, _ = read_json(run_dir(out_dir, cfg, data) / "summary.json")
+        if s is not None and s.get("key") == cfg.key(data.digest):
+            done.append(s)
+        else:
+            missing.append(cfg.name())
+    return done, missing
+
+
+def _row(s: dict) -> dict:
+    c = s["config"]
+    p = c["placement"]
+    return {"name": s["name"], "placement": p if isinstance(p, str) else "+".join(p), "norm": c["norm"],
+            "depth": c["depth"], "lr": c["lr"], "warmup": c["warmup"], "seed": c["seed"], "clip": c["clip"],
+            "init": c["init"], "steps_done": s["steps_done"], "final_train_loss": s["final_train_loss"],
+            "final_val_loss": s["final_val_loss"], "failed": s["failed"], "failure": s["failure"] or ""}
+
+
+def write_outputs(grid: StudyGrid, data: SplitCorpus, out_dir: Path) -> dict:
+    summaries, missing = collect(grid, data, out_dir)
+    rows = [_row(s) for s in summaries]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS)
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(out_dir / "summary.csv", buf.getvalue())
+    study = {"grid": grid.describe(), "corpus": data.source, "data_digest": data.digest,
+             "unigram_nats": data.unigram_nats, "runs": rows, "missing": missing,
+             "groups": groups(rows)}
+    atomic_write_text(out_dir / "summary.json", json.dumps(study, indent=1))
+    atomic_write_text(out_dir / "summary.md", markdown(study))
+    study["figures"] = [f.name for f in figures(summaries, rows, out_dir)]
+    return study
+
+
+def groups(rows: list[dict]) -> list[dict]:
+    """Seeds pooled: per (placement, norm, depth, lr, warmup, clip, init), failures and final validation losses."""
+    out: dict = {}
+    for r in rows:
+        k = tuple(r[c] for c in ("placement", "norm", "depth", "lr", "warmup", "clip", "init"))
+        out.setdefault(k, []).append(r)
+    res = []
+    for k, rs in out.items():
+        ok = [r["final_val_loss"] for r in rs if not r["failed"] and math.isfinite(r["final_val_loss"])]
+        res.append({**dict(zip(("placement", "norm", "depth", "lr", "warmup", "clip", "init"), k)),
+                    "seeds": len(rs), "failures": sum(r["failed"] for r in rs),
+                    "failure_kinds": sorted({r["failure"] for r in rs if r["failed"]}),
+                    "val_loss_min": min(ok) if ok else None, "val_loss_max": max(ok) if ok else None,
+                    "val_loss_mean": sum(ok) / len(ok) if ok else None})
+    return res
+
+
+def markdown(study: dict) -> str:
+    lines = [f"# Study: {study['grid']}", "", f"Data: {study['corpus']}; unigram plateau "
+             f"{study['unigram_nats']:.3f} nats (validation bytes under the training bytes' frequencies).", "",
+             "| placement | norm | depth | lr | warmup | clip | init | failed / seeds | final val loss (ok runs) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for g in study["groups"]:
+        v = ("—" if g["val_loss_mean"] is None else
+             f"{g['val_loss_mean']:.3f} ({g['val_loss_min']:.3f}–{g['val_loss_max']:.3f})")
+        kinds = f" ({', '.join(g['failure_kinds'])})" if g["failure_kinds"] else ""
+        lines.append(f"| {g['placement']} | {g['norm']} | {g['depth']} | {g['lr']:g} | {g['warmup']} | {g['clip']:g} "
+                     f"| {g['init']} | {g['failures']} / {g['seeds']}{kinds} | {v} |")
+    if study["missing"]:
+        lines += ["", f"Not finished yet (another shard, or interrupted): {len(study['missing'])} runs."]
+    return "\n".join(lines) + "\n"
+
+
+def figures(summaries: list[dict], rows: list[dict], out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    if not rows:
+        return paths
+    # 1. validation loss curves, one panel per placement
+    placements = sorted({r["placement"] for r in rows})
+    fig, axes = plt.subplots(1, len(placements), figsize=(4.5 * len(placements), 3.4), squeeze=False, sharey=True)
+    for ax, p in zip(axes[0], placements):
+        for s, r in zip(summaries, rows):
+            if r["placement"] != p or not s["val_curve"]:
+                continue
+            steps, vals = zip(*s["val_curve"])
+            ax.plot(steps, vals, ls="--" if r["failed"] else "-",
+                    label=f"lr {r['lr']:g} w{r['warmup']} s{r['seed']}" + (f" ({r['failure']})" if r["failed"] else ""))
+        ax.set_title(p)
+        ax.set_xlabel("step")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
+    axes[0][0].set_ylabel("validation loss (nats/byte)")
+    fig.tight_layout()
+    paths.append(out_dir / "val_loss_curves.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    # 2. final validation loss against learning rate per placement, failures marked (Wortsman et al. 2023's view)
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for p in placements:
+        ok = [(r["lr"], r["final_val_loss"]) for r in rows if r["placement"] == p and not r["failed"]]
+        bad = [(r["lr"], r["final_val_loss"] if math.isfinite(r["final_val_loss"]) else None) for r in rows
+               if r["placement"] == p and r["failed"]]
+        line = ax.plot(*zip(*sorted(ok)), "o-", label=p)[0] if ok else None
+        color = line.get_color() if line else None
+        for lr, v in bad:
+            ax.plot(lr, v if v is not None else ax.get_ylim()[1], "x", color=color, ms=9)
+    ax.set_xscale("log")
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("final validation loss (x: failed)")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    paths.append(out_dir / "val_loss_vs_lr.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths

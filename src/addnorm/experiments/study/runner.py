@@ -1,0 +1,205 @@
+"""One study run: train a byte-level GPT, log every step, evaluate, stop on failure, resume after any crash.
+
+Files in the run's directory (named by the run and its cache key):
+    config.json      the RunConfig and the data's content hash
+    metrics.jsonl    one line per step: loss, lr, gradient norm before clipping, per-block gradient norm of the
+                     block's weights, per-block residual-stream RMS and max|x|, update/weight ratio; val_loss
+                     on evaluation steps
+    checkpoint.pt    model, optimizer, step, loss history and RNG state (``torch.load(weights_only=True)``);
+                     the learning rate is a function of the step and the batches are drawn from the step
+                     number, so this is everything a resumed run needs to end bit-identical
+    summary.json     the outcome, written last: its presence means the run is finished
+Every file is written atomically (temporary file, fsync, rename); metrics are appended line by line and cut
+back to the checkpoint's step on resume. A truncated or corrupt file is reported by name and its run redone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ...model import GPT, GPTConfig
+from ..store import atomic_write_text, read_json
+from .config import RunConfig
+from .data import SplitCorpus, lr_at
+
+SPIKE_WINDOW = 20
+SPIKE_FACTOR = 1.5  # a loss above 1.5x the mean of the previous 20 steps stops the run
+
+
+def build_model(cfg: RunConfig) -> GPT:
+    torch.manual_seed(cfg.seed)
+    model = GPT(GPTConfig(vocab_size=256, block_size=cfg.seq_len, n_layer=cfg.depth, n_head=cfg.heads,
+                          n_embd=cfg.d_model, dropout=0.0, norm=cfg.norm, placement=cfg.placement))
+    if cfg.init == "xavier":  # Xavier-normal Linear weights (DeepNorm keeps its own beta-scaled Xavier)
+        for block in model.h:
+            if block.placement.residual == "scaled":
+                continue
+            for m in block.modules():
+                if isinstance(m, nn.Linear):
+                    nn.init.xavier_normal_(m.weight)
+    return model
+
+
+def _save_checkpoint(path: Path, model, opt, step: int, losses: list[float]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
+                    "losses": torch.tensor(losses, dtype=torch.float64), "rng": torch.get_rng_state()}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _load_checkpoint(path: Path, model, opt):
+    """(step, losses) from the checkpoint, or (0, []) and a message when there is none or it is corrupt."""
+    if not path.exists():
+        return 0, [], None
+    try:
+        ck = torch.load(path, weights_only=True)
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["optimizer"])
+        torch.set_rng_state(ck["rng"])
+        return int(ck["step"]), ck["losses"].tolist(), None
+    except Exception as e:  # noqa: BLE001  (any damage: the run starts again, and says why)
+        return 0, [], f"{path}: unreadable checkpoint ({type(e).__name__}); restarting this run"
+
+
+def _metric_lines(path: Path, before_step: int) -> list[str]:
+    """The metrics lines of steps < before_step (a line cut short by a crash is dropped)."""
+    if not path.exists():
+        return []
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["step"] < before_step:
+                keep.append(line)
+        except (ValueError, KeyError, TypeError):
+            continue
+    return keep
+
+
+@torch.no_grad()
+def evaluate(model, data: SplitCorpus, cfg: RunConfig) -> float:
+    model.eval()
+    total = 0.0
+    batches = data.val_batches(cfg.eval_batches, cfg.batch, cfg.seq_len)
+    for x, y in batches:
+        total += model(x, y)[1].item()
+    model.train()
+    return total / len(batches)
+
+
+class _StreamStats:
+    """Per-block residual-stream RMS and max|x| of the current step, from forward hooks."""
+
+    def __init__(self, model: GPT):
+        self.rms, self.max = [0.0] * len(model.h), [0.0] * len(model.h)
+        self.handles = [b.register_forward_hook(self._hook(i)) for i, b in enumerate(model.h)]
+
+    def _hook(self, i):
+        def hook(module, inputs, output):
+            x, pending = output if isinstance(output, tuple) else (output, None)
+            with torch.no_grad():
+                s = x if pending is None else x + pending
+                self.rms[i] = s.pow(2).mean().sqrt().item()
+                self.max[i] = s.abs().max().item()
+        return hook
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+def _failure(losses: list[float]) -> str | None:
+    loss = losses[-1]
+    if not math.isfinite(loss):
+        return "nan"
+    if len(losses) > SPIKE_WINDOW:
+        recent = losses[-SPIKE_WINDOW - 1:-1]
+        if loss > SPIKE_FACTOR * (sum(recent) / len(recent)):
+            return "spike"
+    return None
+
+
+def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, task=None,
+              on_step=None) -> dict:
+    """Train (or resume, or reuse) one run; returns its summary. ``on_step(step)`` is called after each step."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    key = cfg.key(data.digest)
+    summary, why = read_json(run_dir / "summary.json")
+    notes = [why] if why else []
+    if summary is not None and summary.get("key") == key and "final_val_loss" in summary:
+        summary["reused"] = True
+        return summary
+    atomic_write_text(run_dir / "config.json", json.dumps({"config": cfg.__dict__, "data_digest": data.digest,
+                                                           "key": key}, indent=1, default=list))
+    model = build_model(cfg)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.0)
+    ckpt = run_dir / "checkpoint.pt"
+    start, losses, why = _load_checkpoint(ckpt, model, opt)
+    if why:
+        notes.append(why)
+    metrics_path = run_dir / "metrics.jsonl"
+    atomic_write_text(metrics_path, "".join(line + "\n" for line in _metric_lines(metrics_path, start)))
+    block_params = [[p for p in b.parameters() if p.requires_grad] for b in model.h]
+    stats = _StreamStats(model)
+    failure, t0 = (_failure(losses) if losses else None), time.perf_counter()  # a failure before the crash stands
+    model.train()
+    try:
+        with open(metrics_path, "a") as log:
+            for step in range(start, cfg.steps if failure is None else start):
+                lr = lr_at(step, cfg.lr, cfg.warmup, cfg.steps)
+                for group in opt.param_groups:
+                    group["lr"] = lr
+                x, y = data.batch(step, cfg.batch, cfg.seq_len, cfg.seed)
+                _, loss = model(x, y)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.clip if cfg.clip > 0 else math.inf).item()
+                layer_grad = [math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in ps if p.grad is not None))
+                              for ps in block_params]
+                old = [p.detach().clone() for p in params]
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                with torch.no_grad():
+                    du = math.sqrt(sum(float((p - o).double().pow(2).sum()) for p, o in zip(params, old)))
+                    wn = math.sqrt(sum(float(o.double().pow(2).sum()) for o in old))
+                losses.append(loss.item())
+                line = {"step": step, "loss": losses[-1], "lr": lr, "grad_norm": grad_norm,
+                        "layer_grad_norm": layer_grad, "stream_rms": list(stats.rms), "stream_max": list(stats.max),
+                        "update_ratio": du / wn if wn else 0.0}
+                failure = _failure(losses)
+                if not failure and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
+                    line["val_loss"] = evaluate(model, data, cfg)
+                log.write(json.dumps(line) + "\n")
+                log.flush()
+                if failure or (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+                    _save_checkpoint(ckpt, model, opt, step + 1, losses)
+                if progress is not None and task is not None:
+                    progress.update(task, advance=1, loss=f"{losses[-1]:.3f}")
+                if on_step is not None:
+                    on_step(step)
+                if failure:
+                    break
+    finally:
+        stats.remove()
+    vals = [(json.loads(x)["step"], json.loads(x)["val_loss"]) for x in metrics_path.read_text().splitlines()
+            if "val_loss" in x]
+    final_val = evaluate(model, data, cfg) if failure != "nan" else float("nan")
+    if failure is None and final_val >= data.unigram_nats:
+        failure = "plateau"
+    summary = {"key": key, "name": cfg.name(), "config": cfg.__dict__, "data_digest": data.digest,
+               "steps_done": len(losses), "final_train_loss": losses[-1] if losses else float("nan"),
+               "final_val_loss": final_val, "val_curve": vals, "failed": failure is not None, "failure": failure,
+               "unigram_nats": data.unigram_nats, "seconds_this_session": time.perf_counter() - t0,
+               "notes": notes, "reused": False}
+    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, default=list))
+    return summary

@@ -1,0 +1,120 @@
+"""`addnorm study`: resumable runs (bit-identical after SIGKILL), corrupt files redone, content-keyed cache,
+divergence detected, arguments validated, the grid's outputs."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from addnorm.cli.main import main
+from addnorm.experiments.study import RunConfig, train_run
+from addnorm.experiments.study.data import load_split
+
+TINY = dict(depth=2, d_model=32, heads=2, seq_len=32, batch=4, steps=30, eval_every=10, eval_batches=2,
+            checkpoint_every=5)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return load_split(max_bytes=1 << 20)
+
+
+def _losses(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_split_is_by_file_and_deterministic(data):
+    again = load_split(max_bytes=1 << 20)
+    assert data.digest == again.digest and data.val_files >= 1 and data.train_files > data.val_files
+    assert 2.0 < data.unigram_nats < 5.6  # bytes of source code: well below log(256) = 5.55
+
+
+def test_resume_after_sigkill_is_bit_identical(data, tmp_path):
+    cfg = RunConfig(**TINY, placement="post", lr=3e-3)
+    whole = train_run(cfg, data, tmp_path / "whole")
+    code = f"""
+        import os, signal
+        from addnorm.experiments.study import RunConfig, train_run
+        from addnorm.experiments.study.data import load_split
+        def die(step):
+            if step == 17:  # after the checkpoint at step 15, mid-way to the next
+                os.kill(os.getpid(), signal.SIGKILL)
+        train_run(RunConfig(**{TINY!r}, placement="post", lr=3e-3), load_split(max_bytes=1 << 20),
+                  {str(tmp_path / "cut")!r}, on_step=die)
+    """
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    assert not (tmp_path / "cut" / "summary.json").exists()
+    resumed = train_run(cfg, data, tmp_path / "cut")
+    assert _losses(tmp_path / "cut") == _losses(tmp_path / "whole")  # every metric of every step, bit for bit
+    assert resumed["final_val_loss"] == whole["final_val_loss"]
+    a = torch.load(tmp_path / "whole" / "checkpoint.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=True)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_finished_runs_are_reused_and_corrupt_files_redone(data, tmp_path):
+    cfg = RunConfig(**TINY)
+    first = train_run(cfg, data, tmp_path)
+    assert train_run(cfg, data, tmp_path)["reused"] is True
+    (tmp_path / "summary.json").write_text('{"key": "trunc')
+    (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    redone = train_run(cfg, data, tmp_path)
+    assert redone["reused"] is False and redone["final_val_loss"] == first["final_val_loss"]
+    assert any("summary.json" in n for n in redone["notes"]) and any("checkpoint.pt" in n for n in redone["notes"])
+
+
+def test_the_cache_key_is_the_data_content_not_its_path(tmp_path):
+    def folder(name, text):
+        d = tmp_path / name
+        d.mkdir()
+        for i in range(3):
+            (d / f"f{i}.txt").write_text(text * 400 + str(i))
+        return d
+
+    a, b = load_split(folder("a", "the residual stream "), val_every=3), load_split(folder("b", "other words here "),
+                                                                                  val_every=3)
+    cfg = RunConfig(**TINY)
+    assert cfg.key(a.digest) != cfg.key(b.digest)
+    assert cfg.key(a.digest) == cfg.key(load_split(tmp_path / "a", val_every=3).digest)
+
+
+def test_divergence_is_detected_and_stops_the_run(data, tmp_path):
+    s = train_run(RunConfig(**{**TINY, "steps": 60}, placement="post", lr=30.0), data, tmp_path)
+    assert s["failed"] and s["failure"] in ("nan", "spike", "plateau")
+    if s["failure"] != "plateau":
+        assert s["steps_done"] < 60
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--depths", "0"], "--depths must be an integer >= 1, got 0"),
+    (["--lrs", "fast"], "--lrs: 'fast' is not a valid float"),
+    (["--placements", "prenorm"], "--placements unknown ['prenorm']"),
+    (["--norms", "group"], "--norms must be one of"),
+    (["--steps", "0"], "--steps must be an integer >= 1, got 0"),
+    (["--shard", "2/2"], "--shard must be i/n with 0 <= i < n"),
+    (["--out", "/proc/addnorm-cannot-write"], "--out: /proc/addnorm-cannot-write is not a writable directory"),
+    (["--data", "/nonexistent"], "--data: --data /nonexistent: no such file or directory"),
+])
+def test_arguments_are_validated_before_any_work(args, message, capsys):
+    assert main(["study", "--preset", "quick", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_a_small_grid_writes_its_tables_and_figures(tmp_path, capsys):
+    assert main(["study", "--preset", "quick", "--steps", "12", "--out", str(tmp_path), "--shard", "0/2"]) == 0
+    half = json.loads((tmp_path / "summary.json").read_text())
+    assert len(half["runs"]) == 2 and len(half["missing"]) == 2
+    assert main(["study", "--preset", "quick", "--steps", "12", "--out", str(tmp_path), "--shard", "1/2"]) == 0
+    merged = json.loads((tmp_path / "summary.json").read_text())
+    assert len(merged["runs"]) == 4 and not merged["missing"]
+    for f in ("summary.csv", "summary.md", "val_loss_curves.png", "val_loss_vs_lr.png"):
+        assert (tmp_path / f).stat().st_size > 0
+    out = capsys.readouterr().out
+    assert "4 runs" in out and "placements: post, pre" in out
