@@ -6,7 +6,7 @@ and a residual form. A placement is one choice of those (x-transformers' model);
 one placement for every layer or a list, one per layer.
 
 Slot values: ``None`` (empty), ``"default"`` (the model's norm kind) or a kind from
-``addnorm.nn.NORM_KINDS`` ("layer", "rms", "dyt"), so any norm can sit in any slot.
+``addnorm.nn.NORM_KINDS`` ("layer", "rms", "dyt", "batch"), so any norm can sit in any slot.
 
 Residual forms, with F the branch and x the residual stream:
     "add"     x + F                      (the "+1" highway)

@@ -118,3 +118,11 @@ def test_a_small_grid_writes_its_tables_and_figures(tmp_path, capsys):
         assert (tmp_path / f).stat().st_size > 0
     out = capsys.readouterr().out
     assert "4 runs" in out and "placements: post, pre" in out
+
+
+def test_batchnorm_leaks_the_future_in_training_and_layernorm_does_not(data, tmp_path):
+    ln = train_run(RunConfig(**{**TINY, "steps": 10}, norm="layer"), data, tmp_path / "ln")
+    bn = train_run(RunConfig(**{**TINY, "steps": 10}, norm="batch"), data, tmp_path / "bn")
+    assert ln["future_leak"] == 0.0
+    assert bn["future_leak"] > 1e-4
+    assert bn["train_mode_val_loss"] != bn["final_val_loss"]

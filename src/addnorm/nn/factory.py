@@ -5,16 +5,17 @@ from __future__ import annotations
 from torch import nn
 
 from .add_norm import AddLayerNorm, AddRMSNorm
+from .batch_norm import BatchNormSlot
 from .dyt import DyT
 
-NORM_KINDS = ("layer", "rms", "dyt")
+NORM_KINDS = ("layer", "rms", "dyt", "batch")
 
 
 def make_norm(kind: str, dim: int, eps: float = 1e-5, *, bias: bool = True, backend: str | None = None) -> nn.Module:
     """A norm whose forward is ``(x, residual=None) -> (normed, x + residual)``.
 
     ``layer`` -> AddLayerNorm, ``rms`` -> AddRMSNorm (both fused with the residual add),
-    ``dyt`` -> DyT (element-wise, no statistics).
+    ``dyt`` -> DyT (element-wise, no statistics), ``batch`` -> BatchNormSlot (statistics over batch x time).
     """
     if kind == "layer":
         return AddLayerNorm(dim, eps=eps, bias=bias, backend=backend)
@@ -22,4 +23,6 @@ def make_norm(kind: str, dim: int, eps: float = 1e-5, *, bias: bool = True, back
         return AddRMSNorm(dim, eps=eps, backend=backend)
     if kind == "dyt":
         return DyT(dim, bias=bias)
+    if kind == "batch":
+        return BatchNormSlot(dim, eps=eps, bias=bias)
     raise ValueError(f"norm kind must be one of {NORM_KINDS}, got {kind!r}")

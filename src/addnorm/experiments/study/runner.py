@@ -96,6 +96,30 @@ def evaluate(model, data: SplitCorpus, cfg: RunConfig) -> float:
     return total / len(batches)
 
 
+@torch.no_grad()
+def train_eval_gap(model, data: SplitCorpus, cfg: RunConfig) -> dict:
+    """What a norm that mixes positions does in a causal LM, measured on validation batches:
+
+    * ``train_mode_val_loss``: the validation loss computed as training computes it (``model.train()``:
+      BatchNorm normalizes with the batch's own statistics), beside the eval-mode one the summary reports;
+    * ``future_leak``: in training mode, the largest change of any logit in the first half of the sequences
+      when the bytes of the second half are replaced -- a causal model must give exactly 0.
+    Running statistics are saved and restored around the measurement."""
+    buffers = {k: v.clone() for k, v in model.named_buffers()}
+    model.train()
+    batches = data.val_batches(cfg.eval_batches, cfg.batch, cfg.seq_len)
+    train_loss = sum(model(x, y)[1].item() for x, y in batches) / len(batches)
+    x = batches[0][0]
+    half = x.shape[1] // 2
+    other = x.clone()
+    other[:, half:] = (x[:, half:] + 1) % 256
+    leak = (model(x)[:, :half] - model(other)[:, :half]).abs().max().item()
+    for k, v in model.named_buffers():
+        v.copy_(buffers[k])
+    model.train()
+    return {"train_mode_val_loss": train_loss, "future_leak": leak}
+
+
 class _StreamStats:
     """Per-block residual-stream RMS and max|x| of the current step, from forward hooks."""
 
@@ -196,9 +220,10 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
     final_val = evaluate(model, data, cfg) if failure != "nan" else float("nan")
     if failure is None and final_val >= data.unigram_nats:
         failure = "plateau"
+    gap = train_eval_gap(model, data, cfg) if failure != "nan" else {}
     summary = {"key": key, "name": cfg.name(), "config": cfg.__dict__, "data_digest": data.digest,
                "steps_done": len(losses), "final_train_loss": losses[-1] if losses else float("nan"),
-               "final_val_loss": final_val, "val_curve": vals, "failed": failure is not None, "failure": failure,
+               "final_val_loss": final_val, **gap, "val_curve": vals, "failed": failure is not None, "failure": failure,
                "unigram_nats": data.unigram_nats, "seconds_this_session": time.perf_counter() - t0,
                "notes": notes, "reused": False}
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, default=list))
