@@ -114,10 +114,31 @@ def test_a_small_grid_writes_its_tables_and_figures(tmp_path, capsys):
     assert main(["study", "--preset", "quick", "--steps", "12", "--out", str(tmp_path), "--shard", "1/2"]) == 0
     merged = json.loads((tmp_path / "summary.json").read_text())
     assert len(merged["runs"]) == 4 and not merged["missing"]
-    for f in ("summary.csv", "summary.md", "val_loss_curves.png", "val_loss_vs_lr.png"):
+    for f in ("summary.csv", "summary.md", "index.html", "report.json", "figures/val_loss_curves.png",
+              "figures/val_loss_vs_lr.png"):
         assert (tmp_path / f).stat().st_size > 0
     out = capsys.readouterr().out
     assert "4 runs" in out and "placements: post, pre" in out
+    shown = json.loads((tmp_path / "report.json").read_text())
+    page = (tmp_path / "index.html").read_text()
+    assert all(f'data-key="{k}">{v["text"]}<' in page for k, v in shown.items())
+    _renders_in_chromium(tmp_path / "index.html", tmp_path, images=2)
+
+
+def _renders_in_chromium(index, tmp_path, images):
+    import re
+    import shutil
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        if os.environ.get("CI"):
+            pytest.fail("Chromium is required in CI (.ci/run installs Debian's chromium package)")
+        pytest.skip("Chromium is not installed (apt-get install chromium); CI installs it and runs this check")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'u'}",
+             "--virtual-time-budget=10000", "--dump-dom", index.resolve().as_uri()]
+    dom = subprocess.run([chromium, *flags], capture_output=True, text=True, timeout=120).stdout
+    m = re.search(r'data-images="(\d+)/(\d+)"', dom)
+    assert m and int(m.group(1)) == int(m.group(2)) == images, dom[-500:]
 
 
 def test_batchnorm_leaks_the_future_in_training_and_layernorm_does_not(data, tmp_path):

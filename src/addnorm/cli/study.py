@@ -99,5 +99,6 @@ def run(args) -> int:
                   TimeElapsedColumn(), TimeRemainingColumn(), console=console) as progress:
         study = run_study(grid, data, Path(args.out), progress, (i, n))
     console.print((Path(args.out) / "summary.md").read_text())
-    console.print(f"results in {args.out}/: summary.csv, summary.json, summary.md, {', '.join(study['figures'])}")
+    console.print(f"results in {args.out}/: index.html (the report), summary.csv, summary.json, summary.md, "
+                  f"figures/{{{','.join(study['figures'])}}}")
     return 0

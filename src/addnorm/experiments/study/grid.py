@@ -78,7 +78,10 @@ def write_outputs(grid: StudyGrid, data: SplitCorpus, out_dir: Path) -> dict:
              "groups": groups(rows)}
     atomic_write_text(out_dir / "summary.json", json.dumps(study, indent=1))
     atomic_write_text(out_dir / "summary.md", markdown(study))
-    study["figures"] = [f.name for f in figures(summaries, rows, out_dir)]
+    study["figures"] = [f.name for f in figures(summaries, rows, out_dir / "figures")]
+    from ...report import study_html
+
+    study["report"] = str(study_html.write(study, study["figures"], out_dir))
     return study
 
 
@@ -124,6 +127,7 @@ def figures(summaries: list[dict], rows: list[dict], out_dir: Path) -> list[Path
     paths = []
     if not rows:
         return paths
+    out_dir.mkdir(parents=True, exist_ok=True)
     # 1. validation loss curves, one panel per placement
     placements = sorted({r["placement"] for r in rows})
     fig, axes = plt.subplots(1, len(placements), figsize=(4.5 * len(placements), 3.4), squeeze=False, sharey=True)

@@ -1,0 +1,49 @@
+"""index.html for a study, generated from its summary (``experiments.study.grid``); every number shown is
+registered, and written beside the page in report.json, as the tour's report does."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from .html import Page
+
+
+def build(study: dict, figures: list[str]) -> Page:
+    p = Page()
+    p.add("<h1>addnorm study: training runs, measured</h1>")
+    p.add(f"<p class='lead'>Every run below was trained by <code>addnorm study</code> on this machine: "
+          f"{html.escape(study['grid'])}. Data: {html.escape(study['corpus'])} (split by file); the unigram "
+          f"plateau is {p.num('unigram_nats', study['unigram_nats'], '{:.3f}')} nats/byte — a run that ends at or "
+          "above it learned nothing beyond byte frequencies and counts as failed.</p>")
+    rows = []
+    for i, g in enumerate(study["groups"]):
+        val = "—" if g["val_loss_mean"] is None else (
+            f"{p.num(f'g{i}.val_mean', g['val_loss_mean'], '{:.3f}')} "
+            f"({p.num(f'g{i}.val_min', g['val_loss_min'], '{:.3f}')}–{p.num(f'g{i}.val_max', g['val_loss_max'], '{:.3f}')})")
+        fails = p.num(f"g{i}.failures", g["failures"], "{}")
+        kinds = f" <span class='bad'>{html.escape(', '.join(g['failure_kinds']))}</span>" if g["failure_kinds"] else ""
+        rows.append([html.escape(str(g["placement"])), g["norm"], str(g["depth"]), f"{g['lr']:g}", str(g["warmup"]),
+                     f"{g['clip']:g}", g["init"], f"{fails} / {g['seeds']}{kinds}", val])
+    p.add("<h2>Outcomes</h2><p>Seeds pooled. Failures: <code>nan</code> (a non-finite loss), <code>spike</code> (a "
+          "loss above 1.5× the mean of the previous 20 steps: the run is stopped), <code>plateau</code> (final "
+          "validation loss at or above the unigram plateau).</p>")
+    p.table(["placement", "norm", "depth", "lr", "warmup", "clip", "init", "failed / seeds",
+             "final validation loss, mean (min–max) of runs that trained"], rows)
+    if study["missing"]:
+        p.add(f"<p class='note'>{p.num('missing', len(study['missing']), '{}')} runs of the grid are not finished "
+              "(another shard, or interrupted): re-run the same command to finish them.</p>")
+    for name, alt in (("val_loss_curves.png", "validation loss curves per placement"),
+                      ("val_loss_vs_lr.png", "final validation loss against learning rate, failures marked")):
+        if name in figures:
+            p.img(name, alt)
+    return p
+
+
+def write(study: dict, figures: list[str], out_dir: Path) -> Path:
+    page = build(study, figures)
+    path = Path(out_dir) / "index.html"
+    path.write_text(page.render("addnorm study"), encoding="utf-8")
+    (Path(out_dir) / "report.json").write_text(json.dumps(page.shown, indent=1))
+    return path
