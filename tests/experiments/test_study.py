@@ -147,3 +147,34 @@ def test_batchnorm_leaks_the_future_in_training_and_layernorm_does_not(data, tmp
     assert ln["future_leak"] == 0.0
     assert bn["future_leak"] > 1e-4
     assert bn["train_mode_val_loss"] != bn["final_val_loss"]
+
+
+def _ddp_worker(rank, world, init_file, out_dir):
+    import torch.distributed as dist
+
+    from addnorm.experiments.study import RunConfig, train_run
+    from addnorm.experiments.study.data import load_split
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    train_run(RunConfig(**TINY), load_split(max_bytes=1 << 20), out_dir)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_ddp_with_two_processes_equals_one_process(data, tmp_path):
+    import torch.multiprocessing as mp
+
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    mp.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), str(tmp_path / "ddp")), nprocs=2, join=True)
+    torch.set_num_threads(1)
+    try:
+        one = train_run(RunConfig(**TINY), data, tmp_path / "one")
+    finally:
+        torch.set_num_threads(2)
+    two = json.loads((tmp_path / "ddp" / "summary.json").read_text())
+    a = [m["loss"] for m in _losses(tmp_path / "one")]
+    b = [m["loss"] for m in _losses(tmp_path / "ddp")]
+    assert len(a) == len(b) == TINY["steps"]
+    torch.testing.assert_close(torch.tensor(b), torch.tensor(a), atol=1e-5, rtol=1e-5)
+    assert abs(two["final_val_loss"] - one["final_val_loss"]) < 1e-4

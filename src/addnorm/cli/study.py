@@ -33,6 +33,22 @@ def add_parser(sub) -> None:
     p.add_argument("--list", action="store_true", help="print the grid and exit (default: off)")
 
 
+def _init_distributed() -> int:
+    """Under torchrun (WORLD_SIZE > 1): join the process group -- nccl on GPUs, gloo on CPUs -- and return
+    this process's rank; every run of the grid then trains data-parallel over all of them."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
+        return dist.get_rank() if dist.is_initialized() else 0
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return dist.get_rank()
+
+
 def _error(msg: str) -> int:
     Console(stderr=True).print(f"addnorm study: error: {msg}", highlight=False, soft_wrap=True)
     return 2
@@ -76,7 +92,8 @@ def run(args) -> int:
             raise ValueError
     except ValueError:
         return _error(f"--shard must be i/n with 0 <= i < n, got {args.shard!r}")
-    console = Console()
+    rank = _init_distributed()
+    console = Console(quiet=rank != 0)  # under torchrun, rank 0 speaks
     runs = grid.runs()
     console.print(f"[bold]{len(runs)} runs[/bold] ({args.preset} preset): {grid.describe()}")
     if args.list:
@@ -96,8 +113,10 @@ def run(args) -> int:
     console.print(f"data: {data.source} ({data.train_files} training files, {data.val_files} validation files; "
                   f"unigram plateau {data.unigram_nats:.3f} nats)")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
-                  TimeElapsedColumn(), TimeRemainingColumn(), console=console) as progress:
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=console, disable=rank != 0) as progress:
         study = run_study(grid, data, Path(args.out), progress, (i, n))
+    if rank != 0:
+        return 0
     console.print((Path(args.out) / "summary.md").read_text())
     console.print(f"results in {args.out}/: index.html (the report), summary.csv, summary.json, summary.md, "
                   f"figures/{{{','.join(study['figures'])}}}")

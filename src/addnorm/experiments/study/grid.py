@@ -13,7 +13,7 @@ from pathlib import Path
 from ..store import atomic_write_text, read_json
 from .config import RunConfig, StudyGrid
 from .data import SplitCorpus
-from .runner import train_run
+from .runner import _world, train_run
 
 COLUMNS = ["name", "placement", "norm", "depth", "lr", "warmup", "seed", "clip", "init", "steps_done",
            "final_train_loss", "final_val_loss", "failed", "failure"]
@@ -41,6 +41,8 @@ def run_study(grid: StudyGrid, data: SplitCorpus, out_dir: Path, progress=None, 
         if progress is not None:
             progress.update(task, completed=cfg.steps, visible=False)
             progress.update(overall, advance=cfg.steps)
+    if _world()[0] != 0:  # under torchrun: rank 0 writes the study's outputs
+        return {}
     return write_outputs(grid, data, out_dir)
 
 

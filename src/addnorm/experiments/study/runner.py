@@ -11,6 +11,10 @@ Files in the run's directory (named by the run and its cache key):
     summary.json     the outcome, written last: its presence means the run is finished
 Every file is written atomically (temporary file, fsync, rename); metrics are appended line by line and cut
 back to the checkpoint's step on resume. A truncated or corrupt file is reported by name and its run redone.
+
+Under ``torchrun`` (a process group initialised: gloo on CPU, nccl on GPU) one run trains data-parallel:
+each rank takes its slice of every step's global batch, DDP averages the gradients, the logged loss is the
+ranks' mean (the global batch's loss), and rank 0 alone writes files. A run uses the GPU when one is present.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from ...model import GPT, GPTConfig
@@ -47,6 +52,19 @@ def build_model(cfg: RunConfig) -> GPT:
     return model
 
 
+def _world() -> tuple[int, int]:
+    """(rank, world size): (0, 1) outside a process group."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _device() -> torch.device:
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def _save_checkpoint(path: Path, model, opt, step: int, losses: list[float]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as f:
@@ -62,10 +80,10 @@ def _load_checkpoint(path: Path, model, opt):
     if not path.exists():
         return 0, [], None
     try:
-        ck = torch.load(path, weights_only=True)
+        ck = torch.load(path, weights_only=True, map_location=_device())
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["optimizer"])
-        torch.set_rng_state(ck["rng"])
+        torch.set_rng_state(ck["rng"].cpu())
         return int(ck["step"]), ck["losses"].tolist(), None
     except Exception as e:  # noqa: BLE001  (any damage: the run starts again, and says why)
         return 0, [], f"{path}: unreadable checkpoint ({type(e).__name__}); restarting this run"
@@ -90,8 +108,9 @@ def evaluate(model, data: SplitCorpus, cfg: RunConfig) -> float:
     model.eval()
     total = 0.0
     batches = data.val_batches(cfg.eval_batches, cfg.batch, cfg.seq_len)
+    device = next(model.parameters()).device
     for x, y in batches:
-        total += model(x, y)[1].item()
+        total += model(x.to(device), y.to(device))[1].item()
     model.train()
     return total / len(batches)
 
@@ -108,8 +127,9 @@ def train_eval_gap(model, data: SplitCorpus, cfg: RunConfig) -> dict:
     buffers = {k: v.clone() for k, v in model.named_buffers()}
     model.train()
     batches = data.val_batches(cfg.eval_batches, cfg.batch, cfg.seq_len)
-    train_loss = sum(model(x, y)[1].item() for x, y in batches) / len(batches)
-    x = batches[0][0]
+    device = next(model.parameters()).device
+    train_loss = sum(model(x.to(device), y.to(device))[1].item() for x, y in batches) / len(batches)
+    x = batches[0][0].to(device)
     half = x.shape[1] // 2
     other = x.clone()
     other[:, half:] = (x[:, half:] + 1) % 256
@@ -156,16 +176,25 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
               on_step=None) -> dict:
     """Train (or resume, or reuse) one run; returns its summary. ``on_step(step)`` is called after each step."""
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    rank, world = _world()
+    lead = rank == 0  # the one process that writes
+    if cfg.batch % world:
+        raise ValueError(f"batch {cfg.batch} must be divisible by the number of processes ({world})")
+    if lead:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    if world > 1:
+        dist.barrier()
     key = cfg.key(data.digest)
     summary, why = read_json(run_dir / "summary.json")
     notes = [why] if why else []
     if summary is not None and summary.get("key") == key and "final_val_loss" in summary:
         summary["reused"] = True
         return summary
-    atomic_write_text(run_dir / "config.json", json.dumps({"config": cfg.__dict__, "data_digest": data.digest,
-                                                           "key": key}, indent=1, default=list))
-    model = build_model(cfg)
+    if lead:
+        atomic_write_text(run_dir / "config.json", json.dumps({"config": cfg.__dict__, "data_digest": data.digest,
+                                                               "key": key}, indent=1, default=list))
+    device = _device()
+    model = build_model(cfg).to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.0)
     ckpt = run_dir / "checkpoint.pt"
@@ -173,20 +202,31 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
     if why:
         notes.append(why)
     metrics_path = run_dir / "metrics.jsonl"
-    atomic_write_text(metrics_path, "".join(line + "\n" for line in _metric_lines(metrics_path, start)))
+    if lead:
+        atomic_write_text(metrics_path, "".join(line + "\n" for line in _metric_lines(metrics_path, start)))
+    net = model
+    if world > 1:
+        net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                                        else None)
+    part = cfg.batch // world
     block_params = [[p for p in b.parameters() if p.requires_grad] for b in model.h]
     stats = _StreamStats(model)
     failure, t0 = (_failure(losses) if losses else None), time.perf_counter()  # a failure before the crash stands
     model.train()
     try:
-        with open(metrics_path, "a") as log:
+        with open(metrics_path if lead else os.devnull, "a") as log:
             for step in range(start, cfg.steps if failure is None else start):
                 lr = lr_at(step, cfg.lr, cfg.warmup, cfg.steps)
                 for group in opt.param_groups:
                     group["lr"] = lr
-                x, y = data.batch(step, cfg.batch, cfg.seq_len, cfg.seed)
-                _, loss = model(x, y)
+                x, y = data.batch(step, cfg.batch, cfg.seq_len, cfg.seed)  # the global batch; this rank's slice
+                x, y = x[rank * part:(rank + 1) * part].to(device), y[rank * part:(rank + 1) * part].to(device)
+                _, loss = net(x, y)
                 loss.backward()
+                if world > 1:  # the global batch's loss: the mean of the ranks' equal-size slices
+                    loss = loss.detach().clone()
+                    dist.all_reduce(loss)
+                    loss /= world
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.clip if cfg.clip > 0 else math.inf).item()
                 layer_grad = [math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in ps if p.grad is not None))
                               for ps in block_params]
@@ -205,7 +245,7 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
                     line["val_loss"] = evaluate(model, data, cfg)
                 log.write(json.dumps(line) + "\n")
                 log.flush()
-                if failure or (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+                if lead and (failure or (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
                     _save_checkpoint(ckpt, model, opt, step + 1, losses)
                 if progress is not None and task is not None:
                     progress.update(task, advance=1, loss=f"{losses[-1]:.3f}")
@@ -215,6 +255,8 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
                     break
     finally:
         stats.remove()
+    if world > 1:
+        dist.barrier()  # rank 0's metrics are complete
     vals = [(json.loads(x)["step"], json.loads(x)["val_loss"]) for x in metrics_path.read_text().splitlines()
             if "val_loss" in x]
     final_val = evaluate(model, data, cfg) if failure != "nan" else float("nan")
@@ -226,5 +268,8 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
                "final_val_loss": final_val, **gap, "val_curve": vals, "failed": failure is not None, "failure": failure,
                "unigram_nats": data.unigram_nats, "seconds_this_session": time.perf_counter() - t0,
                "notes": notes, "reused": False}
-    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, default=list))
+    if lead:
+        atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, default=list))
+    if world > 1:
+        dist.barrier()
     return summary
