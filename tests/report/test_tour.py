@@ -71,6 +71,9 @@ def test_measured_claims(tour_dir):
     assert bn["composition"]["layer_batch_a_vs_batch_b_max_diff"] < 1e-6 < bn["composition"]["batch_batch_a_vs_batch_b_max_diff"]
     assert bn["mode"]["layer_train_vs_eval_max_diff"] == 0 < bn["mode"]["batch_train_vs_eval_max_diff"]
     assert max(data["seed001"]["cross_check"].values()) < 1e-12
+    runs = data["training"]["runs"]
+    assert sorted((r["placement"], r["warmup"]) for r in runs) == [("post", 0), ("post", 50), ("pre", 0), ("pre", 50)]
+    assert all(len(r["train_loss"]) == r["steps_done"] > 0 for r in runs)
 
 
 def test_rerun_gives_the_same_numbers(tour_dir, tmp_path):

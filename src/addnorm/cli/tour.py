@@ -68,6 +68,10 @@ def run(args) -> int:
     console.print(f"one token's output when the rest of the batch changes: LayerNorm "
                   f"{bn['composition']['layer_batch_a_vs_batch_b_max_diff']:.1e}, BatchNorm "
                   f"{bn['composition']['batch_batch_a_vs_batch_b_max_diff']:.3f}")
+    t = d["training"]
+    console.print(f"training ({t['depth']} layers, {t['steps']} steps), final validation loss: " + ", ".join(
+        f"{r['placement']} warmup {r['warmup']} " + (f"{r['failure']} at step {r['steps_done']}" if r["failed"]
+                                                     else f"{r['final_val_loss']:.3f}") for r in t["runs"]))
     b = d["block"]
     console.print(f"transformer block (512, 8 heads): {b['block_parameters']:,} parameters, shape preserved: "
                   f"{b['shape_preserved']}; seed 002's attention sub-layer: {b['attention_sublayer_parameters']:,}")

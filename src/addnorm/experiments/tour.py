@@ -18,9 +18,10 @@ import torch
 from .. import functional as AF
 from ..reference import pure_python as pp
 from . import seed001
-from .sections import batchnorm, block, pipeline, pitfall, residual_flow, rms_vs_layer
+from .sections import batchnorm, block, pipeline, pitfall, residual_flow, rms_vs_layer, training
 
-SECTIONS = ("pipeline", "seed001", "batchnorm", "rms_vs_layer", "gradient_flow", "block", "pitfall", "report")
+SECTIONS = ("pipeline", "seed001", "batchnorm", "rms_vs_layer", "gradient_flow", "training", "block", "pitfall",
+            "report")
 
 
 def _seed001_section(position: int = 0) -> dict:
@@ -72,6 +73,9 @@ def run_tour(out_dir: Path, seed: int = 0, depth: int = 48, progress=None) -> di
     step(f"gradient flow, {depth} blocks")
     data["gradient_flow"] = residual_flow.run(out_dir / "gradflow", depth=depth, seed=seed)
     done()
+    step("training: post vs pre, with and without warmup")
+    data["training"] = training.run(out_dir / "training", seed=seed)
+    done()
     step("transformer block")
     data["block"] = block.run(seed)
     done()
@@ -88,6 +92,7 @@ def run_tour(out_dir: Path, seed: int = 0, depth: int = 48, progress=None) -> di
         "rms_vs_layer": figs.rms_vs_layer(data["rms_vs_layer"], fig_dir),
         "pitfall": figs.pitfall(data["pitfall"], fig_dir),
         "diagrams": figs.placement_diagrams(fig_dir),
+        "training": figs.training(data["training"], fig_dir),
     }
     for name in ("grad_norm_vs_depth.png", "stream_rms_vs_depth.png", "norm_output_stats.png"):
         src = out_dir / "gradflow" / name

@@ -101,6 +101,22 @@ def rms_vs_layer(data: dict, out: Path) -> str:
     return _save(fig, out / "layernorm_vs_rmsnorm.png")
 
 
+def training(data: dict, out: Path) -> str:
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    colors = {"post": "#d62728", "pre": "#1f77b4"}
+    for r in data["runs"]:
+        label = f"{r['placement']}-norm, warmup {r['warmup']}" + (f" ({r['failure']} at step {r['steps_done']})"
+                                                                 if r["failed"] else "")
+        ax.plot(range(len(r["train_loss"])), r["train_loss"], color=colors.get(r["placement"], "k"),
+                linestyle="-" if r["warmup"] else "--", label=label)
+    ax.axhline(data["unigram_nats"], color="k", linewidth=0.6, linestyle=":", label="unigram plateau")
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss (nats/byte)")
+    ax.set_title(f"{data['depth']} layers, d_model {data['d_model']}, lr 3e-3: real runs")
+    ax.legend(fontsize=7)
+    return _save(fig, out / "training_post_vs_pre.png")
+
+
 def pitfall(data: dict, out: Path) -> str:
     rows = data["rows"]
     fig, ax = plt.subplots(figsize=(7, 3.4))

@@ -197,6 +197,23 @@ def build(data: dict, figures: dict[str, str]) -> Page:
              for i, r in enumerate(d["rows"])])
     p.img(figures["pitfall"], "tutorial pitfall")
 
+    # training
+    d = data["training"]
+    p.add("<h2>Training: post-norm vs pre-norm, with and without warmup</h2>")
+    p.add(f"<p>Four real training runs of a {p.num('train.depth', d['depth'], '{}')}-layer byte-level GPT "
+          f"(d_model {d['d_model']}, AdamW, lr 3e-3, {p.num('train.steps', d['steps'], '{}')} steps) on "
+          f"{html.escape(d['corpus'])}, split by file. A run is stopped when its loss spikes above 1.5× the mean "
+          "of its previous 20 steps, or turns non-finite. The longer version is <code>addnorm study --preset "
+          "quick</code>; the full grid is <code>addnorm study</code>.</p>")
+    rows = []
+    for i, r in enumerate(d["runs"]):
+        outcome = (f"<span class='bad'>{html.escape(r['failure'])} at step {p.num(f'train.{i}.steps', r['steps_done'], '{}')}"
+                   "</span>" if r["failed"] else "<span class='ok'>trains</span>")
+        rows.append([f"{r['placement']}-norm", p.num(f"train.{i}.warmup", r["warmup"], "{}"), outcome,
+                     p.num(f"train.{i}.val", r["final_val_loss"], "{:.3f}")])
+    p.table(["placement", "warmup steps", "outcome", "final validation loss"], rows)
+    p.img(figures["training"], "training loss, post vs pre, with and without warmup")
+
     # 8. diagrams
     p.add("<h2>8. Pre-norm vs post-norm</h2>")
     p.img(figures["diagrams"], "pre-norm and post-norm diagrams")
