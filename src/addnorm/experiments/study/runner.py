@@ -144,17 +144,25 @@ class _StreamStats:
     """Per-block residual-stream RMS and max|x| of the current step, from forward hooks."""
 
     def __init__(self, model: GPT):
-        self.rms, self.max = [0.0] * len(model.h), [0.0] * len(model.h)
-        self.handles = [b.register_forward_hook(self._hook(i)) for i, b in enumerate(model.h)]
+        n = len(model.h)
+        self.values = [None] * (2 * n)  # tensors; read once per step (``read``)
+        self.handles = [b.register_forward_hook(self._hook(i, n)) for i, b in enumerate(model.h)]
 
-    def _hook(self, i):
+    def _hook(self, i, n):
         def hook(module, inputs, output):
             x, pending = output if isinstance(output, tuple) else (output, None)
+            if not module.training:
+                return
             with torch.no_grad():
                 s = x if pending is None else x + pending
-                self.rms[i] = s.pow(2).mean().sqrt().item()
-                self.max[i] = s.abs().max().item()
+                self.values[i] = torch.linalg.vector_norm(s) / s.numel() ** 0.5
+                self.values[n + i] = s.abs().max()
         return hook
+
+    def read(self) -> tuple[list[float], list[float]]:
+        v = torch.stack(self.values).double().tolist()
+        n = len(v) // 2
+        return v[:n], v[n:]
 
     def remove(self):
         for h in self.handles:
@@ -227,19 +235,24 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
                     loss = loss.detach().clone()
                     dist.all_reduce(loss)
                     loss /= world
+                with torch.no_grad():  # per-block gradient norms, before clipping (as the total below)
+                    layer_grad = torch.stack([
+                        torch.linalg.vector_norm(torch.stack(torch._foreach_norm([p.grad for p in ps if p.grad
+                                                                                  is not None])))
+                        for ps in block_params]).tolist()
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.clip if cfg.clip > 0 else math.inf).item()
-                layer_grad = [math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in ps if p.grad is not None))
-                              for ps in block_params]
-                old = [p.detach().clone() for p in params]
+                with torch.no_grad():
+                    old = [p.detach().clone() for p in params]
                 opt.step()
                 opt.zero_grad(set_to_none=True)
                 with torch.no_grad():
-                    du = math.sqrt(sum(float((p - o).double().pow(2).sum()) for p, o in zip(params, old)))
-                    wn = math.sqrt(sum(float(o.double().pow(2).sum()) for o in old))
+                    du = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(torch._foreach_sub(params, old))))
+                    wn = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(old)))
+                    ratio = (du / wn).item() if wn > 0 else 0.0
                 losses.append(loss.item())
+                rms, mx = stats.read()
                 line = {"step": step, "loss": losses[-1], "lr": lr, "grad_norm": grad_norm,
-                        "layer_grad_norm": layer_grad, "stream_rms": list(stats.rms), "stream_max": list(stats.max),
-                        "update_ratio": du / wn if wn else 0.0}
+                        "layer_grad_norm": layer_grad, "stream_rms": rms, "stream_max": mx, "update_ratio": ratio}
                 failure = _failure(losses)
                 if not failure and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
                     line["val_loss"] = evaluate(model, data, cfg)

@@ -1,0 +1,77 @@
+"""What the study's training loop costs beyond a bare loop of the same model: per-step logging (loss, lr,
+gradient norms per block, residual-stream RMS and max per block, update/weight ratio), validation every
+``eval_every`` steps, checkpoints, failure checks -- against forward, backward and AdamW alone.
+
+    python benchmarks/bench_study_overhead.py [--steps 100] [--repeats 3]
+
+Both loops train the same 6-layer model on the same batches; they alternate (bare, study, bare, ...) and the
+median seconds per step of each are compared. Writes benchmarks/results/study_overhead.json. Target: the
+study's loop at most 1.15x the bare one.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from addnorm.experiments.study import RunConfig, train_run
+from addnorm.experiments.study.data import load_split, lr_at
+from addnorm.experiments.study.runner import build_model
+
+
+def bare(cfg, data) -> float:
+    model = build_model(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.0)
+    t0 = time.perf_counter()
+    for step in range(cfg.steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg.lr, cfg.warmup, cfg.steps)
+        x, y = data.batch(step, cfg.batch, cfg.seq_len, cfg.seed)
+        _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss.item()
+    return (time.perf_counter() - t0) / cfg.steps
+
+
+def study(cfg, data) -> float:
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        train_run(cfg, data, Path(d))
+        return (time.perf_counter() - t0) / cfg.steps
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=100, help="steps per loop (default %(default)s)")
+    p.add_argument("--repeats", type=int, default=3, help="loops of each kind, alternating (default %(default)s)")
+    p.add_argument("--out", default="benchmarks/results", help="directory for the JSON (default %(default)s)")
+    a = p.parse_args()
+    if a.steps < 1 or a.repeats < 1:
+        p.error("--steps and --repeats must be >= 1")
+    data = load_split(max_bytes=1 << 20)
+    cfg = RunConfig(depth=6, steps=a.steps, eval_every=50, checkpoint_every=50)
+    times = {"bare": [], "study": []}
+    for _ in range(a.repeats):
+        times["bare"].append(bare(cfg, data))
+        times["study"].append(study(cfg, data))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    ratio = med["study"] / med["bare"]
+    print(f"bare loop {1e3 * med['bare']:.1f} ms/step, study loop {1e3 * med['study']:.1f} ms/step: "
+          f"{ratio:.3f}x (target <= 1.15)")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "study_overhead.json").write_text(json.dumps(
+        {"config": cfg.__dict__, "seconds_per_step": times, "median": med, "ratio": ratio,
+         "threads": torch.get_num_threads(), "torch": torch.__version__}, indent=1, default=list))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
