@@ -114,6 +114,7 @@ def test_a_small_grid_writes_its_tables_and_figures(tmp_path, capsys):
     assert main(["study", "--preset", "quick", "--steps", "12", "--out", str(tmp_path), "--shard", "1/2"]) == 0
     merged = json.loads((tmp_path / "summary.json").read_text())
     assert len(merged["runs"]) == 4 and not merged["missing"]
+    assert "warmup_lr_failures.png" in merged_figures(tmp_path) and "grad_norm_vs_depth.png" in merged_figures(tmp_path)
     for f in ("summary.csv", "summary.md", "index.html", "report.json", "figures/val_loss_curves.png",
               "figures/val_loss_vs_lr.png"):
         assert (tmp_path / f).stat().st_size > 0
@@ -122,7 +123,11 @@ def test_a_small_grid_writes_its_tables_and_figures(tmp_path, capsys):
     shown = json.loads((tmp_path / "report.json").read_text())
     page = (tmp_path / "index.html").read_text()
     assert all(f'data-key="{k}">{v["text"]}<' in page for k, v in shown.items())
-    _renders_in_chromium(tmp_path / "index.html", tmp_path, images=2)
+    _renders_in_chromium(tmp_path / "index.html", tmp_path, images=len(merged_figures(tmp_path)))
+
+
+def merged_figures(out):
+    return sorted(p.name for p in (out / "figures").glob("*.png"))
 
 
 def _renders_in_chromium(index, tmp_path, images):

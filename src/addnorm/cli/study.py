@@ -23,7 +23,8 @@ def add_parser(sub) -> None:
     p.add_argument("--preset", default="default", choices=sorted(PRESETS),
                    help="quick: <= 3 min on 2 cores; default: <= 25 min; paper: hours (default %(default)s)")
     for axis in ("placements", "norms", "depths", "lrs", "warmups", "seeds", "clips", "inits"):
-        p.add_argument(f"--{axis}", default=None, help=f"comma separated; replaces the preset's {axis} "
+        extra = "; a+b+c gives one placement per layer" if axis == "placements" else ""
+        p.add_argument(f"--{axis}", default=None, help=f"comma separated; replaces the preset's {axis}{extra} "
                                                         "(default: the preset's)")
     p.add_argument("--steps", type=int, default=None, help="steps per run (default: the preset's)")
     p.add_argument("--data", default=None, help="a folder of text files, split by file (default: the Python "
@@ -72,6 +73,8 @@ def grid_from_args(args) -> StudyGrid:
     kinds = {"placements": str, "norms": str, "depths": int, "lrs": float, "warmups": int, "seeds": int,
              "clips": float, "inits": str}
     over = {k: _axis(k, getattr(args, k), kinds[k]) for k in kinds if getattr(args, k) is not None}
+    if "placements" in over:  # "post+post+pre+pre": one placement per layer
+        over["placements"] = tuple(tuple(p.split("+")) if "+" in p else p for p in over["placements"])
     if args.steps is not None:
         over["base"] = replace(grid.base, steps=args.steps)
     grid = replace(grid, **over)

@@ -35,7 +35,10 @@ def build(study: dict, figures: list[str]) -> Page:
         p.add(f"<p class='note'>{p.num('missing', len(study['missing']), '{}')} runs of the grid are not finished "
               "(another shard, or interrupted): re-run the same command to finish them.</p>")
     for name, alt in (("val_loss_curves.png", "validation loss curves per placement"),
-                      ("val_loss_vs_lr.png", "final validation loss against learning rate, failures marked")):
+                      ("val_loss_vs_lr.png", "final validation loss against learning rate, failures marked"),
+                      ("warmup_lr_failures.png", "share of runs failed, warmup x learning rate, post vs pre"),
+                      ("depth_placement_max_lr.png", "largest learning rate that trained, depth x placement"),
+                      ("grad_norm_vs_depth.png", "per-block gradient norm against depth at chosen steps")):
         if name in figures:
             p.img(name, alt)
     return p

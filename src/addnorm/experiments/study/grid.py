@@ -50,8 +50,10 @@ def collect(grid: StudyGrid, data: SplitCorpus, out_dir: Path) -> tuple[list[dic
     """The summaries of the grid's finished runs (from any shard), and the names of those not finished."""
     done, missing = [], []
     for cfg in grid.runs():
-        s, _ = read_json(run_dir(out_dir, cfg, data) / "summary.json")
+        d = run_dir(out_dir, cfg, data)
+        s, _ = read_json(d / "summary.json")
         if s is not None and s.get("key") == cfg.key(data.digest):
+            s["run_dir"] = str(d)  # where it is now (the directory may have moved)
             done.append(s)
         else:
             missing.append(cfg.name())
@@ -168,4 +170,88 @@ def figures(summaries: list[dict], rows: list[dict], out_dir: Path) -> list[Path
     paths.append(out_dir / "val_loss_vs_lr.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
+    paths += _maps(rows, out_dir, plt)
+    paths += _grad_vs_depth(summaries, rows, out_dir, plt)
     return paths
+
+
+def _heatmap(ax, plt, values, xs, ys, fmt, title, xlabel, ylabel):
+    im = ax.imshow(values, cmap="viridis_r", aspect="auto")
+    ax.set_xticks(range(len(xs)), [f"{x:g}" if isinstance(x, float) else str(x) for x in xs])
+    ax.set_yticks(range(len(ys)), [str(y) for y in ys])
+    for i in range(len(ys)):
+        for j in range(len(xs)):
+            ax.text(j, i, fmt(values[i][j]), ha="center", va="center", fontsize=7, color="w")
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    plt.colorbar(im, ax=ax, fraction=0.046)
+
+
+def _maps(rows, out_dir, plt) -> list[Path]:
+    """warmup x lr (failures over seeds) for post and pre; depth x placement (the largest lr that trained)."""
+    out = []
+    lrs = sorted({r["lr"] for r in rows})
+    warmups = sorted({r["warmup"] for r in rows})
+    panels = [p for p in ("post", "pre") if any(r["placement"] == p for r in rows)]
+    if panels and len(lrs) * len(warmups) > 1:
+        fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.2), squeeze=False)
+        for ax, p in zip(axes[0], panels):
+            vals = [[sum(r["failed"] for r in rows if r["placement"] == p and r["warmup"] == w and r["lr"] == lr) /
+                     max(1, sum(1 for r in rows if r["placement"] == p and r["warmup"] == w and r["lr"] == lr))
+                     for lr in lrs] for w in warmups]
+            _heatmap(ax, plt, vals, lrs, warmups, lambda v: f"{v:.0%}", f"{p}-norm: share of runs failed",
+                     "learning rate", "warmup steps")
+        fig.tight_layout()
+        out.append(out_dir / "warmup_lr_failures.png")
+        fig.savefig(out[-1], dpi=110)
+        plt.close(fig)
+    depths = sorted({r["depth"] for r in rows})
+    placements = sorted({r["placement"] for r in rows})
+    if len(lrs) > 1:
+        vals = []
+        for d in depths:
+            row = []
+            for p in placements:
+                ok = [r["lr"] for r in rows if r["depth"] == d and r["placement"] == p and not r["failed"]]
+                row.append(max(ok) if ok else float("nan"))
+            vals.append(row)
+        fig, ax = plt.subplots(figsize=(1.2 * len(placements) + 2.5, 0.6 * len(depths) + 2.2))
+        _heatmap(ax, plt, [[math.log10(v) if v == v else float("nan") for v in r] for r in vals], placements, depths,
+                 lambda v: "—" if v != v else f"{10 ** v:.0e}", "largest learning rate that trained (any seed)",
+                 "placement", "depth")
+        fig.tight_layout()
+        out.append(out_dir / "depth_placement_max_lr.png")
+        fig.savefig(out[-1], dpi=110)
+        plt.close(fig)
+    return out
+
+
+def _grad_vs_depth(summaries, rows, out_dir, plt) -> list[Path]:
+    """Per-block gradient norm against depth at a few steps, one line per placement (seed 0, first lr and
+    warmup of the grid), from the runs' metrics."""
+    from .runner import read_metrics
+
+    chosen = {}
+    for s, r in zip(summaries, rows):
+        if r["seed"] == min(x["seed"] for x in rows) and r["placement"] not in chosen:
+            chosen[r["placement"]] = s
+    if not chosen:
+        return []
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    for p, s in chosen.items():
+        metrics = read_metrics(Path(s["run_dir"])) if s.get("run_dir") else []
+        if not metrics:
+            continue
+        for step in sorted({0, min(len(metrics) - 1, 50), len(metrics) - 1}):
+            g = metrics[step]["layer_grad_norm"]
+            ax.semilogy(range(len(g)), g, marker=".", label=f"{p} step {step}")
+    ax.set_xlabel("block")
+    ax.set_ylabel("gradient norm of the block's weights")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    out = out_dir / "grad_norm_vs_depth.png"
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return [out]

@@ -103,6 +103,19 @@ def _metric_lines(path: Path, before_step: int) -> list[str]:
     return keep
 
 
+def read_metrics(run_dir: Path) -> list[dict]:
+    """A run's metrics lines (a line cut short is skipped)."""
+    out = []
+    path = Path(run_dir) / "metrics.jsonl"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
 @torch.no_grad()
 def evaluate(model, data: SplitCorpus, cfg: RunConfig) -> float:
     model.eval()
@@ -276,7 +289,8 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
     if failure is None and final_val >= data.unigram_nats:
         failure = "plateau"
     gap = train_eval_gap(model, data, cfg) if failure != "nan" else {}
-    summary = {"key": key, "name": cfg.name(), "config": cfg.__dict__, "data_digest": data.digest,
+    summary = {"key": key, "name": cfg.name(), "run_dir": str(run_dir), "config": cfg.__dict__,
+               "data_digest": data.digest,
                "steps_done": len(losses), "final_train_loss": losses[-1] if losses else float("nan"),
                "final_val_loss": final_val, **gap, "val_curve": vals, "failed": failure is not None, "failure": failure,
                "unigram_nats": data.unigram_nats, "seconds_this_session": time.perf_counter() - t0,
