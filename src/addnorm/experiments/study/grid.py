@@ -157,8 +157,15 @@ def figures(summaries: list[dict], rows: list[dict], out_dir: Path) -> list[Path
         ok = [(r["lr"], r["final_val_loss"]) for r in rows if r["placement"] == p and not r["failed"]]
         bad = [(r["lr"], r["final_val_loss"] if math.isfinite(r["final_val_loss"]) else None) for r in rows
                if r["placement"] == p and r["failed"]]
-        line = ax.plot(*zip(*sorted(ok)), "o-", label=p)[0] if ok else None
-        color = line.get_color() if line else None
+        color = None
+        if ok:  # every run that trained, and a line through the mean at each learning rate
+            by_lr = {}
+            for lr, v in ok:
+                by_lr.setdefault(lr, []).append(v)
+            xs = sorted(by_lr)
+            line = ax.plot(xs, [sum(by_lr[x]) / len(by_lr[x]) for x in xs], "-", label=p)[0]
+            color = line.get_color()
+            ax.plot(*zip(*ok), "o", color=color, ms=4)
         for lr, v in bad:
             ax.plot(lr, v if v is not None else ax.get_ylim()[1], "x", color=color, ms=9)
     ax.set_xscale("log")
@@ -175,13 +182,13 @@ def figures(summaries: list[dict], rows: list[dict], out_dir: Path) -> list[Path
     return paths
 
 
-def _heatmap(ax, plt, values, xs, ys, fmt, title, xlabel, ylabel):
-    im = ax.imshow(values, cmap="viridis_r", aspect="auto")
+def _heatmap(ax, plt, values, xs, ys, fmt, title, xlabel, ylabel, vmin=None, vmax=None):
+    im = ax.imshow(values, cmap="YlOrRd", aspect="auto", vmin=vmin, vmax=vmax)
     ax.set_xticks(range(len(xs)), [f"{x:g}" if isinstance(x, float) else str(x) for x in xs])
     ax.set_yticks(range(len(ys)), [str(y) for y in ys])
     for i in range(len(ys)):
         for j in range(len(xs)):
-            ax.text(j, i, fmt(values[i][j]), ha="center", va="center", fontsize=7, color="w")
+            ax.text(j, i, fmt(values[i][j]), ha="center", va="center", fontsize=8, color="k")
     ax.set_title(title, fontsize=9)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -201,7 +208,7 @@ def _maps(rows, out_dir, plt) -> list[Path]:
                      max(1, sum(1 for r in rows if r["placement"] == p and r["warmup"] == w and r["lr"] == lr))
                      for lr in lrs] for w in warmups]
             _heatmap(ax, plt, vals, lrs, warmups, lambda v: f"{v:.0%}", f"{p}-norm: share of runs failed",
-                     "learning rate", "warmup steps")
+                     "learning rate", "warmup steps", vmin=0.0, vmax=1.0)
         fig.tight_layout()
         out.append(out_dir / "warmup_lr_failures.png")
         fig.savefig(out[-1], dpi=110)
