@@ -4,7 +4,8 @@ gradient norms per block, residual-stream RMS and max per block, update/weight r
 
     python benchmarks/bench_study_overhead.py [--steps 100] [--repeats 3]
 
-Both loops train the same 6-layer model on the same batches; they alternate (bare, study, bare, ...) and the
+Both loops train the default preset's model (6 layers, d_model 64) on the same batches, the study's with the
+default preset's cadence (validation every 100 steps, a checkpoint every 50); they alternate (bare, study, bare, ...) and the
 median seconds per step of each are compared. Writes benchmarks/results/study_overhead.json. Target: the
 study's loop at most 1.15x the bare one.
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from addnorm.experiments.study import RunConfig, train_run
+from addnorm.experiments.study import PRESETS, RunConfig, train_run
 from addnorm.experiments.study.data import load_split, lr_at
 from addnorm.experiments.study.runner import build_model
 
@@ -49,14 +50,15 @@ def study(cfg, data) -> float:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=100, help="steps per loop (default %(default)s)")
+    p.add_argument("--steps", type=int, default=200, help="steps per loop (default %(default)s)")
     p.add_argument("--repeats", type=int, default=3, help="loops of each kind, alternating (default %(default)s)")
     p.add_argument("--out", default="benchmarks/results", help="directory for the JSON (default %(default)s)")
     a = p.parse_args()
     if a.steps < 1 or a.repeats < 1:
         p.error("--steps and --repeats must be >= 1")
     data = load_split(max_bytes=1 << 20)
-    cfg = RunConfig(depth=6, steps=a.steps, eval_every=50, checkpoint_every=50)
+    base = PRESETS["default"].base  # the default preset's model and cadence: evaluation every 100 steps,
+    cfg = RunConfig(**{**base.__dict__, "steps": a.steps})  # a checkpoint every 50
     times = {"bare": [], "study": []}
     for _ in range(a.repeats):
         times["bare"].append(bare(cfg, data))
