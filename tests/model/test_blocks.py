@@ -101,7 +101,7 @@ def test_config_validation():
     with pytest.raises(ValueError, match="unknown placement"):
         GPTConfig(placement="middle")
     with pytest.raises(ValueError, match="norm kind must be one of|placement slot"):
-        GPT(GPTConfig(vocab_size=8, block_size=4, n_layer=1, n_head=1, n_embd=4, norm="batch"))
+        GPT(GPTConfig(vocab_size=8, block_size=4, n_layer=1, n_head=1, n_embd=4, norm="group"))
     with pytest.raises(ValueError, match="sequence length 9 exceeds block_size=8"):
         GPT(GPTConfig(vocab_size=8, block_size=8, n_layer=1, n_head=1, n_embd=4))(torch.zeros(1, 9, dtype=torch.long))
 

@@ -82,7 +82,7 @@ def test_unknown_names_list_the_valid_ones():
     with pytest.raises(ValueError, match="residual must be one of"):
         Placement("x", residual="skip")
     with pytest.raises(ValueError, match="placement slot before must be None, 'default' or one of"):
-        Placement("x", before="batch")
+        Placement("x", before="group")
     with pytest.raises(ValueError, match="n_layer=3 entries, got 2"):
         resolve_placements(["pre", "post"], 3)
     assert "mix" in NAMES
