@@ -230,10 +230,12 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
         net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
                                                         else None)
     part = cfg.batch // world
-    block_params = [[p for p in b.parameters() if p.requires_grad] for b in model.h]
+    position = {id(p): i for i, p in enumerate(params)}
+    blocks = [torch.tensor([position[id(p)] for p in b.parameters() if p.requires_grad]) for b in model.h]
     stats = _StreamStats(model)
     failure, t0 = (_failure(losses) if losses else None), time.perf_counter()  # a failure before the crash stands
     model.train()
+    loop_t0 = time.perf_counter()
     try:
         with open(metrics_path if lead else os.devnull, "a") as log:
             for step in range(start, cfg.steps if failure is None else start):
@@ -248,19 +250,21 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
                     loss = loss.detach().clone()
                     dist.all_reduce(loss)
                     loss /= world
-                with torch.no_grad():  # per-block gradient norms, before clipping (as the total below)
-                    layer_grad = torch.stack([
-                        torch.linalg.vector_norm(torch.stack(torch._foreach_norm([p.grad for p in ps if p.grad
-                                                                                  is not None])))
-                        for ps in block_params]).tolist()
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.clip if cfg.clip > 0 else math.inf).item()
-                with torch.no_grad():
-                    old = [p.detach().clone() for p in params]
+                with torch.no_grad():  # one pass over the gradients gives the total and per-block norms
+                    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+                    norms = torch.stack(torch._foreach_norm(grads))
+                    total = torch.linalg.vector_norm(norms)
+                    layer_grad = torch.stack([torch.linalg.vector_norm(norms[i]) for i in blocks]).tolist()
+                    grad_norm = total.item()  # before clipping
+                    if cfg.clip > 0:  # torch's clip_grad_norm_ rule, from the norm already computed
+                        torch._foreach_mul_(grads, torch.clamp(cfg.clip / (total + 1e-6), max=1.0))
+                    old = torch._foreach_mul(params, 1.0)  # the weights before the step (one foreach copy)
+                    wn = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(old)))
                 opt.step()
                 opt.zero_grad(set_to_none=True)
                 with torch.no_grad():
-                    du = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(torch._foreach_sub(params, old))))
-                    wn = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(old)))
+                    torch._foreach_sub_(old, params)  # minus the update
+                    du = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(old)))
                     ratio = (du / wn).item() if wn > 0 else 0.0
                 losses.append(loss.item())
                 rms, mx = stats.read()
@@ -281,6 +285,7 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
                     break
     finally:
         stats.remove()
+    loop_seconds = time.perf_counter() - loop_t0  # the training loop: steps, their logging, validations, checkpoints
     if world > 1:
         dist.barrier()  # rank 0's metrics are complete
     vals = [(json.loads(x)["step"], json.loads(x)["val_loss"]) for x in metrics_path.read_text().splitlines()
@@ -294,6 +299,7 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
                "steps_done": len(losses), "final_train_loss": losses[-1] if losses else float("nan"),
                "final_val_loss": final_val, **gap, "val_curve": vals, "failed": failure is not None, "failure": failure,
                "unigram_nats": data.unigram_nats, "seconds_this_session": time.perf_counter() - t0,
+               "loop_seconds_this_session": loop_seconds,
                "notes": notes, "reused": False}
     if lead:
         atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, default=list))
