@@ -112,24 +112,21 @@ def copy_floor_gbps(nbytes: int = FLOOR_BYTES) -> float:
     return 2 * nbytes / t.median_s / 1e9
 
 
-def _inputs(n, d, dtype, kind, grad):
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(n, d, generator=g).to(dtype).requires_grad_(grad)
-    r = torch.randn(n, d, generator=g).to(dtype).requires_grad_(grad)
-    w = torch.randn(d, generator=g).to(dtype).requires_grad_(grad)
-    b = torch.randn(d, generator=g).to(dtype).requires_grad_(grad) if kind == "layer" else None
-    return x, r, w, b
+def _inputs(n, d, dtype, kind, grad, device="cpu"):
+    g = torch.Generator().manual_seed(0)  # drawn on the CPU, then moved: the same values on every device
+    mk = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype).requires_grad_(grad)  # noqa: E731
+    return mk(n, d), mk(n, d), mk(d), (mk(d) if kind == "layer" else None)
 
 
-def make_step(fn, mode, n, d, dtype, kind):
-    """The zero-argument call that one timed run of ``mode`` makes, its inputs made once."""
+def make_step(fn, mode, n, d, dtype, kind, device="cpu"):
+    """The zero-argument call that one timed run of ``mode`` makes, its inputs made once (on ``device``)."""
     if mode == "fwd":
-        args = _inputs(n, d, dtype, kind, grad=False)
+        args = _inputs(n, d, dtype, kind, False, device)
         return lambda: fn(*args)  # run under no_grad by time_cell
-    args = _inputs(n, d, dtype, kind, grad=True)
+    args = _inputs(n, d, dtype, kind, True, device)
     params = [a for a in args if a is not None]
-    dy = torch.randn(n, d).to(dtype)
-    ds = torch.randn(n, d).to(dtype)
+    dy = torch.randn(n, d).to(device=device, dtype=dtype)
+    ds = torch.randn(n, d).to(device=device, dtype=dtype)
     if mode == "bwd":
         y, s = fn(*args)
         return lambda: torch.autograd.grad([y, s], params, [dy, ds], retain_graph=True)

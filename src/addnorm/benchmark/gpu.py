@@ -20,10 +20,9 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from .. import functional as AF
-from .add_norm import Row, _parse_list, eager_add_norm, min_bytes, write_results
+from .add_norm import Row, _parse_list, eager_add_norm, make_step, min_bytes, write_results
 from .timing import Timing, _summary, measure_interleaved
 
 SHAPES = [(4096, 4096), (16384, 8192), (32768, 2048)]
@@ -63,30 +62,6 @@ def flash_attn_method(kind):
     if kind == "layer":
         return lambda x, r, w, b: layer_norm_fn(x, w, b, residual=r, eps=1e-5, prenorm=True)
     return lambda x, r, w, b: rms_norm_fn(x, w, None, residual=r, eps=1e-6, prenorm=True)
-
-
-def _inputs(n, d, dtype, kind, grad, device):
-    g = torch.Generator(device="cpu").manual_seed(0)
-    mk = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype).requires_grad_(grad)  # noqa: E731
-    return mk(n, d), mk(n, d), mk(d), (mk(d) if kind == "layer" else None)
-
-
-def make_step(fn, mode, n, d, dtype, kind, device):
-    if mode == "fwd":
-        args = _inputs(n, d, dtype, kind, False, device)
-        return lambda: fn(*args)
-    args = _inputs(n, d, dtype, kind, True, device)
-    params = [a for a in args if a is not None]
-    dy, ds = torch.randn(n, d, device=device, dtype=dtype), torch.randn(n, d, device=device, dtype=dtype)
-    if mode == "bwd":
-        y, s = fn(*args)
-        return lambda: torch.autograd.grad([y, s], params, [dy, ds], retain_graph=True)
-
-    def step():
-        y, s = fn(*args)
-        torch.autograd.grad([y, s], params, [dy, ds])
-
-    return step
 
 
 def cuda_interleaved(fns: dict, *, rounds: int = 30, block: int = 10, warmup: int = 5) -> dict:

@@ -35,7 +35,8 @@ class Corpus:
         return chunks[:, :-1], chunks[:, 1:]
 
 
-def _read_files(files: list[Path], max_bytes: int) -> bytes:
+def read_files(files: list[Path], max_bytes: int) -> bytes:
+    """The files' bytes, concatenated in order, up to max_bytes (unreadable files skipped)."""
     out, total = [], 0
     for f in files:
         try:
@@ -49,24 +50,27 @@ def _read_files(files: list[Path], max_bytes: int) -> bytes:
     return b"".join(out)[:max_bytes]
 
 
-def load_corpus(path: str | Path | None = None, max_bytes: int = 4 << 20) -> Corpus:
-    """The standard library's sources (default), or a user's file / folder of text files."""
+def text_files(path: str | Path | None = None) -> tuple[list[Path], str]:
+    """(files, source): the standard library's sources (default), or a user's file / folder of text files,
+    sorted (the same bytes on every machine run); FileNotFoundError for a path that does not exist."""
     if path is None:
         root = Path(sysconfig.get_paths()["stdlib"])
-        files = sorted(p for p in root.glob("*.py") if p.is_file())  # sorted: the same bytes on every machine run
-        source = f"Python {sysconfig.get_python_version()} standard library ({root.name}/*.py)"
-    else:
-        root = Path(path)
-        if root.is_file():
-            files = [root]
-        elif root.is_dir():
-            files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
-        else:
-            raise FileNotFoundError(f"--data {root}: no such file or directory")
-        source = str(root)
+        return (sorted(p for p in root.glob("*.py") if p.is_file()),
+                f"Python {sysconfig.get_python_version()} standard library ({root.name}/*.py)")
+    root = Path(path)
+    if root.is_file():
+        return [root], str(root)
+    if root.is_dir():
+        return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES), str(root)
+    raise FileNotFoundError(f"--data {root}: no such file or directory")
+
+
+def load_corpus(path: str | Path | None = None, max_bytes: int = 4 << 20) -> Corpus:
+    """The standard library's sources (default), or a user's file / folder of text files."""
+    files, source = text_files(path)
     if not files:
-        raise ValueError(f"no text files found under {root}")
-    raw = _read_files(files, max_bytes)
+        raise ValueError(f"no text files found under {source}")
+    raw = read_files(files, max_bytes)
     if len(raw) < 1024:
         raise ValueError(f"{source} holds only {len(raw)} bytes of text; need at least 1024")
     return Corpus(torch.frombuffer(bytearray(raw), dtype=torch.uint8).clone(), source, len(files))

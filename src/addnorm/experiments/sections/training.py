@@ -5,13 +5,12 @@ source split by file; finished runs are reused (content-keyed), so a second tour
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..study import RunConfig, StudyGrid
 from ..study.data import load_split
 from ..study.grid import run_dir
-from ..study.runner import train_run
+from ..study.runner import read_metrics, train_run
 
 GRID = StudyGrid(placements=("post", "pre"), lrs=(3e-3,), warmups=(0, 50), seeds=(0,),
                  base=RunConfig(depth=6, steps=100, eval_every=50, eval_batches=2, checkpoint_every=100))
@@ -24,7 +23,7 @@ def run(out_dir: Path, seed: int = 0) -> dict:
         cfg = RunConfig(**{**cfg.__dict__, "seed": seed})
         d = run_dir(out_dir, cfg, data)
         s = train_run(cfg, data, d)
-        losses = [json.loads(line)["loss"] for line in (d / "metrics.jsonl").read_text().splitlines()]
+        losses = [m["loss"] for m in read_metrics(d)]
         runs.append({"placement": cfg.placement_name, "warmup": cfg.warmup, "lr": cfg.lr, "failed": s["failed"],
                      "failure": s["failure"], "steps_done": s["steps_done"], "final_val_loss": s["final_val_loss"],
                      "train_loss": losses})

@@ -4,13 +4,12 @@ drawn from the step number alone: a resumed run draws exactly the batches an uni
 from __future__ import annotations
 
 import math
-import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ..corpus import TEXT_SUFFIXES
+from ..corpus import read_files, text_files
 from ..store import digest
 
 
@@ -42,15 +41,9 @@ def _take(data, batch, seq_len, g):
 
 
 def _files(path: str | Path | None) -> tuple[list[Path], str]:
-    if path is None:
-        root = Path(sysconfig.get_paths()["stdlib"])
-        return sorted(p for p in root.glob("*.py") if p.is_file()), f"Python standard library ({root.name}/*.py)"
-    root = Path(path)
-    if root.is_file():
-        raise ValueError(f"--data {root}: a single file cannot be split by file; give a folder of text files")
-    if not root.is_dir():
-        raise FileNotFoundError(f"--data {root}: no such file or directory")
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES), str(root)
+    if path is not None and Path(path).is_file():
+        raise ValueError(f"--data {path}: a single file cannot be split by file; give a folder of text files")
+    return text_files(path)
 
 
 def load_split(path: str | Path | None = None, max_bytes: int = 4 << 20, val_every: int = 10) -> SplitCorpus:
@@ -60,7 +53,7 @@ def load_split(path: str | Path | None = None, max_bytes: int = 4 << 20, val_eve
         raise ValueError(f"{source}: need at least 2 text files to split into training and validation")
     val_f = files[val_every - 1::val_every] or files[-1:]
     train_f = [f for f in files if f not in set(val_f)]
-    train, val = _read(train_f, max_bytes), _read(val_f, max(max_bytes // 8, 1 << 16))
+    train, val = read_files(train_f, max_bytes), read_files(val_f, max(max_bytes // 8, 1 << 16))
     if len(train) < 4096 or len(val) < 1024:
         raise ValueError(f"{source}: {len(train)} training and {len(val)} validation bytes; need 4096 and 1024")
     t, v = torch.frombuffer(bytearray(train), dtype=torch.uint8).clone(), torch.frombuffer(bytearray(val),
@@ -69,20 +62,6 @@ def load_split(path: str | Path | None = None, max_bytes: int = 4 << 20, val_eve
     logp = (counts / counts.sum()).log()
     unigram = -logp[v.long()].mean().item()
     return SplitCorpus(t, v, source, len(train_f), len(val_f), digest(train + b"\0" + val), unigram)
-
-
-def _read(files, max_bytes) -> bytes:
-    out, total = [], 0
-    for f in files:
-        try:
-            b = f.read_bytes()
-        except OSError:
-            continue
-        out.append(b)
-        total += len(b)
-        if total >= max_bytes:
-            break
-    return b"".join(out)[:max_bytes]
 
 
 def lr_at(step: int, lr: float, warmup: int, steps: int) -> float:

@@ -288,8 +288,7 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
     loop_seconds = time.perf_counter() - loop_t0  # the training loop: steps, their logging, validations, checkpoints
     if world > 1:
         dist.barrier()  # rank 0's metrics are complete
-    vals = [(json.loads(x)["step"], json.loads(x)["val_loss"]) for x in metrics_path.read_text().splitlines()
-            if "val_loss" in x]
+    vals = [(m["step"], m["val_loss"]) for m in read_metrics(run_dir) if "val_loss" in m]
     final_val = evaluate(model, data, cfg) if failure != "nan" else float("nan")
     if failure is None and final_val >= data.unigram_nats:
         failure = "plateau"
