@@ -60,6 +60,9 @@ def test_says_it_runs_the_users_code(capsys):
     ("import torch\nclass N(torch.nn.Module):\n    def __init__(self, d):\n        super().__init__()\n"
      "        raise RuntimeError('broken constructor')\n", "N", "broken constructor", 5),
     ("import sys\nsys.exit(3)\n", "N", "sys.exit(3)", 2),
+    # the user's text is printed as written: rich markup and emoji codes in it are not interpreted
+    ("import torch\nclass N(torch.nn.Module):\n    def __init__(self, d):\n        super().__init__()\n"
+     "        raise ValueError('[bold]shape[/bold] [2, 3] :x:')\n", "N", "ValueError: [bold]shape[/bold] [2, 3] :x:", 5),
 ])
 def test_code_that_cannot_be_loaded_or_run_exits_2_with_cause_and_line(tmp_path, capsys, body, name, cause, line):
     p = _file(tmp_path, body)
@@ -91,3 +94,10 @@ def test_bad_options_are_refused_naming_them(args, capsys):
         main(["check", f"{EX / 'good.py'}:LayerNorm", *args])
     assert e.value.code == 2
     assert args[0] in capsys.readouterr().err
+
+
+def test_paths_with_markup_are_printed_as_written(tmp_path, capsys):
+    target = f"{tmp_path / 'w[red]x' / 'missing.py'}:N:x:"
+    assert main(["check", target]) == 2
+    out = "".join(capsys.readouterr().out.split())  # rich wraps long lines
+    assert f"couldnotcheck{target}:" in out and "❌" not in out[1:], out

@@ -100,11 +100,38 @@ def test_divergence_is_detected_and_stops_the_run(data, tmp_path):
     (["--shard", "2/2"], "--shard must be i/n with 0 <= i < n"),
     (["--out", "/proc/addnorm-cannot-write"], "--out: /proc/addnorm-cannot-write is not a writable directory"),
     (["--data", "/nonexistent"], "--data: --data /nonexistent: no such file or directory"),
+    (["--out", "/proc/[bold]x"], "--out: /proc/[bold]x is not a writable directory"),  # printed as written
 ])
 def test_arguments_are_validated_before_any_work(args, message, capsys):
     assert main(["study", "--preset", "quick", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_the_printed_grid_keeps_its_brackets(capsys):
+    assert main(["study", "--preset", "quick", "--list"]) == 0
+    assert "[d_model 64, 4 heads" in " ".join(capsys.readouterr().out.split())
+
+
+def test_the_paper_preset_is_the_deep_comparison_with_dyt_beside_it(capsys):
+    from addnorm.experiments.study import PRESETS
+
+    runs = PRESETS["paper"].runs()
+    assert len(runs) == len(set(runs)) == 96 and {r.depth for r in runs} == {24}
+    assert {(r.placement, r.norm) for r in runs if r.norm == "dyt"} == {("pre", "dyt")}
+    assert main(["study", "--preset", "paper", "--list", "--lrs", "1e-3", "--seeds", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "8 runs" in out and "pre-dyt-L24-lr0.001-w100-s0" in out
+
+
+def test_figures_never_draw_runs_that_differ_in_an_axis_as_one():
+    from addnorm.experiments.study.grid import variant
+
+    rows = [dict(placement="pre", norm=n, depth=24, warmup=w, init="xavier", clip=0.0, lr=1e-3, seed=0)
+            for n in ("layer", "dyt") for w in (0, 100)]
+    assert len({variant(r, rows) for r in rows}) == 4
+    assert {variant(r, rows, without=("warmup",)) for r in rows} == {"pre layer", "pre dyt"}
+    assert variant(rows[0], rows[:1]) == "pre"  # nothing varies: the placement alone
 
 
 def test_a_small_grid_writes_its_tables_and_figures(tmp_path, capsys):

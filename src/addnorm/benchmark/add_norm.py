@@ -316,7 +316,7 @@ def main_from_args(args) -> int:
     modes = _parse_list(args.modes, MODES)
     methods = _parse_list(args.methods, METHODS)
     allocator = os.environ.get("ADDNORM_BENCH_ALLOCATOR", "current")
-    console = Console()
+    console = Console(emoji=False)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         floor = copy_floor_gbps()
@@ -330,7 +330,7 @@ def main_from_args(args) -> int:
     from .report import summary_table
 
     console.print(summary_table(rows, cond, csv_path))
-    console.print(f"results: {csv_path}  {json_path}")
+    console.print(f"results: {csv_path}  {json_path}", markup=False)
     return 0
 
 

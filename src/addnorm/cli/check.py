@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 
 def _features(s: str) -> int:
@@ -47,16 +48,18 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    console = Console(highlight=False)
+    console = Console(highlight=False, emoji=False)
     spec = args.target
+    shown = escape(spec)  # the user's text, printed as written (rich markup and emoji codes are not applied)
     if ":" not in spec:
-        console.print(f"❌ could not check {spec}: expected FILE.py:NAME (e.g. my_norm.py:LayerNorm)")
+        console.print(f"❌ could not check {shown}: expected FILE.py:NAME (e.g. my_norm.py:LayerNorm)")
         return 2
     path = Path(spec.rsplit(":", 1)[0])
     if not path.is_file():
-        console.print(f"❌ could not check {spec}: {path}: no such file")
+        console.print(f"❌ could not check {shown}: {escape(str(path))}: no such file")
         return 2
-    console.print(f"[dim]addnorm check imports {path} and runs its code (as `python {path}` would), in a child "
+    where = escape(str(path))
+    console.print(f"[dim]addnorm check imports {where} and runs its code (as `python {where}` would), in a child "
                   f"process stopped after {args.timeout:g} s.[/dim]")
     with tempfile.TemporaryDirectory(prefix="addnorm-check-") as tmp:
         out = Path(tmp) / "result.json"
@@ -67,23 +70,24 @@ def run(args) -> int:
         try:
             proc = subprocess.run(cmd, timeout=args.timeout, stdin=subprocess.DEVNULL, env=env)
         except subprocess.TimeoutExpired:
-            console.print(f"❌ could not check {spec}: it did not finish within {args.timeout:g} s "
+            console.print(f"❌ could not check {shown}: it did not finish within {args.timeout:g} s "
                           "(a forward or constructor that never returns?); raise --timeout if it is only slow")
             return 2
         if not out.is_file():
             how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
-            console.print(f"❌ could not check {spec}: the child process running it ended without a result ({how})")
+            console.print(f"❌ could not check {shown}: the child process running it ended without a result ({how})")
             return 2
         result = json.loads(out.read_text())
     if result["status"] != "ok":
         what = "load" if result["stage"] == "load" else "run"
-        console.print(f"❌ could not {what} {spec}: {result['cause']}  ({result['where']})")
+        console.print(f"❌ could not {what} {shown}: {escape(result['cause'])}  ({escape(result['where'])})")
         return 2
-    console.print(f"Checking {spec}: {result['description']}\n")
+    console.print(f"Checking {shown}: {escape(result['description'])}\n")
     for r in result["results"]:
-        console.print(("✅ " if r["ok"] else "❌ ") + r["name"] + (f"  [dim]({r['detail']})[/dim]" if r["detail"] else ""))
+        detail = f"  [dim]({escape(r['detail'])})[/dim]" if r["detail"] else ""
+        console.print(("✅ " if r["ok"] else "❌ ") + escape(r["name"]) + detail)
         if not r["ok"] and r["hint"]:
-            console.print(f"   Hint: {r['hint']}")
+            console.print(f"   Hint: {escape(r['hint'])}")
     failed = sum(not r["ok"] for r in result["results"])
     console.print("\n" + ("🎉 All checks passed!" if not failed else f"⚠️  {failed} check(s) failed. Review the hints above."))
     return 1 if failed else 0

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markdown import Markdown
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..experiments.corpus import load_corpus
@@ -35,7 +36,8 @@ def add_parser(sub) -> None:
 
 
 def _error(msg: str) -> int:
-    Console(stderr=True).print(f"addnorm gradflow: error: {msg}", highlight=False, soft_wrap=True)
+    Console(stderr=True, emoji=False, markup=False, highlight=False).print(f"addnorm gradflow: error: {msg}",
+                                                                         soft_wrap=True)
     return 2
 
 
@@ -57,12 +59,12 @@ def run(args) -> int:
         check_writable_dir(Path(args.out))
     except OSError as e:
         return _error(f"--out: {e}")
-    console = Console()
+    console = Console(emoji=False)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         summary = run_gradflow(cfg, Path(args.out), progress)
     if summary["reused"]:
-        console.print(f"reused finished runs: {', '.join(summary['reused'])}")
-    console.print(Markdown((Path(args.out) / "summary.md").read_text()))
-    console.print(f"figures and data in {args.out}/: {', '.join(summary['figures'])}")
+        console.print(f"reused finished runs: {', '.join(summary['reused'])}", markup=False)
+    console.print(Markdown((Path(args.out) / "summary.md").read_text(encoding="utf-8")))
+    console.print(f"figures and data in {escape(args.out)}/: {', '.join(summary['figures'])}")
     return 0

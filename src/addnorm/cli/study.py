@@ -6,11 +6,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 
 from ..experiments.store import check_writable_dir
-from ..experiments.study.config import PRESETS, StudyConfigError, StudyGrid
+from ..experiments.study.config import PRESETS, Study, StudyConfigError, as_study
 from ..experiments.study.data import load_split
 from ..experiments.study.grid import run_study
 
@@ -51,7 +52,8 @@ def _init_distributed() -> int:
 
 
 def _error(msg: str) -> int:
-    Console(stderr=True).print(f"addnorm study: error: {msg}", highlight=False, soft_wrap=True)
+    Console(stderr=True, emoji=False, markup=False, highlight=False).print(f"addnorm study: error: {msg}",
+                                                                         soft_wrap=True)
     return 2
 
 
@@ -68,18 +70,21 @@ def _axis(name: str, text: str, kind):
     return tuple(out)
 
 
-def grid_from_args(args) -> StudyGrid:
-    grid = PRESETS[args.preset]
+def grid_from_args(args) -> Study:
+    """The preset's grid (every part of it, for a union), with the command line's axes replacing its own."""
     kinds = {"placements": str, "norms": str, "depths": int, "lrs": float, "warmups": int, "seeds": int,
              "clips": float, "inits": str}
     over = {k: _axis(k, getattr(args, k), kinds[k]) for k in kinds if getattr(args, k) is not None}
     if "placements" in over:  # "post+post+pre+pre": one placement per layer
         over["placements"] = tuple(tuple(p.split("+")) if "+" in p else p for p in over["placements"])
-    if args.steps is not None:
-        over["base"] = replace(grid.base, steps=args.steps)
-    grid = replace(grid, **over)
-    grid.runs()  # validates every combination
-    return grid
+    parts = []
+    for grid in as_study(PRESETS[args.preset]).parts:
+        if args.steps is not None:
+            grid = replace(grid, base=replace(grid.base, steps=args.steps))
+        parts.append(replace(grid, **over))
+    study = Study(tuple(parts))
+    study.runs()  # validates every combination
+    return study
 
 
 def run(args) -> int:
@@ -96,12 +101,12 @@ def run(args) -> int:
     except ValueError:
         return _error(f"--shard must be i/n with 0 <= i < n, got {args.shard!r}")
     rank = _init_distributed()
-    console = Console(quiet=rank != 0)  # under torchrun, rank 0 speaks
+    console = Console(quiet=rank != 0, emoji=False)  # under torchrun, rank 0 speaks
     runs = grid.runs()
-    console.print(f"[bold]{len(runs)} runs[/bold] ({args.preset} preset): {grid.describe()}")
+    console.print(f"[bold]{len(runs)} runs[/bold] ({args.preset} preset): {escape(grid.describe())}")
     if args.list:
         for r in runs:
-            console.print(f"  {r.name()}")
+            console.print(f"  {r.name()}", markup=False)
         return 0
     try:
         data = load_split(args.data)
@@ -113,14 +118,14 @@ def run(args) -> int:
         check_writable_dir(Path(args.out))
     except OSError as e:
         return _error(f"--out: {e}")
-    console.print(f"data: {data.source} ({data.train_files} training files, {data.val_files} validation files; "
+    console.print(f"data: {escape(data.source)} ({data.train_files} training files, {data.val_files} validation files; "
                   f"unigram plateau {data.unigram_nats:.3f} nats)")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
                   TimeElapsedColumn(), TimeRemainingColumn(), console=console, disable=rank != 0) as progress:
         study = run_study(grid, data, Path(args.out), progress, (i, n))
     if rank != 0:
         return 0
-    console.print((Path(args.out) / "summary.md").read_text())
-    console.print(f"results in {args.out}/: index.html (the report), summary.csv, summary.json, summary.md, "
+    console.print((Path(args.out) / "summary.md").read_text(encoding="utf-8"), markup=False)
+    console.print(f"results in {escape(args.out)}/: index.html (the report), summary.csv, summary.json, summary.md, "
                   f"figures/{{{','.join(study['figures'])}}}")
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -21,7 +22,7 @@ def add_parser(sub) -> None:
 def print_walkthrough(w, console: Console) -> None:
     console.rule("[bold]Add & Norm on one real tensor")
     c = w.config
-    console.print(f"sentence {c.text!r} -> {len(w.tokens)} positions x d_model={c.d_model}; "
+    console.print(f"sentence {escape(repr(c.text))} -> {len(w.tokens)} positions x d_model={c.d_model}; "
                   f"F = causal self-attention ({c.n_head} heads); norm = LayerNorm(eps={c.eps}) "
                   f"on the [bold]{w.backend}[/bold] backend")
     table = Table(show_header=True, header_style="bold")
@@ -52,9 +53,10 @@ def run(args) -> int:
         except OSError as e:
             problem = f"--out: {e}"
     if problem:
-        Console(stderr=True).print(f"addnorm tour: error: {problem}", highlight=False, soft_wrap=True)
+        Console(stderr=True, emoji=False, markup=False, highlight=False).print(f"addnorm tour: error: {problem}",
+                                                                             soft_wrap=True)
         return 2
-    console = Console()
+    console = Console(emoji=False)
     print_walkthrough(run_walkthrough(WalkthroughConfig(seed=42 + args.seed)), console)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
@@ -75,6 +77,6 @@ def run(args) -> int:
     b = d["block"]
     console.print(f"transformer block (512, 8 heads): {b['block_parameters']:,} parameters, shape preserved: "
                   f"{b['shape_preserved']}; seed 002's attention sub-layer: {b['attention_sublayer_parameters']:,}")
-    console.print(f"report: [bold]{res['index']}[/bold] ({len(res['shown'])} numbers, also in tour.json), "
+    console.print(f"report: [bold]{escape(str(res['index']))}[/bold] ({len(res['shown'])} numbers, also in tour.json), "
                   f"{d['meta']['seconds']:.0f} s")
     return 0

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from rich.markup import escape
 
 from .. import diagnostics
 from ..diagnostics import plots
@@ -174,7 +175,7 @@ def run_gradflow(cfg: GradflowConfig, out_dir: Path, progress=None) -> dict:
             if why:
                 redone.append(why)
                 if progress:
-                    progress.console.print(f"[yellow]{why}[/yellow]")
+                    progress.console.print(f"[yellow]{escape(why)}[/yellow]")
             r = run_placement(cfg, p, corpus)
             atomic_write_text(f, json.dumps({"config": asdict(cfg), "data_digest": data_digest, "placement": p,
                                              "records": r.records, "losses": r.losses, "seconds": r.seconds}))

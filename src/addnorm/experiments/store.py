@@ -8,14 +8,14 @@ import os
 from pathlib import Path
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temporary file beside ``path``, fsync it, rename it over ``path``, fsync the directory:
-    after a crash at any moment ``path`` holds either its old content or the new, never part of it."""
+def atomic_write(path: Path, write) -> None:
+    """``write(tmp)`` a temporary file beside ``path``, fsync it, rename it over ``path``, fsync the directory:
+    after a crash at any moment, or beside another process writing the same file (shards that share a
+    directory), ``path`` holds one whole version, never part of one."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp{path.suffix}")
+    write(tmp)
+    with open(tmp, "rb+") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     try:
@@ -26,6 +26,10 @@ def atomic_write_text(path: Path, text: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
 def read_json(path: Path) -> tuple[dict | None, str | None]:

@@ -7,6 +7,7 @@ import html
 import json
 from pathlib import Path
 
+from ..experiments.store import atomic_write_text
 from .html import Page
 
 
@@ -47,6 +48,6 @@ def build(study: dict, figures: list[str]) -> Page:
 def write(study: dict, figures: list[str], out_dir: Path) -> Path:
     page = build(study, figures)
     path = Path(out_dir) / "index.html"
-    path.write_text(page.render("addnorm study"), encoding="utf-8")
-    (Path(out_dir) / "report.json").write_text(json.dumps(page.shown, indent=1))
+    atomic_write_text(path, page.render("addnorm study"))  # shards that share a directory may both write it
+    atomic_write_text(Path(out_dir) / "report.json", json.dumps(page.shown, indent=1))
     return path

@@ -10,8 +10,10 @@ import json
 import math
 from pathlib import Path
 
-from ..store import atomic_write_text, read_json
-from .config import RunConfig, StudyGrid
+from rich.markup import escape
+
+from ..store import atomic_write, atomic_write_text, read_json
+from .config import RunConfig, Study, StudyGrid
 from .data import SplitCorpus
 from .runner import _world, train_run
 
@@ -23,7 +25,7 @@ def run_dir(out_dir: Path, cfg: RunConfig, data: SplitCorpus) -> Path:
     return Path(out_dir) / "runs" / f"{cfg.name()}-{cfg.key(data.digest)}"
 
 
-def run_study(grid: StudyGrid, data: SplitCorpus, out_dir: Path, progress=None, shard: tuple[int, int] = (0, 1),
+def run_study(grid: StudyGrid | Study, data: SplitCorpus, out_dir: Path, progress=None, shard: tuple[int, int] = (0, 1),
               on_step=None) -> dict:
     out_dir = Path(out_dir)
     runs = grid.runs()
@@ -37,7 +39,7 @@ def run_study(grid: StudyGrid, data: SplitCorpus, out_dir: Path, progress=None, 
         summary = train_run(cfg, data, run_dir(out_dir, cfg, data), progress, task, on_step)
         for note in summary.get("notes", []):
             if progress is not None:
-                progress.console.print(f"[yellow]{note}[/yellow]")
+                progress.console.print(f"[yellow]{escape(note)}[/yellow]")
         if progress is not None:
             progress.update(task, completed=cfg.steps, visible=False)
             progress.update(overall, advance=cfg.steps)
@@ -46,7 +48,7 @@ def run_study(grid: StudyGrid, data: SplitCorpus, out_dir: Path, progress=None, 
     return write_outputs(grid, data, out_dir)
 
 
-def collect(grid: StudyGrid, data: SplitCorpus, out_dir: Path) -> tuple[list[dict], list[str]]:
+def collect(grid: StudyGrid | Study, data: SplitCorpus, out_dir: Path) -> tuple[list[dict], list[str]]:
     """The summaries of the grid's finished runs (from any shard), and the names of those not finished."""
     done, missing = [], []
     for cfg in grid.runs():
@@ -69,7 +71,7 @@ def _row(s: dict) -> dict:
             "final_val_loss": s["final_val_loss"], "failed": s["failed"], "failure": s["failure"] or ""}
 
 
-def write_outputs(grid: StudyGrid, data: SplitCorpus, out_dir: Path) -> dict:
+def write_outputs(grid: StudyGrid | Study, data: SplitCorpus, out_dir: Path) -> dict:
     summaries, missing = collect(grid, data, out_dir)
     rows = [_row(s) for s in summaries]
     buf = io.StringIO()
@@ -122,6 +124,19 @@ def markdown(study: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+_VARIANT_AXES = (("norm", "{}"), ("depth", "L{}"), ("warmup", "warmup {}"), ("init", "{} init"), ("clip", "clip {:g}"))
+
+
+def variant(row: dict, rows: list[dict], without: tuple[str, ...] = ()) -> str:
+    """The row's placement, plus every other axis that varies across ``rows`` (except ``without``): a figure's
+    line or panel, so that runs that differ in norm, depth, warmup, init or clipping are never drawn as one."""
+    parts = [row["placement"]]
+    for axis, fmt in _VARIANT_AXES:
+        if axis not in without and len({r[axis] for r in rows}) > 1:
+            parts.append(fmt.format(row[axis]))
+    return " ".join(parts)
+
+
 def figures(summaries: list[dict], rows: list[dict], out_dir: Path) -> list[Path]:
     import matplotlib
 
@@ -132,12 +147,13 @@ def figures(summaries: list[dict], rows: list[dict], out_dir: Path) -> list[Path
     if not rows:
         return paths
     out_dir.mkdir(parents=True, exist_ok=True)
-    # 1. validation loss curves, one panel per placement
-    placements = sorted({r["placement"] for r in rows})
+    # 1. validation loss curves, one panel per placement (and norm, depth, init, clipping where they vary)
+    panel = {id(r): variant(r, rows, without=("warmup",)) for r in rows}
+    placements = sorted(set(panel.values()))
     fig, axes = plt.subplots(1, len(placements), figsize=(4.5 * len(placements), 3.4), squeeze=False, sharey=True)
     for ax, p in zip(axes[0], placements):
         for s, r in zip(summaries, rows):
-            if r["placement"] != p or not s["val_curve"]:
+            if panel[id(r)] != p or not s["val_curve"]:
                 continue
             steps, vals = zip(*s["val_curve"])
             ax.plot(steps, vals, ls="--" if r["failed"] else "-",
@@ -149,14 +165,15 @@ def figures(summaries: list[dict], rows: list[dict], out_dir: Path) -> list[Path
     axes[0][0].set_ylabel("validation loss (nats/byte)")
     fig.tight_layout()
     paths.append(out_dir / "val_loss_curves.png")
-    fig.savefig(paths[-1], dpi=110)
+    _save(fig, paths[-1])
     plt.close(fig)
     # 2. final validation loss against learning rate per placement, failures marked (Wortsman et al. 2023's view)
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    for p in placements:
-        ok = [(r["lr"], r["final_val_loss"]) for r in rows if r["placement"] == p and not r["failed"]]
+    line_of = {id(r): variant(r, rows) for r in rows}
+    for p in sorted(set(line_of.values())):
+        ok = [(r["lr"], r["final_val_loss"]) for r in rows if line_of[id(r)] == p and not r["failed"]]
         bad = [(r["lr"], r["final_val_loss"] if math.isfinite(r["final_val_loss"]) else None) for r in rows
-               if r["placement"] == p and r["failed"]]
+               if line_of[id(r)] == p and r["failed"]]
         color = None
         if ok:  # every run that trained, and a line through the mean at each learning rate
             by_lr = {}
@@ -175,11 +192,15 @@ def figures(summaries: list[dict], rows: list[dict], out_dir: Path) -> list[Path
         ax.legend(fontsize=7)
     fig.tight_layout()
     paths.append(out_dir / "val_loss_vs_lr.png")
-    fig.savefig(paths[-1], dpi=110)
+    _save(fig, paths[-1])
     plt.close(fig)
     paths += _maps(rows, out_dir, plt)
     paths += _grad_vs_depth(summaries, rows, out_dir, plt)
     return paths
+
+
+def _save(fig, path: Path) -> None:
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format=path.suffix[1:]))
 
 
 def _heatmap(ax, plt, values, xs, ys, fmt, title, xlabel, ylabel, vmin=None, vmax=None):
@@ -200,27 +221,30 @@ def _maps(rows, out_dir, plt) -> list[Path]:
     out = []
     lrs = sorted({r["lr"] for r in rows})
     warmups = sorted({r["warmup"] for r in rows})
-    panels = [p for p in ("post", "pre") if any(r["placement"] == p for r in rows)]
+    panel = {id(r): variant(r, rows, without=("warmup",)) for r in rows}
+    panels = sorted({panel[id(r)] for r in rows if r["placement"] in ("post", "pre")})
     if panels and len(lrs) * len(warmups) > 1:
         fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.2), squeeze=False)
         for ax, p in zip(axes[0], panels):
-            vals = [[sum(r["failed"] for r in rows if r["placement"] == p and r["warmup"] == w and r["lr"] == lr) /
-                     max(1, sum(1 for r in rows if r["placement"] == p and r["warmup"] == w and r["lr"] == lr))
-                     for lr in lrs] for w in warmups]
-            _heatmap(ax, plt, vals, lrs, warmups, lambda v: f"{v:.0%}", f"{p}-norm: share of runs failed",
-                     "learning rate", "warmup steps", vmin=0.0, vmax=1.0)
+            cell = {(w, lr): [r["failed"] for r in rows if panel[id(r)] == p and r["warmup"] == w and r["lr"] == lr]
+                    for w in warmups for lr in lrs}
+            vals = [[sum(cell[w, lr]) / len(cell[w, lr]) if cell[w, lr] else float("nan") for lr in lrs]
+                    for w in warmups]
+            _heatmap(ax, plt, vals, lrs, warmups, lambda v: "—" if v != v else f"{v:.0%}",
+                     f"{p}: share of runs failed", "learning rate", "warmup steps", vmin=0.0, vmax=1.0)
         fig.tight_layout()
         out.append(out_dir / "warmup_lr_failures.png")
-        fig.savefig(out[-1], dpi=110)
+        _save(fig, out[-1])
         plt.close(fig)
     depths = sorted({r["depth"] for r in rows})
-    placements = sorted({r["placement"] for r in rows})
+    column = {id(r): variant(r, rows, without=("depth",)) for r in rows}
+    placements = sorted(set(column.values()))
     if len(lrs) > 1:
         vals = []
         for d in depths:
             row = []
             for p in placements:
-                ok = [r["lr"] for r in rows if r["depth"] == d and r["placement"] == p and not r["failed"]]
+                ok = [r["lr"] for r in rows if r["depth"] == d and column[id(r)] == p and not r["failed"]]
                 row.append(max(ok) if ok else float("nan"))
             vals.append(row)
         fig, ax = plt.subplots(figsize=(1.2 * len(placements) + 2.5, 0.6 * len(depths) + 2.2))
@@ -229,20 +253,21 @@ def _maps(rows, out_dir, plt) -> list[Path]:
                  "placement", "depth")
         fig.tight_layout()
         out.append(out_dir / "depth_placement_max_lr.png")
-        fig.savefig(out[-1], dpi=110)
+        _save(fig, out[-1])
         plt.close(fig)
     return out
 
 
 def _grad_vs_depth(summaries, rows, out_dir, plt) -> list[Path]:
-    """Per-block gradient norm against depth at a few steps, one line per placement (seed 0, first lr and
-    warmup of the grid), from the runs' metrics."""
+    """Per-block gradient norm against depth at a few steps, one line per placement (and varying axis; the first
+    seed and the first learning rate of the grid), from the runs' metrics."""
     from .runner import read_metrics
 
     chosen = {}
+    first_seed = min(x["seed"] for x in rows)
     for s, r in zip(summaries, rows):
-        if r["seed"] == min(x["seed"] for x in rows) and r["placement"] not in chosen:
-            chosen[r["placement"]] = s
+        if r["seed"] == first_seed and variant(r, rows) not in chosen:
+            chosen[variant(r, rows)] = s
     if not chosen:
         return []
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
@@ -259,6 +284,6 @@ def _grad_vs_depth(summaries, rows, out_dir, plt) -> list[Path]:
         ax.legend(fontsize=6)
     fig.tight_layout()
     out = out_dir / "grad_norm_vs_depth.png"
-    fig.savefig(out, dpi=110)
+    _save(fig, out)
     plt.close(fig)
     return [out]
