@@ -1,8 +1,12 @@
-"""The benchmark resumes from its journal instead of re-measuring finished rows (tiny shapes only)."""
+"""The benchmark resumes from its journal instead of re-measuring finished rows (tiny shapes only), and refuses
+bad options before any work."""
 
 import json
 
+import pytest
+
 from addnorm.benchmark import add_norm
+from addnorm.cli.main import main
 
 
 def test_journal_is_reused(tmp_path, monkeypatch):
@@ -18,3 +22,20 @@ def test_journal_is_reused(tmp_path, monkeypatch):
     journal.write_text(journal.read_text() + '{"kind": "rms", "dty')  # an interrupted write is ignored
     assert add_norm.run_benchmark([(8, 16)], ["float32"], ["rms"], ["fwd"], ["addnorm"], floor=10.0, journal=journal)
     assert json.loads(journal.read_text().splitlines()[0])["method"] == "addnorm"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--kinds", "foo"], "--kinds: unknown value(s) foo; valid: layer, rms"),
+    (["--shapes", "12xab"], "--shapes: '12xab' is not ROWSxHIDDEN"),
+    (["--shapes", "0x768"], "--shapes: '0x768' is not ROWSxHIDDEN with both >= 1"),
+    (["--shapes", "64"], "--shapes: '64' is not ROWSxHIDDEN"),
+    (["--dtypes", "float8"], "--dtypes: unknown value(s) float8"),
+    (["--modes", ","], "--modes: empty"),
+    (["--out", "/proc/addnorm-cannot-write"], "--out: /proc/addnorm-cannot-write is not a writable directory"),
+])
+def test_bench_options_are_refused_before_any_work(args, message, tmp_path, capsys):
+    """Checked in the parent, before a child process or a measurement starts (and before results are written)."""
+    assert main(["bench", "--out", str(tmp_path), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not list(tmp_path.iterdir())

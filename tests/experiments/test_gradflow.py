@@ -42,12 +42,12 @@ def test_gradflow_runs_writes_and_reuses(tmp_path):
 
 
 def test_cli(tmp_path, capsys):
-    assert main(["gradflow", "--placements", "pre,post", "--depth", "4", "--d-model", "16", "--heads", "2",
+    assert main(["gradflow", "--placements", "pre,post,pre", "--depth", "4", "--d-model", "16", "--heads", "2",
                  "--seq-len", "16", "--batch", "2", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "Gradient flow at initialisation: depth 4" in out
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert [p["placement"] for p in summary["placements"]] == ["pre", "post"]
+    assert [p["placement"] for p in summary["placements"]] == ["pre", "post"]  # a name given twice runs once
 
 
 SMALL = ["--placements", "pre", "--depth", "3", "--d-model", "16", "--heads", "2", "--seq-len", "16", "--batch", "2"]

@@ -100,12 +100,19 @@ def test_divergence_is_detected_and_stops_the_run(data, tmp_path):
     (["--shard", "2/2"], "--shard must be i/n with 0 <= i < n"),
     (["--out", "/proc/addnorm-cannot-write"], "--out: /proc/addnorm-cannot-write is not a writable directory"),
     (["--data", "/nonexistent"], "--data: --data /nonexistent: no such file or directory"),
+    (["--warmups", "400"], "--warmups 400 must be smaller than steps (400)"),
     (["--out", "/proc/[bold]x"], "--out: /proc/[bold]x is not a writable directory"),  # printed as written
 ])
 def test_arguments_are_validated_before_any_work(args, message, capsys):
     assert main(["study", "--preset", "quick", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_a_value_given_twice_is_one_run(capsys):
+    assert main(["study", "--preset", "quick", "--list", "--seeds", "0,0", "--warmups", "0"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "2 runs" in out and "seeds: 0;" in out
 
 
 def test_the_printed_grid_keeps_its_brackets(capsys):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import os
 import platform
@@ -39,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import functional as AF
+from ..store import atomic_write, atomic_write_text, check_writable_dir
 from .timing import Timing, measure, measure_interleaved
 
 SHAPES = [(64, 768), (4096, 768), (8192, 1024), (2048, 4096), (16384, 768)]
@@ -259,12 +261,14 @@ def write_results(rows: list[Row], cond: dict, out_dir: Path, tag: str | None = 
     tag = tag or cond["allocator"]
     csv_path = out_dir / f"add_norm_{tag}.csv"
     json_path = out_dir / f"add_norm_{tag}.json"
-    with csv_path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(asdict(rows[0]).keys()))
-        w.writeheader()
-        for r in rows:
-            w.writerow(asdict(r))
-    json_path.write_text(json.dumps({"conditions": cond, "rows": [asdict(r) for r in rows]}, indent=1))
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=list(asdict(rows[0]).keys()))
+    w.writeheader()
+    for r in rows:
+        w.writerow(asdict(r))
+    # whole files or none: an interrupted run leaves the previous results, not half of new ones
+    atomic_write(csv_path, lambda tmp: Path(tmp).write_bytes(buf.getvalue().encode()))
+    atomic_write_text(json_path, json.dumps({"conditions": cond, "rows": [asdict(r) for r in rows]}, indent=1))
     return csv_path, json_path
 
 
@@ -281,16 +285,45 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="benchmarks/results", help="directory for CSV/JSON (default %(default)s)")
 
 
-def _parse_list(s: str, valid=None) -> list[str]:
-    items = [t for t in s.split(",") if t]
-    if valid is not None:
-        bad = [t for t in items if t not in valid]
-        if bad:
-            raise SystemExit(f"unknown value(s) {bad}; valid: {list(valid)}")
+def _parse_list(option: str, s: str, valid=None) -> list[str]:
+    items = list(dict.fromkeys(t for t in s.split(",") if t))  # each once, in the order given
+    if not items:
+        raise ValueError(f"{option}: empty")
+    bad = [t for t in items if valid is not None and t not in valid]
+    if bad:
+        raise ValueError(f"{option}: unknown value(s) {', '.join(bad)}; valid: {', '.join(valid)}")
     return items
 
 
+def _parse_shape(s: str) -> tuple[int, int]:
+    parts = s.lower().split("x")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise ValueError(f"--shapes: {s!r} is not ROWSxHIDDEN with both >= 1 (e.g. 4096x768)")
+    return int(parts[0]), int(parts[1])
+
+
+def parse_options(args, methods=METHODS) -> dict:
+    """Every option checked before any work (this benchmark's and the GPU one's, with its own ``methods``); a
+    ValueError's message names the option."""
+
+    opts = {"shapes": list(dict.fromkeys(_parse_shape(t) for t in _parse_list("--shapes", args.shapes))),
+            "dtypes": _parse_list("--dtypes", args.dtypes, DTYPES + ["float16"]),
+            "kinds": _parse_list("--kinds", args.kinds, KINDS),
+            "modes": _parse_list("--modes", args.modes, MODES),
+            "methods": _parse_list("--methods", args.methods, methods)}
+    try:
+        check_writable_dir(Path(args.out))
+    except OSError as e:
+        raise ValueError(f"--out: {e}") from None
+    return opts
+
+
 def main_from_args(args) -> int:
+    try:
+        opts = parse_options(args)
+    except ValueError as e:
+        print(f"addnorm bench: error: {e}", file=sys.stderr)
+        return 2
     if args.allocator == "both":  # the default allocator's table beside the tuned one
         return max(main_from_args(argparse.Namespace(**{**vars(args), "allocator": a})) for a in ("tuned", "default"))
     if args.allocator != "current":
@@ -310,11 +343,7 @@ def main_from_args(args) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    shapes = [tuple(int(v) for v in s.split("x")) for s in _parse_list(args.shapes)]
-    dtypes = _parse_list(args.dtypes, DTYPES + ["float16"])
-    kinds = _parse_list(args.kinds, KINDS)
-    modes = _parse_list(args.modes, MODES)
-    methods = _parse_list(args.methods, METHODS)
+    shapes, dtypes, kinds, modes, methods = (opts[k] for k in ("shapes", "dtypes", "kinds", "modes", "methods"))
     allocator = os.environ.get("ADDNORM_BENCH_ALLOCATOR", "current")
     console = Console(emoji=False)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

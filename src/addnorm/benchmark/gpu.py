@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from .. import functional as AF
-from .add_norm import Row, _parse_list, eager_add_norm, make_step, min_bytes, write_results
+from .add_norm import Row, eager_add_norm, make_step, min_bytes, parse_options, write_results
 from .timing import Timing, _summary, measure_interleaved
 
 SHAPES = [(4096, 4096), (16384, 8192), (32768, 2048)]
@@ -174,19 +174,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main_from_args(args) -> int:
-    shapes = []
-    for s in _parse_list(args.shapes):
-        try:
-            n, d = (int(v) for v in s.split("x"))
-        except ValueError:
-            raise SystemExit(f"--shapes: {s!r} is not ROWSxHIDDEN") from None
-        if n <= 0 or d <= 0:
-            raise SystemExit(f"--shapes: {s!r} must have positive rows and hidden size")
-        shapes.append((n, d))
-    dtypes = _parse_list(args.dtypes, DTYPES + ["float16"])
-    kinds = _parse_list(args.kinds, KINDS)
-    modes = _parse_list(args.modes, MODES)
-    methods = _parse_list(args.methods, METHODS)
+    try:
+        opts = parse_options(args, METHODS)
+    except ValueError as e:
+        print(f"bench_gpu: error: {e}", file=sys.stderr)
+        return 2
+    shapes, dtypes, kinds, modes, methods = (opts[k] for k in ("shapes", "dtypes", "kinds", "modes", "methods"))
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device here: the GPU benchmark measures nothing (GPU numbers are not measured, never "
               "estimated). Run it on a machine with an NVIDIA GPU and `pip install 'addnorm[gpu]'`.", file=sys.stderr)

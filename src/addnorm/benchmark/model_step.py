@@ -53,6 +53,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="benchmarks/results")
     p.add_argument("--variant", choices=["cpu", "torch"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    for name, v, hi in (("--batch", args.batch, None), ("--seq", args.seq, 1024), ("--steps", args.steps, None)):
+        if v < 1 or (hi is not None and v > hi):  # checked before any child process or measurement
+            p.error(f"{name} must be an integer in [1, {hi}], got {v}" if hi else f"{name} must be >= 1, got {v}")
     if args.variant:
         print(json.dumps(one_variant(args.variant, args.batch, args.seq, args.steps)))
         return 0

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..experiments.corpus import load_corpus
 from ..experiments.gradflow import DEFAULT_PLACEMENTS, ConfigError, GradflowConfig, run_gradflow
-from ..experiments.store import check_writable_dir
+from ..store import check_writable_dir
 
 # the option that sets each configuration field
 FLAGS = {"placements": "--placements", "depth": "--depth", "d_model": "--d-model", "n_head": "--heads",
@@ -43,8 +43,9 @@ def _error(msg: str) -> int:
 
 def run(args) -> int:
     """Every argument checked before any work: a one-line error naming the option, exit 2."""
+    placements = tuple(dict.fromkeys(p for p in args.placements.split(",") if p))  # each once, in order
     try:
-        cfg = GradflowConfig(placements=tuple(p for p in args.placements.split(",") if p), depth=args.depth,
+        cfg = GradflowConfig(placements=placements, depth=args.depth,
                              d_model=args.d_model, n_head=args.heads, seq_len=args.seq_len, batch=args.batch,
                              norm=args.norm, steps=args.steps, lr=args.lr, seed=args.seed, data=args.data)
     except ConfigError as e:

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 
-from ..experiments.store import check_writable_dir
+from ..store import check_writable_dir
 from ..experiments.study.config import PRESETS, Study, StudyConfigError, as_study
 from ..experiments.study.data import load_split
 from ..experiments.study.grid import run_study
@@ -67,7 +67,7 @@ def _axis(name: str, text: str, kind):
             out.append(kind(t))
         except ValueError:
             raise ValueError(f"--{name}: {t!r} is not a valid {kind.__name__}") from None
-    return tuple(out)
+    return tuple(dict.fromkeys(out))  # each value once, in the order given
 
 
 def grid_from_args(args) -> Study:

@@ -38,7 +38,7 @@ def print_walkthrough(w, console: Console) -> None:
 
 
 def run(args) -> int:
-    from ..experiments.store import check_writable_dir
+    from ..store import check_writable_dir
     from ..experiments.tour import run_tour
 
     # checked before any work: the gradient-flow section compares block 1 with the last

@@ -24,7 +24,7 @@ from ..diagnostics import plots
 from ..model import GPT, GPTConfig
 from ..placement import NAMES
 from .corpus import load_corpus
-from .store import atomic_write_text, digest, read_json
+from ..store import atomic_write_text, digest, read_json
 
 DEFAULT_PLACEMENTS = ("no_residual", "none", "post", "pre", "sandwich", "deepnorm", "rezero")
 NORM_KINDS = ("layer", "rms", "dyt")

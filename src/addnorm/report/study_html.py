@@ -7,7 +7,7 @@ import html
 import json
 from pathlib import Path
 
-from ..experiments.store import atomic_write_text
+from ..store import atomic_write_text
 from .html import Page
 
 

@@ -68,6 +68,8 @@ class RunConfig:
                      "checkpoint_every"):
             _int(name, getattr(self, name), 1)
         _int("warmup", self.warmup, 0)
+        if self.warmup >= self.steps:  # the run would never reach its learning rate: its lr label would be false
+            raise StudyConfigError("warmup", f"{self.warmup} must be smaller than steps ({self.steps})")
         _int("seed", self.seed, 0)
         if self.d_model % self.heads:
             raise StudyConfigError("d_model", f"{self.d_model} must be divisible by heads ({self.heads})")

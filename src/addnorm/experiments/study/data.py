@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from ..corpus import read_files, text_files
-from ..store import digest
+from ...store import digest
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from ..store import atomic_write, atomic_write_text, read_json
+from ...store import atomic_write, atomic_write_text, read_json
 from .config import RunConfig, Study, StudyGrid
 from .data import SplitCorpus
 from .runner import _world, train_run

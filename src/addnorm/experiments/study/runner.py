@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ...model import GPT, GPTConfig
-from ..store import atomic_write_text, read_json
+from ...store import atomic_write_text, read_json
 from .config import RunConfig
 from .data import SplitCorpus, lr_at
 
