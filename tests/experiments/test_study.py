@@ -69,6 +69,17 @@ def test_finished_runs_are_reused_and_corrupt_files_redone(data, tmp_path):
     assert any("summary.json" in n for n in redone["notes"]) and any("checkpoint.pt" in n for n in redone["notes"])
 
 
+def test_the_generalization_gap_is_recorded_and_backfilled_for_older_runs(data, tmp_path):
+    s = train_run(RunConfig(**TINY), data, tmp_path)
+    assert s["generalization_gap"] == s["final_val_loss"] - s["final_train_split_loss"]
+    assert 0 < s["final_train_split_loss"] < 6
+    old = {k: v for k, v in s.items() if k not in ("final_train_split_loss", "generalization_gap")}
+    (tmp_path / "summary.json").write_text(json.dumps(old))  # as a run finished before the measure existed
+    again = train_run(RunConfig(**TINY), data, tmp_path)  # measured from the final checkpoint
+    assert again["reused"] and again["final_train_split_loss"] == s["final_train_split_loss"]
+    assert json.loads((tmp_path / "summary.json").read_text())["generalization_gap"] == s["generalization_gap"]
+
+
 def test_the_cache_key_is_the_data_content_not_its_path(tmp_path):
     def folder(name, text):
         d = tmp_path / name
@@ -142,10 +153,11 @@ def test_figures_never_draw_runs_that_differ_in_an_axis_as_one():
 
 
 def test_a_small_grid_writes_its_tables_and_figures(tmp_path, capsys):
-    assert main(["study", "--preset", "quick", "--steps", "12", "--out", str(tmp_path), "--shard", "0/2"]) == 0
+    small = ["--preset", "quick", "--steps", "12", "--warmups", "0,5", "--out", str(tmp_path)]
+    assert main(["study", *small, "--shard", "0/2"]) == 0
     half = json.loads((tmp_path / "summary.json").read_text())
     assert len(half["runs"]) == 2 and len(half["missing"]) == 2
-    assert main(["study", "--preset", "quick", "--steps", "12", "--out", str(tmp_path), "--shard", "1/2"]) == 0
+    assert main(["study", *small, "--shard", "1/2"]) == 0
     merged = json.loads((tmp_path / "summary.json").read_text())
     assert len(merged["runs"]) == 4 and not merged["missing"]
     assert "warmup_lr_failures.png" in merged_figures(tmp_path) and "grad_norm_vs_depth.png" in merged_figures(tmp_path)

@@ -305,7 +305,6 @@ def _parse_shape(s: str) -> tuple[int, int]:
 def parse_options(args, methods=METHODS) -> dict:
     """Every option checked before any work (this benchmark's and the GPU one's, with its own ``methods``); a
     ValueError's message names the option."""
-
     opts = {"shapes": list(dict.fromkeys(_parse_shape(t) for t in _parse_list("--shapes", args.shapes))),
             "dtypes": _parse_list("--dtypes", args.dtypes, DTYPES + ["float16"]),
             "kinds": _parse_list("--kinds", args.kinds, KINDS),

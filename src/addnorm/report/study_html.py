@@ -25,13 +25,15 @@ def build(study: dict, figures: list[str]) -> Page:
             f"({p.num(f'g{i}.val_min', g['val_loss_min'], '{:.3f}')}–{p.num(f'g{i}.val_max', g['val_loss_max'], '{:.3f}')})")
         fails = p.num(f"g{i}.failures", g["failures"], "{}")
         kinds = f" <span class='bad'>{html.escape(', '.join(g['failure_kinds']))}</span>" if g["failure_kinds"] else ""
+        gap = "—" if g.get("gap_mean") is None else p.num(f"g{i}.gap", g["gap_mean"], "{:+.3f}")
         rows.append([html.escape(str(g["placement"])), g["norm"], str(g["depth"]), f"{g['lr']:g}", str(g["warmup"]),
-                     f"{g['clip']:g}", g["init"], f"{fails} / {g['seeds']}{kinds}", val])
+                     f"{g['clip']:g}", g["init"], f"{fails} / {g['seeds']}{kinds}", val, gap])
     p.add("<h2>Outcomes</h2><p>Seeds pooled. Failures: <code>nan</code> (a non-finite loss), <code>spike</code> (a "
           "loss above 1.5× the mean of the previous 20 steps: the run is stopped), <code>plateau</code> (final "
-          "validation loss at or above the unigram plateau).</p>")
+          "validation loss at or above the unigram plateau). <em>val − train</em>: the final validation loss minus the "
+          "training split's, both in evaluation mode on fixed batches — the generalization gap.</p>")
     p.table(["placement", "norm", "depth", "lr", "warmup", "clip", "init", "failed / seeds",
-             "final validation loss, mean (min–max) of runs that trained"], rows)
+             "final validation loss, mean (min–max) of runs that trained", "val − train"], rows)
     if study["missing"]:
         p.add(f"<p class='note'>{p.num('missing', len(study['missing']), '{}')} runs of the grid are not finished "
               "(another shard, or interrupted): re-run the same command to finish them.</p>")

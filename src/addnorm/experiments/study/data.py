@@ -31,6 +31,12 @@ class SplitCorpus:
         g = torch.Generator().manual_seed(12345)
         return [_take(self.val, batch, seq_len, g) for _ in range(n)]
 
+    def train_eval_batches(self, n: int, batch: int, seq_len: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Fixed batches of the training split, to measure the training loss as the validation loss is measured
+        (evaluation mode, the same number of batches): their difference is the generalization gap."""
+        g = torch.Generator().manual_seed(54321)
+        return [_take(self.train, batch, seq_len, g) for _ in range(n)]
+
 
 def _take(data, batch, seq_len, g):
     if len(data) <= seq_len + 1:

@@ -18,7 +18,7 @@ from .data import SplitCorpus
 from .runner import _world, train_run
 
 COLUMNS = ["name", "placement", "norm", "depth", "lr", "warmup", "seed", "clip", "init", "steps_done",
-           "final_train_loss", "final_val_loss", "failed", "failure"]
+           "final_train_loss", "final_val_loss", "final_train_split_loss", "generalization_gap", "failed", "failure"]
 
 
 def run_dir(out_dir: Path, cfg: RunConfig, data: SplitCorpus) -> Path:
@@ -68,7 +68,9 @@ def _row(s: dict) -> dict:
     return {"name": s["name"], "placement": p if isinstance(p, str) else "+".join(p), "norm": c["norm"],
             "depth": c["depth"], "lr": c["lr"], "warmup": c["warmup"], "seed": c["seed"], "clip": c["clip"],
             "init": c["init"], "steps_done": s["steps_done"], "final_train_loss": s["final_train_loss"],
-            "final_val_loss": s["final_val_loss"], "failed": s["failed"], "failure": s["failure"] or ""}
+            "final_val_loss": s["final_val_loss"], "final_train_split_loss": s.get("final_train_split_loss", math.nan),
+            "generalization_gap": s.get("generalization_gap", math.nan), "failed": s["failed"],
+            "failure": s["failure"] or ""}
 
 
 def write_outputs(grid: StudyGrid | Study, data: SplitCorpus, out_dir: Path) -> dict:
@@ -100,25 +102,30 @@ def groups(rows: list[dict]) -> list[dict]:
     res = []
     for k, rs in out.items():
         ok = [r["final_val_loss"] for r in rs if not r["failed"] and math.isfinite(r["final_val_loss"])]
+        gaps = [r["generalization_gap"] for r in rs if not r["failed"] and math.isfinite(r["generalization_gap"])]
         res.append({**dict(zip(("placement", "norm", "depth", "lr", "warmup", "clip", "init"), k)),
                     "seeds": len(rs), "failures": sum(r["failed"] for r in rs),
                     "failure_kinds": sorted({r["failure"] for r in rs if r["failed"]}),
                     "val_loss_min": min(ok) if ok else None, "val_loss_max": max(ok) if ok else None,
-                    "val_loss_mean": sum(ok) / len(ok) if ok else None})
+                    "val_loss_mean": sum(ok) / len(ok) if ok else None,
+                    "gap_mean": sum(gaps) / len(gaps) if gaps else None})
     return res
 
 
 def markdown(study: dict) -> str:
     lines = [f"# Study: {study['grid']}", "", f"Data: {study['corpus']}; unigram plateau "
              f"{study['unigram_nats']:.3f} nats (validation bytes under the training bytes' frequencies).", "",
-             "| placement | norm | depth | lr | warmup | clip | init | failed / seeds | final val loss (ok runs) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| placement | norm | depth | lr | warmup | clip | init | failed / seeds | final val loss (ok runs) "
+             "| val − train |", "|---|---|---|---|---|---|---|---|---|---|"]
     for g in study["groups"]:
         v = ("—" if g["val_loss_mean"] is None else
              f"{g['val_loss_mean']:.3f} ({g['val_loss_min']:.3f}–{g['val_loss_max']:.3f})")
         kinds = f" ({', '.join(g['failure_kinds'])})" if g["failure_kinds"] else ""
+        gap = "—" if g.get("gap_mean") is None else f"{g['gap_mean']:+.3f}"
         lines.append(f"| {g['placement']} | {g['norm']} | {g['depth']} | {g['lr']:g} | {g['warmup']} | {g['clip']:g} "
-                     f"| {g['init']} | {g['failures']} / {g['seeds']}{kinds} | {v} |")
+                     f"| {g['init']} | {g['failures']} / {g['seeds']}{kinds} | {v} | {gap} |")
+    lines += ["", "val − train: the final validation loss minus the training split's, both in evaluation mode on "
+              "fixed batches (the generalization gap; mean of the runs that trained)."]
     if study["missing"]:
         lines += ["", f"Not finished yet (another shard, or interrupted): {len(study['missing'])} runs."]
     return "\n".join(lines) + "\n"

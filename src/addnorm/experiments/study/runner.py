@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ...model import GPT, GPTConfig
-from ...store import atomic_write_text, read_json
+from ...store import atomic_write, atomic_write_text, read_json
 from .config import RunConfig
 from .data import SplitCorpus, lr_at
 
@@ -66,13 +66,9 @@ def _device() -> torch.device:
 
 
 def _save_checkpoint(path: Path, model, opt, step: int, losses: list[float]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                    "losses": torch.tensor(losses, dtype=torch.float64), "rng": torch.get_rng_state()}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
+             "losses": torch.tensor(losses, dtype=torch.float64), "rng": torch.get_rng_state()}
+    atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
 def _load_checkpoint(path: Path, model, opt):
@@ -117,10 +113,12 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 
 @torch.no_grad()
-def evaluate(model, data: SplitCorpus, cfg: RunConfig) -> float:
+def evaluate(model, data: SplitCorpus, cfg: RunConfig, split: str = "val") -> float:
+    """Mean loss in evaluation mode over the split's fixed batches (``val``, or ``train`` for the gap)."""
     model.eval()
     total = 0.0
-    batches = data.val_batches(cfg.eval_batches, cfg.batch, cfg.seq_len)
+    fixed = data.val_batches if split == "val" else data.train_eval_batches
+    batches = fixed(cfg.eval_batches, cfg.batch, cfg.seq_len)
     device = next(model.parameters()).device
     for x, y in batches:
         total += model(x.to(device), y.to(device))[1].item()
@@ -193,6 +191,28 @@ def _failure(losses: list[float]) -> str | None:
     return None
 
 
+def _train_split(model, data: SplitCorpus, cfg: RunConfig, final_val: float, failure) -> dict:
+    """The final training loss measured as the validation loss is (evaluation mode, fixed batches), and the
+    generalization gap: validation minus training."""
+    train = evaluate(model, data, cfg, split="train") if failure != "nan" else float("nan")
+    return {"final_train_split_loss": train, "generalization_gap": final_val - train}
+
+
+def _train_split_from_checkpoint(cfg: RunConfig, data: SplitCorpus, run_dir: Path, summary: dict) -> dict:
+    """For a run finished before the training-split loss was recorded: measured from its final checkpoint (the
+    model the summary's validation loss was measured on), or NaN where that checkpoint is not the final one."""
+    model = build_model(cfg).to(_device())
+    try:
+        ck = torch.load(run_dir / "checkpoint.pt", weights_only=True, map_location=_device())
+        model.load_state_dict(ck["model"])
+        final = int(ck["step"]) == summary.get("steps_done")
+    except Exception:  # noqa: BLE001  (missing or damaged: not measurable, and said so by NaN)
+        final = False
+    if not final:
+        return {"final_train_split_loss": float("nan"), "generalization_gap": float("nan")}
+    return _train_split(model, data, cfg, summary["final_val_loss"], summary.get("failure"))
+
+
 def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, task=None,
               on_step=None) -> dict:
     """Train (or resume, or reuse) one run; returns its summary. ``on_step(step)`` is called after each step."""
@@ -209,6 +229,9 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
     summary, why = read_json(run_dir / "summary.json")
     notes = [why] if why else []
     if summary is not None and summary.get("key") == key and "final_val_loss" in summary:
+        if "final_train_split_loss" not in summary and lead:  # finished before this measure existed
+            summary.update(_train_split_from_checkpoint(cfg, data, run_dir, summary))
+            atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, default=list))
         summary["reused"] = True
         return summary
     if lead:
@@ -293,6 +316,7 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
     if failure is None and final_val >= data.unigram_nats:
         failure = "plateau"
     gap = train_eval_gap(model, data, cfg) if failure != "nan" else {}
+    gap.update(_train_split(model, data, cfg, final_val, failure))
     summary = {"key": key, "name": cfg.name(), "run_dir": str(run_dir), "config": cfg.__dict__,
                "data_digest": data.digest,
                "steps_done": len(losses), "final_train_loss": losses[-1] if losses else float("nan"),
