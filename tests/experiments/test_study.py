@@ -152,6 +152,22 @@ def test_figures_never_draw_runs_that_differ_in_an_axis_as_one():
     assert variant(rows[0], rows[:1]) == "pre"  # nothing varies: the placement alone
 
 
+def test_the_learning_rate_table_pools_seeds_and_names_where_every_seed_trained():
+    from addnorm.experiments.study.grid import lr_range_table
+
+    def row(p, lr, seed, failed, loss):
+        return dict(placement=p, norm="layer", depth=24, warmup=100, init="xavier", clip=0.0, lr=lr, seed=seed,
+                    failed=failed, final_val_loss=loss)
+
+    rows = [row("post", 1e-3, 0, True, 3.2), row("post", 1e-3, 1, False, 3.0), row("post", 1e-2, 0, True, 3.3),
+            row("post", 1e-2, 1, True, 3.3), row("pre", 1e-3, 0, False, 2.5), row("pre", 1e-3, 1, False, 2.7),
+            row("pre", 1e-2, 0, False, 2.4), row("pre", 1e-2, 1, False, 2.4)]
+    table = lr_range_table(rows)
+    assert "| post | 3.000 (1 of 2 failed) | failed (2 of 2) | none |" in table
+    assert "| pre | 2.600 | 2.400 | 0.001, 0.01 |" in table
+    assert lr_range_table(rows[:1]) == []
+
+
 def test_a_small_grid_writes_its_tables_and_figures(tmp_path, capsys):
     small = ["--preset", "quick", "--steps", "12", "--warmups", "0,5", "--out", str(tmp_path)]
     assert main(["study", *small, "--shard", "0/2"]) == 0

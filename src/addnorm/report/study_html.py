@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from ..store import atomic_write_text
+from ..experiments.study.grid import cell_text, lr_range
 from .html import Page
 
 
@@ -34,6 +35,17 @@ def build(study: dict, figures: list[str]) -> Page:
           "training split's, both in evaluation mode on fixed batches — the generalization gap.</p>")
     p.table(["placement", "norm", "depth", "lr", "warmup", "clip", "init", "failed / seeds",
              "final validation loss, mean (min–max) of runs that trained", "val − train"], rows)
+    table = lr_range(study["runs"])
+    if table is not None:
+        p.add("<h2>Learning rates at which each setting trains</h2><p>Seeds pooled: the mean final validation loss "
+              "of the runs that trained at each learning rate, and how many failed.</p>")
+        body = []
+        for i, st in enumerate(table["settings"]):
+            cells = [cell_text(c, p.num(f"lr.{i}.{j}", c["mean"], "{:.3f}") if c["mean"] is not None else None)
+                     for j, c in enumerate(st["cells"])]
+            every = ", ".join(f"{lr:g}" for lr in st["trained_every_seed"]) or "none"
+            body.append([html.escape(st["setting"]), *cells, every])
+        p.table(["setting", *(f"lr {lr:g}" for lr in table["lrs"]), "trained in every seed at"], body)
     if study["missing"]:
         p.add(f"<p class='note'>{p.num('missing', len(study['missing']), '{}')} runs of the grid are not finished "
               "(another shard, or interrupted): re-run the same command to finish them.</p>")

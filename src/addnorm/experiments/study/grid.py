@@ -126,9 +126,57 @@ def markdown(study: dict) -> str:
                      f"| {g['init']} | {g['failures']} / {g['seeds']}{kinds} | {v} | {gap} |")
     lines += ["", "val − train: the final validation loss minus the training split's, both in evaluation mode on "
               "fixed batches (the generalization gap; mean of the runs that trained)."]
+    lines += lr_range_table(study["runs"])
     if study["missing"]:
         lines += ["", f"Not finished yet (another shard, or interrupted): {len(study['missing'])} runs."]
     return "\n".join(lines) + "\n"
+
+
+def lr_range(rows: list[dict]) -> dict | None:
+    """Seeds pooled, per placement (and every other axis that varies) and learning rate: the mean final
+    validation loss of the runs that trained, how many failed, and the learning rates at which every seed
+    trained. None when the grid has one learning rate."""
+    lrs = sorted({r["lr"] for r in rows})
+    if len(lrs) < 2:
+        return None
+    line_of = {id(r): variant(r, rows) for r in rows}
+    order = list(dict.fromkeys(line_of[id(r)] for r in rows))  # the grid's own order
+    settings = []
+    for v in order:
+        cells, every = [], []
+        for lr in lrs:
+            rs = [r for r in rows if line_of[id(r)] == v and r["lr"] == lr]
+            ok = [r["final_val_loss"] for r in rs if not r["failed"]]
+            cells.append({"lr": lr, "runs": len(rs), "failed": len(rs) - len(ok),
+                          "mean": sum(ok) / len(ok) if ok else None})
+            if rs and len(ok) == len(rs):
+                every.append(lr)
+        settings.append({"setting": v, "cells": cells, "trained_every_seed": every})
+    return {"lrs": lrs, "settings": settings}
+
+
+def cell_text(c: dict, mean: str | None = None) -> str:
+    """``mean`` (the formatted mean, or markup around it) with the failures: '2.600', '3.000 (1 of 2 failed)',
+    'failed (2 of 2)', or '' where the grid has no run."""
+    if not c["runs"]:
+        return ""
+    if c["mean"] is None:
+        return f"failed ({c['failed']} of {c['runs']})"
+    text = mean if mean is not None else f"{c['mean']:.3f}"
+    return text + (f" ({c['failed']} of {c['runs']} failed)" if c["failed"] else "")
+
+
+def lr_range_table(rows: list[dict]) -> list[str]:
+    t = lr_range(rows)
+    if t is None:
+        return []
+    lines = ["", "## Learning rates at which each setting trains", "",
+             "| setting | " + " | ".join(f"lr {lr:g}" for lr in t["lrs"]) + " | trained in every seed at |",
+             "|---|" + "---|" * len(t["lrs"]) + "---|"]
+    for s in t["settings"]:
+        every = ", ".join(f"{lr:g}" for lr in s["trained_every_seed"]) or "none"
+        lines.append(f"| {s['setting']} | " + " | ".join(cell_text(c) for c in s["cells"]) + f" | {every} |")
+    return lines
 
 
 _VARIANT_AXES = (("norm", "{}"), ("depth", "L{}"), ("warmup", "warmup {}"), ("init", "{} init"), ("clip", "clip {:g}"))
