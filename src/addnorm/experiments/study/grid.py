@@ -238,6 +238,8 @@ def figures(summaries: list[dict], rows: list[dict], out_dir: Path) -> list[Path
             line = ax.plot(xs, [sum(by_lr[x]) / len(by_lr[x]) for x in xs], "-", label=p)[0]
             color = line.get_color()
             ax.plot(*zip(*ok), "o", color=color, ms=4)
+        else:  # every run failed: still a colour and a legend entry
+            color = ax.plot([], [], "x", label=f"{p} (every run failed)")[0].get_color()
         for lr, v in bad:
             ax.plot(lr, v if v is not None else ax.get_ylim()[1], "x", color=color, ms=9)
     ax.set_xscale("log")
@@ -325,7 +327,7 @@ def _grad_vs_depth(summaries, rows, out_dir, plt) -> list[Path]:
             chosen[variant(r, rows)] = s
     if not chosen:
         return []
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    fig, ax = plt.subplots(figsize=(6.5 + 1.8 * (1 + len(chosen) // 8), 3.6))
     for p, s in chosen.items():
         metrics = read_metrics(Path(s["run_dir"])) if s.get("run_dir") else []
         if not metrics:
@@ -335,8 +337,8 @@ def _grad_vs_depth(summaries, rows, out_dir, plt) -> list[Path]:
             ax.semilogy(range(len(g)), g, marker=".", label=f"{p} step {step}")
     ax.set_xlabel("block")
     ax.set_ylabel("gradient norm of the block's weights")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=6)
+    if ax.get_legend_handles_labels()[0]:  # beside the plot: many lines would cover it
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncols=1 + len(chosen) // 8)
     fig.tight_layout()
     out = out_dir / "grad_norm_vs_depth.png"
     _save(fig, out)
