@@ -74,6 +74,8 @@ def test_measured_claims(tour_dir):
     runs = data["training"]["runs"]
     assert sorted((r["placement"], r["warmup"]) for r in runs) == [("post", 0), ("post", 50), ("pre", 0), ("pre", 50)]
     assert all(len(r["train_loss"]) == r["steps_done"] > 0 for r in runs)
+    sections = data["meta"]["section_seconds"]  # where the time goes, every section and the figures
+    assert len(sections) == 9 and "figures" in sections and sum(sections.values()) <= data["meta"]["seconds"]
 
 
 def test_rerun_gives_the_same_numbers(tour_dir, tmp_path):

@@ -48,11 +48,16 @@ def run_tour(out_dir: Path, seed: int = 0, depth: int = 48, progress=None) -> di
     fig_dir.mkdir(parents=True)
     task = progress.add_task("tour", total=len(SECTIONS)) if progress else None
 
+    section_seconds: dict[str, float] = {}  # where the tour's time goes (its budget is 90 s on 2 cores)
+    current = {"name": None, "t": 0.0}
+
     def step(name):
+        current.update(name=name, t=time.perf_counter())
         if progress:
             progress.update(task, description=f"tour: {name}")
 
     def done():
+        section_seconds[current["name"]] = time.perf_counter() - current["t"]
         if progress:
             progress.advance(task)
 
@@ -102,9 +107,12 @@ def run_tour(out_dir: Path, seed: int = 0, depth: int = 48, progress=None) -> di
     for name in data["gradient_flow"]["training_figures"]:
         shutil.copy(out_dir / "gradflow" / "training" / name, fig_dir / name)
         f[name.removesuffix(".png")] = name
+    section_seconds["figures"] = time.perf_counter() - current["t"]
     data["meta"] = {"seed": seed, "torch": torch.__version__, "threads": torch.get_num_threads(),
-                    "backend": AF.last_backend() or "cpu", "seconds": time.perf_counter() - t0, "figures": f}
+                    "backend": AF.last_backend() or "cpu", "seconds": time.perf_counter() - t0, "figures": f,
+                    "section_seconds": section_seconds}
     page, shown = html.write(data, f, out_dir)
     (out_dir / "tour.json").write_text(json.dumps({"shown": shown, "data": data}, indent=1, default=float))
-    done()
+    if progress:
+        progress.advance(task)
     return {"index": page, "shown": shown, "data": data}
