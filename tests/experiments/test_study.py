@@ -143,13 +143,13 @@ def test_the_paper_preset_is_the_deep_comparison_with_dyt_beside_it(capsys):
 
 
 def test_figures_never_draw_runs_that_differ_in_an_axis_as_one():
-    from addnorm.experiments.study.grid import variant
+    from addnorm.experiments.study.grid import variants
 
     rows = [dict(placement="pre", norm=n, depth=24, warmup=w, init="xavier", clip=0.0, lr=1e-3, seed=0)
             for n in ("layer", "dyt") for w in (0, 100)]
-    assert len({variant(r, rows) for r in rows}) == 4
-    assert {variant(r, rows, without=("warmup",)) for r in rows} == {"pre layer", "pre dyt"}
-    assert variant(rows[0], rows[:1]) == "pre"  # nothing varies: the placement alone
+    assert len(set(variants(rows).values())) == 4
+    assert set(variants(rows, without=("warmup",)).values()) == {"pre layer", "pre dyt"}
+    assert variants(rows[:1]) == {id(rows[0]): "pre"}  # nothing varies: the placement alone
 
 
 def test_the_learning_rate_table_pools_seeds_and_names_where_every_seed_trained():

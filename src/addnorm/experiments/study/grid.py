@@ -139,7 +139,7 @@ def lr_range(rows: list[dict]) -> dict | None:
     lrs = sorted({r["lr"] for r in rows})
     if len(lrs) < 2:
         return None
-    line_of = {id(r): variant(r, rows) for r in rows}
+    line_of = variants(rows)
     order = list(dict.fromkeys(line_of[id(r)] for r in rows))  # the grid's own order
     settings = []
     for v in order:
@@ -182,14 +182,13 @@ def lr_range_table(rows: list[dict]) -> list[str]:
 _VARIANT_AXES = (("norm", "{}"), ("depth", "L{}"), ("warmup", "warmup {}"), ("init", "{} init"), ("clip", "clip {:g}"))
 
 
-def variant(row: dict, rows: list[dict], without: tuple[str, ...] = ()) -> str:
-    """The row's placement, plus every other axis that varies across ``rows`` (except ``without``): a figure's
-    line or panel, so that runs that differ in norm, depth, warmup, init or clipping are never drawn as one."""
-    parts = [row["placement"]]
-    for axis, fmt in _VARIANT_AXES:
-        if axis not in without and len({r[axis] for r in rows}) > 1:
-            parts.append(fmt.format(row[axis]))
-    return " ".join(parts)
+def variants(rows: list[dict], without: tuple[str, ...] = ()) -> dict[int, str]:
+    """{id(row): label}: the row's placement, plus every other axis that varies across ``rows`` (except
+    ``without``) -- a figure's line or panel, so that runs that differ in norm, depth, warmup, init or clipping
+    are never drawn as one. Which axes vary is found once for all the rows."""
+    varying = [(axis, fmt) for axis, fmt in _VARIANT_AXES
+               if axis not in without and len({r[axis] for r in rows}) > 1]
+    return {id(r): " ".join([r["placement"], *(fmt.format(r[axis]) for axis, fmt in varying)]) for r in rows}
 
 
 def figures(summaries: list[dict], rows: list[dict], out_dir: Path) -> list[Path]:
@@ -203,7 +202,7 @@ def figures(summaries: list[dict], rows: list[dict], out_dir: Path) -> list[Path
         return paths
     out_dir.mkdir(parents=True, exist_ok=True)
     # 1. validation loss curves, one panel per placement (and norm, depth, init, clipping where they vary)
-    panel = {id(r): variant(r, rows, without=("warmup",)) for r in rows}
+    panel = variants(rows, without=("warmup",))
     placements = sorted(set(panel.values()))
     fig, axes = plt.subplots(1, len(placements), figsize=(4.5 * len(placements), 3.4), squeeze=False, sharey=True)
     for ax, p in zip(axes[0], placements):
@@ -224,7 +223,7 @@ def figures(summaries: list[dict], rows: list[dict], out_dir: Path) -> list[Path
     plt.close(fig)
     # 2. final validation loss against learning rate per placement, failures marked (Wortsman et al. 2023's view)
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    line_of = {id(r): variant(r, rows) for r in rows}
+    line_of = variants(rows)
     for p in sorted(set(line_of.values())):
         ok = [(r["lr"], r["final_val_loss"]) for r in rows if line_of[id(r)] == p and not r["failed"]]
         bad = [(r["lr"], r["final_val_loss"] if math.isfinite(r["final_val_loss"]) else None) for r in rows
@@ -278,7 +277,7 @@ def _maps(rows, out_dir, plt) -> list[Path]:
     out = []
     lrs = sorted({r["lr"] for r in rows})
     warmups = sorted({r["warmup"] for r in rows})
-    panel = {id(r): variant(r, rows, without=("warmup",)) for r in rows}
+    panel = variants(rows, without=("warmup",))
     panels = sorted({panel[id(r)] for r in rows if r["placement"] in ("post", "pre")})
     if panels and len(lrs) * len(warmups) > 1:
         fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.2), squeeze=False)
@@ -294,7 +293,7 @@ def _maps(rows, out_dir, plt) -> list[Path]:
         _save(fig, out[-1])
         plt.close(fig)
     depths = sorted({r["depth"] for r in rows})
-    column = {id(r): variant(r, rows, without=("depth",)) for r in rows}
+    column = variants(rows, without=("depth",))
     placements = sorted(set(column.values()))
     if len(lrs) > 1:
         vals = []
@@ -320,11 +319,11 @@ def _grad_vs_depth(summaries, rows, out_dir, plt) -> list[Path]:
     seed and the first learning rate of the grid), from the runs' metrics."""
     from .runner import read_metrics
 
-    chosen = {}
+    chosen, label = {}, variants(rows)
     first_seed = min(x["seed"] for x in rows)
     for s, r in zip(summaries, rows):
-        if r["seed"] == first_seed and variant(r, rows) not in chosen:
-            chosen[variant(r, rows)] = s
+        if r["seed"] == first_seed and label[id(r)] not in chosen:
+            chosen[label[id(r)]] = s
     if not chosen:
         return []
     fig, ax = plt.subplots(figsize=(6.5 + 1.8 * (1 + len(chosen) // 8), 3.6))
