@@ -15,8 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rich.console import Console
 from rich.markup import escape
+
+from .output import console as make_console
 
 
 def _features(s: str) -> int:
@@ -48,7 +49,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    console = Console(highlight=False, emoji=False)
+    console = make_console(highlight=False)
     spec = args.target
     shown = escape(spec)  # the user's text, printed as written (rich markup and emoji codes are not applied)
     if ":" not in spec:

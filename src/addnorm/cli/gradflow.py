@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.console import Console
 from rich.markdown import Markdown
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -12,6 +11,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..experiments.corpus import load_corpus
 from ..experiments.gradflow import DEFAULT_PLACEMENTS, ConfigError, GradflowConfig, run_gradflow
 from ..store import check_writable_dir
+from .output import console as make_console
+from .output import error
 
 # the option that sets each configuration field
 FLAGS = {"placements": "--placements", "depth": "--depth", "d_model": "--d-model", "n_head": "--heads",
@@ -36,9 +37,7 @@ def add_parser(sub) -> None:
 
 
 def _error(msg: str) -> int:
-    Console(stderr=True, emoji=False, markup=False, highlight=False).print(f"addnorm gradflow: error: {msg}",
-                                                                         soft_wrap=True)
-    return 2
+    return error("gradflow", msg)
 
 
 def run(args) -> int:
@@ -60,7 +59,7 @@ def run(args) -> int:
         check_writable_dir(Path(args.out))
     except OSError as e:
         return _error(f"--out: {e}")
-    console = Console(emoji=False)
+    console = make_console()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         summary = run_gradflow(cfg, Path(args.out), progress)

@@ -5,15 +5,16 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 
-from ..store import check_writable_dir
 from ..experiments.study.config import PRESETS, Study, StudyConfigError, as_study
 from ..experiments.study.data import load_split
 from ..experiments.study.grid import run_study
+from ..store import check_writable_dir
+from .output import console as make_console
+from .output import error
 
 FLAGS = {"placement": "--placements", "norm": "--norms", "depth": "--depths", "lr": "--lrs", "warmup": "--warmups",
          "seed": "--seeds", "clip": "--clips", "init": "--inits", "steps": "--steps"}
@@ -52,9 +53,7 @@ def _init_distributed() -> int:
 
 
 def _error(msg: str) -> int:
-    Console(stderr=True, emoji=False, markup=False, highlight=False).print(f"addnorm study: error: {msg}",
-                                                                         soft_wrap=True)
-    return 2
+    return error("study", msg)
 
 
 def _axis(name: str, text: str, kind):
@@ -101,7 +100,7 @@ def run(args) -> int:
     except ValueError:
         return _error(f"--shard must be i/n with 0 <= i < n, got {args.shard!r}")
     rank = _init_distributed()
-    console = Console(quiet=rank != 0, emoji=False)  # under torchrun, rank 0 speaks
+    console = make_console(quiet=rank != 0)  # under torchrun, rank 0 speaks
     runs = grid.runs()
     console.print(f"[bold]{len(runs)} runs[/bold] ({args.preset} preset): {escape(grid.describe())}")
     if args.list:

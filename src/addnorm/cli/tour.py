@@ -10,6 +10,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..experiments.walkthrough import WalkthroughConfig, run_walkthrough
+from .output import console as make_console
+from .output import error
 
 
 def add_parser(sub) -> None:
@@ -53,10 +55,8 @@ def run(args) -> int:
         except OSError as e:
             problem = f"--out: {e}"
     if problem:
-        Console(stderr=True, emoji=False, markup=False, highlight=False).print(f"addnorm tour: error: {problem}",
-                                                                             soft_wrap=True)
-        return 2
-    console = Console(emoji=False)
+        return error("tour", problem)
+    console = make_console()
     print_walkthrough(run_walkthrough(WalkthroughConfig(seed=42 + args.seed)), console)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
