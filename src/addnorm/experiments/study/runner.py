@@ -71,13 +71,20 @@ def _save_checkpoint(path: Path, model, opt, step: int, losses: list[float]) -> 
     atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
+def _read_checkpoint(path: Path, model) -> dict:
+    """The checkpoint's contents (``torch.load(weights_only=True)``), its weights loaded into ``model``; raises
+    on a missing or damaged file."""
+    ck = torch.load(path, weights_only=True, map_location=_device())
+    model.load_state_dict(ck["model"])
+    return ck
+
+
 def _load_checkpoint(path: Path, model, opt):
     """(step, losses) from the checkpoint, or (0, []) and a message when there is none or it is corrupt."""
     if not path.exists():
         return 0, [], None
     try:
-        ck = torch.load(path, weights_only=True, map_location=_device())
-        model.load_state_dict(ck["model"])
+        ck = _read_checkpoint(path, model)
         opt.load_state_dict(ck["optimizer"])
         torch.set_rng_state(ck["rng"].cpu())
         return int(ck["step"]), ck["losses"].tolist(), None
@@ -203,9 +210,7 @@ def _train_split_from_checkpoint(cfg: RunConfig, data: SplitCorpus, run_dir: Pat
     model the summary's validation loss was measured on), or NaN where that checkpoint is not the final one."""
     model = build_model(cfg).to(_device())
     try:
-        ck = torch.load(run_dir / "checkpoint.pt", weights_only=True, map_location=_device())
-        model.load_state_dict(ck["model"])
-        final = int(ck["step"]) == summary.get("steps_done")
+        final = int(_read_checkpoint(run_dir / "checkpoint.pt", model)["step"]) == summary.get("steps_done")
     except Exception:  # noqa: BLE001  (missing or damaged: not measurable, and said so by NaN)
         final = False
     if not final:
