@@ -79,9 +79,42 @@ typedef struct {
     int nt;
 } an_bwd_args;
 
+/* The fused forms (fused_rows.h): norm-then-add and the parallel residual. Each tensor has its own dtype;
+ * optional ones are NULL. amdt: the dtype `a + m` is stored in; ndt: the norm output's before `post`. */
+typedef struct {
+    int kind, cast_before_weight;
+    int xdt, adt, mdt, amdt, sdt, pdt, odt, ndt;
+    int64_t N, D;
+    const void *x; int64_t x_rs;
+    const void *a; int64_t a_rs;
+    const void *m; int64_t m_rs;
+    const void *post; int64_t post_rs;
+    const float *w1, *b1, *w2, *b2;
+    float weight_offset, eps;
+    void *y; int64_t y_rs;
+    void *y2; int64_t y2_rs;
+    void *s_out; int64_t s_rs;
+    float *mean, *rstd;
+    int nt;
+} an_ffwd_args;
+
+typedef struct {
+    int kind;
+    int sdt, dydt, dy2dt, dresdt, odt;
+    int64_t N, D;
+    const void *s; int64_t s_rs;
+    const float *mean, *rstd;
+    const void *dy; int64_t dy_rs;        /* NULL: only dy2 */
+    const void *dy2; int64_t dy2_rs;
+    const float *w1, *w2; float weight_offset;
+    const void *dres; int64_t dres_rs;
+    void *ds; int64_t ds_rs;
+    int nt;
+} an_fbwd_args;
+
 /* per-thread float32 scratch rows; ones/zeros stand in for an absent weight/bias/gradient */
 typedef struct {
-    float *r[8]; /* r[6], r[7]: a block of rows' float32 parameter-gradient sums (backward) */
+    float *r[10]; /* r[6..9]: a block of rows' float32 parameter-gradient sums (backward) */
     const float *ones, *zeros;
 } an_rows;
 
@@ -136,6 +169,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #define AN_F16C 1
 #define AN_STREAM_BYTES 64
 #include "norm_rows.h"
+#include "fused_rows.h"
 #undef AN_STREAM_BYTES
 #undef AN_SFX
 #pragma GCC pop_options
@@ -145,6 +179,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #define AN_SFX _avx2
 #define AN_STREAM_BYTES 32
 #include "norm_rows.h"
+#include "fused_rows.h"
 #undef AN_STREAM_BYTES
 #undef AN_SFX
 #undef AN_F16C
@@ -153,13 +188,18 @@ static inline uint16_t an_f32_to_f16(float f) {
 
 #define AN_SFX _base
 #include "norm_rows.h"
+#include "fused_rows.h"
 #undef AN_SFX
 
 typedef void (*an_fwd_fn)(const an_fwd_args *, int64_t, int64_t, const an_rows *);
 typedef void (*an_bwd_fn)(const an_bwd_args *, int64_t, int64_t, const an_rows *, double *, double *);
+typedef void (*an_ffwd_fn)(const an_ffwd_args *, int64_t, int64_t, const an_rows *);
+typedef void (*an_fbwd_fn)(const an_fbwd_args *, int64_t, int64_t, const an_rows *, double *const *);
 
 static an_fwd_fn g_fwd = fwd_rows_base;
 static an_bwd_fn g_bwd = bwd_rows_base;
+static an_ffwd_fn g_ffwd = fused_fwd_rows_base;
+static an_fbwd_fn g_fbwd = fused_bwd_rows_base;
 static int g_isa = 0; /* 0 baseline, 1 avx2, 2 avx512 */
 
 static void an_pick_isa(void) {
@@ -173,12 +213,16 @@ static void an_pick_isa(void) {
     if (max_isa >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
         g_fwd = fwd_rows_avx2;
         g_bwd = bwd_rows_avx2;
+        g_ffwd = fused_fwd_rows_avx2;
+        g_fbwd = fused_bwd_rows_avx2;
         g_isa = 1;
     }
     if (max_isa >= 2 && g_isa == 1 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
         g_fwd = fwd_rows_avx512;
         g_bwd = bwd_rows_avx512;
+        g_ffwd = fused_fwd_rows_avx512;
+        g_fbwd = fused_bwd_rows_avx512;
         g_isa = 2;
     }
 #endif
@@ -188,11 +232,12 @@ static void an_pick_isa(void) {
 /* ---- a minimal fork/join over row chunks ---- */
 
 typedef struct {
-    int kind; /* 0 fwd, 1 bwd */
+    int kind; /* 0 fwd, 1 bwd, 2 fused fwd, 3 fused bwd */
     const void *args;
     int64_t r0, r1;
     int64_t D;
     double *partial_w, *partial_b; /* this chunk's float64 partial sums (bwd) */
+    double *partial[4];            /* fused bwd: dw1, db1, dw2, db2 */
     int status;
 } an_task;
 
@@ -260,19 +305,21 @@ static inline double *an_drow(double *rows, int64_t D, int i) {
 static void *an_run_task(void *p) {
     an_task *t = (an_task *)p;
     void *owned;
-    /* 10 rows: r[0..7], ones, zeros; the first starts 256 bytes into its page (see an_row_stride) */
-    char *block = an_scratch(&tl_task_cache, 256 + an_row_stride(t->D) * 10, &owned);
+    /* 12 rows: r[0..9], ones, zeros; the first starts 256 bytes into its page (see an_row_stride) */
+    char *block = an_scratch(&tl_task_cache, 256 + an_row_stride(t->D) * 12, &owned);
     if (!block) { t->status = -1; return NULL; }
     float *rows = (float *)(block + 256);
     an_rows sc;
-    for (int i = 0; i < 8; i++) sc.r[i] = an_row(rows, t->D, i);
-    float *ones = an_row(rows, t->D, 8), *zeros = an_row(rows, t->D, 9);
+    for (int i = 0; i < 10; i++) sc.r[i] = an_row(rows, t->D, i);
+    float *ones = an_row(rows, t->D, 10), *zeros = an_row(rows, t->D, 11);
     for (int64_t i = 0; i < t->D; i++) ones[i] = 1.0f;
     memset(zeros, 0, sizeof(float) * (size_t)t->D);
     sc.ones = ones;
     sc.zeros = zeros;
     if (t->kind == 0) g_fwd((const an_fwd_args *)t->args, t->r0, t->r1, &sc);
-    else g_bwd((const an_bwd_args *)t->args, t->r0, t->r1, &sc, t->partial_w, t->partial_b);
+    else if (t->kind == 1) g_bwd((const an_bwd_args *)t->args, t->r0, t->r1, &sc, t->partial_w, t->partial_b);
+    else if (t->kind == 2) g_ffwd((const an_ffwd_args *)t->args, t->r0, t->r1, &sc);
+    else g_fbwd((const an_fbwd_args *)t->args, t->r0, t->r1, &sc, t->partial);
 #if defined(__x86_64__)
     _mm_sfence(); /* this thread's streamed stores are visible before it reports done */
 #endif
@@ -297,7 +344,7 @@ static void *an_run_strided(void *p) {
  * descheduled) leaves its remaining chunks to the others instead of making every call wait for it.
  * Which thread runs a chunk does not change any result: partial sums are kept per chunk. */
 static int an_parallel(int kind, const void *args, int64_t N, int64_t D, int nthreads, int C, double *partial_w,
-                       double *partial_b) {
+                       double *partial_b, double *const *partial4) {
     an_task tasks[AN_MAX_CHUNKS];
     for (int c = 0; c < C; c++) {
         tasks[c].kind = kind;
@@ -307,6 +354,8 @@ static int an_parallel(int kind, const void *args, int64_t N, int64_t D, int nth
         tasks[c].D = D;
         tasks[c].partial_w = partial_w ? an_drow(partial_w, D, c) : NULL;
         tasks[c].partial_b = partial_b ? an_drow(partial_b, D, c) : NULL;
+        for (int k = 0; k < 4; k++)
+            tasks[c].partial[k] = (partial4 && partial4[k]) ? an_drow(partial4[k], D, c) : NULL;
         tasks[c].status = -1;
     }
     int T = nthreads < C ? nthreads : C;
@@ -438,7 +487,7 @@ int addnorm_forward(int kind, int xdt, int rdt, int odt, int sdt, int64_t N, int
                      weight_offset, eps, out, out_rs, res_out, res_out_rs, mean, rstd,
                      an_use_nt(N, D, odt, res_out ? 2 : 1)};
     int T = an_threads_for(N, D, nthreads);
-    int rc = an_parallel(0, &a, N, D, T, an_chunks_for(N, D, T), NULL, NULL);
+    int rc = an_parallel(0, &a, N, D, T, an_chunks_for(N, D, T), NULL, NULL, NULL);
     free(owned);
     return rc;
 }
@@ -487,9 +536,80 @@ int addnorm_backward(int kind, int dydt, int sdt, int dx2dt, int64_t N, int64_t 
     an_bwd_args a = {kind, sdt, dydt, sdt, dx2dt, uniform, N, D, dy, dy_rs, s, s_rs, mean, rstd,
                      an_param_f32(weight, param_dtype, host, D), weight_offset, dres, dres_rs, dx, dx_rs, dx2, dx2_rs,
                      an_use_nt(N, D, sdt, dx2 ? 2 : 1)};
-    int rc = an_parallel(1, &a, N, D, T, C, pw, pb);
+    int rc = an_parallel(1, &a, N, D, T, C, pw, pb, NULL);
     if (rc == 0 && pw) an_reduce_partials(dweight, param_dtype, pw, C, D);
     if (rc == 0 && pb) an_reduce_partials(dbias, param_dtype, pb, C, D);
+    free(owned);
+    return rc;
+}
+
+
+/* The fused forms (see fused_rows.h). Parameters (w1, b1, w2, b2) share param_dtype; gradients are
+ * written in it. Return 0, -1 (no scratch memory) or -2 (a required pointer is NULL). */
+int addnorm_fused_forward(int kind, int cast_before_weight, int xdt, int adt, int mdt, int amdt, int sdt, int pdt,
+                          int odt, int ndt, int64_t N, int64_t D, const void *x, int64_t x_rs, const void *a,
+                          int64_t a_rs, const void *m, int64_t m_rs, const void *post, int64_t post_rs,
+                          const void *w1, const void *b1, const void *w2, const void *b2, int param_dtype,
+                          float weight_offset, float eps, void *y, int64_t y_rs, void *y2, int64_t y2_rs,
+                          void *s_out, int64_t s_rs, float *mean, float *rstd, int nthreads) {
+    an_pick_isa();
+    if (N <= 0 || D <= 0) return 0;
+    if (x == NULL || (y == NULL && y2 == NULL && s_out == NULL)) return -2;
+    if (y) an_advise_huge(y, an_span(N, D, y_rs, odt));
+    if (y2) an_advise_huge(y2, an_span(N, D, y2_rs, odt));
+    if (s_out) an_advise_huge(s_out, an_span(N, D, s_rs, sdt));
+    void *owned = NULL;
+    float *host = NULL;
+    if (param_dtype != AN_F32 && (w1 || b1 || w2 || b2) && !(host = an_host_rows(D, 4, &owned))) return -1;
+    const float *p[4];
+    const void *raw[4] = {w1, b1, w2, b2};
+    for (int k = 0; k < 4; k++) p[k] = an_param_f32(raw[k], param_dtype, host ? an_row(host, D, k) : NULL, D);
+    int outs = (y != NULL) + (y2 != NULL) + (s_out != NULL);
+    an_ffwd_args args = {kind, cast_before_weight, xdt, adt, mdt, amdt, sdt, pdt, odt, ndt, N, D, x, x_rs, a, a_rs,
+                         m, m_rs, post, post_rs, p[0], p[1], p[2], p[3], weight_offset, eps, y, y_rs, y2, y2_rs,
+                         s_out, s_rs, mean, rstd, an_use_nt(N, D, odt, outs)};
+    int T = an_threads_for(N, D, nthreads);
+    int rc = an_parallel(2, &args, N, D, T, an_chunks_for(N, D, T), NULL, NULL, NULL);
+    free(owned);
+    return rc;
+}
+
+int addnorm_fused_backward(int kind, int sdt, int dydt, int dy2dt, int dresdt, int odt, int64_t N, int64_t D,
+                           const void *s, int64_t s_rs, const float *mean, const float *rstd, const void *dy,
+                           int64_t dy_rs, const void *dy2, int64_t dy2_rs, const void *w1, const void *w2,
+                           int param_dtype, float weight_offset, const void *dres, int64_t dres_rs, void *ds,
+                           int64_t ds_rs, void *dw1, void *db1, void *dw2, void *db2, int nthreads) {
+    an_pick_isa();
+    if (D <= 0) return 0;
+    void *grads[4] = {dw1, db1, dw2, db2};
+    if (N <= 0) {
+        for (int k = 0; k < 4; k++) if (grads[k]) memset(grads[k], 0, an_elem_size(param_dtype) * (size_t)D);
+        return 0;
+    }
+    if (s == NULL || ds == NULL || rstd == NULL || (dy == NULL && dy2 == NULL)) return -2;
+    an_advise_huge(ds, an_span(N, D, ds_rs, odt));
+    int T = an_threads_for(N, D, nthreads), C = an_chunks_for(N, D, T);
+    void *owned = NULL;
+    /* float32 rows 0, 1: the two weights as float32; then per wanted gradient C float64 partial rows */
+    int wanted = 0;
+    for (int k = 0; k < 4; k++) wanted += grads[k] != NULL;
+    float *host = an_host_rows(D, 2 + 2 * C * wanted, &owned);
+    if (!host) return -1;
+    double *partial[4];
+    int slot = 2;
+    for (int k = 0; k < 4; k++) {
+        partial[k] = NULL;
+        if (!grads[k]) continue;
+        partial[k] = (double *)an_row(host, D, slot);
+        slot += 2 * C;
+        for (int c = 0; c < C; c++) memset(an_drow(partial[k], D, c), 0, sizeof(double) * (size_t)D);
+    }
+    an_fbwd_args args = {kind, sdt, dydt, dy2dt, dresdt, odt, N, D, s, s_rs, mean, rstd, dy, dy_rs, dy2, dy2_rs,
+                         an_param_f32(w1, param_dtype, host, D), an_param_f32(w2, param_dtype, an_row(host, D, 1), D),
+                         weight_offset, dres, dres_rs, ds, ds_rs, an_use_nt(N, D, odt, 1)};
+    int rc = an_parallel(3, &args, N, D, T, C, NULL, NULL, partial);
+    for (int k = 0; k < 4; k++)
+        if (rc == 0 && grads[k]) an_reduce_partials(grads[k], param_dtype, partial[k], C, D);
     free(owned);
     return rc;
 }
@@ -554,11 +674,50 @@ static PyObject *an_py_backward(PyObject *self, PyObject *const *args, Py_ssize_
     return PyLong_FromLong(rc);
 }
 
+
+static PyObject *an_py_fused_forward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    int kind, cbw, xdt, adt, mdt, amdt, sdt, pdt, odt, ndt, prm, nthreads, rc;
+    int64_t N, D, x_rs, a_rs, m_rs, post_rs, y_rs, y2_rs, s_rs;
+    void *x, *a, *m, *post, *w1, *b1, *w2, *b2, *y, *y2, *s_out, *mean, *rstd;
+    float off, eps;
+    if (an_parse(args, nargs, "iiiiiiiiiiLLpLpLpLpLppppiffpLpLpLppi", &kind, &cbw, &xdt, &adt, &mdt, &amdt, &sdt,
+                 &pdt, &odt, &ndt, &N, &D, &x, &x_rs, &a, &a_rs, &m, &m_rs, &post, &post_rs, &w1, &b1, &w2, &b2, &prm,
+                 &off, &eps, &y, &y_rs, &y2, &y2_rs, &s_out, &s_rs, &mean, &rstd, &nthreads) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = addnorm_fused_forward(kind, cbw, xdt, adt, mdt, amdt, sdt, pdt, odt, ndt, N, D, x, x_rs, a, a_rs, m, m_rs,
+                               post, post_rs, w1, b1, w2, b2, prm, off, eps, y, y_rs, y2, y2_rs, s_out, s_rs,
+                               (float *)mean, (float *)rstd, nthreads);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
+static PyObject *an_py_fused_backward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    int kind, sdt, dydt, dy2dt, dresdt, odt, prm, nthreads, rc;
+    int64_t N, D, s_rs, dy_rs, dy2_rs, dres_rs, ds_rs;
+    void *s, *mean, *rstd, *dy, *dy2, *w1, *w2, *dres, *ds, *dw1, *db1, *dw2, *db2;
+    float off;
+    if (an_parse(args, nargs, "iiiiiiLLpLpppLpLppifpLpLppppi", &kind, &sdt, &dydt, &dy2dt, &dresdt, &odt, &N, &D, &s,
+                 &s_rs, &mean, &rstd, &dy, &dy_rs, &dy2, &dy2_rs, &w1, &w2, &prm, &off, &dres, &dres_rs, &ds, &ds_rs,
+                 &dw1, &db1, &dw2, &db2, &nthreads) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = addnorm_fused_backward(kind, sdt, dydt, dy2dt, dresdt, odt, N, D, s, s_rs, (const float *)mean,
+                                (const float *)rstd, dy, dy_rs, dy2, dy2_rs, w1, w2, prm, off, dres, dres_rs, ds,
+                                ds_rs, dw1, db1, dw2, db2, nthreads);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
 static PyObject *an_py_isa(PyObject *self, PyObject *unused) { return PyLong_FromLong(addnorm_isa()); }
 
 static PyMethodDef an_methods[] = {
     {"forward", (PyCFunction)(void (*)(void))an_py_forward, METH_FASTCALL, "addnorm_forward (see addnorm_cpu.c)"},
     {"backward", (PyCFunction)(void (*)(void))an_py_backward, METH_FASTCALL, "addnorm_backward (see addnorm_cpu.c)"},
+    {"fused_forward", (PyCFunction)(void (*)(void))an_py_fused_forward, METH_FASTCALL,
+     "addnorm_fused_forward (see addnorm_cpu.c)"},
+    {"fused_backward", (PyCFunction)(void (*)(void))an_py_fused_backward, METH_FASTCALL,
+     "addnorm_fused_backward (see addnorm_cpu.c)"},
     {"isa", an_py_isa, METH_NOARGS, "the instruction set picked: 0 baseline, 1 avx2, 2 avx512"},
     {NULL, NULL, 0, NULL}};
 

@@ -19,6 +19,8 @@ ISA_NAMES = {0: "baseline", 1: "avx2+fma+f16c", 2: "avx512"}
 class KernelLibrary:
     forward: object  # the extension's forward(...) -> addnorm_forward
     backward: object  # the extension's backward(...) -> addnorm_backward
+    fused_forward: object  # addnorm_fused_forward: norm-then-add and the parallel residual
+    fused_backward: object  # addnorm_fused_backward
     path: str
     isa: str
 
@@ -45,7 +47,8 @@ def _open() -> KernelLibrary | str:
         from addnorm.kernels.cpu import _addnorm_cpu  # the built extension
     except ImportError as e:  # not built (e.g. a source checkout without `pip install`, or no C compiler)
         return f"the compiled kernel library is missing ({e}); reinstall addnorm with `pip install -e .`"
-    return KernelLibrary(_addnorm_cpu.forward, _addnorm_cpu.backward, _addnorm_cpu.__file__,
+    return KernelLibrary(_addnorm_cpu.forward, _addnorm_cpu.backward, _addnorm_cpu.fused_forward,
+                         _addnorm_cpu.fused_backward, _addnorm_cpu.__file__,
                          ISA_NAMES.get(_addnorm_cpu.isa(), "unknown"))
 
 

@@ -1,0 +1,161 @@
+"""The fused forms beyond Add & Norm, as functions: validation and the one backend decision, as
+``addnorm.functional`` does for Add & Norm.
+
+    layer_norm_add(x, residual, normalized_shape, weight, bias, eps)          -> residual + layer_norm(x)
+    rms_norm_add(x, residual, normalized_shape, weight, eps)                  -> residual + rms_norm(x)
+    parallel_add_layer_norm(x, x2, residual, normalized_shape, weight, bias, weight2, bias2, eps)
+                                                                              -> (y, y2 or None, s)
+    parallel_add_rms_norm(x, x2, residual, normalized_shape, weight, weight2, eps) -> (y, y2 or None, s)
+
+Norm-then-add is the post-branch norm of OLMo 2 and the output norm of sandwich / Peri-LN: the branch
+output x is normalized, then added to the stream. The parallel residual is GPT-J's, GPT-NeoX's,
+Falcon's: ``s = residual + x + x2`` (attention and MLP outputs), then one norm of s (``y``) or two with
+their own parameters (``y2``, when ``weight2`` or ``bias2`` is given: GPT-NeoX's ln_1 and ln_2 of the
+next block). ``branches_first=True`` rounds as eager ``x + x2 + residual`` does (the branches summed
+first: GPT-J, GPT-NeoX, Falcon, Phi); ``False`` as ``residual + x + x2`` (Cohere).
+
+Every result is the eager composite's to the bit in float32 and as eager rounds in 16-bit dtypes; one
+pass forward and one backward on the "cpu" and "triton" backends.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import functional as F
+from .ops import fused_formulas, plain
+from .ops.fused_autograd import DirectNormAdd, DirectParallelAddNorm, TritonNormAdd, TritonParallelAddNorm
+from .ops.fused_schema import norm_add_cpu, norm_add_triton, parallel_cpu, parallel_triton
+
+__all__ = ["layer_norm_add", "rms_norm_add", "parallel_add_layer_norm", "parallel_add_rms_norm"]
+
+
+def _c_apply(cls):
+    # the C-level apply: the public one binds every call's arguments through inspect.signature
+    try:
+        return torch._C._FunctionBase.__dict__["apply"].__get__(None, cls)
+    except (AttributeError, KeyError):
+        return cls.apply
+
+
+_APPLY = {("norm_add", "cpu"): _c_apply(DirectNormAdd), ("norm_add", "triton"): _c_apply(TritonNormAdd),
+          ("parallel", "cpu"): _c_apply(DirectParallelAddNorm),
+          ("parallel", "triton"): _c_apply(TritonParallelAddNorm)}
+_INFER = {("norm_add", "cpu"): norm_add_cpu, ("norm_add", "triton"): norm_add_triton,
+          ("parallel", "cpu"): parallel_cpu, ("parallel", "triton"): parallel_triton}
+
+
+def _same(name: str, t, x: torch.Tensor, what: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.shape != x.shape:
+        raise ValueError(f"{name} must have {what}'s shape {tuple(x.shape)}, got {tuple(t.shape)}")
+    if not (t.is_cpu and x.is_cpu) and t.device != x.device:
+        raise ValueError(f"{name} is on {t.device} but {what} is on {x.device}")
+
+
+def _common(x, residual, shape, params, eps, weight_offset, kind):
+    """Validate what every fused form takes; returns (shape, eps, weight_offset)."""
+    shape = F._normalized_shape(shape)
+    F._check_input("x", x, shape)
+    if residual is None:
+        raise TypeError("residual must be a torch.Tensor, got None (these forms add to an existing stream)")
+    F._check_residual(x, residual)
+    for name, p in params:
+        F._check_param(name, p, shape, x)
+    if eps is None and kind == "rms":
+        eps = F._default_rms_eps(x)
+    eps = F._check_eps(eps)
+    weight_offset = F._finite_real("weight_offset", weight_offset)
+    if not torch.compiler.is_compiling() and not F._functorch_active():
+        for name, t in (("x", x), ("residual", residual), *params):
+            F._check_storage(name, t)
+    return shape, eps, weight_offset
+
+
+def _needs(*ts) -> bool:
+    return F._fwad._current_level >= 0 or (torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in ts))
+
+
+def _norm_add(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_before_weight, backend):
+    shape, eps, weight_offset = _common(x, residual, shape, (("weight", weight), ("bias", bias)), eps, weight_offset,
+                                        kind)
+    which = F._resolve(backend, x, shape, None)
+    F._last["backend"] = which
+    args = (x, residual, weight, bias, kind, len(shape), eps, weight_offset, bool(cast_before_weight))
+    if which == "torch":
+        return fused_formulas.norm_add(*args)[0]
+    if plain(x) and not F._functorch_active():
+        if _needs(x, residual, weight, bias):
+            return _APPLY["norm_add", which](*args)[0]
+        with torch.no_grad():
+            return _INFER["norm_add", which](*args)[0]
+    return torch.ops.addnorm.norm_add(*args)[0]
+
+
+def layer_norm_add(x, residual, normalized_shape, weight=None, bias=None, eps: float = 1e-5, *,
+                   weight_offset: float = 0.0, backend: str | None = None):
+    """Norm-then-add: ``residual + layer_norm(x)``; the norm's output rounded to x's dtype before the add,
+    the result in ``promote(x, residual)``, as eager code computes it."""
+    return _norm_add("layer", x, residual, normalized_shape, weight, bias, eps, weight_offset, False, backend)
+
+
+def rms_norm_add(x, residual, normalized_shape, weight=None, eps: float | None = None, *, weight_offset: float = 0.0,
+                 cast_before_weight: bool = False, backend: str | None = None):
+    """Norm-then-add: ``residual + rms_norm(x)`` (options as ``addnorm.rms_norm``)."""
+    return _norm_add("rms", x, residual, normalized_shape, weight, None, eps, weight_offset, cast_before_weight,
+                     backend)
+
+
+def _parallel(kind, x, x2, residual, shape, weight, bias, weight2, bias2, eps, weight_offset, cast_before_weight,
+              branches_first, backend):
+    if x2 is not None:
+        _same("x2", x2, x, "x")
+        if x2.dtype != x.dtype:
+            raise TypeError(f"x2 dtype {x2.dtype} must equal x dtype {x.dtype} (the two branch outputs)")
+    if not isinstance(branches_first, bool):
+        raise TypeError(f"branches_first must be a bool, got {type(branches_first).__name__}")
+    shape, eps, weight_offset = _common(
+        x, residual, shape, (("weight", weight), ("bias", bias), ("weight2", weight2), ("bias2", bias2)), eps,
+        weight_offset, kind)
+    if x2 is not None and not torch.compiler.is_compiling() and not F._functorch_active():
+        F._check_storage("x2", x2)
+    two = weight2 is not None or bias2 is not None
+    which = F._resolve(backend, x, shape, None)
+    F._last["backend"] = which
+    args = (x, x2, residual, weight, bias, weight2, bias2, kind, len(shape), eps, weight_offset,
+            bool(cast_before_weight), two, branches_first)
+    if which == "torch":
+        y, y2, s, _ = fused_formulas.parallel_add_norm(*args)
+    elif plain(x) and not F._functorch_active():
+        if _needs(x, x2, residual, weight, bias, weight2, bias2):
+            y, y2, s, _ = _APPLY["parallel", which](*args)
+        else:
+            with torch.no_grad():
+                y, y2, s, _ = _INFER["parallel", which](*args)
+    else:
+        y, y2, s, _ = torch.ops.addnorm.parallel_add_norm(*args)
+    return y, (y2 if two else None), s
+
+
+def parallel_add_layer_norm(x, x2, residual, normalized_shape, weight=None, bias=None, weight2=None, bias2=None,
+                            eps: float = 1e-5, *, weight_offset: float = 0.0, branches_first: bool = True,
+                            backend: str | None = None):
+    """The parallel residual: ``s = residual + x + x2``; returns ``(layer_norm(s), layer_norm2(s) or None, s)``.
+
+    ``x2=None`` adds one branch. The second output exists when ``weight2`` or ``bias2`` is given; both norms
+    share eps and the statistics of s. The stream ``s`` is in residual's dtype (float32 beside 16-bit
+    branches keeps a float32 stream), the normed outputs in x's.
+    """
+    return _parallel("layer", x, x2, residual, normalized_shape, weight, bias, weight2, bias2, eps, weight_offset,
+                     False, branches_first, backend)
+
+
+def parallel_add_rms_norm(x, x2, residual, normalized_shape, weight=None, weight2=None, eps: float | None = None, *,
+                          weight_offset: float = 0.0, cast_before_weight: bool = False, branches_first: bool = True,
+                          backend: str | None = None):
+    """The parallel residual with RMSNorm: ``(rms_norm(s), rms_norm2(s) or None, s)`` (see
+    ``parallel_add_layer_norm``; the second output exists when ``weight2`` is given)."""
+    return _parallel("rms", x, x2, residual, normalized_shape, weight, None, weight2, None, eps, weight_offset,
+                     cast_before_weight, branches_first, backend)

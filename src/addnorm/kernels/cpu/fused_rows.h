@@ -1,0 +1,143 @@
+/* Row kernels of the fused forms beyond Add & Norm: norm-then-add and the parallel residual.
+ *
+ * Included per instruction set after norm_rows.h (whose row helpers it uses), suffixed by AN_SFX.
+ *
+ *   forward   t = a + m                          rounded to adt (the dtype eager `a + m` has)
+ *             s = x + t                          rounded to sdt (the stream's dtype)
+ *             y  = Norm(s; w1, b1)               stored in odt, or, with `post`:
+ *             y  = post + round_ndt(Norm(s))     norm-then-add: the norm's output rounded to its own dtype
+ *                                                (as eager stores it) before the add, rounded once to odt
+ *             y2 = Norm(s; w2, b2)               a second normalized output, same statistics
+ *   backward  g  = dy * (w1 + off) + dy2 * (w2 + off)
+ *             ds = rstd * (g - mean(g) - xhat * mean(g * xhat)) + dres      (RMSNorm: no mean(g))
+ *             dw1 += dy * xhat, db1 += dy, dw2 += dy2 * xhat, db2 += dy2
+ *
+ * Norm-then-add's backward is the plain norm's (the residual's gradient is dy itself); the parallel
+ * residual's is one gradient for x, a and m alike. Each row is converted once into float32 scratch rows
+ * (L1-resident), so one loop serves every dtype; memory traffic is still one read of each input and one
+ * write of each output.
+ */
+
+#define AN_CAT2(a, b) a##b
+#define AN_CAT(a, b) AN_CAT2(a, b)
+#define AN_FN(name) AN_CAT(name, AN_SFX)
+
+static void AN_FN(fused_fwd_rows)(const an_ffwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
+    const int64_t D = a->D;
+    const float inv_d = 1.0f / (float)D;
+    float *restrict buf = sc->r[0], *restrict tmp = sc->r[1], *restrict tmp2 = sc->r[2], *restrict out = sc->r[3];
+    const size_t xes = an_elem_size(a->xdt), aes = an_elem_size(a->adt), mes = an_elem_size(a->mdt),
+                 pes = an_elem_size(a->pdt), oes = an_elem_size(a->odt), ses = an_elem_size(a->sdt);
+    for (int64_t r = r0; r < r1; r++) {
+        AN_FN(load_row)(buf, (const char *)a->x + r * a->x_rs * xes, D, a->xdt);
+        if (a->a) {
+            AN_FN(load_row)(tmp, (const char *)a->a + r * a->a_rs * aes, D, a->adt);
+            if (a->m) {
+                AN_FN(load_row)(tmp2, (const char *)a->m + r * a->m_rs * mes, D, a->mdt);
+                for (int64_t i = 0; i < D; i++) tmp[i] += tmp2[i];
+                AN_FN(round_row)(tmp, D, a->amdt); /* eager stores a + m before adding x */
+            }
+            for (int64_t i = 0; i < D; i++) buf[i] += tmp[i];
+            AN_FN(round_row)(buf, D, a->sdt);
+        }
+        if (a->s_out) AN_FN(put_row)((char *)a->s_out + r * a->s_rs * ses, buf, D, a->sdt, a->nt, tmp);
+        const float mean = a->kind == AN_LAYER ? AN_FN(row_sum)(buf, D) * inv_d : 0.0f;
+        const float rstd = an_rstd(AN_FN(sq_dev_sum)(buf, mean, D) * inv_d, a->eps);
+        if (a->mean) a->mean[r] = mean;
+        if (a->rstd) a->rstd[r] = rstd;
+        for (int k = 0; k < 2; k++) {
+            void *dst = k == 0 ? a->y : a->y2;
+            if (!dst) continue;
+            const float *w = k == 0 ? a->w1 : a->w2, *b = k == 0 ? a->b1 : a->b2;
+            if (a->cast_before_weight) { /* Llama order: xhat rounded to the norm's dtype, then the weight */
+                AN_FN(normalize)(out, buf, D, mean, rstd, NULL, NULL, 0.0f);
+                AN_FN(round_row)(out, D, a->ndt);
+                AN_FN(normalize)(out, out, D, 0.0f, 1.0f, w, b, a->weight_offset);
+            } else {
+                AN_FN(normalize)(out, buf, D, mean, rstd, w, b, a->weight_offset);
+            }
+            if (k == 0 && a->post) {
+                AN_FN(round_row)(out, D, a->ndt);
+                AN_FN(load_row)(tmp, (const char *)a->post + r * a->post_rs * pes, D, a->pdt);
+                for (int64_t i = 0; i < D; i++) out[i] += tmp[i];
+            }
+            AN_FN(put_row)((char *)dst + r * (k == 0 ? a->y_rs : a->y2_rs) * oes, out, D, a->odt, a->nt, tmp);
+        }
+    }
+}
+
+/* acc[i] += d[i] * ((s[i] - mean) * rstd), or += d[i] when s is NULL */
+static void AN_FN(accumulate)(float *restrict acc, const float *restrict d, const float *restrict s, float mean,
+                              float rstd, int64_t n) {
+    if (s) for (int64_t i = 0; i < n; i++) acc[i] += d[i] * ((s[i] - mean) * rstd);
+    else for (int64_t i = 0; i < n; i++) acc[i] += d[i];
+}
+
+/* acc[4] (dw1, db1, dw2, db2): this block's float32 sums, each NULL when not wanted */
+static void AN_FN(fused_bwd_block)(const an_fbwd_args *a, int64_t r0, int64_t r1, const an_rows *sc, float **acc) {
+    const int64_t D = a->D;
+    const float inv_d = 1.0f / (float)D;
+    float *restrict s = sc->r[0], *restrict dy = sc->r[1], *restrict dy2 = sc->r[2], *restrict g = sc->r[3],
+                    *restrict t = sc->r[4];
+    const float *w1 = a->w1 ? a->w1 : sc->ones, *w2 = a->w2 ? a->w2 : sc->ones;
+    const float off1 = a->w1 ? a->weight_offset : 0.0f, off2 = a->w2 ? a->weight_offset : 0.0f;
+    const size_t ses = an_elem_size(a->sdt), dyes = an_elem_size(a->dydt), dy2es = an_elem_size(a->dy2dt),
+                 dres_es = an_elem_size(a->dresdt), oes = an_elem_size(a->odt);
+    for (int64_t r = r0; r < r1; r++) {
+        AN_FN(load_row)(s, (const char *)a->s + r * a->s_rs * ses, D, a->sdt);
+        const float mean = a->mean ? a->mean[r] : 0.0f, rstd = a->rstd[r];
+        if (a->dy) {
+            AN_FN(load_row)(dy, (const char *)a->dy + r * a->dy_rs * dyes, D, a->dydt);
+            for (int64_t i = 0; i < D; i++) g[i] = dy[i] * (w1[i] + off1);
+        } else {
+            memset(g, 0, sizeof(float) * (size_t)D);
+        }
+        if (a->dy2) {
+            AN_FN(load_row)(dy2, (const char *)a->dy2 + r * a->dy2_rs * dy2es, D, a->dy2dt);
+            for (int64_t i = 0; i < D; i++) g[i] += dy2[i] * (w2[i] + off2);
+        }
+        float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
+        int64_t i = 0;
+        for (; i + AN_LANES <= D; i += AN_LANES)
+            for (int j = 0; j < AN_LANES; j++) {
+                acc_g[j] += g[i + j];
+                acc_gx[j] += g[i + j] * ((s[i + j] - mean) * rstd);
+            }
+        for (; i < D; i++) {
+            acc_g[0] += g[i];
+            acc_gx[0] += g[i] * ((s[i] - mean) * rstd);
+        }
+        const float mg = a->kind == AN_LAYER ? AN_FN(hsum)(acc_g) * inv_d : 0.0f;
+        const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
+        for (i = 0; i < D; i++) g[i] = rstd * (g[i] - mg - (s[i] - mean) * rstd * mgx);
+        if (a->dres) {
+            AN_FN(load_row)(t, (const char *)a->dres + r * a->dres_rs * dres_es, D, a->dresdt);
+            for (i = 0; i < D; i++) g[i] += t[i];
+        }
+        AN_FN(put_row)((char *)a->ds + r * a->ds_rs * oes, g, D, a->odt, a->nt, t);
+        if (a->dy && acc[0]) AN_FN(accumulate)(acc[0], dy, s, mean, rstd, D);
+        if (a->dy && acc[1]) AN_FN(accumulate)(acc[1], dy, NULL, 0.0f, 0.0f, D);
+        if (a->dy2 && acc[2]) AN_FN(accumulate)(acc[2], dy2, s, mean, rstd, D);
+        if (a->dy2 && acc[3]) AN_FN(accumulate)(acc[3], dy2, NULL, 0.0f, 0.0f, D);
+    }
+}
+
+/* Parameter gradients: float32 sums over blocks of AN_BLOCK rows (scratch rows 6..9), each block added
+ * into the chunk's float64 partial rows, as the Add & Norm backward does. */
+static void AN_FN(fused_bwd_rows)(const an_fbwd_args *a, int64_t r0, int64_t r1, const an_rows *sc,
+                                  double *const *partial) {
+    const int64_t D = a->D;
+    float *acc[4];
+    for (int k = 0; k < 4; k++) acc[k] = partial[k] ? sc->r[6 + k] : NULL;
+    for (int64_t b0 = r0; b0 < r1; b0 += AN_BLOCK) {
+        const int64_t b1 = b0 + AN_BLOCK < r1 ? b0 + AN_BLOCK : r1;
+        for (int k = 0; k < 4; k++) if (acc[k]) memset(acc[k], 0, sizeof(float) * (size_t)D);
+        AN_FN(fused_bwd_block)(a, b0, b1, sc, acc);
+        for (int k = 0; k < 4; k++)
+            if (acc[k]) for (int64_t i = 0; i < D; i++) partial[k][i] += (double)acc[k][i];
+    }
+}
+
+#undef AN_FN
+#undef AN_CAT
+#undef AN_CAT2
