@@ -51,15 +51,20 @@ class ResidualSubLayer(nn.Module):
         else:
             self.register_parameter("gate", None)
 
-    def _branch(self, h: torch.Tensor, fn_kwargs: dict) -> torch.Tensor:
-        if self.depth_scale != 1.0:
+    def _branch(self, h: torch.Tensor, fn_kwargs: dict, branch_norm: bool = True) -> torch.Tensor:
+        if self.depth_scale != 1.0 and self.norm_before is None:  # else folded into the norm (out_scale)
             h = h * self.depth_scale
         f = self.fn(h, **fn_kwargs)
-        if self.norm_branch is not None:
+        if self.norm_branch is not None and branch_norm:
             f, _ = self.norm_branch(f)
         if self.gate is not None:
             f = self.gate * f
         return f
+
+    def _norm_in(self, x: torch.Tensor, pending: torch.Tensor | None = None):
+        """The branch input's norm, with LayerNorm Scaling's 1/sqrt(l) folded into its parameters."""
+        kw = {} if self.depth_scale == 1.0 else {"out_scale": self.depth_scale}
+        return self.norm_before(pending, x, **kw) if pending is not None else self.norm_before(x, **kw)
 
     def forward(self, x: torch.Tensor, pending: torch.Tensor | None = None, **fn_kwargs):
         """(stream, pending) -> (stream, pending). Call with pending=None at the first layer."""
@@ -68,16 +73,22 @@ class ResidualSubLayer(nn.Module):
             x = x if pending is None else x + pending
             h, mix = self.streams.read(x)
             if self.norm_before is not None:
-                h, _ = self.norm_before(h)
+                h, _ = self._norm_in(h)
             return self.streams.write(x, self._branch(h, fn_kwargs), mix), None
         if self.norm_before is not None:
-            h, x = self.norm_before(pending, x) if pending is not None else self.norm_before(x)
+            h, x = self._norm_in(x, pending)
             if p.residual == "from_norm":
                 x = h  # HybridNorm's FFN: the skip path carries Norm(x)
         else:
             x = x if pending is None else x + pending
             h = x
-        f = self._branch(h, fn_kwargs)
+        # sandwich / Peri-LN: x + Norm_out(F) in one pass (norm-then-add); left pending, the normed branch
+        # would be written and read once more
+        fuse_out = (self.norm_branch is not None and self.norm_sum is None and p.residual == "add"
+                    and self.gate is None)
+        f = self._branch(h, fn_kwargs, branch_norm=not fuse_out)
+        if fuse_out:
+            return self.norm_branch.add_to(f, x), None
         if p.residual == "none":
             return (f if self.norm_sum is None else self.norm_sum(f)[0]), None
         base = self.alpha * x if p.residual == "scaled" else x

@@ -25,12 +25,18 @@ class BatchNormSlot(nn.Module):
         self.register_buffer("running_mean", torch.zeros(dim))
         self.register_buffer("running_var", torch.ones(dim))
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, *, out_scale: float = 1.0):
         s = x if residual is None else x + residual
         flat = s.reshape(-1, self.dim)
-        y = F.batch_norm(flat, self.running_mean, self.running_var, self.weight, self.bias, self.training,
-                         self.momentum, self.eps)
+        w, b = self.weight, self.bias
+        if out_scale != 1.0:
+            w, b = w * out_scale, (None if b is None else b * out_scale)
+        y = F.batch_norm(flat, self.running_mean, self.running_var, w, b, self.training, self.momentum, self.eps)
         return y.view(s.shape), s
+
+    def add_to(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """Norm-then-add: residual + self(x)."""
+        return residual + self(x)[0]
 
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}, momentum={self.momentum}, statistics over batch x time"

@@ -32,13 +32,21 @@ class DyT(nn.Module):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
-        """Same calling convention as the fused Add & Norm modules: returns (y, x + residual)."""
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, *, out_scale: float = 1.0):
+        """Same calling convention as the fused Add & Norm modules: returns (y, x + residual); ``out_scale``
+        multiplies y (folded into weight and bias)."""
         s = x if residual is None else x + residual
-        y = self.weight * torch.tanh(self.alpha * s)
-        if self.bias is not None:
-            y = y + self.bias
+        w, b = self.weight, self.bias
+        if out_scale != 1.0:
+            w, b = w * out_scale, (None if b is None else b * out_scale)
+        y = w * torch.tanh(self.alpha * s)
+        if b is not None:
+            y = y + b
         return y, s
+
+    def add_to(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """Norm-then-add: residual + self(x)."""
+        return residual + self(x)[0]
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, alpha_init={self.alpha_init}"
