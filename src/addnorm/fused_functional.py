@@ -23,8 +23,10 @@ from __future__ import annotations
 import torch
 
 from . import functional as F
+from .kernels.cpu import fused as _cpu
 from .ops import fused_formulas, plain
-from .ops.fused_autograd import DirectNormAdd, DirectParallelAddNorm, TritonNormAdd, TritonParallelAddNorm
+from .ops.fused_autograd import (DirectNormAdd, DirectParallelAddNorm, EagerNormAdd, EagerParallelAddNorm,
+                                 TritonNormAdd, TritonParallelAddNorm)
 from .ops.fused_schema import norm_add_cpu, norm_add_triton, parallel_cpu, parallel_triton
 
 __all__ = ["layer_norm_add", "rms_norm_add", "parallel_add_layer_norm", "parallel_add_rms_norm"]
@@ -41,6 +43,8 @@ def _c_apply(cls):
 _APPLY = {("norm_add", "cpu"): _c_apply(DirectNormAdd), ("norm_add", "triton"): _c_apply(TritonNormAdd),
           ("parallel", "cpu"): _c_apply(DirectParallelAddNorm),
           ("parallel", "triton"): _c_apply(TritonParallelAddNorm)}
+_EAGER_NORM_ADD = _c_apply(EagerNormAdd)
+_EAGER_PARALLEL = _c_apply(EagerParallelAddNorm)
 _INFER = {("norm_add", "cpu"): norm_add_cpu, ("norm_add", "triton"): norm_add_triton,
           ("parallel", "cpu"): parallel_cpu, ("parallel", "triton"): parallel_triton}
 
@@ -79,6 +83,14 @@ def _needs(*ts) -> bool:
 
 
 def _norm_add(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_before_weight, backend):
+    if eps is None and kind == "rms" and isinstance(x, torch.Tensor):
+        eps = F._default_rms_eps(x)
+    if residual is not None and F._fast_path_ok(x, residual, shape, weight, bias, eps, weight_offset, backend):
+        F._last["backend"] = "cpu"
+        if not _needs(x, residual, weight, bias):
+            return _cpu.norm_add_contiguous(x, residual, weight, bias, kind, eps, float(weight_offset),
+                                            bool(cast_before_weight), False)[0]
+        return _EAGER_NORM_ADD(x, residual, weight, bias, kind, eps, float(weight_offset), bool(cast_before_weight))
     shape, eps, weight_offset = _common(x, residual, shape, (("weight", weight), ("bias", bias)), eps, weight_offset,
                                         kind)
     which = F._resolve(backend, x, shape, None)
@@ -110,6 +122,19 @@ def rms_norm_add(x, residual, normalized_shape, weight=None, eps: float | None =
 
 def _parallel(kind, x, x2, residual, shape, weight, bias, weight2, bias2, eps, weight_offset, cast_before_weight,
               branches_first, backend):
+    if eps is None and kind == "rms" and isinstance(x, torch.Tensor):
+        eps = F._default_rms_eps(x)
+    if (type(branches_first) is bool and F._fast_path_ok(x, residual, shape, weight, bias, eps, weight_offset, backend)
+            and F._fast_path_ok(x, x2, shape, weight2, bias2, eps, weight_offset, backend)
+            and x.dim() > 0):
+        F._last["backend"] = "cpu"
+        if _needs(x, x2, residual, weight, bias, weight2, bias2):
+            y, y2, s = _EAGER_PARALLEL(x, x2, residual, weight, bias, weight2, bias2, kind, eps, float(weight_offset),
+                                       bool(cast_before_weight), branches_first)
+            return y, (y2 if weight2 is not None or bias2 is not None else None), s
+        y, y2, s, _ = _cpu.parallel_contiguous(x, x2, residual, weight, bias, weight2, bias2, kind, eps,
+                                               float(weight_offset), bool(cast_before_weight), branches_first, False)
+        return y, y2, s
     if x2 is not None:
         _same("x2", x2, x, "x")
         if x2.dtype != x.dtype:

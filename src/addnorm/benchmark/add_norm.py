@@ -43,6 +43,8 @@ from .. import functional as AF
 from ..store import atomic_write, atomic_write_text, check_writable_dir
 from .timing import Timing, measure, measure_interleaved
 
+FUSED_OPS = ("norm_add", "parallel", "parallel2")  # benchmark.fused_forms
+
 SHAPES = [(64, 768), (4096, 768), (8192, 1024), (2048, 4096), (16384, 768)]
 DTYPES = ["float32", "bfloat16"]
 KINDS = ["layer", "rms"]
@@ -278,6 +280,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kinds", default=",".join(KINDS), help="comma separated norms, of layer, rms")
     p.add_argument("--modes", default=",".join(MODES), help="comma separated, of fwd, bwd, fwdbwd")
     p.add_argument("--methods", default=",".join(METHODS), help="comma separated, of addnorm, eager, compile")
+    p.add_argument("--ops", default="add_norm",
+                   help="comma separated, of add_norm (x + residual, then Norm), norm_add (residual + Norm(x)), "
+                        "parallel (x + x2 + residual, one norm), parallel2 (two norms); default %(default)s")
     p.add_argument("--allocator", choices=["both", "tuned", "default", "current"], default="both",
                    help="both: the tuned table, then the default one (default); tuned: re-run with glibc told to "
                         "keep freed memory; default: glibc as is; current: run in this process with whatever is "
@@ -309,7 +314,8 @@ def parse_options(args, methods=METHODS) -> dict:
             "dtypes": _parse_list("--dtypes", args.dtypes, DTYPES + ["float16"]),
             "kinds": _parse_list("--kinds", args.kinds, KINDS),
             "modes": _parse_list("--modes", args.modes, MODES),
-            "methods": _parse_list("--methods", args.methods, methods)}
+            "methods": _parse_list("--methods", args.methods, methods),
+            "ops": _parse_list("--ops", getattr(args, "ops", "add_norm"), ["add_norm", *FUSED_OPS])}
     try:
         check_writable_dir(Path(args.out))
     except OSError as e:
@@ -336,7 +342,7 @@ def main_from_args(args) -> int:
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
         cmd = [sys.executable, "-m", "addnorm.benchmark.add_norm", "--shapes", args.shapes, "--dtypes", args.dtypes,
                "--kinds", args.kinds, "--modes", args.modes, "--methods", args.methods, "--out", args.out,
-               "--allocator", "current"]
+               "--allocator", "current", "--ops", ",".join(opts["ops"])]
         return subprocess.call(cmd, env=env)
 
     from rich.console import Console
@@ -345,6 +351,22 @@ def main_from_args(args) -> int:
     shapes, dtypes, kinds, modes, methods = (opts[k] for k in ("shapes", "dtypes", "kinds", "modes", "methods"))
     allocator = os.environ.get("ADDNORM_BENCH_ALLOCATOR", "current")
     console = Console(emoji=False)
+    fused_ops = [o for o in opts["ops"] if o != "add_norm"]
+    if fused_ops:
+        from . import fused_forms
+
+        out_dir = Path(args.out)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        journal = out_dir / f"fused_forms_{allocator}.partial.jsonl"
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console) as progress:
+            frows = fused_forms.run(fused_ops, shapes, dtypes, kinds, modes, methods, progress, journal)
+        path = fused_forms.write(frows, out_dir, allocator)
+        journal.unlink(missing_ok=True)
+        console.print(fused_forms.markdown(frows), markup=False)
+        console.print(f"results: {path}", markup=False)
+        if "add_norm" not in opts["ops"]:
+            return 0
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         floor = copy_floor_gbps()

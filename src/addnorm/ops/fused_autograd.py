@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 import torch.autograd.forward_ad as _fwad
 
+from ..kernels.cpu import fused as _cpu_fused
+from ..kernels.cpu import ops as _cpu_ops
 from . import formulas, fused_formulas
 from .autograd import _primal
 from .fused_schema import (LIB, norm_add_cpu, norm_add_triton, parallel_backward_cpu, parallel_backward_triton,
@@ -181,3 +183,105 @@ def _parallel_autograd(x, x2, residual, weight, bias, weight2, bias2, kind, ndim
 
 LIB.impl("norm_add", _norm_add_autograd, "Autograd")
 LIB.impl("parallel_add_norm", _parallel_autograd, "Autograd")
+
+
+# ---------------------------------------------------------------- the eager fast path's autograd nodes
+# Contiguous CPU tensors of one dtype, one normalized dim, nothing tracing (the caller checks): the host
+# calls made directly both ways, as ``autograd.EagerAddNorm`` does for Add & Norm.
+
+
+class EagerNormAdd(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, residual, weight, bias, kind, eps, weight_offset, cast_before_weight):
+        ctx.set_materialize_grads(False)
+        out, stats = _cpu_fused.norm_add_contiguous(x, residual, weight, bias, kind, eps, weight_offset,
+                                                    cast_before_weight, True)
+        ctx.save_for_backward(x, stats, weight, bias)
+        if _fwad._current_level >= 0:
+            ctx.primals = (_primal(x), _primal(weight))
+        ctx.meta = (kind, eps, weight_offset, cast_before_weight)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        if dout is None:
+            return (None,) * 8
+        kind, eps, off, _ = ctx.meta
+        x, stats, w, b = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        want_w, want_b = w is not None and needs[2], b is not None and needs[3]
+        if torch.is_grad_enabled():
+            dx, _, dw, db = formulas.backward(dout, None, x, w, b, kind, 1, eps, off, x.dtype, (True, want_w, want_b))
+        elif type(dout) is torch.Tensor:
+            dx, _, dw, db = _cpu_ops.add_norm_backward(dout, None, x, stats, w, b, kind, x.shape[-1], off, x.dtype,
+                                                       want_w, want_b)
+        else:
+            dx, _, dw, db = _norm_backward(dout, None, x, stats, w, b, kind, 1, eps, off, x.dtype,
+                                           [True, want_w, want_b])
+        return dx, (dout if needs[1] else None), (dw if want_w else None), (db if want_b else None), None, None, None, \
+            None
+
+    @staticmethod
+    def jvp(ctx, tx, tr, tw, tb, *_):
+        kind, eps, off, cbw = ctx.meta
+        x, w = ctx.primals
+        ty, _ = formulas.jvp(x, w, kind, 1, eps, off, cbw, x.dtype, tx, None, tw, tb)
+        if ty is None:
+            return tr
+        return ty if tr is None else (tr.to(formulas.compute_dtype(x)) + ty.to(formulas.compute_dtype(x))).to(x.dtype)
+
+
+class EagerParallelAddNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, x2, residual, weight, bias, weight2, bias2, kind, eps, weight_offset, cast_before_weight,
+                branches_first):
+        ctx.set_materialize_grads(False)
+        y, y2, s, stats = _cpu_fused.parallel_contiguous(x, x2, residual, weight, bias, weight2, bias2, kind, eps,
+                                                         weight_offset, cast_before_weight, branches_first, True)
+        two = y2 is not None
+        if not two:
+            y2 = x.new_empty((0,))
+            ctx.mark_non_differentiable(y2)
+        ctx.save_for_backward(s, stats, weight, bias, weight2, bias2)
+        if _fwad._current_level >= 0:
+            ctx.primals = (_primal(s), _primal(weight), _primal(weight2))
+        ctx.meta = (kind, eps, weight_offset, cast_before_weight, two, x2 is not None)
+        return y, y2, s
+
+    @staticmethod
+    def backward(ctx, dy, dy2, dres):
+        kind, eps, off, _, two, has_x2 = ctx.meta
+        s, stats, w, b, w2, b2 = ctx.saved_tensors
+        dy2 = dy2 if two else None
+        if dy is None and dy2 is None and dres is None:
+            return (None,) * 12
+        needs = ctx.needs_input_grad
+        mask = [w is not None and needs[3], b is not None and needs[4], w2 is not None and needs[5],
+                b2 is not None and needs[6]]
+        if dy is None and dy2 is None:
+            ds, grads = dres, [torch.zeros_like(p) if m else None for p, m in zip((w, b, w2, b2), mask, strict=True)]
+        elif torch.is_grad_enabled():
+            ds, *grads = fused_formulas.parallel_backward(dy, dy2, dres, s, w, b, w2, b2, kind, 1, eps, off, mask)
+        elif type(dy if dy is not None else dy2) is torch.Tensor:
+            ds, *grads = _cpu_fused.parallel_backward(dy, dy2, dres, s, stats, w, b, w2, b2, kind, s.shape[-1], off,
+                                                      mask)
+        else:
+            ds, *grads = _parallel_backward(dy, dy2, dres, s, stats, w, b, w2, b2, kind, 1, eps, off, mask)
+            grads = [g if m else None for g, m in zip(grads, mask, strict=True)]
+        return (ds if needs[0] else None, ds if needs[1] and has_x2 else None, ds if needs[2] else None, *grads,
+                None, None, None, None, None)
+
+    @staticmethod
+    def jvp(ctx, tx, tx2, tr, tw, tb, tw2, tb2, *_):
+        kind, eps, off, cbw, two, _ = ctx.meta
+        s, w, w2 = ctx.primals
+        parts = [t for t in (tx, tx2, tr) if t is not None]
+        ts = None
+        if parts:
+            ct = formulas.compute_dtype(s)
+            ts = parts[0].to(ct)
+            for t in parts[1:]:
+                ts = ts + t.to(ct)
+        ty, _ = formulas.jvp(s, w, kind, 1, eps, off, cbw, s.dtype, ts, None, tw, tb)
+        ty2 = formulas.jvp(s, w2, kind, 1, eps, off, cbw, s.dtype, ts, None, tw2, tb2)[0] if two else None
+        return ty, ty2, (None if ts is None else ts.to(s.dtype))

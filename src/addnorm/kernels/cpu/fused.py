@@ -16,7 +16,7 @@ import torch
 
 from ..rows import as_rows
 from .library import KIND_CODES, availability, library
-from .ops import _DTYPE, _PARAM_DTYPE, _check_rc, _num_threads, _ptr, _stats_ptrs, empty_rows_like, like, spec
+from .ops import _DTYPE, _PARAM_DTYPE, _check_rc, _num_threads, _ptr, _stats_ptrs, empty_rows_like, like, params, spec
 
 
 def applies(*ts, D: int = 1) -> bool:
@@ -123,3 +123,56 @@ def parallel_backward(dy, dy2, dres, s, stats, weight, bias, weight2, bias2, kin
         else:
             out.append(like(g, spec(p, r)))
     return (ds, *out)
+
+
+# ---------------------------------------------------------------- the eager fast path's host calls
+# Contiguous CPU tensors of one dtype the kernels take (the caller checks): one C call, nothing else. At
+# 64 x 768 the general path's Python costs as much as the kernel.
+
+
+def norm_add_contiguous(x, residual, weight, bias, kind, eps, weight_offset, cast_before_weight, want_stats):
+    """(out, stats or None) for contiguous x and residual of one dtype."""
+    D = x.shape[-1]
+    N = x.numel() // D
+    out = empty_rows_like(x)
+    stats = torch.empty(2 if kind == "layer" else 1, N, dtype=torch.float32) if want_stats else None
+    w, b, pcode = params(weight, bias, D)
+    code = _DTYPE[x.dtype]
+    mean, rstd = _stats_ptrs(stats, kind, N)
+    rc = library().fused_forward(
+        KIND_CODES[kind], int(cast_before_weight), code, 0, 0, code, code, code, code, code, N, D, _ptr(x), D,
+        None, 0, None, 0, _ptr(residual), D, _ptr(w), _ptr(b), None, None, pcode, weight_offset, eps,
+        _ptr(out), D, None, 0, None, 0, mean, rstd, _num_threads())
+    if rc:
+        _check_rc(rc, "fused forward")
+    return out, stats
+
+
+def parallel_contiguous(x, x2, residual, weight, bias, weight2, bias2, kind, eps, weight_offset, cast_before_weight,
+                        branches_first, want_stats):
+    """(y, y2 or None, s, stats or None) for contiguous x, x2 (or None) and residual of one dtype; y2 when
+    weight2 or bias2 is given."""
+    D = x.shape[-1]
+    N = x.numel() // D
+    two = weight2 is not None or bias2 is not None
+    y = empty_rows_like(x)
+    y2 = empty_rows_like(x) if two else None
+    s = empty_rows_like(x)
+    stats = torch.empty(2 if kind == "layer" else 1, N, dtype=torch.float32) if want_stats else None
+    (w1, b1, w2, b2), pcode = _params((weight, bias, weight2, bias2), D)
+    code = _DTYPE[x.dtype]
+    if x2 is None:
+        X, A, M = residual, x, None
+    elif branches_first:
+        X, A, M = residual, x, x2
+    else:
+        X, A, M = x2, residual, x
+    mean, rstd = _stats_ptrs(stats, kind, N)
+    rc = library().fused_forward(
+        KIND_CODES[kind], int(cast_before_weight), code, code, code, code, code, 0, code, code, N, D, _ptr(X), D,
+        _ptr(A), D, _ptr(M), D, None, 0, _ptr(w1), _ptr(b1), _ptr(w2), _ptr(b2),
+        pcode, weight_offset, eps, _ptr(y), D, _ptr(y2), D, _ptr(s), D, mean,
+        rstd, _num_threads())
+    if rc:
+        _check_rc(rc, "fused forward")
+    return y, y2, s, stats

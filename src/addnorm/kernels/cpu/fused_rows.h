@@ -22,46 +22,79 @@
 #define AN_CAT(a, b) AN_CAT2(a, b)
 #define AN_FN(name) AN_CAT(name, AN_SFX)
 
+/* A row as float32: float32 storage read where it lies, anything else converted into `scratch`. */
+static inline const float *AN_FN(f32_row)(const void *row, int dt, float *scratch, int64_t n) {
+    if (dt == AN_F32) return (const float *)row;
+    AN_FN(load_row)(scratch, row, n, dt);
+    return scratch;
+}
+
+/* dst = (src - mean) * rstd * (w + off) + b [+ post]: one loop, w / b rows of ones / zeros when absent */
+static void AN_FN(norm_post)(float *restrict dst, const float *restrict src, int64_t n, float mean, float rstd,
+                             const float *restrict w, const float *restrict b, float off,
+                             const float *restrict post) {
+    if (post) for (int64_t i = 0; i < n; i++) dst[i] = post[i] + ((src[i] - mean) * rstd * (w[i] + off) + b[i]);
+    else for (int64_t i = 0; i < n; i++) dst[i] = (src[i] - mean) * rstd * (w[i] + off) + b[i];
+}
+
 static void AN_FN(fused_fwd_rows)(const an_ffwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
     const int64_t D = a->D;
     const float inv_d = 1.0f / (float)D;
-    float *restrict buf = sc->r[0], *restrict tmp = sc->r[1], *restrict tmp2 = sc->r[2], *restrict out = sc->r[3];
+    /* no restrict: a row read in place or converted into scratch may be the row written (same index only) */
+    float *buf = sc->r[0], *tmp = sc->r[1], *tmp2 = sc->r[2], *out = sc->r[3], *pbuf = sc->r[4];
     const size_t xes = an_elem_size(a->xdt), aes = an_elem_size(a->adt), mes = an_elem_size(a->mdt),
                  pes = an_elem_size(a->pdt), oes = an_elem_size(a->odt), ses = an_elem_size(a->sdt);
     for (int64_t r = r0; r < r1; r++) {
-        AN_FN(load_row)(buf, (const char *)a->x + r * a->x_rs * xes, D, a->xdt);
+        const float *src = AN_FN(f32_row)((const char *)a->x + r * a->x_rs * xes, a->xdt, buf, D);
         if (a->a) {
-            AN_FN(load_row)(tmp, (const char *)a->a + r * a->a_rs * aes, D, a->adt);
+            const float *av = AN_FN(f32_row)((const char *)a->a + r * a->a_rs * aes, a->adt, tmp, D);
             if (a->m) {
-                AN_FN(load_row)(tmp2, (const char *)a->m + r * a->m_rs * mes, D, a->mdt);
-                for (int64_t i = 0; i < D; i++) tmp[i] += tmp2[i];
-                AN_FN(round_row)(tmp, D, a->amdt); /* eager stores a + m before adding x */
+                const float *mv = AN_FN(f32_row)((const char *)a->m + r * a->m_rs * mes, a->mdt, tmp2, D);
+                /* two loops, never one: built with -fassociative-math, gcc may regroup x + (a + m) inside one
+                 * loop, and eager's bits depend on the grouping (a + m is stored first) */
+                for (int64_t i = 0; i < D; i++) tmp[i] = av[i] + mv[i];
+                AN_FN(round_row)(tmp, D, a->amdt);
+                for (int64_t i = 0; i < D; i++) buf[i] = src[i] + tmp[i];
+            } else {
+                for (int64_t i = 0; i < D; i++) buf[i] = src[i] + av[i];
             }
-            for (int64_t i = 0; i < D; i++) buf[i] += tmp[i];
             AN_FN(round_row)(buf, D, a->sdt);
+            src = buf;
         }
-        if (a->s_out) AN_FN(put_row)((char *)a->s_out + r * a->s_rs * ses, buf, D, a->sdt, a->nt, tmp);
-        const float mean = a->kind == AN_LAYER ? AN_FN(row_sum)(buf, D) * inv_d : 0.0f;
-        const float rstd = an_rstd(AN_FN(sq_dev_sum)(buf, mean, D) * inv_d, a->eps);
+        if (a->s_out) AN_FN(put_row)((char *)a->s_out + r * a->s_rs * ses, src, D, a->sdt, a->nt, tmp);
+        const float mean = a->kind == AN_LAYER ? AN_FN(row_sum)(src, D) * inv_d : 0.0f;
+        const float rstd = an_rstd(AN_FN(sq_dev_sum)(src, mean, D) * inv_d, a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
         for (int k = 0; k < 2; k++) {
             void *dst = k == 0 ? a->y : a->y2;
             if (!dst) continue;
+            char *dst_row = (char *)dst + r * (k == 0 ? a->y_rs : a->y2_rs) * oes;
             const float *w = k == 0 ? a->w1 : a->w2, *b = k == 0 ? a->b1 : a->b2;
-            if (a->cast_before_weight) { /* Llama order: xhat rounded to the norm's dtype, then the weight */
-                AN_FN(normalize)(out, buf, D, mean, rstd, NULL, NULL, 0.0f);
-                AN_FN(round_row)(out, D, a->ndt);
-                AN_FN(normalize)(out, out, D, 0.0f, 1.0f, w, b, a->weight_offset);
+            const float off = w ? a->weight_offset : 0.0f;
+            const float *post = (k == 0 && a->post)
+                ? AN_FN(f32_row)((const char *)a->post + r * a->post_rs * pes, a->pdt, pbuf, D) : NULL;
+            /* float32 output, not streamed: written in place in the same loop */
+            float *o = (a->odt == AN_F32 && !a->nt) ? (float *)dst_row : out;
+            if (a->cast_before_weight || (post && a->ndt != AN_F32)) {
+                /* the norm's output rounded to its dtype where eager code stores it: before the weight (Llama's
+                 * order), and before the add of norm-then-add */
+                if (a->cast_before_weight) {
+                    AN_FN(normalize)(out, src, D, mean, rstd, NULL, NULL, 0.0f);
+                    AN_FN(round_row)(out, D, a->ndt);
+                    AN_FN(normalize)(out, out, D, 0.0f, 1.0f, w, b, a->weight_offset); /* in place: not restrict */
+                } else {
+                    AN_FN(norm_post)(out, src, D, mean, rstd, w ? w : sc->ones, b ? b : sc->zeros, off, NULL);
+                }
+                if (post) {
+                    AN_FN(round_row)(out, D, a->ndt);
+                    for (int64_t i = 0; i < D; i++) out[i] += post[i];
+                }
+                if (o != out) memcpy(o, out, sizeof(float) * (size_t)D);
             } else {
-                AN_FN(normalize)(out, buf, D, mean, rstd, w, b, a->weight_offset);
+                AN_FN(norm_post)(o, src, D, mean, rstd, w ? w : sc->ones, b ? b : sc->zeros, off, post);
             }
-            if (k == 0 && a->post) {
-                AN_FN(round_row)(out, D, a->ndt);
-                AN_FN(load_row)(tmp, (const char *)a->post + r * a->post_rs * pes, D, a->pdt);
-                for (int64_t i = 0; i < D; i++) out[i] += tmp[i];
-            }
-            AN_FN(put_row)((char *)dst + r * (k == 0 ? a->y_rs : a->y2_rs) * oes, out, D, a->odt, a->nt, tmp);
+            if (o == out) AN_FN(put_row)(dst_row, out, D, a->odt, a->nt, tmp);
         }
     }
 }
@@ -77,25 +110,24 @@ static void AN_FN(accumulate)(float *restrict acc, const float *restrict d, cons
 static void AN_FN(fused_bwd_block)(const an_fbwd_args *a, int64_t r0, int64_t r1, const an_rows *sc, float **acc) {
     const int64_t D = a->D;
     const float inv_d = 1.0f / (float)D;
-    float *restrict s = sc->r[0], *restrict dy = sc->r[1], *restrict dy2 = sc->r[2], *restrict g = sc->r[3],
-                    *restrict t = sc->r[4];
+    float *restrict g = sc->r[3], *restrict t = sc->r[4];
     const float *w1 = a->w1 ? a->w1 : sc->ones, *w2 = a->w2 ? a->w2 : sc->ones;
     const float off1 = a->w1 ? a->weight_offset : 0.0f, off2 = a->w2 ? a->weight_offset : 0.0f;
     const size_t ses = an_elem_size(a->sdt), dyes = an_elem_size(a->dydt), dy2es = an_elem_size(a->dy2dt),
                  dres_es = an_elem_size(a->dresdt), oes = an_elem_size(a->odt);
     for (int64_t r = r0; r < r1; r++) {
-        AN_FN(load_row)(s, (const char *)a->s + r * a->s_rs * ses, D, a->sdt);
+        /* float32 rows read where they lie, others converted into scratch rows 0..2, 5 */
+        const float *s = AN_FN(f32_row)((const char *)a->s + r * a->s_rs * ses, a->sdt, sc->r[0], D);
+        const float *dy = a->dy ? AN_FN(f32_row)((const char *)a->dy + r * a->dy_rs * dyes, a->dydt, sc->r[1], D)
+                                : NULL;
+        const float *dy2 = a->dy2 ? AN_FN(f32_row)((const char *)a->dy2 + r * a->dy2_rs * dy2es, a->dy2dt, sc->r[2], D)
+                                  : NULL;
+        const float *dres = a->dres ? AN_FN(f32_row)((const char *)a->dres + r * a->dres_rs * dres_es, a->dresdt,
+                                                     sc->r[5], D) : sc->zeros;
         const float mean = a->mean ? a->mean[r] : 0.0f, rstd = a->rstd[r];
-        if (a->dy) {
-            AN_FN(load_row)(dy, (const char *)a->dy + r * a->dy_rs * dyes, D, a->dydt);
-            for (int64_t i = 0; i < D; i++) g[i] = dy[i] * (w1[i] + off1);
-        } else {
-            memset(g, 0, sizeof(float) * (size_t)D);
-        }
-        if (a->dy2) {
-            AN_FN(load_row)(dy2, (const char *)a->dy2 + r * a->dy2_rs * dy2es, D, a->dy2dt);
-            for (int64_t i = 0; i < D; i++) g[i] += dy2[i] * (w2[i] + off2);
-        }
+        if (dy && dy2) for (int64_t i = 0; i < D; i++) g[i] = dy[i] * (w1[i] + off1) + dy2[i] * (w2[i] + off2);
+        else if (dy) for (int64_t i = 0; i < D; i++) g[i] = dy[i] * (w1[i] + off1);
+        else for (int64_t i = 0; i < D; i++) g[i] = dy2[i] * (w2[i] + off2);
         float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
         int64_t i = 0;
         for (; i + AN_LANES <= D; i += AN_LANES)
@@ -109,16 +141,15 @@ static void AN_FN(fused_bwd_block)(const an_fbwd_args *a, int64_t r0, int64_t r1
         }
         const float mg = a->kind == AN_LAYER ? AN_FN(hsum)(acc_g) * inv_d : 0.0f;
         const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
-        for (i = 0; i < D; i++) g[i] = rstd * (g[i] - mg - (s[i] - mean) * rstd * mgx);
-        if (a->dres) {
-            AN_FN(load_row)(t, (const char *)a->dres + r * a->dres_rs * dres_es, D, a->dresdt);
-            for (i = 0; i < D; i++) g[i] += t[i];
-        }
-        AN_FN(put_row)((char *)a->ds + r * a->ds_rs * oes, g, D, a->odt, a->nt, t);
-        if (a->dy && acc[0]) AN_FN(accumulate)(acc[0], dy, s, mean, rstd, D);
-        if (a->dy && acc[1]) AN_FN(accumulate)(acc[1], dy, NULL, 0.0f, 0.0f, D);
-        if (a->dy2 && acc[2]) AN_FN(accumulate)(acc[2], dy2, s, mean, rstd, D);
-        if (a->dy2 && acc[3]) AN_FN(accumulate)(acc[3], dy2, NULL, 0.0f, 0.0f, D);
+        char *ds_row = (char *)a->ds + r * a->ds_rs * oes;
+        /* float32, not streamed: ds written in place in the same loop */
+        float *o = (a->odt == AN_F32 && !a->nt) ? (float *)ds_row : g;
+        for (i = 0; i < D; i++) o[i] = rstd * (g[i] - mg - (s[i] - mean) * rstd * mgx) + dres[i];
+        if (o == g) AN_FN(put_row)(ds_row, g, D, a->odt, a->nt, t);
+        if (dy && acc[0]) AN_FN(accumulate)(acc[0], dy, s, mean, rstd, D);
+        if (dy && acc[1]) AN_FN(accumulate)(acc[1], dy, NULL, 0.0f, 0.0f, D);
+        if (dy2 && acc[2]) AN_FN(accumulate)(acc[2], dy2, s, mean, rstd, D);
+        if (dy2 && acc[3]) AN_FN(accumulate)(acc[3], dy2, NULL, 0.0f, 0.0f, D);
     }
 }
 

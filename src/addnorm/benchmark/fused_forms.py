@@ -1,0 +1,198 @@
+"""The fused forms beyond Add & Norm vs eager vs torch.compile vs the copy floor (``addnorm bench --ops``).
+
+Ops (each with LayerNorm and RMSNorm):
+  * norm_add   -- ``residual + Norm(x)``            (OLMo 2's post-branch norms, sandwich's output norm)
+  * parallel   -- ``s = x + x2 + residual; Norm(s)``  (GPT-J, Falcon: one norm of the new stream)
+  * parallel2  -- the same with two norms of s       (GPT-NeoX: ln_1 and ln_2 of the next block)
+Timed as ``addnorm.benchmark.add_norm`` times Add & Norm: interleaved, medians with the p10-p90 spread, the
+floor copied beside every cell that moves >= 32 MiB; GB/s on each op's minimum bytes (every input read
+once, every output written once; a gradient that autograd passes on unchanged costs nothing).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .. import fused_functional as FF
+from .add_norm import FLOOR_BYTES, LOCAL_FLOOR_BYTES, conditions, copy_floor_gbps, copy_step
+from .timing import measure_interleaved
+
+OPS = ["norm_add", "parallel", "parallel2"]
+# tensors of N x D moved: (forward reads + writes, backward reads + writes)
+TRAFFIC = {"norm_add": (3, 3), "parallel": (5, 4), "parallel2": (6, 5)}
+
+
+@dataclass(frozen=True)
+class OpRow:
+    op: str
+    kind: str
+    dtype: str
+    rows: int
+    hidden: int
+    mode: str
+    method: str
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    runs: int
+    min_bytes: int
+    gbps: float
+    floor_gbps: float
+    frac_of_floor: float
+
+
+def min_bytes(op: str, mode: str, n: int, d: int, es: int) -> int:
+    f, b = TRAFFIC[op]
+    return {"fwd": f, "bwd": b, "fwdbwd": f + b}[mode] * n * d * es
+
+
+def _norm(kind, s, w, b):
+    return F.layer_norm(s, (s.shape[-1],), w, b) if kind == "layer" else F.rms_norm(s, (s.shape[-1],), w)
+
+
+def eager(op: str, kind: str):
+    """The eager composite, as HF's modelling code writes it."""
+    if op == "norm_add":
+        return lambda x, x2, r, w, b, w2, b2: (r + _norm(kind, x, w, b),)
+
+    def par(x, x2, r, w, b, w2, b2):
+        s = x2 + x + r
+        return (_norm(kind, s, w, b), s) if op == "parallel" else (_norm(kind, s, w, b), _norm(kind, s, w2, b2), s)
+
+    return par
+
+
+def fused(op: str, kind: str):
+    if op == "norm_add":
+        if kind == "layer":
+            return lambda x, x2, r, w, b, w2, b2: (FF.layer_norm_add(x, r, x.shape[-1], w, b),)
+        return lambda x, x2, r, w, b, w2, b2: (FF.rms_norm_add(x, r, x.shape[-1], w),)
+
+    def par(x, x2, r, w, b, w2, b2):
+        two = op == "parallel2"
+        if kind == "layer":
+            y, y2, s = FF.parallel_add_layer_norm(x, x2, r, x.shape[-1], w, b, w2 if two else None,
+                                                  b2 if two else None)
+        else:
+            y, y2, s = FF.parallel_add_rms_norm(x, x2, r, x.shape[-1], w, w2 if two else None)
+        return (y, s) if not two else (y, y2, s)
+
+    return par
+
+
+def _inputs(n, d, dtype, kind, grad):
+    g = torch.Generator().manual_seed(0)
+    mk = lambda *s: torch.randn(*s, generator=g).to(dtype).requires_grad_(grad)  # noqa: E731
+    return (mk(n, d), mk(n, d), mk(n, d), mk(d), mk(d) if kind == "layer" else None, mk(d),
+            mk(d) if kind == "layer" else None)
+
+
+def make_step(fn, op, mode, n, d, dtype, kind):
+    if mode == "fwd":
+        args = _inputs(n, d, dtype, kind, False)
+        return lambda: fn(*args)
+    args = _inputs(n, d, dtype, kind, True)
+    used = (0, 2, 3, 4) if op == "norm_add" else (0, 1, 2, 3, 4) + ((5, 6) if op == "parallel2" else ())
+    params = [args[i] for i in used if args[i] is not None]
+    n_out = {"norm_add": 1, "parallel": 2, "parallel2": 3}[op]
+    ups = [torch.randn(n, d).to(dtype) for _ in range(n_out)]
+    if mode == "bwd":
+        outs = fn(*args)
+        return lambda: torch.autograd.grad(outs, params, ups, retain_graph=True)
+    return lambda: torch.autograd.grad(fn(*args), params, ups)
+
+
+def run(ops, shapes, dtypes, kinds, modes, methods=("addnorm", "eager", "compile"), progress=None,
+        journal: Path | None = None) -> list[OpRow]:
+    done = {}
+    if journal is not None and journal.exists():
+        for line in journal.read_text().splitlines():
+            try:
+                r = OpRow(**json.loads(line))
+            except (TypeError, ValueError):
+                continue
+            done[(r.op, r.kind, r.dtype, r.rows, r.hidden, r.mode, r.method)] = r
+    floor = copy_floor_gbps()
+    floor_step = None
+    rows = []
+    total = len(ops) * len(shapes) * len(dtypes) * len(kinds) * len(modes)
+    task = progress.add_task("fused forms", total=total) if progress else None
+    for op in ops:
+        for n, d in shapes:
+            for dt_name in dtypes:
+                dtype = getattr(torch, dt_name)
+                es = torch.tensor([], dtype=dtype).element_size()
+                for kind in kinds:
+                    for mode in modes:
+                        keys = {m: (op, kind, dt_name, n, d, mode, m) for m in methods}
+                        if all(k in done for k in keys.values()):
+                            rows += [done[k] for k in keys.values()]
+                            if progress:
+                                progress.advance(task)
+                            continue
+                        if progress:
+                            progress.update(task, description=f"{op} {kind} {dt_name} {n}x{d} {mode}")
+                        fns = {}
+                        for m in methods:
+                            if m == "addnorm":
+                                fns[m] = fused(op, kind)
+                            elif m == "eager":
+                                fns[m] = eager(op, kind)
+                            else:
+                                torch._dynamo.reset()  # one compilation per cell: no silent eager fallback
+                                fns[m] = torch.compile(eager(op, kind), dynamic=False)
+                        mb = min_bytes(op, mode, n, d, es)
+                        local = mb >= LOCAL_FLOOR_BYTES
+                        if local and floor_step is None:
+                            floor_step = copy_step()
+                        with torch.set_grad_enabled(mode != "fwd"):
+                            steps = {m: make_step(f, op, mode, n, d, dtype, kind) for m, f in fns.items()}
+                            if local:
+                                steps["floor"] = floor_step
+                            t = measure_interleaved(steps)
+                        cell_floor = 2 * FLOOR_BYTES / t["floor"].median_s / 1e9 if local else floor
+                        for m in methods:
+                            tm = t[m]
+                            row = OpRow(op, kind, dt_name, n, d, mode, m, tm.median_s * 1e3, tm.p10_s * 1e3,
+                                        tm.p90_s * 1e3, tm.runs, mb, mb / tm.median_s / 1e9, cell_floor,
+                                        (mb / (cell_floor * 1e9)) / tm.median_s)
+                            rows.append(row)
+                            if journal is not None:
+                                with journal.open("a") as f:
+                                    f.write(json.dumps(asdict(row)) + "\n")
+                        if progress:
+                            progress.advance(task)
+    return rows
+
+
+def markdown(rows: list[OpRow]) -> str:
+    """One line per cell: addnorm's time, its fraction of the floor, and eager's and compile's time over it."""
+    by = {}
+    for r in rows:
+        by.setdefault((r.op, r.kind, r.dtype, r.rows, r.hidden, r.mode), {})[r.method] = r
+    head = ["op", "norm", "dtype", "shape", "mode", "addnorm ms", "of floor", "vs eager", "vs compile"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (op, kind, dt, n, d, mode), m in by.items():
+        a = m.get("addnorm")
+        if a is None:
+            continue
+        ratio = lambda k: f"{m[k].median_ms / a.median_ms:.2f}×" if k in m else "-"  # noqa: E731
+        out.append(f"| {op} | {kind} | {dt} | {n}×{d} | {mode} | {a.median_ms:.3f} | {a.frac_of_floor:.2f} | "
+                   f"{ratio('eager')} | {ratio('compile')} |")
+    return "\n".join(out)
+
+
+def write(rows: list[OpRow], out_dir: Path, allocator: str) -> Path:
+    from ..store import atomic_write_text
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"fused_forms_{allocator}.json"
+    atomic_write_text(path, json.dumps({"conditions": conditions(allocator), "rows": [asdict(r) for r in rows]},
+                                       indent=1))
+    atomic_write_text(out_dir / f"fused_forms_{allocator}.md", markdown(rows) + "\n")
+    return path
