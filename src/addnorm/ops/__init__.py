@@ -11,3 +11,4 @@ from .autograd import AddNorm, DirectAddNorm, EagerAddNorm, TritonAddNorm, direc
 __all__ = ["AddNorm", "DirectAddNorm", "EagerAddNorm", "TritonAddNorm", "direct_forward", "eager_inference", "formulas",
            "plain"]
 from . import fused_autograd, fused_formulas, fused_schema  # noqa: E402,F401  (the fused forms' operators)
+from . import stream_autograd, stream_formulas, stream_schema  # noqa: E402,F401  (the widened stream's operators)

@@ -98,6 +98,25 @@ typedef struct {
     int nt;
 } an_ffwd_args;
 
+/* The widened stream (stream_rows.h): per token n rows of C, contiguous ((N, n, C) and (N, C) tensors of one
+ * dtype); the per-token coefficients and their gradients are float32. */
+#define AN_STREAM_MAX_N 8
+enum { AN_STREAM_READ = 0, AN_STREAM_READ_BWD = 1, AN_STREAM_WRITE = 2, AN_STREAM_WRITE_BWD = 3 };
+typedef struct {
+    int op, n, dt, nt;
+    int64_t N, C;
+    const void *x;        /* READ*, WRITE: the stream X; WRITE_BWD: dX' */
+    const void *y;        /* READ_BWD: dh; WRITE*: the branch output y */
+    const void *xin;      /* WRITE_BWD: the stream X the write read */
+    const void *xout;     /* WRITE_BWD: X' (only with dq) */
+    void *out;            /* READ: h; READ_BWD: dX; WRITE: X'; WRITE_BWD: dX */
+    void *dy;             /* WRITE_BWD: dy */
+    const float *h_pre, *h_post, *h_res;
+    float *q;             /* WRITE: per-token sum of squares of X' (NULL: not wanted) */
+    const float *dq;      /* WRITE_BWD: its gradient (NULL: none) */
+    float *d_pre, *d_post, *d_res;
+} an_stream_args;
+
 typedef struct {
     int kind;
     int sdt, dydt, dy2dt, dresdt, odt;
@@ -114,7 +133,7 @@ typedef struct {
 
 /* per-thread float32 scratch rows; ones/zeros stand in for an absent weight/bias/gradient */
 typedef struct {
-    float *r[10]; /* r[6..9]: a block of rows' float32 parameter-gradient sums (backward) */
+    float *r[12]; /* r[6..9]: a block of rows' float32 parameter-gradient sums (backward) */
     const float *ones, *zeros;
 } an_rows;
 
@@ -170,6 +189,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #define AN_STREAM_BYTES 64
 #include "norm_rows.h"
 #include "fused_rows.h"
+#include "stream_rows.h"
 #undef AN_STREAM_BYTES
 #undef AN_SFX
 #pragma GCC pop_options
@@ -180,6 +200,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #define AN_STREAM_BYTES 32
 #include "norm_rows.h"
 #include "fused_rows.h"
+#include "stream_rows.h"
 #undef AN_STREAM_BYTES
 #undef AN_SFX
 #undef AN_F16C
@@ -189,17 +210,20 @@ static inline uint16_t an_f32_to_f16(float f) {
 #define AN_SFX _base
 #include "norm_rows.h"
 #include "fused_rows.h"
+#include "stream_rows.h"
 #undef AN_SFX
 
 typedef void (*an_fwd_fn)(const an_fwd_args *, int64_t, int64_t, const an_rows *);
 typedef void (*an_bwd_fn)(const an_bwd_args *, int64_t, int64_t, const an_rows *, double *, double *);
 typedef void (*an_ffwd_fn)(const an_ffwd_args *, int64_t, int64_t, const an_rows *);
 typedef void (*an_fbwd_fn)(const an_fbwd_args *, int64_t, int64_t, const an_rows *, double *const *);
+typedef void (*an_stream_fn)(const an_stream_args *, int64_t, int64_t, const an_rows *);
 
 static an_fwd_fn g_fwd = fwd_rows_base;
 static an_bwd_fn g_bwd = bwd_rows_base;
 static an_ffwd_fn g_ffwd = fused_fwd_rows_base;
 static an_fbwd_fn g_fbwd = fused_bwd_rows_base;
+static an_stream_fn g_stream = stream_rows_base;
 static int g_isa = 0; /* 0 baseline, 1 avx2, 2 avx512 */
 
 static void an_pick_isa(void) {
@@ -215,6 +239,7 @@ static void an_pick_isa(void) {
         g_bwd = bwd_rows_avx2;
         g_ffwd = fused_fwd_rows_avx2;
         g_fbwd = fused_bwd_rows_avx2;
+        g_stream = stream_rows_avx2;
         g_isa = 1;
     }
     if (max_isa >= 2 && g_isa == 1 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -223,6 +248,7 @@ static void an_pick_isa(void) {
         g_bwd = bwd_rows_avx512;
         g_ffwd = fused_fwd_rows_avx512;
         g_fbwd = fused_bwd_rows_avx512;
+        g_stream = stream_rows_avx512;
         g_isa = 2;
     }
 #endif
@@ -232,7 +258,7 @@ static void an_pick_isa(void) {
 /* ---- a minimal fork/join over row chunks ---- */
 
 typedef struct {
-    int kind; /* 0 fwd, 1 bwd, 2 fused fwd, 3 fused bwd */
+    int kind; /* 0 fwd, 1 bwd, 2 fused fwd, 3 fused bwd, 4 widened stream */
     const void *args;
     int64_t r0, r1;
     int64_t D;
@@ -305,13 +331,13 @@ static inline double *an_drow(double *rows, int64_t D, int i) {
 static void *an_run_task(void *p) {
     an_task *t = (an_task *)p;
     void *owned;
-    /* 12 rows: r[0..9], ones, zeros; the first starts 256 bytes into its page (see an_row_stride) */
-    char *block = an_scratch(&tl_task_cache, 256 + an_row_stride(t->D) * 12, &owned);
+    /* 14 rows: r[0..11], ones, zeros; the first starts 256 bytes into its page (see an_row_stride) */
+    char *block = an_scratch(&tl_task_cache, 256 + an_row_stride(t->D) * 14, &owned);
     if (!block) { t->status = -1; return NULL; }
     float *rows = (float *)(block + 256);
     an_rows sc;
-    for (int i = 0; i < 10; i++) sc.r[i] = an_row(rows, t->D, i);
-    float *ones = an_row(rows, t->D, 10), *zeros = an_row(rows, t->D, 11);
+    for (int i = 0; i < 12; i++) sc.r[i] = an_row(rows, t->D, i);
+    float *ones = an_row(rows, t->D, 12), *zeros = an_row(rows, t->D, 13);
     for (int64_t i = 0; i < t->D; i++) ones[i] = 1.0f;
     memset(zeros, 0, sizeof(float) * (size_t)t->D);
     sc.ones = ones;
@@ -319,7 +345,8 @@ static void *an_run_task(void *p) {
     if (t->kind == 0) g_fwd((const an_fwd_args *)t->args, t->r0, t->r1, &sc);
     else if (t->kind == 1) g_bwd((const an_bwd_args *)t->args, t->r0, t->r1, &sc, t->partial_w, t->partial_b);
     else if (t->kind == 2) g_ffwd((const an_ffwd_args *)t->args, t->r0, t->r1, &sc);
-    else g_fbwd((const an_fbwd_args *)t->args, t->r0, t->r1, &sc, t->partial);
+    else if (t->kind == 3) g_fbwd((const an_fbwd_args *)t->args, t->r0, t->r1, &sc, t->partial);
+    else g_stream((const an_stream_args *)t->args, t->r0, t->r1, &sc);
 #if defined(__x86_64__)
     _mm_sfence(); /* this thread's streamed stores are visible before it reports done */
 #endif
@@ -614,6 +641,23 @@ int addnorm_fused_backward(int kind, int sdt, int dydt, int dy2dt, int dresdt, i
     return rc;
 }
 
+
+/* The widened stream's four kernels (stream_rows.h); tensors contiguous, see an_stream_args. */
+int addnorm_stream(int op, int n, int dt, int64_t N, int64_t C, const void *x, const void *y, const void *xin,
+                   const void *xout, void *out, void *dy, const float *h_pre, const float *h_post, const float *h_res,
+                   float *q, const float *dq, float *d_pre, float *d_post, float *d_res, int nthreads) {
+    an_pick_isa();
+    if (N <= 0 || C <= 0) return 0;
+    if (n < 1 || n > AN_STREAM_MAX_N) return -3;
+    if (x == NULL || out == NULL) return -2;
+    int64_t rows_out = (op == AN_STREAM_READ) ? N : N * n;
+    an_advise_huge(out, (size_t)(rows_out * C) * an_elem_size(dt));
+    an_stream_args a = {op, n, dt, an_use_nt(N, (int64_t)n * C, dt, op == AN_STREAM_WRITE_BWD ? 2 : 1), N, C, x, y, xin,
+                        xout, out, dy, h_pre, h_post, h_res, q, dq, d_pre, d_post, d_res};
+    int T = an_threads_for(N, (int64_t)n * C, nthreads);
+    return an_parallel(4, &a, N, C, T, an_chunks_for(N, (int64_t)n * C, T), NULL, NULL, NULL);
+}
+
 /* ---- the Python entry points: the same two functions, called without ctypes' marshalling ----
  * Arguments are positional: ints, floats, and pointers as ints (None for NULL). The GIL is released
  * while the kernel runs. This file uses only CPython's C API, never torch's. */
@@ -709,6 +753,22 @@ static PyObject *an_py_fused_backward(PyObject *self, PyObject *const *args, Py_
     return PyLong_FromLong(rc);
 }
 
+
+static PyObject *an_py_stream(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    int op, n, dt, nthreads, rc;
+    int64_t N, C;
+    void *x, *y, *xin, *xout, *out, *dy, *hp, *hpo, *hr, *q, *dq, *dpre, *dpost, *dres;
+    if (an_parse(args, nargs, "iiiLLppppppppppppppi", &op, &n, &dt, &N, &C, &x, &y, &xin, &xout, &out, &dy, &hp,
+                 &hpo, &hr, &q, &dq, &dpre, &dpost, &dres, &nthreads) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = addnorm_stream(op, n, dt, N, C, x, y, xin, xout, out, dy, (const float *)hp, (const float *)hpo,
+                        (const float *)hr, (float *)q, (const float *)dq, (float *)dpre, (float *)dpost, (float *)dres,
+                        nthreads);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
 static PyObject *an_py_isa(PyObject *self, PyObject *unused) { return PyLong_FromLong(addnorm_isa()); }
 
 static PyMethodDef an_methods[] = {
@@ -718,6 +778,7 @@ static PyMethodDef an_methods[] = {
      "addnorm_fused_forward (see addnorm_cpu.c)"},
     {"fused_backward", (PyCFunction)(void (*)(void))an_py_fused_backward, METH_FASTCALL,
      "addnorm_fused_backward (see addnorm_cpu.c)"},
+    {"stream", (PyCFunction)(void (*)(void))an_py_stream, METH_FASTCALL, "addnorm_stream (see addnorm_cpu.c)"},
     {"isa", an_py_isa, METH_NOARGS, "the instruction set picked: 0 baseline, 1 avx2, 2 avx512"},
     {NULL, NULL, 0, NULL}};
 
