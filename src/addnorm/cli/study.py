@@ -11,13 +11,15 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
 
 from ..experiments.study.config import PRESETS, Study, StudyConfigError, as_study
 from ..experiments.study.data import load_split
+from ..experiments.study import tensorboard
 from ..experiments.study.grid import run_study
 from ..store import check_writable_dir
 from .output import console as make_console
 from .output import error
 
 FLAGS = {"placement": "--placements", "norm": "--norms", "depth": "--depths", "lr": "--lrs", "warmup": "--warmups",
-         "seed": "--seeds", "clip": "--clips", "init": "--inits", "steps": "--steps"}
+         "seed": "--seeds", "clip": "--clips", "init": "--inits", "steps": "--steps", "n_streams": "--n-streams",
+         "value_residual": "--value-residual", "dyt_alpha": "--dyt-alpha", "d_model": "--d-model"}
 
 
 def add_parser(sub) -> None:
@@ -28,7 +30,19 @@ def add_parser(sub) -> None:
         extra = "; a+b+c gives one placement per layer" if axis == "placements" else ""
         p.add_argument(f"--{axis}", default=None, help=f"comma separated; replaces the preset's {axis}{extra} "
                                                         "(default: the preset's)")
-    p.add_argument("--steps", type=int, default=None, help="steps per run (default: the preset's)")
+    p.add_argument("--n-streams", default=None, help="comma separated widths of the widened stream of hc, mhc, "
+                                                      "mhc_lite (the other placements ignore it; default 4)")
+    p.add_argument("--value-residual", nargs="?", const="on", default=None,
+                   help="ResFormer's value residual: on, off or on,off for both (bare flag: on; default: off)")
+    p.add_argument("--dyt-alpha", default=None,
+                   help="comma separated DyT/Derf alpha0: one number for every slot or attention/FFN/final, e.g. "
+                        "0.5,0.8/0.2/0.2 (the DyT paper's LLaMA-7B values) (default 0.5)")
+    p.add_argument("--steps", type=int, default=None, help="steps per run (the cap under --preset long) "
+                                                           "(default: the preset's)")
+    p.add_argument("--d-model", type=int, default=None, help="model width (default: the preset's; 64 in most)")
+    p.add_argument("--tensorboard", default=None, metavar="DIR",
+                   help="also write each run's per-step metrics as TensorBoard scalars under DIR (needs the "
+                        "tensorboard package; metrics.jsonl stays the record) (default: off)")
     p.add_argument("--data", default=None, help="a folder of text files, split by file (default: the Python "
                                                  "standard library)")
     p.add_argument("--out", default="results/study", help="results directory (default %(default)s)")
@@ -69,6 +83,24 @@ def _axis(name: str, text: str, kind):
     return tuple(dict.fromkeys(out))  # each value once, in the order given
 
 
+def _switch(text: str) -> bool:
+    if text not in ("on", "off"):
+        raise ValueError
+    return text == "on"
+
+
+def _alpha(text: str) -> float | tuple[float, float, float]:
+    """'0.5' or 'attention/FFN/final' ('0.8/0.2/0.2')."""
+    values = tuple(float(v) for v in text.split("/"))
+    if len(values) not in (1, 3):
+        raise ValueError
+    return values[0] if len(values) == 1 else values
+
+
+_switch.__name__ = "on or off"
+_alpha.__name__ = "alpha (one number, or attention/FFN/final such as 0.8/0.2/0.2)"
+
+
 def grid_from_args(args) -> Study:
     """The preset's grid (every part of it, for a union), with the command line's axes replacing its own."""
     kinds = {"placements": str, "norms": str, "depths": int, "lrs": float, "warmups": int, "seeds": int,
@@ -76,10 +108,16 @@ def grid_from_args(args) -> Study:
     over = {k: _axis(k, getattr(args, k), kinds[k]) for k in kinds if getattr(args, k) is not None}
     if "placements" in over:  # "post+post+pre+pre": one placement per layer
         over["placements"] = tuple(tuple(p.split("+")) if "+" in p else p for p in over["placements"])
+    for option, axis, kind in (("n_streams", "n_streams", int), ("value_residual", "value_residuals", _switch),
+                               ("dyt_alpha", "dyt_alphas", _alpha)):
+        if getattr(args, option) is not None:
+            over[axis] = _axis(option.replace("_", "-"), getattr(args, option), kind)
     parts = []
     for grid in as_study(PRESETS[args.preset]).parts:
         if args.steps is not None:
             grid = replace(grid, base=replace(grid.base, steps=args.steps))
+        if args.d_model is not None:
+            grid = replace(grid, base=replace(grid.base, d_model=args.d_model))
         parts.append(replace(grid, **over))
     study = Study(tuple(parts))
     study.runs()  # validates every combination
@@ -117,11 +155,19 @@ def run(args) -> int:
         check_writable_dir(Path(args.out))
     except OSError as e:
         return _error(f"--out: {e}")
+    if args.tensorboard is not None:
+        if not tensorboard.available():
+            return _error(f"--tensorboard {tensorboard.MISSING}")
+        try:
+            check_writable_dir(Path(args.tensorboard))
+        except OSError as e:
+            return _error(f"--tensorboard: {e}")
     console.print(f"data: {escape(data.source)} ({data.train_files} training files, {data.val_files} validation files; "
                   f"unigram plateau {data.unigram_nats:.3f} nats)")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
                   TimeElapsedColumn(), TimeRemainingColumn(), console=console, disable=rank != 0) as progress:
-        study = run_study(grid, data, Path(args.out), progress, (i, n))
+        study = run_study(grid, data, Path(args.out), progress, (i, n),
+                          tensorboard=None if args.tensorboard is None else Path(args.tensorboard))
     if rank != 0:
         return 0
     console.print((Path(args.out) / "summary.md").read_text(encoding="utf-8"), markup=False)

@@ -8,10 +8,15 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 
-from ...placement import NAMES
+from ...model.config import DYT_ALPHA, ConfigError, GPTConfig
+from ...placement import NAMES, PLACEMENTS
 
 NORMS = ("layer", "rms", "dyt", "derf", "batch")
 INITS = ("gpt2", "xavier")
+DYT_PAPER_ALPHA = (0.8, 0.2, 0.2)  # DyT's LLaMA-2 7B alpha0 per slot: attention, FFN, final (Zhu et al. 2025)
+# fields added after runs were cached: left out of the cache key and the name while at these defaults, so that
+# every run finished before they existed keeps its key and its directory
+_LATER_DEFAULTS = {"n_streams": None, "value_residual": False, "dyt_alpha": DYT_ALPHA, "until_flat": False}
 
 
 class StudyConfigError(ValueError):
@@ -48,6 +53,11 @@ class RunConfig:
     eval_every: int = 50
     eval_batches: int = 4
     checkpoint_every: int = 50
+    n_streams: int | None = None  # width of a widened stream (hc, mhc, mhc_lite); None: the model's default (4)
+    value_residual: bool = False  # ResFormer's value residual (every layer's values mixed with layer 1's)
+    dyt_alpha: float | tuple[float, float, float] = DYT_ALPHA  # DyT/Derf alpha0: one, or (attention, FFN, final)
+    until_flat: bool = False  # stop at the first evaluation where the validation curve has flattened (see flat.py);
+    #                           ``steps`` is then the cap (and the cosine schedule's length)
 
     def __post_init__(self):
         p = self.placement
@@ -77,19 +87,64 @@ class RunConfig:
             raise StudyConfigError("lr", f"must be a finite number > 0, got {self.lr!r}")
         if not (isinstance(self.clip, int | float) and math.isfinite(self.clip) and self.clip >= 0):
             raise StudyConfigError("clip", f"must be a finite number >= 0 (0: off), got {self.clip!r}")
+        if isinstance(self.dyt_alpha, list):
+            object.__setattr__(self, "dyt_alpha", tuple(self.dyt_alpha))
+        a = self.dyt_alpha
+        if any(isinstance(v, bool) or not isinstance(v, int | float) or not v > 0 for v in
+               (a if isinstance(a, tuple) else (a,))):
+            raise StudyConfigError("dyt_alpha", f"must be numbers > 0, got {a!r}")
+        if not isinstance(self.until_flat, bool):
+            raise StudyConfigError("until_flat", f"must be True or False, got {self.until_flat!r}")
+        try:  # the model's own checks: n_streams on a single stream, a non-integer width, ...
+            self.gpt_config()
+        except ConfigError as e:
+            field, _, rest = str(e).partition(" ")
+            name = field.partition("=")[0]
+            raise StudyConfigError(name if name in _LATER_DEFAULTS or name in ("placement", "norm") else "placement",
+                                   rest if name == field else str(e)) from None
+
+    def gpt_config(self) -> GPTConfig:
+        """The model this run trains: a byte-level GPT without dropout."""
+        return GPTConfig(vocab_size=256, block_size=self.seq_len, n_layer=self.depth, n_head=self.heads,
+                         n_embd=self.d_model, dropout=0.0, norm=None if self.placement == "ngpt" else self.norm,
+                         placement=self.placement, n_streams=self.n_streams, value_residual=self.value_residual,
+                         dyt_alpha=self.dyt_alpha)
+
+    @property
+    def widened(self) -> bool:
+        names = self.placement if isinstance(self.placement, tuple) else (self.placement,)
+        return any(n in PLACEMENTS and PLACEMENTS[n].widened for n in names)
+
+    @property
+    def bounded(self) -> bool:
+        """Does the model have DyT/Derf norm slots (whose alpha0 is ``dyt_alpha``)?"""
+        return self.norm in ("dyt", "derf") and self.placement != "ngpt"
 
     @property
     def placement_name(self) -> str:
         return self.placement if isinstance(self.placement, str) else "+".join(self.placement)
 
     def key(self, data_digest: str) -> str:
-        """The cache key: every field and the data's content hash (never its path)."""
-        blob = json.dumps({**asdict(self), "data": data_digest}, sort_keys=True, default=list)
+        """The cache key: every field (those added later only when not at their default) and the data's content
+        hash (never its path)."""
+        fields_ = {k: v for k, v in asdict(self).items() if _LATER_DEFAULTS.get(k, object()) != v}
+        blob = json.dumps({**fields_, "data": data_digest}, sort_keys=True, default=list)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def name(self) -> str:
         return (f"{self.placement_name}-{self.norm}-L{self.depth}-lr{self.lr:g}-w{self.warmup}-s{self.seed}"
-                f"-c{self.clip:g}-{self.init}")
+                f"-c{self.clip:g}-{self.init}{self.variant_suffix()}")
+
+    def variant_suffix(self) -> str:
+        """What sets this run apart beyond the name's fixed parts: '-d256-n2-vr-a0.8_0.2_0.2-flat' (empty for a
+        run at every default, so older runs keep their names)."""
+        a = self.dyt_alpha
+        parts = [f"d{self.d_model}" if self.d_model != 64 else "",
+                 f"n{self.n_streams}" if self.n_streams is not None else "",
+                 "vr" if self.value_residual else "",
+                 "a" + "_".join(f"{v:g}" for v in (a if isinstance(a, tuple) else (a,))) if a != DYT_ALPHA else "",
+                 "flat" if self.until_flat else ""]
+        return "".join(f"-{p}" for p in parts if p)
 
 
 @dataclass(frozen=True)
@@ -105,22 +160,49 @@ class StudyGrid:
     clips: tuple[float, ...] = (0.0,)
     inits: tuple[str, ...] = ("xavier",)
     base: RunConfig = field(default_factory=RunConfig)
+    # the frontier's axes; None: the base's value
+    n_streams: tuple[int | None, ...] | None = None  # widened placements only (the others ignore it)
+    value_residuals: tuple[bool, ...] | None = None
+    dyt_alphas: tuple[float | tuple[float, float, float], ...] | None = None  # DyT/Derf norms only
 
     def runs(self) -> list[RunConfig]:
+        """Every combination, each once: an axis a run cannot use (n_streams on a single stream, alpha without a
+        DyT/Derf norm, a norm kind for nGPT) is set to its default there rather than giving copies of one run."""
         out = []
-        for p, n, d, lr, w, s, c, i in itertools.product(self.placements, self.norms, self.depths, self.lrs,
-                                                          self.warmups, self.seeds, self.clips, self.inits):
-            kw = {f.name: getattr(self.base, f.name) for f in fields(RunConfig)}
-            kw.update(placement=p, norm=n, depth=d, lr=lr, warmup=w, seed=s, clip=c, init=i)
+        b = self.base
+        for p, n, d, lr, w, s, c, i, ns, vr, a in itertools.product(
+                self.placements, self.norms, self.depths, self.lrs, self.warmups, self.seeds, self.clips, self.inits,
+                self.n_streams or (b.n_streams,), self.value_residuals or (b.value_residual,),
+                self.dyt_alphas or (b.dyt_alpha,)):
+            kw = {f.name: getattr(b, f.name) for f in fields(RunConfig)}
+            kw.update(placement=p, norm="layer" if p == "ngpt" else n, depth=d, lr=lr, warmup=w, seed=s, clip=c,
+                      init=i, value_residual=vr)
+            probe = RunConfig(**{**kw, "n_streams": None, "dyt_alpha": DYT_ALPHA})
+            kw.update(n_streams=ns if probe.widened else None, dyt_alpha=a if probe.bounded else DYT_ALPHA)
             out.append(RunConfig(**kw))
-        return out
+        return list(dict.fromkeys(out))
 
     def describe(self) -> str:
-        axes = {k: v for k, v in asdict(self).items() if k != "base"}
+        axes = {k: v for k, v in asdict(self).items() if k != "base" and v is not None}
         b = self.base
         fixed = (f"d_model {b.d_model}, {b.heads} heads, seq {b.seq_len}, batch {b.batch}, {b.steps} steps, "
-                 f"eval every {b.eval_every}")
-        return "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in axes.items()) + f"  [{fixed}]"
+                 f"eval every {b.eval_every}" + (", until the validation curve flattens" if b.until_flat else ""))
+        return "; ".join(f"{k}: {', '.join(map(_axis_text, v))}" for k, v in axes.items()) + f"  [{fixed}]"
+
+
+def _axis_text(v) -> str:
+    return "/".join(f"{x:g}" for x in v) if isinstance(v, tuple | list) else str(v)
+
+
+def _check_axes_used(parts: tuple[StudyGrid, ...]) -> None:
+    """A frontier axis that no run of the study can use is a mistake in the command, not a silent no-op."""
+    runs = [r for part in parts for r in part.runs()]
+    if any(part.n_streams and any(v is not None for v in part.n_streams) for part in parts) and \
+            not any(r.widened for r in runs):
+        raise StudyConfigError("n_streams", "needs a widened-stream placement (hc, mhc, mhc_lite) in the grid")
+    if any(part.dyt_alphas and any(v != DYT_ALPHA for v in part.dyt_alphas) for part in parts) and \
+            not any(r.bounded for r in runs):
+        raise StudyConfigError("dyt_alpha", "needs a DyT or Derf norm in the grid (--norms dyt or derf)")
 
 
 @dataclass(frozen=True)
@@ -135,6 +217,7 @@ class Study:
         return self.parts[0].base
 
     def runs(self) -> list[RunConfig]:
+        _check_axes_used(self.parts)
         seen, out = set(), []
         for part in self.parts:
             for r in part.runs():
@@ -153,6 +236,13 @@ def as_study(grid: StudyGrid | Study) -> Study:
 
 _DEEP = RunConfig(depth=24, steps=500, warmup=100, eval_every=50)
 _DEEP_AXES = dict(depths=(24,), lrs=(3e-4, 1e-3, 3e-3, 1e-2), warmups=(100,), seeds=(0, 1, 2), base=_DEEP)
+FRONTIER_FORMS = ("pre", "post", "sandwich", "deepnorm", "mix", "layerscale",
+                  "hc", "mhc", "mhc_lite", "lns", "denseformer", "hybrid", "hybrid_star", "ngpt")
+_FRONTIER_AXES = dict(depths=(24,), lrs=(1e-3, 3e-3), warmups=(100,), seeds=(0, 1, 2, 3, 4), base=_DEEP)
+_LONG_AXES = dict(depths=(6,), lrs=(1e-3,), warmups=(100,), seeds=(0, 1, 2),
+                  base=RunConfig(steps=10000, warmup=100, eval_every=100, checkpoint_every=500, until_flat=True))
+_DYT_AXES = dict(depths=(6,), lrs=(1e-3, 3e-3), warmups=(50,), seeds=(0,),
+                 base=RunConfig(steps=400, warmup=50, eval_every=50))
 
 PRESETS = {
     # about 1.5 minutes on 2 cores (measured: 83 s): post vs pre, with and without warmup, at 6 layers
@@ -166,5 +256,37 @@ PRESETS = {
     "paper": Study((
         StudyGrid(placements=("post", "pre", "sandwich", "deepnorm", "mix", "rezero", "layerscale"), **_DEEP_AXES),
         StudyGrid(placements=("pre",), norms=("dyt",), **_DEEP_AXES),
+    )),
+    # the frontier forms beside the seeds' placements at the paper preset's depth, 5 seeds, two learning rates;
+    # Derf, value residual and DyT with the DyT paper's per-slot alpha as pre-norm variants (170 runs; hours:
+    # measured per-step times and the sharding command in docs/study.md)
+    "frontier": Study((
+        StudyGrid(placements=FRONTIER_FORMS, **_FRONTIER_AXES),
+        StudyGrid(placements=("pre",), norms=("derf",), **_FRONTIER_AXES),
+        StudyGrid(placements=("pre",), value_residuals=(True,), **_FRONTIER_AXES),
+        StudyGrid(placements=("pre",), norms=("dyt",), dyt_alphas=(DYT_PAPER_ALPHA,), **_FRONTIER_AXES),
+    )),
+    # where each placement stops training as depth grows (the depth x placement map), 3 seeds
+    "depth": StudyGrid(placements=("post", "pre", "deepnorm", "mix", "lns"), depths=(6, 12, 24, 48),
+                       lrs=(1e-3, 3e-3), warmups=(100,), seeds=(0, 1, 2), base=_DEEP),
+    # until the validation curve flattens (flat.py: < 1 % better over the last 20 % of the steps), at most
+    # 10000 steps, 6 layers: where training ends rather than how fast it starts
+    "long": Study((
+        StudyGrid(placements=("post", "pre", "sandwich", "deepnorm", "mix", "layerscale", "lns", "mhc"),
+                  **_LONG_AXES),
+        StudyGrid(placements=("pre",), norms=("dyt",), **_LONG_AXES),
+    )),
+    # four times wider (d_model 256), 12 layers
+    "wide": StudyGrid(placements=("post", "pre", "sandwich", "deepnorm", "mix", "layerscale", "lns", "mhc"),
+                      depths=(12,), lrs=(1e-3,), warmups=(100,), seeds=(0, 1, 2),
+                      base=RunConfig(d_model=256, depth=12, steps=1000, warmup=100, eval_every=100)),
+    # the mHC claim: the composite mixing gain of HC vs mHC vs mHC-lite against depth and over training
+    "mixing": StudyGrid(placements=("hc", "mhc", "mhc_lite"), depths=(6, 12, 24), lrs=(1e-3,), warmups=(100,),
+                        seeds=(0, 1, 2), base=_DEEP),
+    # the DyT/Derf audit: alpha0 from 0.2 to 8 and the DyT paper's per-slot values, beside LayerNorm, 6 layers
+    "dyt": Study((
+        StudyGrid(placements=("pre",), norms=("dyt", "derf"), dyt_alphas=(0.2, 0.5, DYT_PAPER_ALPHA, 2.0, 8.0),
+                  **_DYT_AXES),
+        StudyGrid(placements=("pre",), norms=("layer",), **_DYT_AXES),
     )),
 }

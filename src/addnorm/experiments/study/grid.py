@@ -26,7 +26,7 @@ def run_dir(out_dir: Path, cfg: RunConfig, data: SplitCorpus) -> Path:
 
 
 def run_study(grid: StudyGrid | Study, data: SplitCorpus, out_dir: Path, progress=None, shard: tuple[int, int] = (0, 1),
-              on_step=None) -> dict:
+              on_step=None, tensorboard: Path | None = None) -> dict:
     out_dir = Path(out_dir)
     runs = grid.runs()
     mine = [r for i, r in enumerate(runs) if i % shard[1] == shard[0]]
@@ -36,7 +36,7 @@ def run_study(grid: StudyGrid | Study, data: SplitCorpus, out_dir: Path, progres
         task = None
         if progress is not None:
             task = progress.add_task(f"run {i + 1} of {len(mine)}: {cfg.name()}", total=cfg.steps, loss="")
-        summary = train_run(cfg, data, run_dir(out_dir, cfg, data), progress, task, on_step)
+        summary = train_run(cfg, data, run_dir(out_dir, cfg, data), progress, task, on_step, tensorboard)
         for note in summary.get("notes", []):
             if progress is not None:
                 progress.console.print(f"[yellow]{escape(note)}[/yellow]")

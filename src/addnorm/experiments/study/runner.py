@@ -8,7 +8,10 @@ Files in the run's directory (named by the run and its cache key):
     checkpoint.pt    model, optimizer, step, loss history and RNG state (``torch.load(weights_only=True)``);
                      the learning rate is a function of the step and the batches are drawn from the step
                      number, so this is everything a resumed run needs to end bit-identical
-    summary.json     the outcome, written last: its presence means the run is finished
+    summary.json     the outcome, written last: its presence means the run is finished; beside the losses:
+                     tokens seen, parameters, whether and when the validation curve flattened (flat.py),
+                     and the last evaluation's saturation (DyT/Derf) and largest composite mixing gain
+                     (widened streams) from probe.py, whose per-evaluation values are in metrics.jsonl
 Every file is written atomically (temporary file, fsync, rename); metrics are appended line by line and cut
 back to the checkpoint's step on resume. A truncated or corrupt file is reported by name and its run redone.
 
@@ -29,10 +32,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ...model import GPT, GPTConfig
+from ...model import GPT
 from ...store import atomic_write, atomic_write_text, read_json
+from . import tensorboard as tb
 from .config import RunConfig
 from .data import SplitCorpus, lr_at
+from .flat import flatten_step
+from .probe import probe
 
 SPIKE_WINDOW = 20
 SPIKE_FACTOR = 1.5  # a loss above 1.5x the mean of the previous 20 steps stops the run
@@ -40,9 +46,7 @@ SPIKE_FACTOR = 1.5  # a loss above 1.5x the mean of the previous 20 steps stops 
 
 def build_model(cfg: RunConfig) -> GPT:
     torch.manual_seed(cfg.seed)
-    model = GPT(GPTConfig(vocab_size=256, block_size=cfg.seq_len, n_layer=cfg.depth, n_head=cfg.heads,
-                          n_embd=cfg.d_model, dropout=0.0, norm=None if cfg.placement == "ngpt" else cfg.norm,
-                          placement=cfg.placement))
+    model = GPT(cfg.gpt_config())
     if cfg.init == "xavier":  # Xavier-normal Linear weights (DeepNorm keeps its own beta-scaled Xavier)
         for block in model.h:
             if block.placement.residual == "scaled":
@@ -199,6 +203,29 @@ def _failure(losses: list[float]) -> str | None:
     return None
 
 
+def _val_curve(lines) -> list[tuple[int, float]]:
+    """(steps done, validation loss) of every evaluation in ``lines`` (metrics dicts)."""
+    return [(m["step"] + 1, m["val_loss"]) for m in lines if "val_loss" in m]
+
+
+def _convergence(val_curve: list) -> dict:
+    """Whether and when the validation curve (the summary's (step, loss) pairs) flattened (flat.py's rule)."""
+    at = flatten_step([(s + 1, v) for s, v in val_curve])
+    return {"flattened": at is not None, "flatten_step": at}
+
+
+def _probe_summary(lines: list[dict]) -> dict:
+    """The last evaluation's saturation per slot and its largest composite gains, where the run measured them."""
+    last = next((m for m in reversed(lines) if "saturation" in m or "composite_gain_fwd" in m), None)
+    if last is None:
+        return {}
+    out = {k: last[k] for k in ("saturation", "alpha") if k in last}
+    if "composite_gain_fwd" in last:
+        out["max_composite_gain_fwd"] = max(last["composite_gain_fwd"])
+        out["max_composite_gain_bwd"] = max(last["composite_gain_bwd"])
+    return out
+
+
 def _train_split(model, data: SplitCorpus, cfg: RunConfig, final_val: float, failure) -> dict:
     """The final training loss measured as the validation loss is (evaluation mode, fixed batches), and the
     generalization gap: validation minus training."""
@@ -220,8 +247,9 @@ def _train_split_from_checkpoint(cfg: RunConfig, data: SplitCorpus, run_dir: Pat
 
 
 def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, task=None,
-              on_step=None) -> dict:
-    """Train (or resume, or reuse) one run; returns its summary. ``on_step(step)`` is called after each step."""
+              on_step=None, tensorboard: Path | None = None) -> dict:
+    """Train (or resume, or reuse) one run; returns its summary. ``on_step(step)`` is called after each step;
+    ``tensorboard``: a directory to write the metrics into as TensorBoard scalars too (tensorboard.py)."""
     run_dir = Path(run_dir)
     rank, world = _world()
     lead = rank == 0  # the one process that writes
@@ -238,6 +266,11 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
         if "final_train_split_loss" not in summary and lead:  # finished before this measure existed
             summary.update(_train_split_from_checkpoint(cfg, data, run_dir, summary))
             atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, default=list))
+        if "flattened" not in summary and lead:  # likewise, from its validation curve
+            summary.update(_convergence(summary["val_curve"]),
+                           tokens_seen=summary["steps_done"] * cfg.batch * cfg.seq_len,
+                           n_params=sum(p.numel() for p in build_model(cfg).parameters()))
+            atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, default=list))
         summary["reused"] = True
         return summary
     if lead:
@@ -252,8 +285,13 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
     if why:
         notes.append(why)
     metrics_path = run_dir / "metrics.jsonl"
+    kept = _metric_lines(metrics_path, start)
     if lead:
-        atomic_write_text(metrics_path, "".join(line + "\n" for line in _metric_lines(metrics_path, start)))
+        atomic_write_text(metrics_path, "".join(line + "\n" for line in kept))
+    curve = _val_curve(json.loads(line) for line in kept)  # (steps done, val loss): the stopping rule's input
+    writer = tb.open_writer(Path(tensorboard) / run_dir.name, start) if tensorboard is not None and lead else None
+    # one fixed validation batch for probe.py (saturation of DyT/Derf, mixing gains of a widened stream)
+    probe_x = data.val_batches(1, cfg.batch, cfg.seq_len)[0][0] if cfg.bounded or cfg.widened else None
     net = model
     if world > 1:
         net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
@@ -263,11 +301,12 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
     blocks = [torch.tensor([position[id(p)] for p in b.parameters() if p.requires_grad]) for b in model.h]
     stats = _StreamStats(model)
     failure, t0 = (_failure(losses) if losses else None), time.perf_counter()  # a failure before the crash stands
+    flat = cfg.until_flat and flatten_step(curve) is not None  # so does a flattening: the run had stopped
     model.train()
     loop_t0 = time.perf_counter()
     try:
         with open(metrics_path if lead else os.devnull, "a") as log:
-            for step in range(start, cfg.steps if failure is None else start):
+            for step in range(start, cfg.steps if failure is None and not flat else start):
                 lr = lr_at(step, cfg.lr, cfg.warmup, cfg.steps)
                 for group in opt.param_groups:
                     group["lr"] = lr
@@ -303,22 +342,31 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
                 failure = _failure(losses)
                 if not failure and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
                     line["val_loss"] = evaluate(model, data, cfg)
+                    if probe_x is not None:
+                        line.update(probe(model, probe_x.to(device)))
+                    curve.append((step + 1, line["val_loss"]))
+                    flat = cfg.until_flat and flatten_step(curve) is not None
                 log.write(json.dumps(line) + "\n")
                 log.flush()
-                if lead and (failure or (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
+                if writer is not None:
+                    tb.write_line(writer, line)
+                if lead and (failure or flat or (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
                     _save_checkpoint(ckpt, model, opt, step + 1, losses)
                 if progress is not None and task is not None:
                     progress.update(task, advance=1, loss=f"{losses[-1]:.3f}")
                 if on_step is not None:
                     on_step(step)
-                if failure:
+                if failure or flat:
                     break
     finally:
         stats.remove()
+        if writer is not None:
+            writer.close()
     loop_seconds = time.perf_counter() - loop_t0  # the training loop: steps, their logging, validations, checkpoints
     if world > 1:
         dist.barrier()  # rank 0's metrics are complete
-    vals = [(m["step"], m["val_loss"]) for m in read_metrics(run_dir) if "val_loss" in m]
+    lines = read_metrics(run_dir)
+    vals = [(m["step"], m["val_loss"]) for m in lines if "val_loss" in m]
     final_val = evaluate(model, data, cfg) if failure != "nan" else float("nan")
     if failure is None and final_val >= data.unigram_nats:
         failure = "plateau"
@@ -328,6 +376,9 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
                "data_digest": data.digest,
                "steps_done": len(losses), "final_train_loss": losses[-1] if losses else float("nan"),
                "final_val_loss": final_val, **gap, "val_curve": vals, "failed": failure is not None, "failure": failure,
+               **_convergence(vals), "stopped_flat": bool(flat),
+               "tokens_seen": len(losses) * cfg.batch * cfg.seq_len,
+               "n_params": sum(p.numel() for p in model.parameters()), **_probe_summary(lines),
                "unigram_nats": data.unigram_nats, "seconds_this_session": time.perf_counter() - t0,
                "loop_seconds_this_session": loop_seconds,
                "notes": notes, "reused": False}

@@ -1,0 +1,43 @@
+"""When has a validation curve flattened? The ``long`` preset's stopping rule, a function of the curve alone.
+
+Rule: at an evaluation after ``t`` steps, the curve has flattened when the best validation loss of the last 20 %
+of the steps improved on the best before them by less than 1 %:
+
+    (best(v_s : s <= 0.8 t) - best(v_s : s <= t)) / best(v_s : s <= 0.8 t) < 0.01
+
+judged only from the ``MIN_EVALS``-th evaluation on (earlier, 20 % of the steps holds too few evaluations to
+tell a plateau from noise), and only where an evaluation lies at or before 0.8 t. The best, not the last, value:
+one noisy evaluation neither stops a run nor keeps it going.
+"""
+
+from __future__ import annotations
+
+import math
+
+WINDOW = 0.2  # the last 20 % of the steps
+MIN_GAIN = 0.01  # less than 1 % better over that window: flat
+MIN_EVALS = 10
+
+
+def improvement(curve: list[tuple[int, float]]) -> float | None:
+    """The relative improvement of the best loss over the last ``WINDOW`` of the steps of ``curve`` (pairs
+    (steps done, validation loss), in order), or None where it cannot be judged yet."""
+    if len(curve) < MIN_EVALS:
+        return None
+    t = curve[-1][0]
+    cut = (1.0 - WINDOW) * t
+    before = [v for s, v in curve if s <= cut and math.isfinite(v)]
+    everything = [v for _, v in curve if math.isfinite(v)]
+    if not before or not everything:
+        return None
+    ref = min(before)
+    return (ref - min(everything)) / ref if ref > 0 else 0.0
+
+
+def flatten_step(curve: list[tuple[int, float]]) -> int | None:
+    """The steps done at the first evaluation where the curve had flattened, or None."""
+    for i in range(len(curve)):
+        gain = improvement(curve[:i + 1])
+        if gain is not None and gain < MIN_GAIN:
+            return curve[i][0]
+    return None
