@@ -168,3 +168,45 @@ def test_more_streams_than_the_kernels_hold_take_the_formulas(backend):
     h64, x264, _ = _oracle(x, y, hp, hpo, hr)
     torch.testing.assert_close(stream_read(x, hp, backend=backend).double(), h64, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(stream_write(x, y, hpo, hr, backend=backend)[0].double(), x264, atol=1e-5, rtol=1e-5)
+
+
+ISA_SCRIPT = """
+import sys, torch, addnorm
+from addnorm.stream_functional import stream_read, stream_write
+g = torch.Generator().manual_seed(0)
+dt = getattr(torch, sys.argv[1])
+x = torch.randn(37, 4, 1029, generator=g).to(dt).requires_grad_()
+y = torch.randn(37, 1029, generator=g).to(dt).requires_grad_()
+hp, hpo = (torch.rand(37, 4, generator=g).requires_grad_() for _ in range(2))
+hr = torch.softmax(torch.randn(37, 4, 4, generator=g), -1).requires_grad_()
+h = stream_read(x, hp, backend="cpu")
+x2, q = stream_write(x, y, hpo, hr, backend="cpu")
+loss = (h.float() * torch.linspace(-1, 1, 1029)).sum() + (x2.float() ** 2).sum() + q.sum() * 1e-3
+grads = torch.autograd.grad(loss, [x, y, hp, hpo, hr])
+torch.save({"isa": addnorm.cpu_kernel_availability().isa, "h": h, "x2": x2, "q": q, "grads": grads}, sys.argv[2])
+"""
+
+
+@pytest.mark.skipif("cpu" not in KERNELS, reason="the compiled kernels are not built")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_every_instruction_set_variant_agrees(tmp_path, dtype):
+    import os
+    import subprocess
+    import sys
+
+    results = {}
+    for isa in ["baseline", "avx2", "native"]:
+        env = dict(os.environ)
+        if isa != "native":
+            env["ADDNORM_CPU_ISA"] = isa
+        out = tmp_path / f"{isa}.pt"
+        subprocess.run([sys.executable, "-c", ISA_SCRIPT, dtype, str(out)], check=True, env=env)
+        results[isa] = torch.load(out)
+    assert results["baseline"]["isa"] == "baseline"
+    tol = {"float32": 1e-5, "bfloat16": 1.6e-2}[dtype]
+    ref = results["baseline"]
+    for isa, res in results.items():
+        for k in ("h", "x2", "q"):
+            torch.testing.assert_close(res[k].float(), ref[k].float(), atol=tol * 4, rtol=tol, msg=f"{isa} {k}")
+        for a, e in zip(res["grads"], ref["grads"], strict=True):
+            torch.testing.assert_close(a.float(), e.float(), atol=tol * 40, rtol=tol, msg=f"{isa} grads")

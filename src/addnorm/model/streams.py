@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import stream_functional as SF
+
 # --- the math
 
 
@@ -90,16 +92,18 @@ class StreamConnection(nn.Module):
         raise NotImplementedError
 
     def read(self, x: torch.Tensor):
+        """(h, mix): h = H_pre X by the fused read (``addnorm.stream_functional``: one pass, the coefficients
+        kept in float32 beside 16-bit streams)."""
         if x.dim() < 2 or x.size(-2) != self.n:
             raise ValueError(f"a widened stream must be (..., n={self.n}, C), got shape {tuple(x.shape)}")
         h_pre, h_post, h_res = self.coefficients(x)
         h_res = self.h_res_tap(h_res)
-        dt = x.dtype
-        return stream_read(h_pre.to(dt), x), (h_post.to(dt), h_res.to(dt))
+        return SF.stream_read(x, h_pre), (h_post, h_res)
 
     def write(self, x: torch.Tensor, y: torch.Tensor, mix) -> torch.Tensor:
+        """X' = H_res X + H_post^T y by the fused write (one pass)."""
         h_post, h_res = mix
-        return stream_write(x, y.to(x.dtype), h_post, h_res)
+        return SF.stream_write(x, y.to(x.dtype), h_post, h_res)[0]
 
     def extra_repr(self) -> str:
         return f"n={self.n}"
@@ -159,9 +163,14 @@ class HyperConnection(StreamConnection):
 
 
 def mhc_projection(x, phi, eps):
-    """x~' phi, with x~' = RMSNorm(vec(X)): (B, T, n, C) -> (B, T, outputs), computed in float32 at least."""
-    v = rms_normalize(x.flatten(-2), eps)
-    return v @ phi.to(v.dtype)
+    """x~' phi, with x~' = RMSNorm(vec(X)): (B, T, n, C) -> (B, T, outputs), computed in float32 at least.
+
+    As (vec(X) phi) * rstd: the RMS is a per-token scalar, so the normalized copy of the stream is never
+    formed -- one read of X for its norm, one for the projection (the BLAS)."""
+    v = x.flatten(-2)
+    vf = v.float() if v.dtype in (torch.float16, torch.bfloat16) else v
+    ms = torch.linalg.vector_norm(vf, dim=-1, keepdim=True).square() / vf.size(-1)
+    return (vf @ phi.to(vf.dtype)) * torch.rsqrt(ms + eps)
 
 
 def mhc_coefficients(proj, n, alpha_pre, alpha_post, alpha_res, b_pre, b_post, b_res, sinkhorn_iters):
