@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .. import pointwise_functional as PF
 from ._shape import as_normalized_shape
 
 
@@ -35,14 +36,10 @@ class DyT(nn.Module):
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, *, out_scale: float = 1.0):
         """Same calling convention as the fused Add & Norm modules: returns (y, x + residual); ``out_scale``
         multiplies y (folded into weight and bias)."""
-        s = x if residual is None else x + residual
         w, b = self.weight, self.bias
         if out_scale != 1.0:
             w, b = w * out_scale, (None if b is None else b * out_scale)
-        y = w * torch.tanh(self.alpha * s)
-        if b is not None:
-            y = y + b
-        return y, s
+        return PF.add_dyt(x, residual, self.alpha, w, b)  # fused with the add: one pass
 
     def add_to(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """Norm-then-add: residual + self(x)."""

@@ -98,6 +98,25 @@ typedef struct {
     int nt;
 } an_ffwd_args;
 
+/* DyT / Derf fused with the add (pointwise_rows.h): rows of D, x / residual / y with their own row strides
+ * (s, dy... contiguous); alpha and shift are float32 scalars. */
+enum { AN_DYT = 0, AN_DERF = 1 };
+typedef struct {
+    int kind, nt;
+    int xdt, rdt, sdt, odt, dydt, dresdt;
+    int64_t N, D;
+    const void *x; int64_t x_rs;
+    const void *res; int64_t res_rs;
+    const float *weight, *bias;
+    float alpha, shift;
+    void *y;                              /* forward: y (contiguous) */
+    void *s_out;                          /* forward: the sum (contiguous), NULL without a residual */
+    const void *s;                        /* backward: the stream the forward normalized (contiguous) */
+    const void *dy; int64_t dy_rs;
+    const void *dres; int64_t dres_rs;
+    void *ds;                             /* backward: contiguous, in sdt */
+} an_pw_args;
+
 /* The widened stream (stream_rows.h): per token n rows of C, contiguous ((N, n, C) and (N, C) tensors of one
  * dtype); the per-token coefficients and their gradients are float32. */
 #define AN_STREAM_MAX_N 8
@@ -190,6 +209,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #include "norm_rows.h"
 #include "fused_rows.h"
 #include "stream_rows.h"
+#include "pointwise_rows.h"
 #undef AN_STREAM_BYTES
 #undef AN_SFX
 #pragma GCC pop_options
@@ -201,6 +221,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #include "norm_rows.h"
 #include "fused_rows.h"
 #include "stream_rows.h"
+#include "pointwise_rows.h"
 #undef AN_STREAM_BYTES
 #undef AN_SFX
 #undef AN_F16C
@@ -211,6 +232,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #include "norm_rows.h"
 #include "fused_rows.h"
 #include "stream_rows.h"
+#include "pointwise_rows.h"
 #undef AN_SFX
 
 typedef void (*an_fwd_fn)(const an_fwd_args *, int64_t, int64_t, const an_rows *);
@@ -218,12 +240,16 @@ typedef void (*an_bwd_fn)(const an_bwd_args *, int64_t, int64_t, const an_rows *
 typedef void (*an_ffwd_fn)(const an_ffwd_args *, int64_t, int64_t, const an_rows *);
 typedef void (*an_fbwd_fn)(const an_fbwd_args *, int64_t, int64_t, const an_rows *, double *const *);
 typedef void (*an_stream_fn)(const an_stream_args *, int64_t, int64_t, const an_rows *);
+typedef void (*an_pwf_fn)(const an_pw_args *, int64_t, int64_t, const an_rows *);
+typedef void (*an_pwb_fn)(const an_pw_args *, int64_t, int64_t, const an_rows *, double *const *);
 
 static an_fwd_fn g_fwd = fwd_rows_base;
 static an_bwd_fn g_bwd = bwd_rows_base;
 static an_ffwd_fn g_ffwd = fused_fwd_rows_base;
 static an_fbwd_fn g_fbwd = fused_bwd_rows_base;
 static an_stream_fn g_stream = stream_rows_base;
+static an_pwf_fn g_pwf = pw_fwd_rows_base;
+static an_pwb_fn g_pwb = pw_bwd_rows_base;
 static int g_isa = 0; /* 0 baseline, 1 avx2, 2 avx512 */
 
 static void an_pick_isa(void) {
@@ -240,6 +266,8 @@ static void an_pick_isa(void) {
         g_ffwd = fused_fwd_rows_avx2;
         g_fbwd = fused_bwd_rows_avx2;
         g_stream = stream_rows_avx2;
+        g_pwf = pw_fwd_rows_avx2;
+        g_pwb = pw_bwd_rows_avx2;
         g_isa = 1;
     }
     if (max_isa >= 2 && g_isa == 1 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -249,6 +277,8 @@ static void an_pick_isa(void) {
         g_ffwd = fused_fwd_rows_avx512;
         g_fbwd = fused_bwd_rows_avx512;
         g_stream = stream_rows_avx512;
+        g_pwf = pw_fwd_rows_avx512;
+        g_pwb = pw_bwd_rows_avx512;
         g_isa = 2;
     }
 #endif
@@ -258,7 +288,7 @@ static void an_pick_isa(void) {
 /* ---- a minimal fork/join over row chunks ---- */
 
 typedef struct {
-    int kind; /* 0 fwd, 1 bwd, 2 fused fwd, 3 fused bwd, 4 widened stream */
+    int kind; /* 0 fwd, 1 bwd, 2 fused fwd, 3 fused bwd, 4 widened stream, 5/6 DyT-Derf fwd/bwd */
     const void *args;
     int64_t r0, r1;
     int64_t D;
@@ -346,7 +376,9 @@ static void *an_run_task(void *p) {
     else if (t->kind == 1) g_bwd((const an_bwd_args *)t->args, t->r0, t->r1, &sc, t->partial_w, t->partial_b);
     else if (t->kind == 2) g_ffwd((const an_ffwd_args *)t->args, t->r0, t->r1, &sc);
     else if (t->kind == 3) g_fbwd((const an_fbwd_args *)t->args, t->r0, t->r1, &sc, t->partial);
-    else g_stream((const an_stream_args *)t->args, t->r0, t->r1, &sc);
+    else if (t->kind == 4) g_stream((const an_stream_args *)t->args, t->r0, t->r1, &sc);
+    else if (t->kind == 5) g_pwf((const an_pw_args *)t->args, t->r0, t->r1, &sc);
+    else g_pwb((const an_pw_args *)t->args, t->r0, t->r1, &sc, t->partial);
 #if defined(__x86_64__)
     _mm_sfence(); /* this thread's streamed stores are visible before it reports done */
 #endif
@@ -658,6 +690,69 @@ int addnorm_stream(int op, int n, int dt, int64_t N, int64_t C, const void *x, c
     return an_parallel(4, &a, N, C, T, an_chunks_for(N, (int64_t)n * C, T), NULL, NULL, NULL);
 }
 
+
+/* DyT / Derf fused with the add (pointwise_rows.h). Forward: y (and s_out) contiguous. Backward: ds contiguous in
+ * sdt; dweight / dbias in param_dtype (NULL: unwanted); dscalars[0..1] = (dalpha, dshift) (NULL: unwanted). */
+int addnorm_pointwise_forward(int kind, int xdt, int rdt, int sdt, int odt, int64_t N, int64_t D, const void *x,
+                              int64_t x_rs, const void *res, int64_t res_rs, const void *weight, const void *bias,
+                              int param_dtype, float alpha, float shift, void *y, void *s_out, int nthreads) {
+    an_pick_isa();
+    if (N <= 0 || D <= 0) return 0;
+    if (x == NULL || y == NULL) return -2;
+    an_advise_huge(y, (size_t)(N * D) * an_elem_size(odt));
+    void *owned = NULL;
+    float *host = NULL;
+    if (param_dtype != AN_F32 && (weight || bias) && !(host = an_host_rows(D, 2, &owned))) return -1;
+    an_pw_args a = {kind, an_use_nt(N, D, odt, s_out ? 2 : 1), xdt, rdt, sdt, odt, 0, 0, N, D, x, x_rs, res, res_rs,
+                    an_param_f32(weight, param_dtype, host, D),
+                    an_param_f32(bias, param_dtype, host ? an_row(host, D, 1) : NULL, D), alpha, shift, y, s_out,
+                    NULL, NULL, 0, NULL, 0, NULL};
+    int T = an_threads_for(N, D, nthreads);
+    int rc = an_parallel(5, &a, N, D, T, an_chunks_for(N, D, T), NULL, NULL, NULL);
+    free(owned);
+    return rc;
+}
+
+int addnorm_pointwise_backward(int kind, int sdt, int dydt, int dresdt, int64_t N, int64_t D, const void *s,
+                               const void *dy, int64_t dy_rs, const void *dres, int64_t dres_rs, const void *weight,
+                               int param_dtype, float alpha, float shift, void *ds, void *dweight, void *dbias,
+                               double *dscalars, int nthreads) {
+    an_pick_isa();
+    if (D <= 0) return 0;
+    if (dscalars) dscalars[0] = dscalars[1] = 0.0;
+    if (N <= 0) {
+        if (dweight) memset(dweight, 0, an_elem_size(param_dtype) * (size_t)D);
+        if (dbias) memset(dbias, 0, an_elem_size(param_dtype) * (size_t)D);
+        return 0;
+    }
+    if (s == NULL || dy == NULL || ds == NULL) return -2;
+    an_advise_huge(ds, (size_t)(N * D) * an_elem_size(sdt));
+    int T = an_threads_for(N, D, nthreads), C = an_chunks_for(N, D, T);
+    void *owned = NULL;
+    /* float32 row 0: the weight as float32; then 2C float64 rows each for dw, db, (dalpha, dshift) */
+    float *host = an_host_rows(D, 2 + 6 * C, &owned);
+    if (!host) return -1;
+    double *partial[4] = {dweight ? (double *)an_row(host, D, 2) : NULL, dbias ? (double *)an_row(host, D, 2 + 2 * C) : NULL,
+                          dscalars ? (double *)an_row(host, D, 2 + 4 * C) : NULL, NULL};
+    for (int k = 0; k < 3; k++) /* the scalars' row holds two values whatever D is */
+        if (partial[k])
+            for (int c = 0; c < C; c++)
+                memset(an_drow(partial[k], D, c), 0, sizeof(double) * (size_t)(k == 2 ? 2 : D));
+    an_pw_args a = {kind, an_use_nt(N, D, sdt, 1), 0, 0, sdt, sdt, dydt, dresdt, N, D, NULL, 0, NULL, 0,
+                    an_param_f32(weight, param_dtype, host, D), NULL, alpha, shift, NULL, NULL, s, dy, dy_rs, dres,
+                    dres_rs, ds};
+    int rc = an_parallel(6, &a, N, D, T, C, NULL, NULL, partial);
+    if (rc == 0 && dweight) an_reduce_partials(dweight, param_dtype, partial[0], C, D);
+    if (rc == 0 && dbias) an_reduce_partials(dbias, param_dtype, partial[1], C, D);
+    if (rc == 0 && dscalars)
+        for (int c = 0; c < C; c++) {
+            dscalars[0] += an_drow(partial[2], D, c)[0];
+            dscalars[1] += an_drow(partial[2], D, c)[1];
+        }
+    free(owned);
+    return rc;
+}
+
 /* ---- the Python entry points: the same two functions, called without ctypes' marshalling ----
  * Arguments are positional: ints, floats, and pointers as ints (None for NULL). The GIL is released
  * while the kernel runs. This file uses only CPython's C API, never torch's. */
@@ -769,6 +864,37 @@ static PyObject *an_py_stream(PyObject *self, PyObject *const *args, Py_ssize_t 
     return PyLong_FromLong(rc);
 }
 
+
+static PyObject *an_py_pw_forward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    int kind, xdt, rdt, sdt, odt, pdt, nthreads, rc;
+    int64_t N, D, x_rs, res_rs;
+    void *x, *res, *w, *b, *y, *s_out;
+    float alpha, shift;
+    if (an_parse(args, nargs, "iiiiiLLpLpLppiffppi", &kind, &xdt, &rdt, &sdt, &odt, &N, &D, &x, &x_rs, &res, &res_rs,
+                 &w, &b, &pdt, &alpha, &shift, &y, &s_out, &nthreads) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = addnorm_pointwise_forward(kind, xdt, rdt, sdt, odt, N, D, x, x_rs, res, res_rs, w, b, pdt, alpha, shift, y,
+                                   s_out, nthreads);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
+static PyObject *an_py_pw_backward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    int kind, sdt, dydt, dresdt, pdt, nthreads, rc;
+    int64_t N, D, dy_rs, dres_rs;
+    void *s, *dy, *dres, *w, *ds, *dw, *db, *dsc;
+    float alpha, shift;
+    if (an_parse(args, nargs, "iiiiLLppLpLpiffppppi", &kind, &sdt, &dydt, &dresdt, &N, &D, &s, &dy, &dy_rs, &dres,
+                 &dres_rs, &w, &pdt, &alpha, &shift, &ds, &dw, &db, &dsc, &nthreads) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = addnorm_pointwise_backward(kind, sdt, dydt, dresdt, N, D, s, dy, dy_rs, dres, dres_rs, w, pdt, alpha, shift,
+                                    ds, dw, db, (double *)dsc, nthreads);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
 static PyObject *an_py_isa(PyObject *self, PyObject *unused) { return PyLong_FromLong(addnorm_isa()); }
 
 static PyMethodDef an_methods[] = {
@@ -779,6 +905,10 @@ static PyMethodDef an_methods[] = {
     {"fused_backward", (PyCFunction)(void (*)(void))an_py_fused_backward, METH_FASTCALL,
      "addnorm_fused_backward (see addnorm_cpu.c)"},
     {"stream", (PyCFunction)(void (*)(void))an_py_stream, METH_FASTCALL, "addnorm_stream (see addnorm_cpu.c)"},
+    {"pointwise_forward", (PyCFunction)(void (*)(void))an_py_pw_forward, METH_FASTCALL,
+     "addnorm_pointwise_forward (see addnorm_cpu.c)"},
+    {"pointwise_backward", (PyCFunction)(void (*)(void))an_py_pw_backward, METH_FASTCALL,
+     "addnorm_pointwise_backward (see addnorm_cpu.c)"},
     {"isa", an_py_isa, METH_NOARGS, "the instruction set picked: 0 baseline, 1 avx2, 2 avx512"},
     {NULL, NULL, 0, NULL}};
 

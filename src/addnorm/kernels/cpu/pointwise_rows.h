@@ -1,0 +1,161 @@
+/* Row kernels of the element-wise norms fused with the residual add: DyT (arXiv 2503.10622) and Derf
+ * (arXiv 2512.10938).
+ *
+ *   forward   s = x + r (rounded to the stream's dtype, stored),  u = alpha s + shift,
+ *             y = w f(u) + b  with f = tanh (DyT) or erf (Derf)
+ *   backward  g = dy w;  ds = alpha g f'(u) + dres;  dalpha += sum g f'(u) s;  dshift += sum g f'(u);
+ *             dw += dy f(u);  db += dy
+ *
+ * f and f' are computed branch-free so that gcc vectorizes them (libm's tanhf / erff do not): exp by
+ * range reduction and a degree-6 polynomial (Cephes' expf, ~1 ulp), tanh from exp with an odd polynomial
+ * near 0 (Cephes' tanhf), erf from the Chebyshev fit of erfc in Numerical Recipes (relative error below
+ * 1.2e-7) with its Taylor series below 0.5. Included per instruction set after norm_rows.h.
+ */
+
+#define AN_CAT2(a, b) a##b
+#define AN_CAT(a, b) AN_CAT2(a, b)
+#define AN_FN(name) AN_CAT(name, AN_SFX)
+
+/* exp(x) for x <= 0 (every caller's case), flushed to 0 below -87 */
+static inline float AN_FN(exp_neg)(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    float t = x * 1.44269504088896341f;          /* x / ln 2 */
+    int n = (int)(t - 0.5f);                     /* round to nearest (t <= 0) */
+    float r = x - (float)n * 0.693359375f;       /* Cody-Waite: ln 2 in two parts */
+    r -= (float)n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    uint32_t bits = (uint32_t)(n + 127) << 23;   /* 2^n, n in [-126, 0] */
+    return p * an_bits_f32(bits);
+}
+
+/* tanh(u) */
+static inline float AN_FN(tanh_v)(float u) {
+    float a = u < 0.0f ? -u : u;
+    float z = u * u;
+    float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
+                    + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * u + u;
+    float e = AN_FN(exp_neg)(-2.0f * a);         /* tanh(a) = (1 - e) / (1 + e) */
+    float big = (1.0f - e) / (1.0f + e);
+    big = u < 0.0f ? -big : big;
+    return a < 0.625f ? small : big;
+}
+
+/* erf(u) */
+static inline float AN_FN(erf_v)(float u) {
+    float a = u < 0.0f ? -u : u;
+    float z = u * u;
+    /* 2/sqrt(pi) (u - u^3/3 + u^5/10 - u^7/42 + u^9/216 - u^11/1320 + u^13/9360) */
+    float small = u * 1.12837916709551257f *
+                  (1.0f + z * (-1.0f / 3 + z * (1.0f / 10 + z * (-1.0f / 42 + z * (1.0f / 216 + z * (-1.0f / 1320
+                  + z * (1.0f / 9360)))))));
+    float t = 1.0f / (1.0f + 0.5f * a);
+    float poly = -1.26551223f + t * (1.00002368f + t * (0.37409196f + t * (0.09678418f + t * (-0.18628806f
+                 + t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f
+                 + t * 0.17087277f))))))));
+    float erfc = t * AN_FN(exp_neg)(-z + poly);
+    float big = 1.0f - erfc;
+    big = u < 0.0f ? -big : big;
+    return a < 0.5f ? small : big;
+}
+
+/* f(u) and f'(u) of the kind: tanh' = 1 - tanh^2, erf' = 2/sqrt(pi) exp(-u^2) */
+static inline float AN_FN(pw_f)(float u, int kind) { return kind == AN_DYT ? AN_FN(tanh_v)(u) : AN_FN(erf_v)(u); }
+
+static void AN_FN(pw_fwd_rows)(const an_pw_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
+    const int64_t D = a->D;
+    const size_t xes = an_elem_size(a->xdt), res = an_elem_size(a->rdt), ses = an_elem_size(a->sdt),
+                 oes = an_elem_size(a->odt);
+    float *buf = sc->r[0], *tmp = sc->r[1], *out = sc->r[2];
+    const float *w = a->weight ? a->weight : sc->ones, *b = a->bias ? a->bias : sc->zeros;
+    const float al = a->alpha, sh = a->shift;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *s = AN_FN(f32_row)((const char *)a->x + r * a->x_rs * xes, a->xdt, buf, D);
+        if (a->res) {
+            const float *rv = AN_FN(f32_row)((const char *)a->res + r * a->res_rs * res, a->rdt, tmp, D);
+            for (int64_t i = 0; i < D; i++) buf[i] = s[i] + rv[i];
+            AN_FN(round_row)(buf, D, a->sdt);
+            s = buf;
+            if (a->s_out) AN_FN(put_row)((char *)a->s_out + r * D * ses, buf, D, a->sdt, a->nt, tmp);
+        }
+        char *y_row = (char *)a->y + r * D * oes;
+        float *o = (a->odt == AN_F32 && !a->nt) ? (float *)y_row : out;
+        if (a->kind == AN_DYT)
+            for (int64_t i = 0; i < D; i++) o[i] = w[i] * AN_FN(tanh_v)(al * s[i] + sh) + b[i];
+        else
+            for (int64_t i = 0; i < D; i++) o[i] = w[i] * AN_FN(erf_v)(al * s[i] + sh) + b[i];
+        if (o == out) AN_FN(put_row)(y_row, out, D, a->odt, a->nt, tmp);
+    }
+}
+
+/* partial: [0] dw row, [1] db row, [2] (dalpha, dshift) -- this chunk's float64 sums (each NULL if unwanted) */
+static void AN_FN(pw_bwd_rows)(const an_pw_args *a, int64_t r0, int64_t r1, const an_rows *sc, double *const *partial) {
+    const int64_t D = a->D;
+    const size_t ses = an_elem_size(a->sdt), dyes = an_elem_size(a->dydt), dres_es = an_elem_size(a->dresdt),
+                 oes = an_elem_size(a->sdt);
+    float *g = sc->r[3], *fv = sc->r[4], *tmp = sc->r[5];
+    float *bw = partial[0] ? sc->r[6] : NULL, *bb = partial[1] ? sc->r[7] : NULL;
+    const float *w = a->weight ? a->weight : sc->ones;
+    const float al = a->alpha, sh = a->shift;
+    const float two_rsqrt_pi = 1.12837916709551257f;
+    double d_alpha = 0.0, d_shift = 0.0;
+    for (int64_t b0 = r0; b0 < r1; b0 += AN_BLOCK) {
+        const int64_t b1 = b0 + AN_BLOCK < r1 ? b0 + AN_BLOCK : r1;
+        if (bw) memset(bw, 0, sizeof(float) * (size_t)D);
+        if (bb) memset(bb, 0, sizeof(float) * (size_t)D);
+        for (int64_t r = b0; r < b1; r++) {
+            const float *s = AN_FN(f32_row)((const char *)a->s + r * D * ses, a->sdt, sc->r[0], D);
+            const float *dy = AN_FN(f32_row)((const char *)a->dy + r * a->dy_rs * dyes, a->dydt, sc->r[1], D);
+            const float *dres = a->dres ? AN_FN(f32_row)((const char *)a->dres + r * a->dres_rs * dres_es, a->dresdt,
+                                                         sc->r[2], D) : sc->zeros;
+            /* g = dy w f'(u), f = f(u) */
+            if (a->kind == AN_DYT) {
+                for (int64_t i = 0; i < D; i++) {
+                    float f = AN_FN(tanh_v)(al * s[i] + sh);
+                    fv[i] = f;
+                    g[i] = dy[i] * w[i] * (1.0f - f * f);
+                }
+            } else {
+                for (int64_t i = 0; i < D; i++) {
+                    float u = al * s[i] + sh;
+                    fv[i] = AN_FN(erf_v)(u);
+                    g[i] = dy[i] * w[i] * (two_rsqrt_pi * AN_FN(exp_neg)(-u * u));
+                }
+            }
+            float acc_a[AN_LANES] = {0}, acc_s[AN_LANES] = {0};
+            int64_t i = 0;
+            for (; i + AN_LANES <= D; i += AN_LANES)
+                for (int j = 0; j < AN_LANES; j++) {
+                    acc_a[j] += g[i + j] * s[i + j];
+                    acc_s[j] += g[i + j];
+                }
+            for (; i < D; i++) {
+                acc_a[0] += g[i] * s[i];
+                acc_s[0] += g[i];
+            }
+            d_alpha += (double)AN_FN(hsum)(acc_a);
+            d_shift += (double)AN_FN(hsum)(acc_s);
+            char *ds_row = (char *)a->ds + r * D * oes;
+            float *o = (a->sdt == AN_F32 && !a->nt) ? (float *)ds_row : tmp;
+            for (i = 0; i < D; i++) o[i] = al * g[i] + dres[i];
+            if (o == tmp) AN_FN(put_row)(ds_row, tmp, D, a->sdt, a->nt, sc->r[8]);
+            if (bw) for (i = 0; i < D; i++) bw[i] += dy[i] * fv[i];
+            if (bb) for (i = 0; i < D; i++) bb[i] += dy[i];
+        }
+        if (bw) for (int64_t i = 0; i < D; i++) partial[0][i] += (double)bw[i];
+        if (bb) for (int64_t i = 0; i < D; i++) partial[1][i] += (double)bb[i];
+    }
+    if (partial[2]) {
+        partial[2][0] += d_alpha;
+        partial[2][1] += d_shift;
+    }
+}
+
+#undef AN_FN
+#undef AN_CAT
+#undef AN_CAT2

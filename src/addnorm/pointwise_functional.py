@@ -1,0 +1,77 @@
+"""DyT and Derf fused with the residual add, as functions (the ``nn.DyT`` / ``nn.Derf`` modules call these):
+
+    add_dyt(x, residual, alpha, weight, bias)          -> (weight * tanh(alpha s) + bias, s),  s = x + residual
+    add_derf(x, residual, alpha, shift, weight, bias)  -> (weight * erf(alpha s + shift) + bias, s)
+
+``residual=None``: s is x. alpha and shift are one-element tensors (the learned scalars); weight and bias
+have the shape of x's trailing dims. One pass forward, one backward on the "cpu" and "triton" backends.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import functional as F
+from .ops import plain
+from .ops import pointwise_formulas as pf
+from .ops.pointwise_autograd import DirectPointwiseNorm, TritonPointwiseNorm
+from .ops.pointwise_schema import CPU, TRITON
+
+__all__ = ["add_dyt", "add_derf"]
+
+
+def _c_apply(cls):
+    try:
+        return torch._C._FunctionBase.__dict__["apply"].__get__(None, cls)
+    except (AttributeError, KeyError):
+        return cls.apply
+
+
+_APPLY = {"cpu": _c_apply(DirectPointwiseNorm), "triton": _c_apply(TritonPointwiseNorm)}
+_INFER = {"cpu": CPU[0], "triton": TRITON[0]}
+
+
+def _scalar(name, t, x):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a one-element torch.Tensor (a learned scalar), got {type(t).__name__}")
+    if t.numel() != 1 or not t.dtype.is_floating_point:
+        raise ValueError(f"{name} must be a one-element floating-point tensor, got shape {tuple(t.shape)} {t.dtype}")
+    if not (t.is_cpu and x.is_cpu) and t.device != x.device:
+        raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
+
+
+def _pointwise(kind, x, residual, alpha, shift, weight, bias, backend):
+    shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else tuple(bias.shape) if isinstance(
+        bias, torch.Tensor) else (tuple(x.shape[-1:]) if isinstance(x, torch.Tensor) and x.dim() else (1,))
+    F._check_input("x", x, shape)
+    F._check_residual(x, residual)
+    F._check_param("weight", weight, shape, x)
+    F._check_param("bias", bias, shape, x)
+    _scalar("alpha", alpha, x)
+    if shift is not None:
+        _scalar("shift", shift, x)
+    if not torch.compiler.is_compiling() and not F._functorch_active():
+        for name, t in (("x", x), ("residual", residual), ("weight", weight), ("bias", bias)):
+            F._check_storage(name, t)
+    which = F._resolve(backend, x, shape, None)
+    F._last["backend"] = which
+    args = (x, residual, alpha, shift, weight, bias, kind)
+    if which == "torch":
+        return pf.forward(*args)
+    if plain(x) and not F._functorch_active():
+        needs = F._fwad._current_level >= 0 or (torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (x, residual, alpha, shift, weight, bias)))
+        y, s = _APPLY[which](*args) if needs else _INFER[which](*args)
+    else:
+        y, s = torch.ops.addnorm.add_pointwise_norm(*args)
+    return y, (x if residual is None else s)
+
+
+def add_dyt(x, residual, alpha, weight=None, bias=None, *, backend: str | None = None):
+    """DyT (arXiv 2503.10622) of s = x + residual: ``(weight * tanh(alpha * s) + bias, s)``."""
+    return _pointwise("dyt", x, residual, alpha, None, weight, bias, backend)
+
+
+def add_derf(x, residual, alpha, shift, weight=None, bias=None, *, backend: str | None = None):
+    """Derf (arXiv 2512.10938) of s = x + residual: ``(weight * erf(alpha * s + shift) + bias, s)``."""
+    return _pointwise("derf", x, residual, alpha, shift, weight, bias, backend)
