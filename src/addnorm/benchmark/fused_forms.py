@@ -4,6 +4,9 @@ Ops (each with LayerNorm and RMSNorm):
   * norm_add   -- ``residual + Norm(x)``            (OLMo 2's post-branch norms, sandwich's output norm)
   * parallel   -- ``s = x + x2 + residual; Norm(s)``  (GPT-J, Falcon: one norm of the new stream)
   * parallel2  -- the same with two norms of s       (GPT-NeoX: ln_1 and ln_2 of the next block)
+  * dyt, derf  -- ``s = x + r; w f(alpha s + shift) + b`` (DyT, Derf fused with the add; "kind" is unused)
+  * stream_read, stream_write -- the widened stream (n = 4): ``h = H_pre X``; ``X' = H_res X + H_post^T y``
+    ("rows" are tokens, "hidden" is C; eager is the broadcast / batched-matmul form of ``model.streams``)
 Timed as ``addnorm.benchmark.add_norm`` times Add & Norm: interleaved, medians with the p10-p90 spread, the
 floor copied beside every cell that moves >= 32 MiB; GB/s on each op's minimum bytes (every input read
 once, every output written once; a gradient that autograd passes on unchanged costs nothing).
@@ -19,12 +22,16 @@ import torch
 import torch.nn.functional as F
 
 from .. import fused_functional as FF
+from .. import pointwise_functional as PF
+from .. import stream_functional as SF
 from .add_norm import FLOOR_BYTES, LOCAL_FLOOR_BYTES, conditions, copy_floor_gbps, copy_step
 from .timing import measure_interleaved
 
-OPS = ["norm_add", "parallel", "parallel2"]
-# tensors of N x D moved: (forward reads + writes, backward reads + writes)
-TRAFFIC = {"norm_add": (3, 3), "parallel": (5, 4), "parallel2": (6, 5)}
+OPS = ["norm_add", "parallel", "parallel2", "dyt", "derf", "stream_read", "stream_write"]
+N_STREAMS = 4  # the widened stream's width in the stream_* cells (mHC's and DeepSeek V4's n)
+# tensors of N x D moved: (forward reads + writes, backward reads + writes); the stream ops' X is n of them
+TRAFFIC = {"norm_add": (3, 3), "parallel": (5, 4), "parallel2": (6, 5), "dyt": (4, 4), "derf": (4, 4),
+           "stream_read": (N_STREAMS + 1, 2 * N_STREAMS + 1), "stream_write": (2 * N_STREAMS + 1, 3 * N_STREAMS + 2)}
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,19 @@ def _norm(kind, s, w, b):
 
 def eager(op: str, kind: str):
     """The eager composite, as HF's modelling code writes it."""
+    if op in ("dyt", "derf"):
+        f = torch.tanh if op == "dyt" else torch.erf
+
+        def pw(x, x2, r, w, b, w2, b2, a, sh):
+            s = x + r
+            return w * f(a * s + sh) + b, s
+
+        return pw
+    if op == "stream_read":
+        return lambda X, y, hp, hpo, hr: ((hp.to(X.dtype).unsqueeze(-1) * X).sum(-2),)
+    if op == "stream_write":
+        return lambda X, y, hp, hpo, hr: (torch.matmul(hr.to(X.dtype), X)
+                                          + hpo.to(X.dtype).unsqueeze(-1) * y.unsqueeze(-2),)
     if op == "norm_add":
         return lambda x, x2, r, w, b, w2, b2: (r + _norm(kind, x, w, b),)
 
@@ -68,6 +88,14 @@ def eager(op: str, kind: str):
 
 
 def fused(op: str, kind: str):
+    if op == "dyt":
+        return lambda x, x2, r, w, b, w2, b2, a, sh: PF.add_dyt(x, r, a, w, b)
+    if op == "derf":
+        return lambda x, x2, r, w, b, w2, b2, a, sh: PF.add_derf(x, r, a, sh, w, b)
+    if op == "stream_read":
+        return lambda X, y, hp, hpo, hr: (SF.stream_read(X, hp),)
+    if op == "stream_write":
+        return lambda X, y, hp, hpo, hr: (SF.stream_write(X, y, hpo, hr)[0],)
     if op == "norm_add":
         if kind == "layer":
             return lambda x, x2, r, w, b, w2, b2: (FF.layer_norm_add(x, r, x.shape[-1], w, b),)
@@ -85,22 +113,34 @@ def fused(op: str, kind: str):
     return par
 
 
-def _inputs(n, d, dtype, kind, grad):
+def _inputs(op, n, d, dtype, kind, grad):
     g = torch.Generator().manual_seed(0)
     mk = lambda *s: torch.randn(*s, generator=g).to(dtype).requires_grad_(grad)  # noqa: E731
-    return (mk(n, d), mk(n, d), mk(n, d), mk(d), mk(d) if kind == "layer" else None, mk(d),
+    if op.startswith("stream_"):
+        c = lambda *s: torch.rand(*s, generator=g).requires_grad_(grad)  # noqa: E731  (float32 coefficients)
+        return (mk(n, N_STREAMS, d), mk(n, d), c(n, N_STREAMS), c(n, N_STREAMS), c(n, N_STREAMS, N_STREAMS))
+    base = (mk(n, d), mk(n, d), mk(n, d), mk(d), mk(d) if kind == "layer" else None, mk(d),
             mk(d) if kind == "layer" else None)
+    if op in ("dyt", "derf"):
+        return base[:4] + (mk(d),) + base[5:] + (torch.tensor(0.5, requires_grad=grad),
+                                                 torch.tensor(0.1, requires_grad=grad))
+    return base
+
+
+_USED = {"norm_add": (0, 2, 3, 4), "parallel": (0, 1, 2, 3, 4), "parallel2": (0, 1, 2, 3, 4, 5, 6),
+         "dyt": (0, 2, 3, 4, 7), "derf": (0, 2, 3, 4, 7, 8), "stream_read": (0, 2), "stream_write": (0, 1, 3, 4)}
+_OUTPUTS = {"norm_add": 1, "parallel": 2, "parallel2": 3, "dyt": 2, "derf": 2, "stream_read": 1, "stream_write": 1}
 
 
 def make_step(fn, op, mode, n, d, dtype, kind):
     if mode == "fwd":
-        args = _inputs(n, d, dtype, kind, False)
+        args = _inputs(op, n, d, dtype, kind, False)
         return lambda: fn(*args)
-    args = _inputs(n, d, dtype, kind, True)
-    used = (0, 2, 3, 4) if op == "norm_add" else (0, 1, 2, 3, 4) + ((5, 6) if op == "parallel2" else ())
-    params = [args[i] for i in used if args[i] is not None]
-    n_out = {"norm_add": 1, "parallel": 2, "parallel2": 3}[op]
-    ups = [torch.randn(n, d).to(dtype) for _ in range(n_out)]
+    args = _inputs(op, n, d, dtype, kind, True)
+    params = [args[i] for i in _USED[op] if args[i] is not None]
+    n_out = _OUTPUTS[op]
+    shape = (n, N_STREAMS, d) if op == "stream_write" else (n, d)
+    ups = [torch.randn(*shape).to(dtype) for _ in range(n_out)]
     if mode == "bwd":
         outs = fn(*args)
         return lambda: torch.autograd.grad(outs, params, ups, retain_graph=True)

@@ -16,9 +16,12 @@
 #define AN_CAT(a, b) AN_CAT2(a, b)
 #define AN_FN(name) AN_CAT(name, AN_SFX)
 
-/* exp(x) for x <= 0 (every caller's case), flushed to 0 below -87 */
+/* exp(x) for x <= 0 (every caller's case), clamped at -87 (exp(-87) = 1.6e-38: a float's smallest normal).
+ * The clamp compares bit patterns (for x <= 0 a larger magnitude is a larger pattern): gcc vectorizes that,
+ * where a float compare-and-select here, or copysignf below, kept the whole loop scalar. */
 static inline float AN_FN(exp_neg)(float x) {
-    x = x < -87.0f ? -87.0f : x;
+    const uint32_t xi = an_f32_bits(x), lim = 0xC2AE0000u; /* -87.0f */
+    x = an_bits_f32(xi > lim ? lim : xi);
     float t = x * 1.44269504088896341f;          /* x / ln 2 */
     int n = (int)(t - 0.5f);                     /* round to nearest (t <= 0) */
     float r = x - (float)n * 0.693359375f;       /* Cody-Waite: ln 2 in two parts */
@@ -36,19 +39,20 @@ static inline float AN_FN(exp_neg)(float x) {
 
 /* tanh(u) */
 static inline float AN_FN(tanh_v)(float u) {
-    float a = u < 0.0f ? -u : u;
+    float a = __builtin_fabsf(u);
     float z = u * u;
     float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
                     + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * u + u;
     float e = AN_FN(exp_neg)(-2.0f * a);         /* tanh(a) = (1 - e) / (1 + e) */
     float big = (1.0f - e) / (1.0f + e);
     big = u < 0.0f ? -big : big;
-    return a < 0.625f ? small : big;
+    float r = a < 0.625f ? small : big;
+    return u != u ? u : r; /* NaN stays NaN (a negative NaN's pattern is clamped above) */
 }
 
 /* erf(u) */
 static inline float AN_FN(erf_v)(float u) {
-    float a = u < 0.0f ? -u : u;
+    float a = __builtin_fabsf(u);
     float z = u * u;
     /* 2/sqrt(pi) (u - u^3/3 + u^5/10 - u^7/42 + u^9/216 - u^11/1320 + u^13/9360) */
     float small = u * 1.12837916709551257f *
@@ -61,7 +65,8 @@ static inline float AN_FN(erf_v)(float u) {
     float erfc = t * AN_FN(exp_neg)(-z + poly);
     float big = 1.0f - erfc;
     big = u < 0.0f ? -big : big;
-    return a < 0.5f ? small : big;
+    float r = a < 0.5f ? small : big;
+    return u != u ? u : r;
 }
 
 /* f(u) and f'(u) of the kind: tanh' = 1 - tanh^2, erf' = 2/sqrt(pi) exp(-u^2) */
