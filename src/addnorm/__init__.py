@@ -10,8 +10,11 @@ from .functional import (
     tutorial_layer_norm,
     use_backend,
 )
+from .fused_functional import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
 from .kernels.cpu import availability as cpu_kernel_availability
 from .kernels.cpu.output_pool import POOL as output_pool  # large outputs from recycled memory: .set_limit, .release
+from .pointwise_functional import add_derf, add_dyt
+from .stream_functional import stream_read, stream_write
 
 __version__ = "0.1.0"
 
@@ -23,6 +26,14 @@ __all__ = [
     "add_layer_norm",
     "add_rms_norm",
     "tutorial_layer_norm",
+    "layer_norm_add",
+    "rms_norm_add",
+    "parallel_add_layer_norm",
+    "parallel_add_rms_norm",
+    "add_dyt",
+    "add_derf",
+    "stream_read",
+    "stream_write",
     "use_backend",
     "last_backend",
     "cpu_kernel_availability",
