@@ -36,7 +36,7 @@ def _addnorm_imports(path: Path) -> set[str]:
     ("check", {"max", "cli", "experiments", "report", "benchmark"}),
     ("benchmark", {"cli", "report"}),
     ("experiments", {"cli"}),
-    ("report", {"cli"}),
+    ("report", {"cli", "experiments"}),  # report/ draws from results files and the rows handed to it
 ])
 def test_imports_point_down(layer, forbidden):
     for path in (SRC / layer).rglob("*.py"):
@@ -47,3 +47,48 @@ def test_imports_point_down(layer, forbidden):
 def test_the_result_store_imports_nothing_of_addnorm():
     """store.py (atomic writes, content hashes) sits under every layer that writes results."""
     assert _addnorm_imports(SRC / "store.py") == set()
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_imports(path: Path, known: set[str]) -> set[str]:
+    """The addnorm modules (dotted, without 'addnorm.') that a module imports, relative imports resolved;
+    'from package import module' counts as the module."""
+    pkg = _module(path).split(".") if path.name == "__init__.py" else _module(path).split(".")[:-1]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                target = ".".join(pkg[: len(pkg) - node.level + 1] + ([node.module] if node.module else []))
+            elif node.module and node.module.startswith("addnorm."):
+                target = node.module.removeprefix("addnorm.")
+            else:
+                continue
+            out.update(f"{target}.{a.name}" if f"{target}.{a.name}" in known else target for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name.removeprefix("addnorm.") for a in node.names if a.name.startswith("addnorm."))
+    return out & known
+
+
+def test_no_import_circle_between_experiments_and_report():
+    """Issue 24: grid.py imported report/study_html.py, which imported grid.py back. No module of experiments/
+    or report/ may reach itself again through imports (a depth-first search for a cycle)."""
+    paths = [p for layer in ("experiments", "report") for p in (SRC / layer).rglob("*.py")]
+    known = {_module(p) for p in SRC.rglob("*.py")}
+    graph = {_module(p): _module_imports(p, known) for p in paths}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for d in sorted(graph.get(m, ())):
+            assert state.get(d) != 1, "import circle: " + " -> ".join(path[path.index(d):] + [d])
+            if d in graph and d not in state:
+                visit(d, path + [d])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])

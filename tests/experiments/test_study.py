@@ -142,32 +142,6 @@ def test_the_paper_preset_is_the_deep_comparison_with_dyt_beside_it(capsys):
     assert "8 runs" in out and "pre-dyt-L24-lr0.001-w100-s0" in out
 
 
-def test_figures_never_draw_runs_that_differ_in_an_axis_as_one():
-    from addnorm.experiments.study.grid import variants
-
-    rows = [dict(placement="pre", norm=n, depth=24, warmup=w, init="xavier", clip=0.0, lr=1e-3, seed=0)
-            for n in ("layer", "dyt") for w in (0, 100)]
-    assert len(set(variants(rows).values())) == 4
-    assert set(variants(rows, without=("warmup",)).values()) == {"pre layer", "pre dyt"}
-    assert variants(rows[:1]) == {id(rows[0]): "pre"}  # nothing varies: the placement alone
-
-
-def test_the_learning_rate_table_pools_seeds_and_names_where_every_seed_trained():
-    from addnorm.experiments.study.grid import lr_range_table
-
-    def row(p, lr, seed, failed, loss):
-        return dict(placement=p, norm="layer", depth=24, warmup=100, init="xavier", clip=0.0, lr=lr, seed=seed,
-                    failed=failed, final_val_loss=loss)
-
-    rows = [row("post", 1e-3, 0, True, 3.2), row("post", 1e-3, 1, False, 3.0), row("post", 1e-2, 0, True, 3.3),
-            row("post", 1e-2, 1, True, 3.3), row("pre", 1e-3, 0, False, 2.5), row("pre", 1e-3, 1, False, 2.7),
-            row("pre", 1e-2, 0, False, 2.4), row("pre", 1e-2, 1, False, 2.4)]
-    table = lr_range_table(rows)
-    assert "| post | 3.000 (1 of 2 failed) | failed (2 of 2) | none |" in table
-    assert "| pre | 2.600 | 2.400 | 0.001, 0.01 |" in table
-    assert lr_range_table(rows[:1]) == []
-
-
 def test_a_small_grid_writes_its_tables_and_figures(tmp_path, capsys):
     small = ["--preset", "quick", "--steps", "12", "--warmups", "0,5", "--out", str(tmp_path)]
     assert main(["study", *small, "--shard", "0/2"]) == 0
@@ -177,8 +151,7 @@ def test_a_small_grid_writes_its_tables_and_figures(tmp_path, capsys):
     merged = json.loads((tmp_path / "summary.json").read_text())
     assert len(merged["runs"]) == 4 and not merged["missing"]
     assert "warmup_lr_failures.png" in merged_figures(tmp_path) and "grad_norm_vs_depth.png" in merged_figures(tmp_path)
-    for f in ("summary.csv", "summary.md", "index.html", "report.json", "figures/val_loss_curves.png",
-              "figures/val_loss_vs_lr.png"):
+    for f in ("summary.csv", "summary.md", "index.html", "report.json", "figures/val_loss_curves.png"):
         assert (tmp_path / f).stat().st_size > 0
     out = capsys.readouterr().out
     assert "4 runs" in out and "placements: post, pre" in out

@@ -1,0 +1,254 @@
+"""The study's figures, from its rows (one per finished run), validation curves ({run name: [(step, loss)]}) and
+per-block gradient profiles ({run name: {step: [norm per block]}}), drawn in study_style's conventions: a colour
+per placement, a line style per variant (norm, width, option), small multiples for where the runs were trained
+(learning rate, warmup, depth, ...), one legend per figure.
+
+Each ``*_figure`` returns a matplotlib Figure (None when there is nothing to draw), so tests can read its lines;
+``write`` saves them under a directory."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ..store import atomic_write
+from . import study_style as style
+from .study_tables import axis, axis_text
+
+WHAT = ("norm", "n_streams", "value_residual", "dyt_alpha")  # with the placement: what a series is
+WHERE = ("lr", "warmup", "depth", "d_model", "steps", "clip", "init")  # how it was trained: a panel
+_FORMAT = {"lr": "lr {}", "warmup": "warmup {}", "depth": "L{}", "d_model": "d{}", "steps": "{} steps",
+           "clip": "clip {}", "init": "{} init", "norm": "{}", "n_streams": "n={}", "value_residual": "value residual {}",
+           "dyt_alpha": "α {}"}
+
+
+def _varying(rows, axes) -> list[str]:
+    return [a for a in axes if len({axis(r, a) for r in rows}) > 1]
+
+
+def _label(r: dict, axes: list[str]) -> str:
+    return ", ".join(_FORMAT[a].format(axis_text(a, axis(r, a))) for a in axes)
+
+
+def _sort_key(rows, axes):
+    def key(label):
+        r = next(r for r in rows if _label(r, axes) == label)
+        return tuple((0, axis(r, a)) if isinstance(axis(r, a), int | float) else (1, str(axis(r, a))) for a in axes)
+    return key
+
+
+class _Series:
+    """Who is drawn how: the placements (colours) and variants (line styles) of a set of rows."""
+
+    def __init__(self, rows: list[dict], what_extra: tuple[str, ...] = ()):
+        self.what = _varying(rows, WHAT + what_extra)
+        self.placements = list(dict.fromkeys(r["placement"] for r in rows))
+        self.styles = style.styles([self.variant(r) for r in rows])
+
+    def variant(self, r: dict) -> str:
+        return _label(r, self.what)
+
+    def kw(self, r: dict) -> dict:
+        return {"color": style.colour(r["placement"]), "ls": self.styles[self.variant(r)]}
+
+    def legend(self, fig, extra=(), title=None):
+        style.legend(fig, self.placements, self.styles, extra, title)
+
+
+def _panels(rows: list[dict], axes_: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(the axes that vary among ``axes_``, the panels' labels in order)."""
+    where = _varying(rows, axes_)
+    labels = sorted({_label(r, where) for r in rows}, key=_sort_key(rows, where))
+    return where, labels
+
+
+def curves_figure(rows: list[dict], curves: dict[str, list]):
+    """Validation loss against step: a panel per training setting, a line per run (seeds: lines of one colour
+    and style), an x where a run failed."""
+    from matplotlib.lines import Line2D
+
+    rows = [r for r in rows if curves.get(r["name"])]
+    if not rows:
+        return None
+    where, panels = _panels(rows, WHERE)
+    series = _Series(rows)
+    fig, axes = style.subplots(len(panels))
+    for ax, panel in zip(axes, panels):
+        for r in rows:
+            if _label(r, where) != panel:
+                continue
+            steps, vals = zip(*curves[r["name"]])
+            line = ax.plot(steps, vals, lw=1.0, alpha=0.8, **series.kw(r))[0]
+            if r["failed"]:
+                ax.plot(steps[-1], vals[-1], "x", color=line.get_color(), ms=6)
+        if panel:
+            ax.set_title(panel, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0].set_ylabel("validation loss (nats/byte)", fontsize=8)
+    series.legend(fig, [(Line2D([], [], color="0.3", marker="x", ls=""), "run failed (last evaluation)")],
+                  "Validation loss during training; one line per seed")
+    return fig
+
+
+def lr_figure(rows: list[dict]):
+    """Final validation loss against learning rate (Wortsman et al. 2023's view): a line through the means of
+    the runs that trained with their 95 % bootstrap intervals, every run a dot, failures an x at the top."""
+    from matplotlib.lines import Line2D
+
+    from .study_stats import bootstrap_mean
+
+    if len({r["lr"] for r in rows}) < 2 or not rows:
+        return None
+    where, panels = _panels(rows, tuple(a for a in WHERE if a != "lr"))
+    series = _Series(rows)
+    finite = [r["final_val_loss"] for r in rows if _finite(r["final_val_loss"])]
+    top = (max(finite) if finite else 1.0) * 1.03
+    fig, axes = style.subplots(len(panels))
+    for ax, panel in zip(axes, panels):
+        mine = [r for r in rows if _label(r, where) == panel]
+        for key in dict.fromkeys((r["placement"], series.variant(r)) for r in mine):
+            rs = [r for r in mine if (r["placement"], series.variant(r)) == key]
+            kw = series.kw(rs[0])
+            ok = [r for r in rs if not r["failed"] and _finite(r["final_val_loss"])]
+            xs = sorted({r["lr"] for r in ok})
+            cis = [bootstrap_mean([r["final_val_loss"] for r in ok if r["lr"] == x]) for x in xs]
+            if xs:
+                err = [[c.mean - (c.low if c.has_interval else c.mean) for c in cis],
+                       [(c.high if c.has_interval else c.mean) - c.mean for c in cis]]
+                ax.errorbar(xs, [c.mean for c in cis], yerr=err, capsize=2, lw=1.3, **kw)
+                ax.plot([r["lr"] for r in ok], [r["final_val_loss"] for r in ok], ".", color=kw["color"], ms=3)
+            bad = [r for r in rs if r["failed"]]
+            if bad:
+                ax.plot([r["lr"] for r in bad], [r["final_val_loss"] if _finite(r["final_val_loss"]) and
+                                                 r["final_val_loss"] < top else top for r in bad],
+                        "x", color=kw["color"], ms=6)
+        ax.set_xscale("log")
+        if panel:
+            ax.set_title(panel, fontsize=9)
+        ax.set_xlabel("learning rate", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0].set_ylabel("final validation loss", fontsize=8)
+    series.legend(fig, [(Line2D([], [], color="0.3", marker="x", ls=""), "run failed"),
+                        (Line2D([], [], color="0.3", marker=".", ls=""), "one run"),
+                        (Line2D([], [], color="0.3", marker="|", ls="-"), "mean, 95 % bootstrap interval")],
+                  "Final validation loss against learning rate")
+    return fig
+
+
+def grad_figure(rows: list[dict], profiles: dict[str, dict]):
+    """Per-block gradient norm against depth: a panel per step (first, 50, last), a line per placement and
+    variant, from the first seed at the learning rate where most runs trained."""
+    have = [r for r in rows if profiles.get(r["name"])]
+    if not have:
+        return None
+    lrs = sorted({r["lr"] for r in have})
+    lr = max(lrs, key=lambda x: (sum(not r["failed"] for r in have if r["lr"] == x), x))
+    first = min(r["seed"] for r in have)
+    chosen = [r for r in have if r["lr"] == lr and r["seed"] == first]
+    series = _Series(chosen, what_extra=tuple(a for a in WHERE if a != "lr"))
+    steps = sorted({int(s) for r in chosen for s in profiles[r["name"]]})
+    fig, axes = style.subplots(len(steps))
+    for ax, step in zip(axes, steps):
+        for r in chosen:
+            g = profiles[r["name"]].get(str(step)) or profiles[r["name"]].get(step)
+            if g:
+                ax.semilogy(range(len(g)), g, marker=".", ms=3, lw=1.2, **series.kw(r))
+        ax.set_title(f"step {step}", fontsize=9)
+        ax.set_xlabel("block", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0].set_ylabel("gradient norm of the block's weights", fontsize=8)
+    series.legend(fig, title=f"Per-block gradient norm, lr {lr:g}, seed {first}")
+    return fig
+
+
+def _heatmap(fig, ax, values, xs, ys, fmt, title, xlabel, ylabel, vmin=None, vmax=None):
+    im = ax.imshow(values, cmap="YlOrRd", aspect="auto", vmin=vmin, vmax=vmax)
+    ax.set_xticks(range(len(xs)), [f"{x:g}" if isinstance(x, float) else str(x) for x in xs], fontsize=7,
+                  rotation=30 if len(xs) > 5 else 0)
+    ax.set_yticks(range(len(ys)), [str(y) for y in ys], fontsize=7)
+    for i in range(len(ys)):
+        for j in range(len(xs)):
+            ax.text(j, i, fmt(values[i][j]), ha="center", va="center", fontsize=7, color="k")
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    fig.colorbar(im, ax=ax, fraction=0.046)
+
+
+def failure_map_figure(rows: list[dict]):
+    """Share of runs failed, warmup x learning rate, a panel per post/pre setting."""
+    from .study_tables import variants
+
+    lrs, warmups = sorted({r["lr"] for r in rows}), sorted({r["warmup"] for r in rows})
+    panel = variants(rows, without=("warmup",))
+    panels = sorted({panel[id(r)] for r in rows if r["placement"] in ("post", "pre")})
+    if not panels or len(lrs) * len(warmups) < 2:
+        return None
+    fig, axes = style.subplots(len(panels), sharey=False)
+    for ax, p in zip(axes, panels):
+        cell = {(w, lr): [r["failed"] for r in rows if panel[id(r)] == p and r["warmup"] == w and r["lr"] == lr]
+                for w in warmups for lr in lrs}
+        vals = [[sum(cell[w, lr]) / len(cell[w, lr]) if cell[w, lr] else math.nan for lr in lrs] for w in warmups]
+        _heatmap(fig, ax, vals, lrs, warmups, lambda v: "—" if v != v else f"{v:.0%}",
+                 f"{p}: share of runs failed", "learning rate", "warmup steps", vmin=0.0, vmax=1.0)
+    fig.tight_layout()
+    return fig
+
+
+def max_lr_figure(rows: list[dict]):
+    """The largest learning rate that trained (any seed), depth x placement."""
+    from .study_tables import variants
+
+    lrs, depths = sorted({r["lr"] for r in rows}), sorted({r["depth"] for r in rows})
+    if len(lrs) < 2:
+        return None
+    column = variants(rows, without=("depth",))
+    placements = list(dict.fromkeys(column[id(r)] for r in rows))
+    vals = [[max([r["lr"] for r in rows if r["depth"] == d and column[id(r)] == p and not r["failed"]],
+                 default=math.nan) for p in placements] for d in depths]
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(min(13.0, 0.9 * len(placements) + 2.5), max(4.0, 0.5 * len(depths) + 2.4)))
+    _heatmap(fig, ax, [[math.log10(v) if v == v else math.nan for v in r] for r in vals], placements, depths,
+             lambda v: "—" if v != v else f"{10 ** v:.0e}", "largest learning rate that trained (any seed)",
+             "placement", "depth")
+    ax.tick_params(axis="x", labelrotation=30)
+    fig.tight_layout()
+    return fig
+
+
+def _finite(v) -> bool:
+    return isinstance(v, int | float) and math.isfinite(v)
+
+
+FIGURES = (("val_loss_curves.png", "validation loss curves, a panel per training setting"),
+           ("val_loss_vs_lr.png", "final validation loss against learning rate, 95 % intervals, failures marked"),
+           ("warmup_lr_failures.png", "share of runs failed, warmup x learning rate, post vs pre"),
+           ("depth_placement_max_lr.png", "largest learning rate that trained, depth x placement"),
+           ("grad_norm_vs_depth.png", "per-block gradient norm against depth at chosen steps"))
+
+
+def figures(rows: list[dict], curves: dict, profiles: dict) -> dict[str, object]:
+    """{file name: Figure} of every figure the data allows."""
+    made = {"val_loss_curves.png": curves_figure(rows, curves), "val_loss_vs_lr.png": lr_figure(rows),
+            "warmup_lr_failures.png": failure_map_figure(rows), "depth_placement_max_lr.png": max_lr_figure(rows),
+            "grad_norm_vs_depth.png": grad_figure(rows, profiles)}
+    return {k: v for k, v in made.items() if v is not None}
+
+
+def write(rows: list[dict], curves: dict, profiles: dict, out_dir: Path) -> list[Path]:
+    """Save every figure the data allows as PNG under ``out_dir`` (atomically: shards may share it)."""
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    paths = []
+    if not rows:
+        return paths
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, fig in figures(rows, curves, profiles).items():
+        path = out_dir / name
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=style.DPI, format="png"))
+        plt.close(fig)
+        paths.append(path)
+    return paths

@@ -1,0 +1,87 @@
+"""How every study figure looks, so that they read alike at page width: one fixed colour per placement (the same
+in every figure), line styles for what else tells two series apart, at most 4 panels a row, one legend per
+figure that names variables rather than runs, and a bounded size."""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+# one colour per placement, fixed across figures; chosen to stay apart on white (matplotlib's 10-colour cycle
+# would repeat after 10 and give two placements one colour)
+PLACEMENT_COLOURS = {
+    "post": "#d62728", "pre": "#1f77b4", "sandwich": "#2ca02c", "pre_post": "#98df8a", "deepnorm": "#9467bd",
+    "rezero": "#8c564b", "layerscale": "#e377c2", "none": "#7f7f7f", "hc": "#bcbd22", "mhc": "#17becf",
+    "mhc_lite": "#0b5563", "lns": "#ff7f0e", "denseformer": "#393b79", "hybrid": "#637939",
+    "hybrid_star": "#e7ba52", "ngpt": "#843c39", "no_residual": "#000000", "mix": "#7b4173",
+}
+# for a placement this map does not name (one placement per layer, 'post+pre+...'): picked by a stable hash
+SPARE_COLOURS = ("#fdae6b", "#6baed6", "#9c9ede", "#d6616b", "#a1d99b", "#ce6dbd")
+LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 2)), (0, (3, 1, 3, 5)))
+
+MAX_COLUMNS = 4
+PANEL_SIZE = (3.4, 2.7)  # inches per panel: four in a row span a page (about 1500 px at DPI)
+SINGLE_SIZE = (6.4, 4.8)  # a figure of one panel: half a page wide, room for its legend
+DPI = 110
+
+
+def colour(placement: str) -> str:
+    if placement in PLACEMENT_COLOURS:
+        return PLACEMENT_COLOURS[placement]
+    return SPARE_COLOURS[zlib.crc32(placement.encode()) % len(SPARE_COLOURS)]
+
+
+def styles(variants: list[str]) -> dict[str, object]:
+    """A line style per variant (what tells two series of one placement apart: the norm, a width, an option);
+    the empty variant (the default) is solid."""
+    order = sorted(dict.fromkeys(variants), key=lambda v: v != "")  # else in the order met (the grid's)
+    return {v: LINE_STYLES[i % len(LINE_STYLES)] for i, v in enumerate(order)}
+
+
+def grid_shape(n: int) -> tuple[int, int]:
+    """(rows, columns) of n small multiples, wrapping at MAX_COLUMNS."""
+    cols = max(1, min(MAX_COLUMNS, n))
+    return math.ceil(n / cols), cols
+
+
+def subplots(n: int, sharey: bool = True):
+    """A figure of n panels wrapping at 4 a row, sized per panel; unused axes removed. Returns (fig, axes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, cols = grid_shape(n)
+    size = SINGLE_SIZE if n == 1 else (PANEL_SIZE[0] * cols + 0.4, PANEL_SIZE[1] * rows + 0.9)
+    fig, axes = plt.subplots(rows, cols, figsize=size, squeeze=False, sharey=sharey)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        fig.delaxes(ax)
+    return fig, flat[:n]
+
+
+def legend(fig, placements: list[str], variants: dict[str, object], extra=(), title: str | None = None) -> None:
+    """One legend for the whole figure, below the panels: a colour per placement, a line style per variant
+    (when there is more than one), and ``extra`` (handle, label) pairs such as what a marker means; then the
+    layout, leaving room for it and for the figure's ``title``."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=colour(p), lw=2) for p in placements]
+    labels = list(placements)
+    if len(variants) > 1:
+        for v, ls in variants.items():
+            handles.append(Line2D([], [], color="0.3", ls=ls, lw=1.5))
+            labels.append(v or "default")
+    for h, label in extra:
+        handles.append(h)
+        labels.append(label)
+    ncols = max(1, min(len(labels), int(fig.get_figwidth() / 1.6)))  # entries about 1.6 in wide
+    fig.legend(handles, labels, loc="lower center", ncols=ncols, fontsize=8, frameon=False,
+               title="colour: placement" + (", line style: variant" if len(variants) > 1 else ""), title_fontsize=8)
+    rows = math.ceil(len(labels) / ncols)
+    fig.set_figheight(fig.get_figheight() + 0.2 * rows)  # the legend's rows below the panels, not in them
+    top = 1.0
+    if title:
+        fig.suptitle(title, fontsize=10)
+        top = 1.0 - 0.35 / fig.get_figheight()
+    fig.tight_layout(rect=(0, min(0.45, (0.28 + 0.2 * rows) / fig.get_figheight()), 1, top))
