@@ -197,6 +197,8 @@ class EagerNormAdd(torch.autograd.Function):
         out, stats = _cpu_fused.norm_add_contiguous(x, residual, weight, bias, kind, eps, weight_offset,
                                                     cast_before_weight, True)
         ctx.save_for_backward(x, stats, weight, bias)
+        w_read, b_read, pcode = _cpu_ops.params(weight, bias, x.shape[-1])  # as the kernels read them
+        ctx.params = (w_read, pcode, _cpu_ops.spec(weight, w_read), _cpu_ops.spec(bias, b_read))
         if _fwad._current_level >= 0:
             ctx.primals = (_primal(x), _primal(weight))
         ctx.meta = (kind, eps, weight_offset, cast_before_weight)
@@ -212,9 +214,14 @@ class EagerNormAdd(torch.autograd.Function):
         want_w, want_b = w is not None and needs[2], b is not None and needs[3]
         if torch.is_grad_enabled():
             dx, _, dw, db = formulas.backward(dout, None, x, w, b, kind, 1, eps, off, x.dtype, (True, want_w, want_b))
-        elif type(dout) is torch.Tensor:
-            dx, _, dw, db = _cpu_ops.add_norm_backward(dout, None, x, stats, w, b, kind, x.shape[-1], off, x.dtype,
-                                                       want_w, want_b)
+        elif type(dout) is torch.Tensor:  # the host call itself, as EagerAddNorm's backward makes it
+            D = x.shape[-1]
+            w_read, pcode, wspec, bspec = ctx.params
+            dx = _cpu_ops.empty_rows_like(dout)
+            contiguous = dout.is_contiguous()
+            dw, db = _cpu_ops.backward(kind, dout if contiguous else _cpu_ops.as_rows(dout, D), x, stats, w_read, pcode,
+                                       off, None, dx, want_w, want_b, x.numel() // D, D, contiguous)
+            dw, db = _cpu_ops.like(dw, wspec), _cpu_ops.like(db, bspec)
         else:
             dx, _, dw, db = _norm_backward(dout, None, x, stats, w, b, kind, 1, eps, off, x.dtype,
                                            [True, want_w, want_b])
