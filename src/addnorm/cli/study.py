@@ -12,7 +12,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
 from ..experiments.study.config import PRESETS, Study, StudyConfigError, as_study
 from ..experiments.study.data import load_split
 from ..experiments.study import tensorboard
-from ..experiments.study.grid import run_study
+from ..experiments.study.grid import report_only, run_study
 from ..store import check_writable_dir
 from .output import console as make_console
 from .output import error
@@ -48,6 +48,10 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default="results/study", help="results directory (default %(default)s)")
     p.add_argument("--shard", default="0/1", help="i/n: run every n-th run starting at i (default %(default)s)")
     p.add_argument("--list", action="store_true", help="print the grid and exit (default: off)")
+    p.add_argument("--report-only", action="store_true",
+                   help="write summary.md, the figures and index.html again from what --out holds (its runs/, or "
+                        "the summary.json of a committed results directory): nothing is trained and no data is "
+                        "loaded; the preset and axes pick the runs (default: off)")
 
 
 def _init_distributed() -> int:
@@ -145,6 +149,12 @@ def run(args) -> int:
         for r in runs:
             console.print(f"  {r.name()}", markup=False)
         return 0
+    if args.report_only:
+        try:
+            study = report_only(grid, Path(args.out))
+        except (OSError, ValueError) as e:
+            return _error(f"--report-only: {e}")
+        return _done(console, args.out, study)
     try:
         data = load_split(args.data)
     except (OSError, ValueError) as e:
@@ -170,7 +180,11 @@ def run(args) -> int:
                           tensorboard=None if args.tensorboard is None else Path(args.tensorboard))
     if rank != 0:
         return 0
-    console.print((Path(args.out) / "summary.md").read_text(encoding="utf-8"), markup=False)
-    console.print(f"results in {escape(args.out)}/: index.html (the report), summary.csv, summary.json, summary.md, "
+    return _done(console, args.out, study)
+
+
+def _done(console, out: str, study: dict) -> int:
+    console.print((Path(out) / "summary.md").read_text(encoding="utf-8"), markup=False)
+    console.print(f"results in {escape(out)}/: index.html (the report), summary.csv, summary.json, summary.md, "
                   f"figures/{{{','.join(study['figures'])}}}")
     return 0

@@ -1,0 +1,40 @@
+"""`addnorm study --report-only`: the tables, figures and page again from a results directory, training nothing --
+from the run directories, or from summary.json alone (a committed results directory keeps no runs/)."""
+
+import json
+import shutil
+
+from addnorm.cli.main import main
+
+GRID = ["--preset", "quick", "--steps", "12", "--warmups", "0", "--seeds", "0,1"]
+
+
+def test_report_only_regenerates_the_page_without_training(tmp_path, capsys):
+    trained = tmp_path / "trained"
+    assert main(["study", *GRID, "--out", str(trained)]) == 0
+    first = json.loads((trained / "summary.json").read_text())
+    assert first["curves"] and first["grad_profiles"] and all(r["tokens_seen"] == 12 * 16 * 64 for r in first["runs"])
+
+    committed = tmp_path / "committed"  # what a results directory under benchmarks/ holds: no runs/
+    committed.mkdir()
+    shutil.copy(trained / "summary.json", committed / "summary.json")
+    capsys.readouterr()
+    assert main(["study", *GRID, "--out", str(committed), "--report-only"]) == 0
+    assert "runs" not in {p.name for p in committed.iterdir()}  # nothing trained
+    again = json.loads((committed / "summary.json").read_text())
+    for key in ("runs", "groups", "pairwise", "curves", "grad_profiles", "figures"):
+        assert again[key] == first[key], key
+    assert (committed / "summary.md").read_text() == (trained / "summary.md").read_text()
+    assert (committed / "index.html").stat().st_size > 0
+    assert "results in" in capsys.readouterr().out
+
+    # from the run directories (summary.json gone): the same rows
+    (trained / "summary.json").unlink()
+    assert main(["study", *GRID, "--out", str(trained), "--report-only"]) == 0
+    assert json.loads((trained / "summary.json").read_text())["groups"] == first["groups"]
+
+
+def test_report_only_says_when_there_is_nothing_to_report(tmp_path, capsys):
+    assert main(["study", *GRID, "--out", str(tmp_path / "empty"), "--report-only"]) == 2
+    err = capsys.readouterr().err
+    assert "--report-only:" in err and "neither summary.json nor runs/" in err and "Traceback" not in err
