@@ -162,7 +162,7 @@ def grad_figure(rows: list[dict], profiles: dict[str, dict]):
     return fig
 
 
-def _heatmap(fig, ax, values, xs, ys, fmt, title, xlabel, ylabel, vmin=None, vmax=None):
+def _heatmap(fig, ax, values, xs, ys, fmt, title, xlabel, ylabel, scale, vmin=None, vmax=None):
     im = ax.imshow(values, cmap="YlOrRd", aspect="auto", vmin=vmin, vmax=vmax)
     ax.set_xticks(range(len(xs)), [f"{x:g}" if isinstance(x, float) else str(x) for x in xs], fontsize=7,
                   rotation=30 if len(xs) > 5 else 0)
@@ -173,7 +173,7 @@ def _heatmap(fig, ax, values, xs, ys, fmt, title, xlabel, ylabel, vmin=None, vma
     ax.set_title(title, fontsize=9)
     ax.set_xlabel(xlabel, fontsize=8)
     ax.set_ylabel(ylabel, fontsize=8)
-    fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.colorbar(im, ax=ax, fraction=0.046).set_label(scale, fontsize=8)
 
 
 def failure_map_figure(rows: list[dict]):
@@ -191,7 +191,8 @@ def failure_map_figure(rows: list[dict]):
                 for w in warmups for lr in lrs}
         vals = [[sum(cell[w, lr]) / len(cell[w, lr]) if cell[w, lr] else math.nan for lr in lrs] for w in warmups]
         _heatmap(fig, ax, vals, lrs, warmups, lambda v: "—" if v != v else f"{v:.0%}",
-                 f"{p}: share of runs failed", "learning rate", "warmup steps", vmin=0.0, vmax=1.0)
+                 f"{p}: share of runs failed", "learning rate", "warmup steps", "share of runs failed",
+                 vmin=0.0, vmax=1.0)
     fig.tight_layout()
     return fig
 
@@ -212,7 +213,7 @@ def max_lr_figure(rows: list[dict]):
     fig, ax = plt.subplots(figsize=(min(13.0, 0.9 * len(placements) + 2.5), max(4.0, 0.5 * len(depths) + 2.4)))
     _heatmap(fig, ax, [[math.log10(v) if v == v else math.nan for v in r] for r in vals], placements, depths,
              lambda v: "—" if v != v else f"{10 ** v:.0e}", "largest learning rate that trained (any seed)",
-             "placement", "depth")
+             "placement", "depth", "log10 learning rate")
     ax.tick_params(axis="x", labelrotation=30)
     fig.tight_layout()
     return fig

@@ -106,6 +106,11 @@ def build(study: dict, figures: list[str]) -> Page:
     for name, alt in FIGURES:
         if name in figures:
             p.img(name, alt)
+    if study["runs"] and not study.get("curves"):
+        p.add("<p class='note'>This directory keeps no validation curves or gradient profiles (it was written before "
+              "summary.json kept them, and a committed results directory holds no run directories): the curves and "
+              "the gradient figure are drawn when the runs are, by the same command without "
+              "<code>--report-only</code>.</p>")
     return p
 
 
