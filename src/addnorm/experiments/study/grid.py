@@ -22,7 +22,8 @@ from .runner import _world, build_model, read_metrics, train_run
 
 COLUMNS = ["name", "placement", "norm", "depth", "d_model", "lr", "warmup", "seed", "clip", "init", "steps",
            "n_streams", "value_residual", "dyt_alpha", "steps_done", "tokens_seen", "n_params", "final_train_loss",
-           "final_val_loss", "final_train_split_loss", "generalization_gap", "failed", "failure"]
+           "final_val_loss", "final_train_split_loss", "generalization_gap", "failed", "failure",
+           "max_composite_gain_fwd", "max_composite_gain_bwd"]
 
 
 def run_dir(out_dir: Path, cfg: RunConfig, data: SplitCorpus) -> Path:
@@ -96,7 +97,8 @@ def _row(s: dict, cfg: RunConfig) -> dict:
             "n_params": s.get("n_params") or _n_params(cfg), "final_train_loss": s["final_train_loss"],
             "final_val_loss": s["final_val_loss"], "final_train_split_loss": s.get("final_train_split_loss", math.nan),
             "generalization_gap": s.get("generalization_gap", math.nan), "failed": s["failed"],
-            "failure": s["failure"] or ""}
+            "failure": s["failure"] or "", **{k: s[k] for k in ("max_composite_gain_fwd", "max_composite_gain_bwd")
+                                              if k in s}}
 
 
 def _grad_profile(run_dir: Path) -> dict[str, list[float]]:

@@ -1,0 +1,81 @@
+"""The study's write-up (report/study_writeup.py): every claim answered from a study's rows with its intervals and
+calls, the published numbers with their citations and the scale gap, the page and docs/study.md kept current."""
+
+import re
+from pathlib import Path
+
+from addnorm.report.published import PUBLISHED, scale_gap
+from addnorm.report.study_writeup import CLAIMS, END, START, answer, markdown, page, update_docs
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results" / "study"
+
+
+def _pair(placement, lr, diff, low, high, call, fails=(0, 3, 0, 3), fail_call="not distinguishable"):
+    return dict(placement=placement, norm="layer", depth=24, lr=lr, warmup=100, diff_mean=diff, diff_low=low,
+                diff_high=high, call=call, failures=fails[0], seeds=fails[1], pre_failures=fails[2],
+                pre_seeds=fails[3], fail_diff_mean=(fails[0] - fails[2]) / 3, fail_diff_low=0.0, fail_diff_high=1.0,
+                fail_call=fail_call, paired=True)
+
+
+def test_a_claim_is_answered_from_the_pairwise_table_with_its_calls():
+    claim = next(c for c in CLAIMS if c.key == "mixln")
+    study = {"runs": [dict(placement="mix", norm="layer", depth=24, lr=1e-3, n_params=1_200_000,
+                           tokens_seen=524288)],
+             "pairwise": [_pair("mix", 1e-3, -0.137, -0.180, -0.107, "better"),
+                          _pair("mix", 3e-3, 0.05, -0.02, 0.1, "not distinguishable"),
+                          _pair("deepnorm", 1e-3, -0.2, -0.3, -0.1, "better")]}
+    a = answer(claim, study)
+    assert a["measured"] and a["verdict"] == "better at 1 of 2, not distinguishable at 1 of 2"
+    assert a["lines"][0] == ("lr 0.001: final validation loss minus pre-LN's -0.137 [-0.180, -0.107] (failed 0/3 "
+                             "vs 0/3) — better")
+    assert answer(claim, None) == {"measured": False, "lines": [], "verdict": "not measured yet", "n_params": None,
+                                   "tokens": None}
+
+
+def test_the_mixing_gain_claim_reads_the_runs_gains_with_intervals():
+    claim = next(c for c in CLAIMS if c.measure == "gain")
+    runs = [dict(placement=p, depth=12, seed=s, max_composite_gain_fwd=g + s, max_composite_gain_bwd=g, n_params=1,
+                 tokens_seen=1) for p, g in (("hc", 30.0), ("mhc", 1.0)) for s in range(3)]
+    a = answer(claim, {"runs": runs + [dict(runs[0], placement="pre")]})
+    assert a["lines"] == ["hc, 12 layers: largest composite gain forward 31 [30, 32], backward 30 [30, 30] (3 runs)",
+                          "mhc, 12 layers: largest composite gain forward 2 [1, 3], backward 1 [1, 1] (3 runs)"]
+
+
+def test_published_numbers_carry_citations_and_the_scale_gap():
+    for key, number in (("post_diverges", "250M"), ("lns_beats_pre", "every model size"), ("mhc_gain", "3000"),
+                        ("mhc_gain", "1.6"), ("dyt_budget", "-27 %"), ("dyt_budget", "+19 %")):
+        assert number in PUBLISHED[key].result
+    assert {p.arxiv for p in PUBLISHED.values()} == {"2412.13795", "2502.05795", "2512.24880", "2604.23434"}
+    assert "58×–820× the study's 1.2M parameters" in scale_gap(PUBLISHED["lns_beats_pre"], 1_220_000)
+    assert "2×–230× the study's 512,000 tokens" in scale_gap(PUBLISHED["dyt_budget"], None, 512_000)
+    assert all(k in PUBLISHED for c in CLAIMS for k in c.published)
+
+
+def test_each_command_writes_the_directory_its_claim_reads():
+    for c in CLAIMS:
+        assert c.command.startswith("addnorm study ") and c.command.endswith(f"--out benchmarks/results/study/{c.results}")
+
+
+def test_docs_study_md_holds_the_current_write_up():
+    """Regenerate with `python benchmarks/study_writeup.py` after committing results."""
+    text = (ROOT / "docs" / "study.md").read_text()
+    assert START in text and END in text
+    assert text[text.index(START):text.index(END) + len(END)] + "\n" == markdown(RESULTS)
+
+
+def test_update_docs_replaces_only_its_section(tmp_path):
+    doc = tmp_path / "study.md"
+    doc.write_text("# Title\n\nbefore\n")
+    assert update_docs(doc, RESULTS) and doc.read_text().startswith("# Title\n\nbefore\n\n" + START)
+    doc.write_text(doc.read_text().replace(START, START + "\nstale line") + "after\n")
+    assert update_docs(doc, RESULTS) and "stale line" not in doc.read_text() and doc.read_text().endswith("after\n")
+    assert not update_docs(doc, RESULTS)
+
+
+def test_the_page_names_every_claim_and_links_only_existing_figures():
+    shown = page(RESULTS).render("t")
+    for c in CLAIMS:
+        assert c.text in shown.replace("&#x27;", "'")
+    for src in re.findall(r"<img src='([^']+)'", shown):
+        assert (RESULTS / src).exists(), src
