@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .study_style import colour
+
 WIDENED = ("hc", "mhc", "mhc_lite")
-COLOURS = {"hc": "#d62728", "mhc": "#1f77b4", "mhc_lite": "#2ca02c"}
+COLOURS = {p: colour(p) for p in WIDENED}  # the study's fixed placement colours, the same in every figure
 
 
 def _metrics(run_dir: Path) -> list[dict]:
