@@ -40,7 +40,29 @@ def _scalar(name, t, x):
         raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
 
 
+_SCALARS = frozenset((torch.Tensor, torch.nn.Parameter))
+
+
+def _fast(x, residual, alpha, shift, weight, bias, backend) -> bool:
+    """The common call, checked cheaply (Add & Norm's fast-path rules, plus plain one-element CPU scalars);
+    anything else is validated in full. Same kernel either way."""
+    return (type(alpha) in _SCALARS and alpha.numel() == 1 and alpha.is_cpu and alpha.dtype.is_floating_point
+            and (shift is None or (type(shift) in _SCALARS and shift.numel() == 1 and shift.is_cpu
+                                   and shift.dtype.is_floating_point))
+            and isinstance(x, torch.Tensor) and x.dim() > 0
+            and F._fast_path_ok(x, residual, x.shape[-1], weight, bias, 0.0, 0.0, backend))
+
+
 def _pointwise(kind, x, residual, alpha, shift, weight, bias, backend):
+    if _fast(x, residual, alpha, shift, weight, bias, backend):
+        F._last["backend"] = "cpu"
+        args = (x, residual, alpha, shift, weight, bias, kind)
+        needs = F._fwad._current_level >= 0 or (torch.is_grad_enabled() and (
+            x.requires_grad or alpha.requires_grad or (residual is not None and residual.requires_grad)
+            or (shift is not None and shift.requires_grad) or (weight is not None and weight.requires_grad)
+            or (bias is not None and bias.requires_grad)))
+        y, s = _APPLY["cpu"](*args) if needs else _INFER["cpu"](*args)
+        return y, (x if residual is None else s)
     shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else tuple(bias.shape) if isinstance(
         bias, torch.Tensor) else (tuple(x.shape[-1:]) if isinstance(x, torch.Tensor) and x.dim() else (1,))
     F._check_input("x", x, shape)

@@ -28,6 +28,7 @@ from .add_norm import FLOOR_BYTES, LOCAL_FLOOR_BYTES, conditions, copy_floor_gbp
 from .timing import measure_interleaved
 
 OPS = ["norm_add", "parallel", "parallel2", "dyt", "derf", "stream_read", "stream_write"]
+NORM_OPS = ("norm_add", "parallel", "parallel2")  # the ops with a LayerNorm / RMSNorm kind
 N_STREAMS = 4  # the widened stream's width in the stream_* cells (mHC's and DeepSeek V4's n)
 # tensors of N x D moved: (forward reads + writes, backward reads + writes); the stream ops' X is n of them
 TRAFFIC = {"norm_add": (3, 3), "parallel": (5, 4), "parallel2": (6, 5), "dyt": (4, 4), "derf": (4, 4),
@@ -160,14 +161,15 @@ def run(ops, shapes, dtypes, kinds, modes, methods=("addnorm", "eager", "compile
     floor = copy_floor_gbps()
     floor_step = None
     rows = []
-    total = len(ops) * len(shapes) * len(dtypes) * len(kinds) * len(modes)
+    total = sum(len(kinds) if op in NORM_OPS else 1 for op in ops) * len(shapes) * len(dtypes) * len(modes)
     task = progress.add_task("fused forms", total=total) if progress else None
     for op in ops:
         for n, d in shapes:
             for dt_name in dtypes:
                 dtype = getattr(torch, dt_name)
                 es = torch.tensor([], dtype=dtype).element_size()
-                for kind in kinds:
+                # DyT, Derf and the stream ops have no norm kind: one cell each, labelled "-"
+                for kind in (kinds if op in NORM_OPS else ["-"]):
                     for mode in modes:
                         keys = {m: (op, kind, dt_name, n, d, mode, m) for m in methods}
                         if all(k in done for k in keys.values()):
