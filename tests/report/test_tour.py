@@ -91,6 +91,10 @@ def test_measured_claims(tour_dir):
     runs = data["training"]["runs"]
     assert sorted((r["placement"], r["warmup"]) for r in runs) == [("post", 0), ("post", 50), ("pre", 0), ("pre", 50)]
     assert all(len(r["train_loss"]) == r["steps_done"] > 0 for r in runs)
+    by = {(r["placement"], r["warmup"]): r for r in runs}  # the failure shows (issue 24): post without warmup
+    assert by["post", 0]["failed"] or by["post", 0]["stuck"]  # fails or stays at the unigram plateau,
+    assert not by["pre", 0]["failed"] and not by["pre", 0]["stuck"]  # pre-norm trains
+    assert by["pre", 0]["final_val_loss"] < by["post", 0]["final_val_loss"] - 0.1
     sections = data["meta"]["section_seconds"]  # where the time goes, every section and the figures
     assert len(sections) == 9 and "figures" in sections and sum(sections.values()) <= data["meta"]["seconds"]
 

@@ -201,14 +201,18 @@ def build(data: dict, figures: dict[str, str]) -> Page:
     d = data["training"]
     p.add("<h2>Training: post-norm vs pre-norm, with and without warmup</h2>")
     p.add(f"<p>Four real training runs of a {p.num('train.depth', d['depth'], '{}')}-layer byte-level GPT "
-          f"(d_model {d['d_model']}, AdamW, lr 3e-3, {p.num('train.steps', d['steps'], '{}')} steps) on "
-          f"{html.escape(d['corpus'])}, split by file. A run is stopped when its loss spikes above 1.5× the mean "
-          "of its previous 20 steps, or turns non-finite. The longer version is <code>addnorm study --preset "
-          "quick</code>; the full grid is <code>addnorm study</code>.</p>")
+          f"(d_model {d['d_model']}, AdamW, lr {d.get('lr', 3e-3):g}, {p.num('train.steps', d['steps'], '{}')} steps) "
+          f"on {html.escape(d['corpus'])}, split by file. A run is stopped when its loss spikes above 1.5× the mean "
+          "of its previous 20 steps, or turns non-finite; a run that ends within "
+          f"{d.get('stuck_fraction', 0.02):.0%} of the unigram plateau "
+          f"({p.num('train.unigram', d['unigram_nats'], '{:.3f}')} nats: byte frequencies alone) is stuck there. "
+          "At 24 layers and 500 steps the same failure is the study's <code>plateau</code> (post-norm fails there "
+          "at every learning rate); see <code>addnorm study --preset paper</code>.</p>")
     rows = []
     for i, r in enumerate(d["runs"]):
         outcome = (f"<span class='bad'>{html.escape(r['failure'])} at step {p.num(f'train.{i}.steps', r['steps_done'], '{}')}"
-                   "</span>" if r["failed"] else "<span class='ok'>trains</span>")
+                   "</span>" if r["failed"] else "<span class='bad'>stuck at the unigram plateau</span>"
+                   if r.get("stuck") else "<span class='ok'>trains</span>")
         rows.append([f"{r['placement']}-norm", p.num(f"train.{i}.warmup", r["warmup"], "{}"), outcome,
                      p.num(f"train.{i}.val", r["final_val_loss"], "{:.3f}")])
     p.table(["placement", "warmup steps", "outcome", "final validation loss"], rows)
