@@ -1,0 +1,83 @@
+"""The time of a study preset, computed from measured per-step times (the whole preset is not run).
+
+For each distinct model of the preset (placement, norm, depth, width and the frontier options: the learning rate,
+warmup and seed do not change a step's cost) a short run of the study's own loop (``train_run``: every per-step
+metric, the probes) is timed step by step with one thread; the median of the steps after the first three (and
+before the last, which evaluates) is its per-step time, and one validation (``evaluate`` + the probe) is timed
+too. The preset's time is then  sum over runs of  steps x per-step + evaluations x per-evaluation,  for the
+``long`` preset an upper bound (its runs stop when the validation curve flattens, at most at ``steps``).
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_study_presets.py frontier depth long wide mixing dyt
+
+writes benchmarks/results/study_presets.json (one entry per preset, merged with what is there).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from addnorm.experiments.study import PRESETS, train_run
+from addnorm.experiments.study.data import load_split
+from addnorm.experiments.study.probe import probe
+from addnorm.experiments.study.runner import build_model, evaluate
+
+OUT = Path(__file__).resolve().parent / "results" / "study_presets.json"
+STEPS = 12
+
+
+def cost_key(r) -> tuple:
+    return (r.placement, r.norm, r.depth, r.d_model, r.heads, r.seq_len, r.batch, r.n_streams, r.value_residual)
+
+
+def measure(cfg, data) -> dict:
+    stamps = []
+    short = replace(cfg, steps=STEPS, warmup=0, eval_every=10_000, checkpoint_every=10_000, until_flat=False)
+    with tempfile.TemporaryDirectory() as d:
+        train_run(short, data, d, on_step=lambda step: stamps.append(time.perf_counter()))
+    per_step = statistics.median(b - a for a, b in zip(stamps[3:-2], stamps[4:-1]))
+    model = build_model(cfg)
+    t = time.perf_counter()
+    evaluate(model, data, cfg)
+    if cfg.bounded or cfg.widened:
+        probe(model, data.val_batches(1, cfg.batch, cfg.seq_len)[0][0])
+    return {"per_step_s": per_step, "per_eval_s": time.perf_counter() - t}
+
+
+def preset_time(name: str, data) -> dict:
+    runs = PRESETS[name].runs()
+    costs = {}
+    for r in runs:
+        k = cost_key(r)
+        if k not in costs:
+            costs[k] = measure(r, data)
+            print(f"{name}: {r.name()}: {costs[k]['per_step_s'] * 1e3:.1f} ms/step", flush=True)
+    total = sum(r.steps * costs[cost_key(r)]["per_step_s"] + (r.steps // r.eval_every + 1) *
+                costs[cost_key(r)]["per_eval_s"] for r in runs)
+    forms = [{"form": r.name().split("-lr")[0] + r.variant_suffix(), **costs[cost_key(r)]}
+             for r in {cost_key(r): r for r in runs}.values()]
+    return {"runs": len(runs), "steps_per_run": sorted({r.steps for r in runs}), "computed_total_s": total,
+            "threads": torch.get_num_threads(), "per_form": forms,
+            "note": "computed from measured per-step times, not a run of the preset"}
+
+
+def main(names: list[str]) -> None:
+    torch.set_num_threads(1)
+    data = load_split()
+    results = json.loads(OUT.read_text()) if OUT.exists() else {}
+    for name in names:
+        results[name] = preset_time(name, data)
+        print(f"{name}: {results[name]['runs']} runs, {results[name]['computed_total_s'] / 3600:.2f} h on one thread",
+              flush=True)
+        OUT.write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or ["frontier", "depth", "long", "wide", "mixing", "dyt"])
