@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
@@ -286,6 +287,9 @@ def test_tensorboard_holds_the_metrics_lines_and_a_resume_purges_the_lost_steps(
     """
     p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
     assert p.returncode == -signal.SIGKILL, p.stderr
+    # TensorBoard reads a directory's event files in the order of their names, which start with the second they
+    # were opened: a resume within the same second as the crash could be read first, before the purge applies
+    time.sleep(1.1)
     train_run(cfg, data, tmp_path / "run", tensorboard=tmp_path / "tb")
     acc = EventAccumulator(str(tmp_path / "tb" / "run"), size_guidance={"scalars": 0}).Reload()
     lines = _lines(tmp_path / "run")

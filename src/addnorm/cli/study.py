@@ -25,7 +25,8 @@ FLAGS = {"placement": "--placements", "norm": "--norms", "depth": "--depths", "l
 def add_parser(sub) -> None:
     p = sub.add_parser("study", help="train a grid of models: placements x norms x depth x lr x warmup x seed")
     p.add_argument("--preset", default="default", choices=sorted(PRESETS),
-                   help="quick: <= 3 min on 2 cores; default: <= 25 min; paper: hours (default %(default)s)")
+                   help="quick: <= 3 min on 2 cores; default: <= 25 min; dyt: ~10 min; paper, frontier, depth, long, "
+                        "wide, mixing: hours (times and sharding in docs/study.md) (default %(default)s)")
     for axis in ("placements", "norms", "depths", "lrs", "warmups", "seeds", "clips", "inits"):
         extra = "; a+b+c gives one placement per layer" if axis == "placements" else ""
         p.add_argument(f"--{axis}", default=None, help=f"comma separated; replaces the preset's {axis}{extra} "

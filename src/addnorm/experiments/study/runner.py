@@ -351,6 +351,8 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
                 if writer is not None:
                     tb.write_line(writer, line)
                 if lead and (failure or flat or (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
+                    if writer is not None:  # the events up to the checkpoint on disk before it: a resume purges
+                        writer.flush()  # only what comes after, so nothing before it may still be in a queue
                     _save_checkpoint(ckpt, model, opt, step + 1, losses)
                 if progress is not None and task is not None:
                     progress.update(task, advance=1, loss=f"{losses[-1]:.3f}")
