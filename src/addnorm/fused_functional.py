@@ -25,6 +25,7 @@ import torch
 from . import functional as F
 from .kernels.cpu import fused as _cpu
 from .ops import fused_formulas, plain
+from .ops.autograd import c_apply as _c_apply
 from .ops.fused_autograd import (DirectNormAdd, DirectParallelAddNorm, EagerNormAdd, EagerParallelAddNorm,
                                  TritonNormAdd, TritonParallelAddNorm)
 from .ops.fused_schema import norm_add_cpu, norm_add_triton, parallel_cpu, parallel_triton
@@ -32,12 +33,6 @@ from .ops.fused_schema import norm_add_cpu, norm_add_triton, parallel_cpu, paral
 __all__ = ["layer_norm_add", "rms_norm_add", "parallel_add_layer_norm", "parallel_add_rms_norm"]
 
 
-def _c_apply(cls):
-    # the C-level apply: the public one binds every call's arguments through inspect.signature
-    try:
-        return torch._C._FunctionBase.__dict__["apply"].__get__(None, cls)
-    except (AttributeError, KeyError):
-        return cls.apply
 
 
 _APPLY = {("norm_add", "cpu"): _c_apply(DirectNormAdd), ("norm_add", "triton"): _c_apply(TritonNormAdd),

@@ -13,6 +13,7 @@ import torch
 
 from . import functional as F
 from .ops import plain
+from .ops.autograd import c_apply as _c_apply
 from .ops import pointwise_formulas as pf
 from .ops.pointwise_autograd import DirectPointwiseNorm, TritonPointwiseNorm
 from .ops.pointwise_schema import CPU, TRITON
@@ -20,11 +21,6 @@ from .ops.pointwise_schema import CPU, TRITON
 __all__ = ["add_dyt", "add_derf"]
 
 
-def _c_apply(cls):
-    try:
-        return torch._C._FunctionBase.__dict__["apply"].__get__(None, cls)
-    except (AttributeError, KeyError):
-        return cls.apply
 
 
 _APPLY = {"cpu": _c_apply(DirectPointwiseNorm), "triton": _c_apply(TritonPointwiseNorm)}

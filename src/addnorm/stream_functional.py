@@ -16,6 +16,7 @@ import torch
 
 from . import functional as F
 from .ops import plain
+from .ops.autograd import c_apply as _c_apply
 from .ops import stream_formulas as sf
 from .ops.stream_autograd import (DirectStreamRead, DirectStreamWrite, TritonStreamRead,
                                   TritonStreamWrite)
@@ -57,11 +58,6 @@ def _which(x, backend):
     return which
 
 
-def _c_apply(cls):
-    try:
-        return torch._C._FunctionBase.__dict__["apply"].__get__(None, cls)
-    except (AttributeError, KeyError):
-        return cls.apply
 
 
 _READ = {"cpu": _c_apply(DirectStreamRead), "triton": _c_apply(TritonStreamRead)}
