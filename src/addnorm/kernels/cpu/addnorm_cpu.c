@@ -96,6 +96,7 @@ typedef struct {
     void *s_out; int64_t s_rs;
     float *mean, *rstd;
     int nt;
+    int uniform_bf16;                     /* every activation bfloat16: the specialised loop */
 } an_ffwd_args;
 
 /* DyT / Derf fused with the add (pointwise_rows.h): rows of D, x / residual / y with their own row strides
@@ -148,6 +149,7 @@ typedef struct {
     const void *dres; int64_t dres_rs;
     void *ds; int64_t ds_rs;
     int nt;
+    int uniform_bf16;                     /* every tensor bfloat16: the specialised loop */
 } an_fbwd_args;
 
 /* per-thread float32 scratch rows; ones/zeros stand in for an absent weight/bias/gradient */
@@ -626,7 +628,10 @@ int addnorm_fused_forward(int kind, int cast_before_weight, int xdt, int adt, in
     int outs = (y != NULL) + (y2 != NULL) + (s_out != NULL);
     an_ffwd_args args = {kind, cast_before_weight, xdt, adt, mdt, amdt, sdt, pdt, odt, ndt, N, D, x, x_rs, a, a_rs,
                          m, m_rs, post, post_rs, p[0], p[1], p[2], p[3], weight_offset, eps, y, y_rs, y2, y2_rs,
-                         s_out, s_rs, mean, rstd, an_use_nt(N, D, odt, outs)};
+                         s_out, s_rs, mean, rstd, an_use_nt(N, D, odt, outs), 0};
+    args.uniform_bf16 = xdt == AN_BF16 && odt == AN_BF16 && ndt == AN_BF16 && (a == NULL || adt == AN_BF16) &&
+                        (m == NULL || (mdt == AN_BF16 && amdt == AN_BF16)) && (post == NULL || pdt == AN_BF16) &&
+                        (s_out == NULL || sdt == AN_BF16) && (a == NULL || sdt == AN_BF16);
     int T = an_threads_for(N, D, nthreads);
     int rc = an_parallel(2, &args, N, D, T, an_chunks_for(N, D, T), NULL, NULL, NULL);
     free(owned);
@@ -665,7 +670,9 @@ int addnorm_fused_backward(int kind, int sdt, int dydt, int dy2dt, int dresdt, i
     }
     an_fbwd_args args = {kind, sdt, dydt, dy2dt, dresdt, odt, N, D, s, s_rs, mean, rstd, dy, dy_rs, dy2, dy2_rs,
                          an_param_f32(w1, param_dtype, host, D), an_param_f32(w2, param_dtype, an_row(host, D, 1), D),
-                         weight_offset, dres, dres_rs, ds, ds_rs, an_use_nt(N, D, odt, 1)};
+                         weight_offset, dres, dres_rs, ds, ds_rs, an_use_nt(N, D, odt, 1), 0};
+    args.uniform_bf16 = sdt == AN_BF16 && odt == AN_BF16 && (dy == NULL || dydt == AN_BF16) &&
+                        (dy2 == NULL || dy2dt == AN_BF16) && (dres == NULL || dresdt == AN_BF16);
     int rc = an_parallel(3, &args, N, D, T, C, NULL, NULL, partial);
     for (int k = 0; k < 4; k++)
         if (rc == 0 && grads[k]) an_reduce_partials(grads[k], param_dtype, partial[k], C, D);

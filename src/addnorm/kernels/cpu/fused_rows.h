@@ -37,7 +37,7 @@ static void AN_FN(norm_post)(float *restrict dst, const float *restrict src, int
     else for (int64_t i = 0; i < n; i++) dst[i] = (src[i] - mean) * rstd * (w[i] + off) + b[i];
 }
 
-static void AN_FN(fused_fwd_rows)(const an_ffwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
+static void AN_FN(fused_fwd_rows_any)(const an_ffwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
     const int64_t D = a->D;
     const float inv_d = 1.0f / (float)D;
     /* no restrict: a row read in place or converted into scratch may be the row written (same index only) */
@@ -99,6 +99,93 @@ static void AN_FN(fused_fwd_rows)(const an_ffwd_args *a, int64_t r0, int64_t r1,
     }
 }
 
+/* ---- bfloat16 throughout: the conversions fused into three passes per row, as Add & Norm's bf16 loop ----
+ * The generic loop converts every row into float32 scratch and walks it ~10 times; at two bytes an element
+ * that arithmetic, not the memory bus, set the speed. */
+static void AN_FN(fused_fwd_rows_bf16)(const an_ffwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
+    const int64_t D = a->D;
+    const float inv_d = 1.0f / (float)D;
+    float *restrict buf = sc->r[0];
+    uint16_t *restrict s16 = (uint16_t *)sc->r[1], *restrict o16 = (uint16_t *)sc->r[2];
+    for (int64_t r = r0; r < r1; r++) {
+        const uint16_t *restrict x = (const uint16_t *)a->x + r * a->x_rs;
+        const uint16_t *av = a->a ? (const uint16_t *)a->a + r * a->a_rs : NULL;
+        const uint16_t *mv = a->m ? (const uint16_t *)a->m + r * a->m_rs : NULL;
+        uint16_t *s_row = a->s_out ? (uint16_t *)a->s_out + r * a->s_rs : NULL;
+        uint16_t *restrict so = (s_row && !a->nt) ? s_row : s16;
+        float acc[AN_LANES] = {0};
+        int64_t i = 0;
+        /* the stream, rounded as eager stores it: t = round(a + m), s = round(x + t) */
+        if (av && mv) {
+            for (; i + AN_LANES <= D; i += AN_LANES)
+                for (int j = 0; j < AN_LANES; j++) {
+                    float t = an_bf16_round(an_bf16_to_f32(av[i + j]) + an_bf16_to_f32(mv[i + j]));
+                    float v = an_bf16_round(an_bf16_to_f32(x[i + j]) + t);
+                    buf[i + j] = v;
+                    so[i + j] = (uint16_t)(an_f32_bits(v) >> 16);
+                    acc[j] += v;
+                }
+            for (; i < D; i++) {
+                float t = an_bf16_round(an_bf16_to_f32(av[i]) + an_bf16_to_f32(mv[i]));
+                float v = an_bf16_round(an_bf16_to_f32(x[i]) + t);
+                buf[i] = v;
+                so[i] = (uint16_t)(an_f32_bits(v) >> 16);
+                acc[0] += v;
+            }
+        } else if (av) {
+            for (; i + AN_LANES <= D; i += AN_LANES)
+                for (int j = 0; j < AN_LANES; j++) {
+                    float v = an_bf16_round(an_bf16_to_f32(x[i + j]) + an_bf16_to_f32(av[i + j]));
+                    buf[i + j] = v;
+                    so[i + j] = (uint16_t)(an_f32_bits(v) >> 16);
+                    acc[j] += v;
+                }
+            for (; i < D; i++) {
+                float v = an_bf16_round(an_bf16_to_f32(x[i]) + an_bf16_to_f32(av[i]));
+                buf[i] = v;
+                so[i] = (uint16_t)(an_f32_bits(v) >> 16);
+                acc[0] += v;
+            }
+        } else {
+            for (; i + AN_LANES <= D; i += AN_LANES)
+                for (int j = 0; j < AN_LANES; j++) { float v = an_bf16_to_f32(x[i + j]); buf[i + j] = v; acc[j] += v; }
+            for (; i < D; i++) { float v = an_bf16_to_f32(x[i]); buf[i] = v; acc[0] += v; }
+        }
+        if (s_row && a->nt) AN_FN(stream_bytes)(s_row, s16, (size_t)D * 2);
+        const float mean = a->kind == AN_LAYER ? AN_FN(hsum)(acc) * inv_d : 0.0f;
+        const float rstd = an_rstd(AN_FN(sq_dev_sum)(buf, mean, D) * inv_d, a->eps);
+        if (a->mean) a->mean[r] = mean;
+        if (a->rstd) a->rstd[r] = rstd;
+        for (int k = 0; k < 2; k++) {
+            void *dst = k == 0 ? a->y : a->y2;
+            if (!dst) continue;
+            uint16_t *dst_row = (uint16_t *)dst + r * (k == 0 ? a->y_rs : a->y2_rs);
+            uint16_t *restrict d = a->nt ? o16 : dst_row;
+            const float *restrict w = (k == 0 ? a->w1 : a->w2), *restrict b = (k == 0 ? a->b1 : a->b2);
+            const float off = w ? a->weight_offset : 0.0f;
+            w = w ? w : sc->ones;
+            b = b ? b : sc->zeros;
+            if (k == 0 && a->post) { /* norm-then-add: the norm rounded to bf16, then the add, rounded once */
+                const uint16_t *restrict p = (const uint16_t *)a->post + r * a->post_rs;
+                for (i = 0; i < D; i++)
+                    d[i] = an_f32_to_bf16(an_bf16_round((buf[i] - mean) * rstd * (w[i] + off) + b[i]) +
+                                          an_bf16_to_f32(p[i]));
+            } else {
+                for (i = 0; i < D; i++) d[i] = an_f32_to_bf16((buf[i] - mean) * rstd * (w[i] + off) + b[i]);
+            }
+            if (a->nt) AN_FN(stream_bytes)(dst_row, o16, (size_t)D * 2);
+        }
+    }
+}
+
+static void AN_FN(fused_fwd_rows)(const an_ffwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
+    if (a->uniform_bf16 && !a->cast_before_weight) {
+        AN_FN(fused_fwd_rows_bf16)(a, r0, r1, sc);
+        return;
+    }
+    AN_FN(fused_fwd_rows_any)(a, r0, r1, sc);
+}
+
 /* acc[i] += d[i] * ((s[i] - mean) * rstd), or += d[i] when s is NULL */
 static void AN_FN(accumulate)(float *restrict acc, const float *restrict d, const float *restrict s, float mean,
                               float rstd, int64_t n) {
@@ -153,6 +240,58 @@ static void AN_FN(fused_bwd_block)(const an_fbwd_args *a, int64_t r0, int64_t r1
     }
 }
 
+/* bfloat16 throughout: two passes over each row's bf16 inputs, converted where they are read */
+static void AN_FN(fused_bwd_block_bf16)(const an_fbwd_args *a, int64_t r0, int64_t r1, const an_rows *sc,
+                                        float **acc) {
+    const int64_t D = a->D;
+    const float inv_d = 1.0f / (float)D;
+    float *restrict g = sc->r[3];
+    uint16_t *restrict o16 = (uint16_t *)sc->r[4];
+    const float *restrict w1 = a->w1 ? a->w1 : sc->ones, *restrict w2 = a->w2 ? a->w2 : sc->ones;
+    const float off1 = a->w1 ? a->weight_offset : 0.0f, off2 = a->w2 ? a->weight_offset : 0.0f;
+    const uint16_t *zeros16 = (const uint16_t *)sc->zeros;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint16_t *restrict s = (const uint16_t *)a->s + r * a->s_rs;
+        const uint16_t *restrict dy = a->dy ? (const uint16_t *)a->dy + r * a->dy_rs : zeros16;
+        const uint16_t *restrict dy2 = a->dy2 ? (const uint16_t *)a->dy2 + r * a->dy2_rs : zeros16;
+        const uint16_t *restrict dres = a->dres ? (const uint16_t *)a->dres + r * a->dres_rs : zeros16;
+        const float mean = a->mean ? a->mean[r] : 0.0f, rstd = a->rstd[r];
+        float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
+        int64_t i = 0;
+        for (; i + AN_LANES <= D; i += AN_LANES)
+            for (int j = 0; j < AN_LANES; j++) {
+                float gv = an_bf16_to_f32(dy[i + j]) * (w1[i + j] + off1) + an_bf16_to_f32(dy2[i + j]) * (w2[i + j] + off2);
+                g[i + j] = gv;
+                acc_g[j] += gv;
+                acc_gx[j] += gv * ((an_bf16_to_f32(s[i + j]) - mean) * rstd);
+            }
+        for (; i < D; i++) {
+            float gv = an_bf16_to_f32(dy[i]) * (w1[i] + off1) + an_bf16_to_f32(dy2[i]) * (w2[i] + off2);
+            g[i] = gv;
+            acc_g[0] += gv;
+            acc_gx[0] += gv * ((an_bf16_to_f32(s[i]) - mean) * rstd);
+        }
+        const float mg = a->kind == AN_LAYER ? AN_FN(hsum)(acc_g) * inv_d : 0.0f;
+        const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
+        uint16_t *ds_row = (uint16_t *)a->ds + r * a->ds_rs;
+        uint16_t *restrict d = a->nt ? o16 : ds_row;
+        for (i = 0; i < D; i++) {
+            float xh = (an_bf16_to_f32(s[i]) - mean) * rstd;
+            d[i] = an_f32_to_bf16(rstd * (g[i] - mg - xh * mgx) + an_bf16_to_f32(dres[i]));
+        }
+        if (a->nt) AN_FN(stream_bytes)(ds_row, o16, (size_t)D * 2);
+        for (int k = 0; k < 4; k++) {
+            float *restrict ak = acc[k];
+            const uint16_t *restrict dk = k < 2 ? (a->dy ? dy : NULL) : (a->dy2 ? dy2 : NULL);
+            if (!ak || !dk) continue;
+            if (k % 2 == 0)
+                for (i = 0; i < D; i++) ak[i] += an_bf16_to_f32(dk[i]) * ((an_bf16_to_f32(s[i]) - mean) * rstd);
+            else
+                for (i = 0; i < D; i++) ak[i] += an_bf16_to_f32(dk[i]);
+        }
+    }
+}
+
 /* Parameter gradients: float32 sums over blocks of AN_BLOCK rows (scratch rows 6..9), each block added
  * into the chunk's float64 partial rows, as the Add & Norm backward does. */
 static void AN_FN(fused_bwd_rows)(const an_fbwd_args *a, int64_t r0, int64_t r1, const an_rows *sc,
@@ -163,7 +302,8 @@ static void AN_FN(fused_bwd_rows)(const an_fbwd_args *a, int64_t r0, int64_t r1,
     for (int64_t b0 = r0; b0 < r1; b0 += AN_BLOCK) {
         const int64_t b1 = b0 + AN_BLOCK < r1 ? b0 + AN_BLOCK : r1;
         for (int k = 0; k < 4; k++) if (acc[k]) memset(acc[k], 0, sizeof(float) * (size_t)D);
-        AN_FN(fused_bwd_block)(a, b0, b1, sc, acc);
+        if (a->uniform_bf16) AN_FN(fused_bwd_block_bf16)(a, b0, b1, sc, acc);
+        else AN_FN(fused_bwd_block)(a, b0, b1, sc, acc);
         for (int k = 0; k < 4; k++)
             if (acc[k]) for (int64_t i = 0; i < D; i++) partial[k][i] += (double)acc[k][i];
     }
