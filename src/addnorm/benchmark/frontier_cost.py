@@ -50,7 +50,27 @@ def stream_bytes_per_token(cfg, dtype_bytes: int = 4) -> int:
     return cfg.streams * c
 
 
+def _split(form: str) -> tuple[str, str]:
+    """"mhc@torch" -> ("mhc", "torch"): a form run on one backend (default: "auto", the kernels)."""
+    name, _, backend = form.partition("@")
+    return name, backend or "auto"
+
+
+def valid_form(form: str) -> bool:
+    name, backend = _split(form)
+    return name in FORMS and backend in ("auto", "torch")
+
+
 def one_form(form: str, batch: int, seq: int, steps: int) -> dict:
+    from .. import use_backend
+
+    name, backend = _split(form)
+    with use_backend(backend):  # "@torch": every addnorm op as torch ops -- the eager baseline of the same model
+        out = _one_form(name, batch, seq, steps)
+    return out | {"form": form, "backend": backend}
+
+
+def _one_form(form: str, batch: int, seq: int, steps: int) -> dict:
     from ..model import GPT, GPTConfig
 
     torch.manual_seed(0)
@@ -83,7 +103,9 @@ def main(argv=None) -> int:
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--rounds", type=int, default=2, help="every form runs once per round (default 2)")
-    p.add_argument("--forms", default=",".join(FORMS), help="comma-separated, from: " + ", ".join(FORMS))
+    p.add_argument("--forms", default=",".join(FORMS),
+                   help="comma-separated, from: " + ", ".join(FORMS) + "; a form ending in @torch runs with "
+                        "use_backend('torch') (no kernels: the eager baseline of the same model)")
     p.add_argument("--out", default="benchmarks/results")
     p.add_argument("--one", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -92,7 +114,7 @@ def main(argv=None) -> int:
         if v < 1 or (hi is not None and v > hi):
             p.error(f"{name} must be an integer in [1, {hi}], got {v}" if hi else f"{name} must be >= 1, got {v}")
     forms = [f for f in dict.fromkeys(args.forms.split(",")) if f]
-    bad = [f for f in forms if f not in FORMS]
+    bad = [f for f in forms if not valid_form(f)]
     if bad or not forms:
         p.error(f"--forms: unknown {bad or 'empty'}; valid: {', '.join(FORMS)}")
     if args.one:
@@ -137,16 +159,23 @@ def table(result: dict) -> str:
     for key, r in result["runs"].items():
         forms.setdefault(key.split("#")[0], []).append(r)
     mean = lambda rs, k: sum(r[k] for r in rs) / len(rs)  # noqa: E731
-    base_t, base_m = mean(forms["pre"], "median_s"), mean(forms["pre"], "peak_rss_mb")
     s = result["settings"]
     pre = forms["pre"][0]
+
+    def base(f):  # each form against pre on the same backend
+        b = forms.get("pre@torch" if f.endswith("@torch") else "pre", forms["pre"])
+        return mean(b, "median_s"), mean(b, "peak_rss_mb")
+
     lines = [f"GPT-2-small width (12 x 768, 12 heads), batch {s['batch']} x {s['seq']} tokens, AdamW, "
              f"{pre['threads']} threads; each form in its own process, median of {s['steps']} steps after one "
-             f"warm-up, {s['rounds']} rounds in alternating order (the spread is the rounds' range)",
+             f"warm-up, {s['rounds']} rounds in alternating order (the spread is the rounds' range); a form "
+             "marked @torch ran with use_backend('torch') (addnorm's ops as torch ops, no kernels) and is "
+             "compared with pre@torch",
              "",
              "| form | parameters | stream bytes / token | step (ms) | step / pre | peak RSS (MB) | peak − pre (MB) |",
              "|---|---|---|---|---|---|---|"]
     for f, rs in forms.items():
+        base_t, base_m = base(f)
         ts = [r["median_s"] * 1e3 for r in rs]
         lines.append(f"| {f} | {rs[0]['params'] / 1e6:.3f} M | {rs[0]['stream_bytes_per_token']:,} | "
                      f"{mean(rs, 'median_s') * 1e3:.0f} ({min(ts):.0f}–{max(ts):.0f}) | "

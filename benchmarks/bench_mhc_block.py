@@ -1,0 +1,79 @@
+"""One transformer block at GPT-2-small width (768 wide, 12 heads, n = 4 streams), a training step of it
+(forward, backward), for pre-norm and the widened-stream forms -- with addnorm's kernels and with every
+addnorm op as torch ops (``use_backend("torch")``) -- timed interleaved in one process, so the ratios to
+pre are side by side and a drifting machine favours none.
+
+    python benchmarks/bench_mhc_block.py [--tokens 512] [--budget 3]
+
+A block isolates what the stream form adds (the n x C stream read and written around each sub-layer, the
+coefficients) from what every form shares (the embeddings, the vocabulary projection) -- a whole-model step
+dilutes it. Results: benchmarks/results/mhc_block.json.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+import addnorm
+from addnorm.benchmark.add_norm import conditions
+from addnorm.benchmark.timing import measure_interleaved
+from addnorm.model import GPTConfig
+from addnorm.model.block import TransformerBlock
+from addnorm.store import atomic_write_text
+
+FORMS = ("pre", "hc", "mhc", "mhc_lite", "mhc_sk1")  # mhc_sk1: mHC with one Sinkhorn iteration (what 19 cost)
+
+
+def step_fn(form: str, backend: str, tokens: int):
+    torch.manual_seed(0)
+    extra = {"sinkhorn_iters": 1} if form == "mhc_sk1" else {}
+    placement = "mhc" if form == "mhc_sk1" else form
+    cfg = GPTConfig(placement=placement, n_streams=4 if form != "pre" else None, **extra)
+    block = TransformerBlock(cfg, layer_idx=1)
+    n = cfg.streams
+    seq = 128
+    shape = (tokens // seq, seq) + ((n,) if form != "pre" else ()) + (cfg.n_embd,)
+    x = torch.randn(shape, requires_grad=True)
+    params = [x, *block.parameters()]
+
+    def step():
+        with addnorm.use_backend(backend):
+            y = block(x)
+            torch.autograd.grad(y.square().mean(), params)
+
+    return step
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tokens", type=int, default=512)
+    p.add_argument("--budget", type=float, default=3.0, help="seconds of timing per method (default 3)")
+    p.add_argument("--out", default="benchmarks/results")
+    args = p.parse_args(argv)
+    if args.tokens < 128 or args.tokens % 128:
+        p.error(f"--tokens must be a positive multiple of 128, got {args.tokens}")
+    steps = {f"{f}@{b}": step_fn(f, b, args.tokens) for b in ("auto", "torch") for f in FORMS}
+    t = measure_interleaved(steps, min_runs=10, budget_s=args.budget, block=2)
+    rows = {k: {"median_ms": v.median_s * 1e3, "p10_ms": v.p10_s * 1e3, "p90_ms": v.p90_s * 1e3, "runs": v.runs}
+            for k, v in t.items()}
+    lines = [f"one block, GPT-2-small width, {args.tokens} tokens, n = 4, forward + backward, "
+             f"{torch.get_num_threads()} threads, interleaved", "",
+             "| form | kernels (ms) | / pre | torch ops (ms) | / pre@torch |", "|---|---|---|---|---|"]
+    for f in FORMS:
+        a, b = rows[f"{f}@auto"], rows[f"{f}@torch"]
+        lines.append(f"| {f} | {a['median_ms']:.1f} ({a['p10_ms']:.1f}–{a['p90_ms']:.1f}) | "
+                     f"{a['median_ms'] / rows['pre@auto']['median_ms']:.3f} | {b['median_ms']:.1f} "
+                     f"({b['p10_ms']:.1f}–{b['p90_ms']:.1f}) | {b['median_ms'] / rows['pre@torch']['median_ms']:.3f} |")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "mhc_block.json", json.dumps({"conditions": conditions("current"), "tokens": args.tokens,
+                                                          "rows": rows, "table": lines}, indent=1))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
