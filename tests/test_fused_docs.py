@@ -1,0 +1,19 @@
+"""docs/performance.md shows the committed fused-forms benchmark results as they are: the tables are the
+results' own Markdown (``benchmark.fused_forms.markdown``), regenerated from the JSON here."""
+
+import json
+from pathlib import Path
+
+from addnorm.benchmark.fused_forms import OpRow, markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_docs_show_the_committed_fused_forms_results():
+    docs = (ROOT / "docs" / "performance.md").read_text()
+    for sub in ("", "avx2/"):
+        result = json.loads((ROOT / "benchmarks" / "results" / f"{sub}fused_forms_tuned.json").read_text())
+        table = markdown([OpRow(**r) for r in result["rows"]])
+        assert table in docs, f"docs/performance.md is not the committed {sub}fused_forms_tuned.json"
+    block = json.loads((ROOT / "benchmarks" / "results" / "mhc_block.json").read_text())
+    assert "\n".join(block["table"][2:]) in docs
