@@ -38,3 +38,21 @@ def test_report_only_says_when_there_is_nothing_to_report(tmp_path, capsys):
     assert main(["study", *GRID, "--out", str(tmp_path / "empty"), "--report-only"]) == 2
     err = capsys.readouterr().err
     assert "--report-only:" in err and "neither summary.json nor runs/" in err and "Traceback" not in err
+
+
+def test_the_mixing_figure_is_drawn_and_kept_for_report_only(tmp_path):
+    """The mHC claim's figure: a grid with widened streams writes figures/composite_gain.png and keeps the gains
+    (with their series) in summary.json, so a committed directory redraws it."""
+    grid = ["--preset", "quick", "--placements", "hc,mhc", "--depths", "2", "--steps", "12", "--warmups", "0",
+            "--seeds", "0"]
+    trained = tmp_path / "trained"
+    assert main(["study", *grid, "--out", str(trained)]) == 0
+    first = json.loads((trained / "summary.json").read_text())
+    assert "composite_gain.png" in first["figures"] and (trained / "figures" / "composite_gain.png").exists()
+    assert {m["placement"] for m in first["mixing"]} == {"hc", "mhc"} and all(m["series"] for m in first["mixing"])
+    committed = tmp_path / "committed"
+    committed.mkdir()
+    shutil.copy(trained / "summary.json", committed / "summary.json")
+    assert main(["study", *grid, "--out", str(committed), "--report-only"]) == 0
+    again = json.loads((committed / "summary.json").read_text())
+    assert again["mixing"] == first["mixing"] and (committed / "figures" / "composite_gain.png").exists()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from ...report import study_figures, study_html, study_tables
+from ...report import mixing_figure, study_figures, study_html, study_tables
 from ...store import atomic_write_text, read_json
 from .config import RunConfig, Study, StudyGrid
 from .data import SplitCorpus
@@ -118,7 +118,8 @@ def write_outputs(grid: StudyGrid | Study, data: SplitCorpus, out_dir: Path) -> 
     profiles = {s["name"]: _grad_profile(Path(s["run_dir"])) for s, r in zip(summaries, rows) if r["seed"] == first}
     head = {"grid": grid.describe(), "corpus": data.source, "data_digest": data.digest,
             "unigram_nats": data.unigram_nats}
-    return _write(head, rows, curves, {k: v for k, v in profiles.items() if v}, missing, out_dir)
+    mixing = mixing_figure.mixing_data(summaries)  # the widened runs' composite gains, kept in summary.json
+    return _write(head, rows, curves, {k: v for k, v in profiles.items() if v}, missing, out_dir, mixing)
 
 
 def report_only(grid: StudyGrid | Study, out_dir: Path) -> dict:
@@ -133,11 +134,14 @@ def report_only(grid: StudyGrid | Study, out_dir: Path) -> dict:
                                 + (f" ({why})" if why else ""))
     old = old or {}
     old_rows = {r["name"]: r for r in old.get("runs", [])}
+    old_mixing = {(m["placement"], m["depth"], m["seed"], m["lr"]): m for m in old.get("mixing", [])}
     rows, curves, profiles, missing, unigram = [], {}, {}, [], old.get("unigram_nats")
+    fresh = []
     for cfg in grid.runs():
         s = _finished_run(out_dir, cfg, old.get("data_digest"))
         if s is not None:
             rows.append(_row(s, cfg))
+            fresh.append(s)
             unigram = unigram if unigram is not None else s.get("unigram_nats")
             if s.get("val_curve"):
                 curves[s["name"]] = s["val_curve"]
@@ -153,7 +157,13 @@ def report_only(grid: StudyGrid | Study, out_dir: Path) -> dict:
             missing.append(cfg.name())
     head = {"grid": grid.describe(), "corpus": old.get("corpus", "unknown (no summary.json)"),
             "data_digest": old.get("data_digest"), "unigram_nats": unigram if unigram is not None else math.nan}
-    return _write(head, rows, curves, {k: v for k, v in profiles.items() if v}, missing, out_dir)
+    mixing = {(m["placement"], m["depth"], m["seed"], m["lr"]): m for m in mixing_figure.mixing_data(fresh)}
+    known = {(r["placement"], r["depth"], r["seed"], r["lr"]) for r in rows}
+    for k, m in old_mixing.items():  # runs known only from the committed summary keep their gains
+        if k not in mixing and k in known:
+            mixing[k] = m
+    return _write(head, rows, curves, {k: v for k, v in profiles.items() if v}, missing, out_dir,
+                  list(mixing.values()))
 
 
 def _finished_run(out_dir: Path, cfg: RunConfig, digest: str | None) -> dict | None:
@@ -170,16 +180,21 @@ def _finished_run(out_dir: Path, cfg: RunConfig, digest: str | None) -> dict | N
     return found[0] if found else None
 
 
-def _write(head: dict, rows: list[dict], curves: dict, profiles: dict, missing: list[str], out_dir: Path) -> dict:
+def _write(head: dict, rows: list[dict], curves: dict, profiles: dict, missing: list[str], out_dir: Path,
+           mixing: list[dict] | None = None) -> dict:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS)
     w.writeheader()
     w.writerows(rows)
     atomic_write_text(out_dir / "summary.csv", buf.getvalue())
     study = {**head, "runs": rows, "missing": missing, "groups": study_tables.groups(rows),
-             "pairwise": study_tables.pairwise(rows), "curves": curves, "grad_profiles": profiles}
+             "pairwise": study_tables.pairwise(rows), "curves": curves, "grad_profiles": profiles,
+             "mixing": mixing or []}
     atomic_write_text(out_dir / "summary.md", study_tables.markdown(study))
     study["figures"] = [p.name for p in study_figures.write(rows, curves, profiles, out_dir / "figures")]
+    gain = mixing_figure.mixing_figure(mixing or [], out_dir / "figures" / "composite_gain.png")
+    if gain is not None:  # the mHC claim's figure (HC, mHC, mHC-lite runs only)
+        study["figures"].append(gain.name)
     atomic_write_text(out_dir / "summary.json", json.dumps(study, indent=1))
     study["report"] = str(study_html.write(study, study["figures"], out_dir))
     return study
