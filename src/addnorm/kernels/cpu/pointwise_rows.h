@@ -72,7 +72,48 @@ static inline float AN_FN(erf_v)(float u) {
 /* f(u) and f'(u) of the kind: tanh' = 1 - tanh^2, erf' = 2/sqrt(pi) exp(-u^2) */
 static inline float AN_FN(pw_f)(float u, int kind) { return kind == AN_DYT ? AN_FN(tanh_v)(u) : AN_FN(erf_v)(u); }
 
+/* bfloat16 throughout (x, residual, stream, y): one pass per row, the conversions inside it */
+static void AN_FN(pw_fwd_rows_bf16)(const an_pw_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
+    const int64_t D = a->D;
+    uint16_t *restrict s16 = (uint16_t *)sc->r[1], *restrict o16 = (uint16_t *)sc->r[2];
+    const float *restrict w = a->weight ? a->weight : sc->ones, *restrict b = a->bias ? a->bias : sc->zeros;
+    const float al = a->alpha, sh = a->shift;
+    const int dyt = a->kind == AN_DYT;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint16_t *restrict x = (const uint16_t *)a->x + r * a->x_rs;
+        uint16_t *y_row = (uint16_t *)a->y + r * D;
+        uint16_t *restrict d = a->nt ? o16 : y_row;
+        if (a->res) {
+            const uint16_t *restrict rv = (const uint16_t *)a->res + r * a->res_rs;
+            uint16_t *s_row = a->s_out ? (uint16_t *)a->s_out + r * D : NULL;
+            uint16_t *restrict so = (s_row && !a->nt) ? s_row : s16;
+            if (dyt)
+                for (int64_t i = 0; i < D; i++) {
+                    float v = an_bf16_round(an_bf16_to_f32(x[i]) + an_bf16_to_f32(rv[i]));
+                    so[i] = (uint16_t)(an_f32_bits(v) >> 16);
+                    d[i] = an_f32_to_bf16(w[i] * AN_FN(tanh_v)(al * v + sh) + b[i]);
+                }
+            else
+                for (int64_t i = 0; i < D; i++) {
+                    float v = an_bf16_round(an_bf16_to_f32(x[i]) + an_bf16_to_f32(rv[i]));
+                    so[i] = (uint16_t)(an_f32_bits(v) >> 16);
+                    d[i] = an_f32_to_bf16(w[i] * AN_FN(erf_v)(al * v + sh) + b[i]);
+                }
+            if (s_row && a->nt) AN_FN(stream_bytes)(s_row, s16, (size_t)D * 2);
+        } else if (dyt) {
+            for (int64_t i = 0; i < D; i++) d[i] = an_f32_to_bf16(w[i] * AN_FN(tanh_v)(al * an_bf16_to_f32(x[i]) + sh) + b[i]);
+        } else {
+            for (int64_t i = 0; i < D; i++) d[i] = an_f32_to_bf16(w[i] * AN_FN(erf_v)(al * an_bf16_to_f32(x[i]) + sh) + b[i]);
+        }
+        if (a->nt) AN_FN(stream_bytes)(y_row, o16, (size_t)D * 2);
+    }
+}
+
 static void AN_FN(pw_fwd_rows)(const an_pw_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
+    if (a->xdt == AN_BF16 && a->odt == AN_BF16 && (a->res == NULL || (a->rdt == AN_BF16 && a->sdt == AN_BF16))) {
+        AN_FN(pw_fwd_rows_bf16)(a, r0, r1, sc);
+        return;
+    }
     const int64_t D = a->D;
     const size_t xes = an_elem_size(a->xdt), res = an_elem_size(a->rdt), ses = an_elem_size(a->sdt),
                  oes = an_elem_size(a->odt);
