@@ -139,6 +139,76 @@ static void AN_FN(pw_fwd_rows)(const an_pw_args *a, int64_t r0, int64_t r1, cons
     }
 }
 
+/* bfloat16 throughout (the stream, dy, dres, ds): one pass per row; absent accumulators write a discarded row */
+static void AN_FN(pw_bwd_block_bf16)(const an_pw_args *a, int64_t b0, int64_t b1, const an_rows *sc, float *bw,
+                                     float *bb, double *d_alpha, double *d_shift) {
+    const int64_t D = a->D;
+    float *restrict dw = bw ? bw : sc->r[9], *restrict db = bb ? bb : sc->r[10];
+    uint16_t *restrict o16 = (uint16_t *)sc->r[5];
+    const float *restrict w = a->weight ? a->weight : sc->ones;
+    const float al = a->alpha, sh = a->shift, two_rsqrt_pi = 1.12837916709551257f;
+    const uint16_t *zeros16 = (const uint16_t *)sc->zeros;
+    for (int64_t r = b0; r < b1; r++) {
+        const uint16_t *restrict s = (const uint16_t *)a->s + r * D;
+        const uint16_t *restrict dy = (const uint16_t *)a->dy + r * a->dy_rs;
+        const uint16_t *restrict dres = a->dres ? (const uint16_t *)a->dres + r * a->dres_rs : zeros16;
+        uint16_t *ds_row = (uint16_t *)a->ds + r * D;
+        uint16_t *restrict d = a->nt ? o16 : ds_row;
+        float acc_a[AN_LANES] = {0}, acc_s[AN_LANES] = {0};
+        int64_t i = 0;
+        if (a->kind == AN_DYT) {
+            for (; i + AN_LANES <= D; i += AN_LANES)
+                for (int j = 0; j < AN_LANES; j++) {
+                    float sv = an_bf16_to_f32(s[i + j]), dv = an_bf16_to_f32(dy[i + j]);
+                    float f = AN_FN(tanh_v)(al * sv + sh);
+                    float g = dv * w[i + j] * (1.0f - f * f);
+                    acc_a[j] += g * sv;
+                    acc_s[j] += g;
+                    d[i + j] = an_f32_to_bf16(al * g + an_bf16_to_f32(dres[i + j]));
+                    dw[i + j] += dv * f;
+                    db[i + j] += dv;
+                }
+            for (; i < D; i++) {
+                float sv = an_bf16_to_f32(s[i]), dv = an_bf16_to_f32(dy[i]);
+                float f = AN_FN(tanh_v)(al * sv + sh);
+                float g = dv * w[i] * (1.0f - f * f);
+                acc_a[0] += g * sv;
+                acc_s[0] += g;
+                d[i] = an_f32_to_bf16(al * g + an_bf16_to_f32(dres[i]));
+                dw[i] += dv * f;
+                db[i] += dv;
+            }
+        } else {
+            for (; i + AN_LANES <= D; i += AN_LANES)
+                for (int j = 0; j < AN_LANES; j++) {
+                    float sv = an_bf16_to_f32(s[i + j]), dv = an_bf16_to_f32(dy[i + j]);
+                    float u = al * sv + sh;
+                    float f = AN_FN(erf_v)(u);
+                    float g = dv * w[i + j] * (two_rsqrt_pi * AN_FN(exp_neg)(-u * u));
+                    acc_a[j] += g * sv;
+                    acc_s[j] += g;
+                    d[i + j] = an_f32_to_bf16(al * g + an_bf16_to_f32(dres[i + j]));
+                    dw[i + j] += dv * f;
+                    db[i + j] += dv;
+                }
+            for (; i < D; i++) {
+                float sv = an_bf16_to_f32(s[i]), dv = an_bf16_to_f32(dy[i]);
+                float u = al * sv + sh;
+                float f = AN_FN(erf_v)(u);
+                float g = dv * w[i] * (two_rsqrt_pi * AN_FN(exp_neg)(-u * u));
+                acc_a[0] += g * sv;
+                acc_s[0] += g;
+                d[i] = an_f32_to_bf16(al * g + an_bf16_to_f32(dres[i]));
+                dw[i] += dv * f;
+                db[i] += dv;
+            }
+        }
+        *d_alpha += (double)AN_FN(hsum)(acc_a);
+        *d_shift += (double)AN_FN(hsum)(acc_s);
+        if (a->nt) AN_FN(stream_bytes)(ds_row, o16, (size_t)D * 2);
+    }
+}
+
 /* partial: [0] dw row, [1] db row, [2] (dalpha, dshift) -- this chunk's float64 sums (each NULL if unwanted) */
 static void AN_FN(pw_bwd_rows)(const an_pw_args *a, int64_t r0, int64_t r1, const an_rows *sc, double *const *partial) {
     const int64_t D = a->D;
@@ -150,10 +220,14 @@ static void AN_FN(pw_bwd_rows)(const an_pw_args *a, int64_t r0, int64_t r1, cons
     const float al = a->alpha, sh = a->shift;
     const float two_rsqrt_pi = 1.12837916709551257f;
     double d_alpha = 0.0, d_shift = 0.0;
+    const int bf16 = a->sdt == AN_BF16 && a->dydt == AN_BF16 && (a->dres == NULL || a->dresdt == AN_BF16);
     for (int64_t b0 = r0; b0 < r1; b0 += AN_BLOCK) {
         const int64_t b1 = b0 + AN_BLOCK < r1 ? b0 + AN_BLOCK : r1;
         if (bw) memset(bw, 0, sizeof(float) * (size_t)D);
         if (bb) memset(bb, 0, sizeof(float) * (size_t)D);
+        if (bf16) {
+            AN_FN(pw_bwd_block_bf16)(a, b0, b1, sc, bw, bb, &d_alpha, &d_shift);
+        } else
         for (int64_t r = b0; r < b1; r++) {
             const float *s = AN_FN(f32_row)((const char *)a->s + r * D * ses, a->sdt, sc->r[0], D);
             const float *dy = AN_FN(f32_row)((const char *)a->dy + r * a->dy_rs * dyes, a->dydt, sc->r[1], D);
