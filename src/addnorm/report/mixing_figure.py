@@ -92,7 +92,8 @@ def draw(rows: list[dict]):
                title=f"{label}: over training, {deepest} layers")
     for ax in axes.flat:
         ax.axhline(1.0, color="0.6", lw=0.8, ls=":")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8, title="placement", title_fontsize=8)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:  # one legend for the figure: the colour is the placement (points: single seeds)
+        axes[0][0].legend(handles, labels, fontsize=8, title="placement", title_fontsize=8)
     fig.tight_layout()
     return fig
