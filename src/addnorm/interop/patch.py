@@ -36,7 +36,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .. import functional as AF
+from . import fused_sites, handoff
+from .conventions import NormConvention
+from .conventions import apply as _apply
+from .conventions import out_dtype as _out_dtype
+from .rewrite import rewrite_forward
 
 @dataclass(frozen=True)
 class Structure:
@@ -81,15 +85,6 @@ _SUPPORTED = ("fused: " + "; ".join(f"{st.name} ({', '.join(n for n in (st.norm1
 
 
 @dataclass(frozen=True)
-class NormConvention:
-    kind: str  # "layer" | "rms"
-    eps: float
-    weight_offset: float  # 1.0: Gemma's (1 + w)
-    cast_before_weight: bool  # Llama's order
-    promotes_with_weight: bool  # the output dtype is promote(input, weight) (Llama's `weight * x.to(dtype)`)
-
-
-@dataclass(frozen=True)
 class LayerPlan:
     structure: Structure
     convention: NormConvention  # of the fused norm
@@ -111,6 +106,7 @@ def _candidates(norm: nn.Module, eps: float | None):
     for e in (eps,) if eps is not None else (1e-5, 1e-6):
         if isinstance(norm, nn.LayerNorm) or b is not None:
             yield NormConvention("layer", e, 0.0, False, False)
+            yield NormConvention("layer", e, 1.0, False, False)  # Nemotron's LayerNorm1P: (1 + w)
             continue
         yield NormConvention("rms", e, 0.0, True, True)  # Llama
         yield NormConvention("rms", e, 1.0, False, False)  # Gemma
@@ -118,21 +114,6 @@ def _candidates(norm: nn.Module, eps: float | None):
         yield NormConvention("layer", e, 0.0, False, False)  # a LayerNorm without bias or weight (Cohere, OLMo)
         if w is not None:
             yield NormConvention("rms", e, 0.0, True, False)
-
-
-def _apply(conv: NormConvention, norm: nn.Module, s: torch.Tensor, out_dtype=None, residual=None):
-    w, b = getattr(norm, "weight", None), getattr(norm, "bias", None)
-    D = s.shape[-1]
-    if conv.kind == "layer":
-        return AF.add_layer_norm(s, residual, D, w, b, conv.eps, weight_offset=conv.weight_offset,
-                                 out_dtype=out_dtype)
-    return AF.add_rms_norm(s, residual, D, w, conv.eps, weight_offset=conv.weight_offset,
-                           cast_before_weight=conv.cast_before_weight, out_dtype=out_dtype)
-
-
-def _out_dtype(conv: NormConvention, norm: nn.Module, s_dtype: torch.dtype) -> torch.dtype:
-    w = getattr(norm, "weight", None)
-    return torch.promote_types(s_dtype, w.dtype) if conv.promotes_with_weight and w is not None else s_dtype
 
 
 @torch.no_grad()
@@ -210,7 +191,11 @@ def _is_norm(module: nn.Module) -> bool:
 
 
 def _norm_forward(norm: nn.Module, x, *args, **kwargs):
-    """A patched norm: addnorm's kernel where it takes the input, else the module's own forward."""
+    """A patched norm: the output a layer's fused sum left for it (``handoff``), else addnorm's kernel where it
+    takes the input, else the module's own forward."""
+    y = handoff.take(norm, x)
+    if y is not None and not args and not kwargs:
+        return y
     conv: NormConvention = norm._addnorm_convention
     w = getattr(norm, "weight", None)
     if (args or kwargs or not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() == 0
@@ -267,20 +252,80 @@ def _patched_forward(layer: nn.Module, hidden_states, *args, **kwargs):
         m = getattr(layer, st.mlp_norm)(m)
     if st.scale is not None:
         m = m * getattr(layer, st.scale)
-    return hidden_states + m
+    return fused_sites.layer_sum(layer, "out", hidden_states, m)
 
 
-def _layers(model: nn.Module):
-    """(module, plan or refusal) of every decoder layer of a known structure; a layer's inside is not searched."""
+def _checkpointed(layer: nn.Module, forward, args, kwargs):
+    """``forward(layer, *args, **kwargs)``, under HF's gradient checkpointing when the layer has it on, with
+    HF's own rules (GradientCheckpointingLayer.__call__ drops the cache arguments); an instance ``forward``
+    would otherwise bypass it."""
+    if (getattr(layer, "gradient_checkpointing", False) and layer.training and torch.is_grad_enabled()
+            and callable(getattr(layer, "_gradient_checkpointing_func", None))):
+        if kwargs.get("use_cache"):
+            kwargs["use_cache"] = False
+        if not getattr(layer, "_can_checkpoint_with_cache", False):
+            for name in ("cache", "past_key_values", "layer_past"):
+                if kwargs.get(name) is not None:
+                    kwargs[name] = None
+        return layer._gradient_checkpointing_func(functools.partial(forward, layer, **kwargs), *args)
+    return forward(layer, *args, **kwargs)
+
+
+def _structure_forward(layer: nn.Module, *args, **kwargs):
+    return _checkpointed(layer, _patched_forward, args, kwargs)
+
+
+def _rewritten_forward(layer: nn.Module, *args, **kwargs):
+    fn = rewrite_forward(type(layer), layer._addnorm_sites).function
+    return _checkpointed(layer, fn, args, kwargs)
+
+
+def _decoder_layers(model: nn.Module, norms: set[int]):
+    """(name, module) of each outermost element of a ModuleList that holds a norm: the decoder layers,
+    whatever they are called."""
     found, skip = [], None
     for name, module in model.named_modules():
         if skip is not None and name.startswith(skip):
             continue
-        plan = getattr(module, "_addnorm_plan", None) or _plan(module)
-        if plan is not None:
-            found.append((name, module, plan))
-            skip = name + "." if name else ""
+        if isinstance(module, nn.ModuleList):
+            for i, layer in enumerate(module):
+                if any(id(m) in norms for m in layer.modules()):
+                    found.append((f"{name}.{i}" if name else str(i), layer))
+            if found:
+                skip = name + "." if name else ""
     return found
+
+
+def _layers(model: nn.Module, norms: list):
+    """(name, module, plan) of every decoder layer: a LayerPlan (a known structure), a frozenset of the norm
+    attributes its rewritten forward fuses (``interop.rewrite``), or a string saying why a layer of a known
+    structure cannot be fused."""
+    conv = {id(m): c for m, c in norms}
+    found = []
+    for name, layer in _decoder_layers(model, set(conv)):
+        plan = getattr(layer, "_addnorm_plan", None) or getattr(layer, "_addnorm_sites", None)
+        if plan is None:
+            plan = _plan(layer)
+            if not isinstance(plan, str):
+                sites = frozenset(n for n, m in layer.named_children() if id(m) in conv)
+                if rewrite_forward(type(layer), sites) is not None:
+                    plan = sites
+        if plan is not None:
+            found.append((name, layer, plan))
+        for child_name, child in layer.named_children():  # BLOOM's attention and MLP, MPT's FFN add inside
+            if ("residual" in _parameters(type(child).forward) and getattr(child, "_addnorm_sites", None) is None
+                    and rewrite_forward(type(child), frozenset()) is not None):
+                found.append((f"{name}.{child_name}", child, frozenset()))
+            elif getattr(child, "_addnorm_sites", None) is not None:
+                found.append((f"{name}.{child_name}", child, child._addnorm_sites))
+    return found
+
+
+def _parameters(fn) -> tuple:
+    try:
+        return tuple(inspect.signature(inspect.unwrap(fn)).parameters)
+    except (TypeError, ValueError):
+        return ()
 
 
 def _norms(model: nn.Module):
@@ -295,47 +340,88 @@ def _norms(model: nn.Module):
     return out
 
 
+def _fusions(layer: nn.Module, plan) -> dict[str, int]:
+    """What a patched layer fuses: kind of fused call -> count."""
+    found = layer.__dict__.get("_addnorm_readers", {})
+    if isinstance(plan, LayerPlan):
+        return {"add+norm": 1, "sum+norm hand-off": 1 if found.get("out") else 0}
+    sites = {k: n for k, n in rewrite_forward(type(layer), plan).sites.items() if k in ("add+norm", "norm+add")}
+    for site, readers in found.items():
+        kind = "sum+norm hand-off" if len(readers) == 1 else "sum+2 norms hand-off"
+        sites[kind] = sites.get(kind, 0) + 1
+    return sites
+
+
 def patch_hf_model(model: nn.Module, *, verify: bool = True) -> nn.Module:
-    """Fuse each decoder layer's attention add with the norm after it, and run every norm addnorm can
-    reproduce on its kernels; returns the model, patched in place. Counts are in ``model._addnorm_patched``.
-    Raises -- with nothing changed -- when a layer of a known structure has a norm addnorm cannot reproduce,
-    when nothing at all can be patched, or when the patched model's outputs differ on a probe."""
-    layers = _layers(model)
+    """Fuse each decoder layer's residual adds with the norms around them, and run every norm addnorm can
+    reproduce on its kernels; returns the model, patched in place. ``model._addnorm_patched`` says what was
+    patched, and per layer class which fusions it got. Raises -- with nothing changed -- when a layer of a
+    known structure has a norm addnorm cannot reproduce, when nothing at all can be patched, or when the
+    patched model's outputs differ on a probe."""
+    norms = _norms(model)
+    layers = _layers(model, norms)
     refused = [(n, p) for n, _, p in layers if isinstance(p, str)]
     if refused:
         raise NotImplementedError(f"{type(model).__name__}: {refused[0][0]}: {refused[0][1]}; supported: "
                                   f"{_SUPPORTED}. Nothing was changed.")
-    norms = _norms(model)
     if not layers and not norms:
         raise ValueError(f"{type(model).__name__} has no decoder layer or norm addnorm can patch; supported: "
                          f"{_SUPPORTED}")
-    new_layers = [(m, p) for _, m, p in layers if getattr(m, "_addnorm_plan", None) is None]
+    new_layers = [(m, p) for _, m, p in layers
+                  if getattr(m, "_addnorm_plan", None) is None and getattr(m, "_addnorm_sites", None) is None]
     new_norms = [(m, c) for m, c in norms if getattr(m, "_addnorm_convention", None) is None]
     before = _probe_outputs(model) if verify and (new_layers or new_norms) else None
     for module, plan in new_layers:
-        module._addnorm_plan = plan
-        module.forward = functools.partial(_patched_forward, module)
+        if isinstance(plan, LayerPlan):
+            module._addnorm_plan = plan
+            module.forward = functools.partial(_structure_forward, module)
+        else:
+            module._addnorm_sites = plan
+            module.forward = functools.partial(_rewritten_forward, module)
     for module, conv in new_norms:
         module._addnorm_convention = conv
         module.forward = functools.partial(_norm_forward, module)
-    if before is not None:
-        try:
+    problem = None
+    try:
+        if new_layers:
+            _find_readers(model, [m for _, m, _ in layers], [m for m, _ in norms])
+        if before is not None:
             after = _probe_outputs(model)
             problem = None if _same(before, after) else "changed the model's outputs on a probe"
-        except Exception as e:  # noqa: BLE001  (whatever the layer's code raised: undone, then reported)
-            problem = f"raised {type(e).__name__}: {e}"
-        if problem:
-            for module, _ in new_layers + new_norms:
-                _unpatch_module(module)
-            raise NotImplementedError(f"{type(model).__name__}: the patched model {problem}, so the patch was undone "
-                                      f"(nothing was changed); supported: {_SUPPORTED}")
-    model._addnorm_patched = {"layers": len(layers), "fused_adds": len(layers), "norms": len(norms),
-                              "structures": sorted({p.structure.name for _, _, p in layers})}
+    except Exception as e:  # noqa: BLE001  (whatever the layer's code raised: undone, then reported)
+        problem = f"raised {type(e).__name__}: {e}"
+    if problem:
+        for module, _ in new_layers + new_norms:
+            _unpatch_module(module)
+        raise NotImplementedError(f"{type(model).__name__}: the patched model {problem}, so the patch was undone "
+                                  f"(nothing was changed); supported: {_SUPPORTED}")
+    per_class: dict[str, dict[str, int]] = {}
+    for _, m, p in layers:
+        per_class.setdefault(type(m).__name__, {})
+        for kind, n in _fusions(m, p).items():
+            per_class[type(m).__name__][kind] = per_class[type(m).__name__].get(kind, 0) + n
+    fused = sum(n for f in per_class.values() for n in f.values())
+    model._addnorm_patched = {
+        "layers": len(layers), "fused_adds": fused, "norms": len(norms),
+        "structures": sorted({p.structure.name if isinstance(p, LayerPlan) else "rewritten by data flow"
+                              for _, _, p in layers}),
+        "fusions": {cls: {k: n for k, n in f.items() if n} for cls, f in per_class.items()}}
     return model
 
 
+def _find_readers(model: nn.Module, layers, norms) -> None:
+    """Each layer's readers: the patched norms that read its output tensor in a probe run."""
+    for m in layers:
+        m.__dict__.pop("_addnorm_readers", None)
+    with handoff.Readers(norms) as r:
+        _probe_outputs(model)
+    for m, sites in r.found.items():
+        m.__dict__["_addnorm_readers"] = {site: tuple(found) for site, found in sites.items()}
+
+
 def _unpatch_module(module: nn.Module) -> None:
-    for attr in ("forward", "_addnorm_plan", "_addnorm_convention"):
+    for attr in ("forward", "_addnorm_plan", "_addnorm_convention", "_addnorm_sites", "_addnorm_readers",
+                 "_addnorm_pending"):
         module.__dict__.pop(attr, None)
 
 

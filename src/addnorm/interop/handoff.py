@@ -1,0 +1,105 @@
+"""The hand-off: a decoder layer's last add, fused with the norms that read its result next.
+
+HuggingFace's model loop is ``h = layer(h)`` for every layer, then ``norm(h)``; the norm that reads a
+layer's output lives in the next layer (its input norm, or GPT-NeoX's two) or is the model's final norm.
+``patch_hf_model`` finds those readers by running the model once (``Readers``); afterwards a layer's last
+add computes its sum *and* the readers' outputs in one pass, returns the sum to the loop unchanged, and
+leaves each normalized output with its reader (``give``). When the reader is called, it takes that output
+only if it is called on that very tensor, unmodified, in the same grad mode and with its parameters
+unchanged (``take``); otherwise it computes as usual. A hook that replaces the layer's output, an in-place
+edit, a reader the loop skips: each falls back to the eager result, never to a stale one.
+
+Under gradient checkpointing (a layer re-run in backward must record the same graph) and under
+``torch.compile`` (which traces the eager form) nothing is handed off.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch import nn
+
+_PENDING = "_addnorm_pending"
+
+
+def enabled(layer: nn.Module) -> bool:
+    """Whether ``layer`` may hand off its sum now."""
+    if torch.compiler.is_compiling():
+        return False
+    return not (getattr(layer, "gradient_checkpointing", False) and layer.training)
+
+
+def _versions(norm: nn.Module):
+    return tuple(p._version for p in norm.parameters(recurse=False))
+
+
+def _same_memory(x: torch.Tensor, s: torch.Tensor) -> bool:
+    """x is s, or a contiguous view of all of it with the same rows (OPT's ``.reshape(-1, C)``)."""
+    return x is s or (x.dtype == s.dtype and x.device == s.device and x.numel() == s.numel() and x.dim() > 0
+                      and x.shape[-1] == s.shape[-1] and x.is_contiguous() and s.is_contiguous()
+                      and x.data_ptr() == s.data_ptr())
+
+
+def give(norm: nn.Module, s: torch.Tensor, y: torch.Tensor) -> None:
+    """Leave ``y = norm(s)`` with ``norm`` for its next call on ``s``."""
+    norm.__dict__[_PENDING] = (weakref.ref(s), s._version, y, torch.is_grad_enabled(), _versions(norm))
+
+
+def take(norm: nn.Module, x) -> torch.Tensor | None:
+    """The output left for this call of ``norm`` on ``x``, or None; whatever was left is dropped either way."""
+    pending = norm.__dict__.pop(_PENDING, None)
+    if pending is None or torch.compiler.is_compiling() or not isinstance(x, torch.Tensor):
+        return None
+    ref, version, y, grad, versions = pending
+    s = ref()
+    if (s is not None and _same_memory(x, s) and x._version == version and torch.is_grad_enabled() == grad
+            and _versions(norm) == versions):
+        return y if x.shape == s.shape else y.reshape(x.shape)
+    return None
+
+
+def readers(layer: nn.Module, site: str) -> tuple:
+    return layer.__dict__.get("_addnorm_readers", {}).get(site, ())
+
+
+_RECORDER: list = []  # the Readers running now, if any
+
+
+def record(layer: nn.Module, site: str, s) -> None:
+    """A hand-off site's result, seen by the Readers of a probe run."""
+    if _RECORDER and isinstance(s, torch.Tensor):
+        _RECORDER[-1].sums.append((layer, site, s))
+
+
+class Readers:
+    """Finds, in one run of the model, which patched norms read each hand-off site's result (the tensor
+    itself, or a reshape of all of it): ``found[layer][site] = [norm, ...]``."""
+
+    def __init__(self, norms):
+        self.norms = list(norms)
+        self.sums: list = []  # (layer, site, tensor), kept alive so that no storage is reused
+        self.found: dict[nn.Module, dict[str, list[nn.Module]]] = {}
+        self._hooks = []
+
+    def __enter__(self):
+        _RECORDER.append(self)
+        for n in self.norms:
+            self._hooks.append(n.register_forward_pre_hook(self._norm_in))
+        return self
+
+    def __exit__(self, *exc):
+        _RECORDER.remove(self)
+        for h in self._hooks:
+            h.remove()
+        self.sums.clear()
+
+    def _norm_in(self, norm, args):
+        if not args or not isinstance(args[0], torch.Tensor):
+            return
+        for layer, site, s in reversed(self.sums):
+            if _same_memory(args[0], s):
+                found = self.found.setdefault(layer, {}).setdefault(site, [])
+                if norm not in found:
+                    found.append(norm)
+                return
