@@ -56,3 +56,61 @@ def test_the_mixing_figure_is_drawn_and_kept_for_report_only(tmp_path):
     assert main(["study", *grid, "--out", str(committed), "--report-only"]) == 0
     again = json.loads((committed / "summary.json").read_text())
     assert again["mixing"] == first["mixing"] and (committed / "figures" / "composite_gain.png").exists()
+
+
+def _committed_copy(trained, tmp_path, name="committed"):
+    committed = tmp_path / name
+    committed.mkdir()
+    shutil.copy(trained / "summary.json", committed / "summary.json")
+    return committed
+
+
+def test_report_only_on_a_committed_directory_keeps_every_run_whatever_the_preset(tmp_path, capsys):
+    """A committed results directory has no runs/: summary.json is the only copy of its results. --report-only
+    without the matching --preset (here: the default preset, which names none of these runs) must regenerate from
+    the runs summary.json records, never rewrite it with fewer."""
+    trained = tmp_path / "trained"
+    assert main(["study", *GRID, "--out", str(trained)]) == 0
+    first = json.loads((trained / "summary.json").read_text())
+    committed = _committed_copy(trained, tmp_path)
+    capsys.readouterr()
+    for wrong in ([], ["--preset", "paper"], ["--preset", "quick", "--seeds", "0"]):
+        assert main(["study", *wrong, "--out", str(committed), "--report-only"]) == 0, wrong
+        again = json.loads((committed / "summary.json").read_text())
+        assert len(again["runs"]) == len(first["runs"]) == 4 and again["missing"] == [], wrong
+        for key in ("runs", "groups", "pairwise", "curves", "grad_profiles", "grid"):
+            assert again[key] == first[key], (wrong, key)
+        assert (committed / "summary.md").read_text() == (trained / "summary.md").read_text()
+    assert "runs from" in capsys.readouterr().out
+
+
+def test_report_only_refuses_a_grid_that_would_drop_recorded_runs(tmp_path, capsys):
+    trained = tmp_path / "trained"
+    assert main(["study", *GRID, "--out", str(trained)]) == 0
+    before = (trained / "summary.json").read_text()
+    capsys.readouterr()
+    assert main(["study", "--preset", "quick", "--steps", "12", "--warmups", "0", "--seeds", "0", "--out",
+                 str(trained), "--report-only"]) == 2
+    err = capsys.readouterr().err
+    assert "--preset" in err and "drop 2" in err and "Traceback" not in err
+    assert (trained / "summary.json").read_text() == before  # untouched
+
+
+def test_the_rows_keep_what_a_run_measured_beyond_its_loss(tmp_path):
+    """Saturation and alpha per slot (the DyT audit), the flattening fields (the long preset) and BatchNorm's
+    train-mode loss and future leak stay in summary.json/csv and survive --report-only from a committed copy."""
+    grid = ["--preset", "quick", "--placements", "pre", "--norms", "dyt", "--depths", "2", "--steps", "12",
+            "--warmups", "0", "--seeds", "0"]
+    trained = tmp_path / "trained"
+    assert main(["study", *grid, "--out", str(trained)]) == 0
+    (row,) = json.loads((trained / "summary.json").read_text())["runs"]
+    for key in ("flattened", "flatten_step", "stopped_flat", "train_mode_val_loss", "future_leak"):
+        assert key in row, key
+    assert set(row["saturation"]) == set(row["alpha"]) == {"attn", "mlp", "final"}
+    assert row["dyt_alpha"] == "0.5" and all(0.0 <= v <= 1.0 for v in row["saturation"].values())
+    header, line = (trained / "summary.csv").read_text().splitlines()[:2]
+    cells = dict(zip(header.split(","), line.split(",")))
+    assert float(cells["saturation_final"]) == row["saturation"]["final"] and cells["future_leak"] != ""
+    committed = _committed_copy(trained, tmp_path)
+    assert main(["study", "--out", str(committed), "--report-only"]) == 0
+    assert json.loads((committed / "summary.json").read_text())["runs"] == [row]

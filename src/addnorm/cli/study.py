@@ -50,9 +50,10 @@ def add_parser(sub) -> None:
     p.add_argument("--shard", default="0/1", help="i/n: run every n-th run starting at i (default %(default)s)")
     p.add_argument("--list", action="store_true", help="print the grid and exit (default: off)")
     p.add_argument("--report-only", action="store_true",
-                   help="write summary.md, the figures and index.html again from what --out holds (its runs/, or "
-                        "the summary.json of a committed results directory): nothing is trained and no data is "
-                        "loaded; the preset and axes pick the runs (default: off)")
+                   help="write summary.md, the figures and index.html again from what --out holds: nothing is "
+                        "trained and no data is loaded. Without runs/ (a committed results directory) every run its "
+                        "summary.json records, whatever the preset and axes; with runs/, the preset and axes pick "
+                        "the runs, and a grid that would drop runs summary.json records is refused (default: off)")
 
 
 def _init_distributed() -> int:
@@ -155,6 +156,9 @@ def run(args) -> int:
             study = report_only(grid, Path(args.out))
         except (OSError, ValueError) as e:
             return _error(f"--report-only: {e}")
+        if study.get("source") == "summary.json":
+            console.print(f"--report-only: {len(study['runs'])} runs from {escape(args.out)}/summary.json (no runs/ "
+                          "there: the runs it records, whatever --preset and the axes say)")
         return _done(console, args.out, study)
     try:
         data = load_split(args.data)

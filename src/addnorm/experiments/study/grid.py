@@ -18,12 +18,19 @@ from ...report import mixing_figure, study_figures, study_html, study_tables
 from ...store import atomic_write_text, read_json
 from .config import RunConfig, Study, StudyGrid
 from .data import SplitCorpus
+from .probe import SLOTS
 from .runner import _world, build_model, read_metrics, train_run
 
 COLUMNS = ["name", "placement", "norm", "depth", "d_model", "lr", "warmup", "seed", "clip", "init", "steps",
            "n_streams", "value_residual", "dyt_alpha", "steps_done", "tokens_seen", "n_params", "final_train_loss",
            "final_val_loss", "final_train_split_loss", "generalization_gap", "failed", "failure",
-           "max_composite_gain_fwd", "max_composite_gain_bwd"]
+           "max_composite_gain_fwd", "max_composite_gain_bwd", "flattened", "flatten_step", "stopped_flat",
+           "train_mode_val_loss", "future_leak", *(f"saturation_{s}" for s in SLOTS), *(f"alpha_{s}" for s in SLOTS)]
+# what a run measured beyond its loss, kept in its row (summary.json/csv/md) where the run recorded it: the
+# flattening of the long preset's stopping rule, BatchNorm's train-mode loss and future leak, and the DyT/Derf
+# audit's saturation and learned alpha per slot ({slot: value}; one column per slot in summary.csv)
+MEASURED = ("max_composite_gain_fwd", "max_composite_gain_bwd", "flattened", "flatten_step", "stopped_flat",
+            "train_mode_val_loss", "future_leak", "saturation", "alpha")
 
 
 def run_dir(out_dir: Path, cfg: RunConfig, data: SplitCorpus) -> Path:
@@ -97,8 +104,16 @@ def _row(s: dict, cfg: RunConfig) -> dict:
             "n_params": s.get("n_params") or _n_params(cfg), "final_train_loss": s["final_train_loss"],
             "final_val_loss": s["final_val_loss"], "final_train_split_loss": s.get("final_train_split_loss", math.nan),
             "generalization_gap": s.get("generalization_gap", math.nan), "failed": s["failed"],
-            "failure": s["failure"] or "", **{k: s[k] for k in ("max_composite_gain_fwd", "max_composite_gain_bwd")
-                                              if k in s}}
+            "failure": s["failure"] or "", **{k: s[k] for k in MEASURED if k in s}}
+
+
+def _csv_row(r: dict) -> dict:
+    """A row as summary.csv holds it: the per-slot measures ({slot: value}) one column per slot."""
+    out = {k: v for k, v in r.items() if k in COLUMNS}
+    for k in ("saturation", "alpha"):
+        for slot, v in (r.get(k) or {}).items():
+            out[f"{k}_{slot}"] = v
+    return out
 
 
 def _grad_profile(run_dir: Path) -> dict[str, list[float]]:
@@ -123,15 +138,23 @@ def write_outputs(grid: StudyGrid | Study, data: SplitCorpus, out_dir: Path) -> 
 
 
 def report_only(grid: StudyGrid | Study, out_dir: Path) -> dict:
-    """The tables, figures and report again from what ``out_dir`` holds -- nothing trained, no data loaded: each
-    run of the grid from its run directory where there is one (the data digest in summary.json picks among
-    several), else from the previous summary.json (a committed results directory keeps no run directories:
-    its rows, validation curves and gradient profiles)."""
+    """The tables, figures and report again from what ``out_dir`` holds -- nothing trained, no data loaded.
+
+    * A directory without ``runs/`` (a committed results directory) holds only its summary.json: the report is
+      made again from every run recorded there, whatever ``grid`` says (the grid options cannot add a run it
+      does not hold, and must never drop one: summary.json is the only copy of the results).
+    * A directory with ``runs/``: each run of ``grid`` from its run directory (the data digest in summary.json
+      picks among several), else from the previous summary.json, else missing. A grid that would drop runs the
+      previous summary.json recorded is refused (``ValueError`` naming ``--preset``): give the preset and axes
+      the study was run with."""
     out_dir = Path(out_dir)
     old, why = read_json(out_dir / "summary.json")
-    if old is None and not (out_dir / "runs").is_dir():
+    has_runs = (out_dir / "runs").is_dir()
+    if old is None and not has_runs:
         raise FileNotFoundError(f"{out_dir} holds neither summary.json nor runs/: nothing to report"
                                 + (f" ({why})" if why else ""))
+    if not has_runs:
+        return _from_summary(old, out_dir)
     old = old or {}
     old_rows = {r["name"]: r for r in old.get("runs", [])}
     old_mixing = {(m["placement"], m["depth"], m["seed"], m["lr"]): m for m in old.get("mixing", [])}
@@ -155,6 +178,12 @@ def report_only(grid: StudyGrid | Study, out_dir: Path) -> dict:
                 profiles[cfg.name()] = old["grad_profiles"][cfg.name()]
         else:
             missing.append(cfg.name())
+    dropped = set(old_rows) - {r["name"] for r in rows}
+    if dropped:
+        raise ValueError(f"summary.json in {out_dir} records {len(old_rows)} runs and this grid "
+                         f"({grid.describe()}) keeps {len(old_rows) - len(dropped)} of them: rewriting it would drop "
+                         f"{len(dropped)} (e.g. {sorted(dropped)[0]}). Give the --preset (and axes) the study was run "
+                         f"with -- summary.json's grid: {old.get('grid', 'unknown')}")
     head = {"grid": grid.describe(), "corpus": old.get("corpus", "unknown (no summary.json)"),
             "data_digest": old.get("data_digest"), "unigram_nats": unigram if unigram is not None else math.nan}
     mixing = {(m["placement"], m["depth"], m["seed"], m["lr"]): m for m in mixing_figure.mixing_data(fresh)}
@@ -164,6 +193,18 @@ def report_only(grid: StudyGrid | Study, out_dir: Path) -> dict:
             mixing[k] = m
     return _write(head, rows, curves, {k: v for k, v in profiles.items() if v}, missing, out_dir,
                   list(mixing.values()))
+
+
+def _from_summary(old: dict, out_dir: Path) -> dict:
+    """The report again from a summary.json alone: its rows, curves, gradient profiles and mixing gains as
+    recorded (the grid it names is the grid reported)."""
+    head = {"grid": old.get("grid", "unknown"), "corpus": old.get("corpus", "unknown"),
+            "data_digest": old.get("data_digest"), "unigram_nats": old.get("unigram_nats", math.nan)}
+    head["unigram_nats"] = math.nan if head["unigram_nats"] is None else head["unigram_nats"]
+    study = _write(head, [dict(r) for r in old.get("runs", [])], old.get("curves", {}), old.get("grad_profiles", {}),
+                   list(old.get("missing", [])), out_dir, old.get("mixing", []))
+    study["source"] = "summary.json"  # not written: says the grid options were not used
+    return study
 
 
 def _finished_run(out_dir: Path, cfg: RunConfig, digest: str | None) -> dict | None:
@@ -185,7 +226,7 @@ def _write(head: dict, rows: list[dict], curves: dict, profiles: dict, missing: 
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS)
     w.writeheader()
-    w.writerows(rows)
+    w.writerows(_csv_row(r) for r in rows)
     atomic_write_text(out_dir / "summary.csv", buf.getvalue())
     study = {**head, "runs": rows, "missing": missing, "groups": study_tables.groups(rows),
              "pairwise": study_tables.pairwise(rows), "curves": curves, "grad_profiles": profiles,
