@@ -77,3 +77,18 @@ def test_a_difference_is_called_only_where_its_interval_excludes_zero(low, high,
 def test_bad_samples_are_named(bad):
     with pytest.raises(ValueError, match="values: expected"):
         bootstrap_mean(bad)
+
+
+def test_fishers_exact_test_against_hand_computed_tables():
+    from addnorm.report.study_stats import failure_call, fisher_exact
+
+    # 3/3 vs 0/3: the two extreme tables, each C(3,3)C(3,0)/C(6,3) = 1/20
+    assert fisher_exact(3, 3, 0, 3) == pytest.approx(0.1)
+    assert failure_call(3, 3, 0, 3) == (pytest.approx(0.1), "not distinguishable")
+    assert fisher_exact(5, 5, 0, 5) == pytest.approx(2 / 252)
+    assert failure_call(0, 5, 5, 5)[1] == "fails less" and failure_call(5, 5, 0, 5)[1] == "fails more"
+    # 11/12 vs 0/12: tables x = 11 (12 * 1 ways) and x = 0 (1 * 12 ways) of C(24, 11) = 2496144
+    assert fisher_exact(11, 12, 0, 12) == pytest.approx(24 / 2496144)
+    assert fisher_exact(1, 3, 1, 3) == 1.0 and fisher_exact(0, 3, 0, 3) == 1.0
+    with pytest.raises(ValueError):
+        fisher_exact(4, 3, 0, 3)

@@ -70,7 +70,8 @@ def test_pairwise_is_paired_by_seed_and_calls_only_where_the_interval_excludes_z
     assert s["diff_low"] < 0 < s["diff_high"] and s["call"] == "not distinguishable"
     p = got["post", "layer"]
     assert p["diff_mean"] is None and p["call"] == "no loss to compare (every run failed)"
-    assert (p["fail_diff_low"], p["fail_diff_high"], p["fail_call"]) == (1.0, 1.0, "fails more")
+    # 3/3 vs 0/3: the bootstrap of 0/1 outcomes gave a zero-width [1, 1] and called it; Fisher's p is 0.1
+    assert p["fail_diff_mean"] == 1.0 and p["fail_p"] == pytest.approx(0.1) and p["fail_call"] == "not distinguishable"
     assert got["pre", "dyt"]["call"] == "worse"  # DyT's baseline is pre-norm LayerNorm at the same lr
 
 
@@ -80,3 +81,17 @@ def test_pairwise_is_unpaired_where_the_seeds_differ():
     (d,) = pairwise(pre + mix)
     assert d["paired"] is False and d["diff_mean"] == pytest.approx(2.15 - 2.6)
     assert d["call"] == "better"  # every resampled mean of mix (2.1..2.2) is below every one of pre (2.5..2.7)
+
+
+def test_failure_counts_are_called_by_fishers_exact_test_and_gaps_are_compared():
+    pre = [row("pre", 1e-3, s, False, 2.5) for s in range(5)]
+    post = [row("post", 1e-3, s, True, 3.2) for s in range(5)]  # 5/5 vs 0/5: p = 2/252
+    batch = [dict(row("pre", 1e-3, s, False, 2.7, norm="batch"), generalization_gap=0.01 - 0.02 * (s + 1))
+             for s in range(5)]
+    got = {d["norm"] if d["placement"] == "pre" else d["placement"]: d for d in pairwise(pre + post + batch)}
+    assert got["post"]["fail_p"] == pytest.approx(2 / 252) and got["post"]["fail_call"] == "fails more"
+    b = got["batch"]  # the loss is worse, but the generalization gap is smaller: each measure its own call
+    assert b["call"] == "worse" and b["gap_call"] == "smaller gap" and b["gap_diff_high"] < 0
+    md = markdown({"grid": "g", "corpus": "c", "unigram_nats": 3.1, "runs": pre + post, "missing": [],
+                   "groups": groups(pre + post), "pairwise": pairwise(pre + post)})
+    assert "| +1.00 (p = 0.008) | fails more |" in md and "Fisher's exact test" in md

@@ -14,7 +14,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "study"
 def _pair(placement, lr, diff, low, high, call, fails=(0, 3, 0, 3), fail_call="not distinguishable"):
     return dict(placement=placement, norm="layer", depth=24, lr=lr, warmup=100, diff_mean=diff, diff_low=low,
                 diff_high=high, call=call, failures=fails[0], seeds=fails[1], pre_failures=fails[2],
-                pre_seeds=fails[3], fail_diff_mean=(fails[0] - fails[2]) / 3, fail_diff_low=0.0, fail_diff_high=1.0,
+                pre_seeds=fails[3], fail_diff_mean=(fails[0] - fails[2]) / 3, fail_p=1.0,
                 fail_call=fail_call, paired=True)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..store import atomic_write_text
 from .html import Page
 from .study_figures import FIGURES
-from .study_tables import INTERVAL_NOTE, axis_text, budget_text, cell_text, group_columns, lr_range
+from .study_tables import INTERVAL_NOTE, axis_text, budget_text, cell_text, group_columns, lr_range, p_text
 
 
 def _interval(p: Page, key: str, mean, low, high, fmt: str = "{:.3f}") -> str:
@@ -58,20 +58,25 @@ def _pairwise(p: Page, study: dict) -> None:
         fcls = {"fails less": "ok", "fails more": "bad"}.get(d["fail_call"], "note")
         body.append([html.escape(d["placement"]), *(html.escape(axis_text(c, d[c])) for c in shown),
                      f"{d['failures']}/{d['seeds']} vs {d['pre_failures']}/{d['pre_seeds']}",
-                     _interval(p, f"pair{i}.fail", d["fail_diff_mean"], d["fail_diff_low"], d["fail_diff_high"],
-                               "{:+.2f}"),
+                     f"{p.num(f'pair{i}.fail', d['fail_diff_mean'], '{:+.2f}')} "
+                     f"({p.num(f'pair{i}.fail_p', p_text(d['fail_p']))})",
                      f"<span class='{fcls}'>{p.num(f'pair{i}.fail_call', d['fail_call'])}</span>",
                      _interval(p, f"pair{i}.diff", d["diff_mean"], d["diff_low"], d["diff_high"], "{:+.3f}"),
                      "—" if d["paired"] is None else ("paired" if d["paired"] else "unpaired"),
-                     f"<span class='{cls}'>{p.num(f'pair{i}.call', verdict)}</span>"])
+                     f"<span class='{cls}'>{p.num(f'pair{i}.call', verdict)}</span>",
+                     _interval(p, f"pair{i}.gap", d.get("gap_diff_mean"), d.get("gap_diff_low"),
+                               d.get("gap_diff_high"), "{:+.3f}"),
+                     html.escape(d.get("gap_call", "—"))])
     p.add("<h2>Against pre-LN at the same setting</h2><p>The final validation loss of each setting minus that of "
           "pre-norm with LayerNorm at the same depth, width, learning rate, warmup and step budget, over the runs "
           "that trained — paired by seed where both sides trained on the same seeds (a seed fixes the initial "
           "weights' stream and the batch order), else unpaired. A difference is called <em>better</em> or "
-          "<em>worse</em> only where its 95 % bootstrap interval excludes 0; likewise the difference of the share of "
-          "runs that failed (<em>fails more</em>, <em>fails less</em>).</p>")
-    p.table(["placement", *shown, "failed (setting vs pre)", "share failed, difference [95 %]", "failures",
-             "loss difference [95 % interval]", "seeds", "loss"], body)
+          "<em>worse</em> only where its 95 % bootstrap interval excludes 0. The failure counts are compared by "
+          "Fisher's exact test (two-sided) and called <em>fails more</em> or <em>fails less</em> only at p &lt; "
+          "0.05: a bootstrap of 0/1 outcomes gives 3 of 3 failed against 0 of 3 a zero-width interval, while "
+          "Fisher's p is 0.1.</p>")
+    p.table(["placement", *shown, "failed (setting vs pre)", "share failed, difference (Fisher p)", "failures",
+             "loss difference [95 % interval]", "seeds", "loss", "gap (val − train) difference [95 %]", "gap"], body)
 
 
 def _lr_table(p: Page, study: dict) -> None:

@@ -10,6 +10,11 @@ is exact and has no randomness; beyond that, ``RESAMPLES`` resamples are drawn b
 
 With 3 seeds the exact interval is the min-max range (the smallest mean has weight 1/27 > 2.5 %): a
 bootstrap cannot say more than 3 runs do. Five seeds narrow it.
+
+Failure counts are not bootstrapped: resampling 0/1 outcomes of 3/3 against 0/3 gives the zero-width interval
+[1, 1], a "difference" that 3 seeds cannot establish. They are compared with Fisher's exact test (two-sided,
+``fisher_exact``), and a difference is called only where p < ``ALPHA``: 3/3 against 0/3 gives p = 0.1 and is not
+called; 5/5 against 0/5 gives p = 0.008.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 LEVEL = 0.95
+ALPHA = 0.05  # the level at which a failure-count difference is called (Fisher's exact test)
 RESAMPLES = 10_000
 SEED = 0
 
@@ -130,3 +136,27 @@ def call(diff: Interval, lower_is_better: bool = True) -> str:
     if diff.low > 0:
         return WORSE if lower_is_better else BETTER
     return UNDECIDED
+
+
+def fisher_exact(failed_a: int, runs_a: int, failed_b: int, runs_b: int) -> float:
+    """Fisher's exact test, two-sided, of the 2x2 table (failed, trained) x (a, b): the probability, with the
+    margins fixed (hypergeometric), of every table at most as likely as the observed one. Exact integers; a
+    relative tolerance of 1e-9 so that tables as likely as the observed one count."""
+    for k, n in ((failed_a, runs_a), (failed_b, runs_b)):
+        if not 0 <= k <= n:
+            raise ValueError(f"a failure count must be in [0, runs], got {k} of {n}")
+    failed, total = failed_a + failed_b, runs_a + runs_b
+    if total == 0:
+        return 1.0
+    ways = [math.comb(runs_a, x) * math.comb(runs_b, failed - x)
+            for x in range(max(0, failed - runs_b), min(runs_a, failed) + 1)]
+    seen = math.comb(runs_a, failed_a) * math.comb(runs_b, failed_b)
+    return min(1.0, sum(w for w in ways if w <= seen * (1 + 1e-9)) / math.comb(total, failed))
+
+
+def failure_call(failed_a: int, runs_a: int, failed_b: int, runs_b: int, alpha: float = ALPHA) -> tuple[float, str]:
+    """(Fisher's p, the call): 'fails more' / 'fails less' (a against b) only where p < ``alpha``."""
+    p = fisher_exact(failed_a, runs_a, failed_b, runs_b)
+    if p >= alpha or runs_a == 0 or runs_b == 0:
+        return p, UNDECIDED
+    return p, "fails more" if failed_a / runs_a > failed_b / runs_b else "fails less"

@@ -4,8 +4,8 @@ learning rates at which each setting trains. Pure functions of the rows; summary
 
 from __future__ import annotations
 
-from .study_stats import (BETTER, RESAMPLES, UNDECIDED, WORSE, Interval, bootstrap_mean, call, paired_difference,
-                          unpaired_difference)
+from .study_stats import (ALPHA, RESAMPLES, UNDECIDED, Interval, bootstrap_mean, call, failure_call,
+                          paired_difference, unpaired_difference)
 
 # a setting: every axis but the seed. The first seven are always columns; the rest only where they vary.
 BASE_AXES = ("placement", "norm", "depth", "lr", "warmup", "clip", "init")
@@ -86,12 +86,18 @@ def _difference(a: dict, b: dict) -> tuple[Interval | None, bool | None]:
     return None, None
 
 
+def _by_seed(rs: list[dict], field: str) -> dict:
+    return {r["seed"]: r[field] for r in rs if not r["failed"] and _finite(r.get(field))}
+
+
 def pairwise(rows: list[dict]) -> list[dict]:
     """Each setting against pre-LN (pre-norm, LayerNorm, one stream, no value residual) at the same depth,
     width, learning rate, warmup, clipping, init and step budget: the difference of final validation losses
     (setting - pre) of the runs that trained, paired by seed where both trained on the same seeds (a seed fixes
-    the initialisation stream and the batch order), else unpaired; its interval, and the call. Beside it, the
-    difference of the share of runs that failed, with its interval and call ('fails more' / 'fails less')."""
+    the initialisation stream and the batch order), else unpaired; its interval, and the call. Likewise the
+    difference of generalization gaps (validation minus training split: 'larger gap' / 'smaller gap'). Beside
+    them, the failure counts compared by Fisher's exact test (two-sided), called ('fails more' / 'fails less')
+    only at p < ALPHA -- a bootstrap of 0/1 outcomes gives 3/3 against 0/3 a zero-width interval."""
     by: dict[tuple, list[dict]] = {}
     for r in rows:
         by.setdefault(setting(r), []).append(r)
@@ -101,18 +107,25 @@ def pairwise(rows: list[dict]) -> list[dict]:
         base = by.get(_baseline_key(g))
         if base is None or base is rs:
             continue
-        diff, paired = _difference({r["seed"]: r["final_val_loss"] for r in rs if not r["failed"]
-                                    and _finite(r["final_val_loss"])},
-                                   {r["seed"]: r["final_val_loss"] for r in base if not r["failed"]
-                                    and _finite(r["final_val_loss"])})
-        fails, _ = _difference({r["seed"]: float(r["failed"]) for r in rs}, {r["seed"]: float(r["failed"]) for r in base})
-        out.append({**g, "failures": sum(r["failed"] for r in rs), "seeds": len(rs),
-                    "pre_failures": sum(r["failed"] for r in base), "pre_seeds": len(base),
+        diff, paired = _difference(_by_seed(rs, "final_val_loss"), _by_seed(base, "final_val_loss"))
+        gap, gap_paired = _difference(_by_seed(rs, "generalization_gap"), _by_seed(base, "generalization_gap"))
+        failures, pre_failures = sum(r["failed"] for r in rs), sum(r["failed"] for r in base)
+        p, fail_call = failure_call(failures, len(rs), pre_failures, len(base))
+        gap_call = {"better": "smaller gap", "worse": "larger gap"}.get(call(gap), UNDECIDED) if gap else \
+            "no gap to compare"
+        out.append({**g, "failures": failures, "seeds": len(rs), "pre_failures": pre_failures, "pre_seeds": len(base),
                     "diff_mean": diff and diff.mean, "diff_low": diff and diff.low, "diff_high": diff and diff.high,
                     "paired": paired, "call": call(diff) if diff else "no loss to compare (every run failed)",
-                    "fail_diff_mean": fails.mean, "fail_diff_low": fails.low, "fail_diff_high": fails.high,
-                    "fail_call": {BETTER: "fails less", WORSE: "fails more"}.get(call(fails), UNDECIDED)})
+                    "gap_diff_mean": gap and gap.mean, "gap_diff_low": gap and gap.low,
+                    "gap_diff_high": gap and gap.high, "gap_paired": gap_paired, "gap_call": gap_call,
+                    "fail_diff_mean": failures / len(rs) - pre_failures / len(base), "fail_p": p,
+                    "fail_call": fail_call})
     return out
+
+
+def p_text(p: float) -> str:
+    """Fisher's p as a report prints it: 'p = 0.100', 'p < 0.001'."""
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
 
 # ---- formatting
@@ -221,7 +234,9 @@ INTERVAL_NOTE = (f"[low, high]: the 95 % percentile bootstrap interval of the me
                  f"every resample enumerated up to 5 seeds, {RESAMPLES} seeded draws beyond). A mean of one run has "
                  "no interval. With 3 seeds the interval is the min–max range, so a paired difference is called "
                  "whenever the 3 seeds agree in sign -- which noise alone does 1 time in 4: a call from 3 seeds is a "
-                 "lead, not a finding; 5 seeds (the frontier preset) narrow the interval inside the range.")
+                 "lead, not a finding; 5 seeds (the frontier preset) narrow the interval inside the range. Failure counts are "
+                 f"compared by Fisher's exact test (two-sided), called only at p < {ALPHA:g}: 3 of 3 failed against 0 "
+                 "of 3 gives p = 0.1, not called.")
 
 
 def group_columns(groups_: list[dict]) -> list[str]:
@@ -259,16 +274,20 @@ def pairwise_table(pairs: list[dict], cols: list[str]) -> list[str]:
     lines = ["", "## Against pre-LN at the same setting", "",
              "Final validation loss of the setting minus pre-norm LayerNorm's at the same depth, learning rate, "
              "warmup and budget, over the runs that trained (paired by seed where both trained on the same seeds). "
-             "Called better or worse only where the 95 % interval excludes 0; likewise the difference of the share of "
-             "runs that failed (1.00: every run of the setting failed and none of pre's).", "",
-             "| placement | " + " | ".join(shown) + " | failed (setting / pre) | share failed, difference | "
-             "failures | loss difference [95 % interval] | paired | loss |", "|---|" + "---|" * (len(shown) + 6)]
+             "Called better or worse only where the 95 % interval excludes 0. The failure counts are compared by "
+             f"Fisher's exact test (two-sided) and called only at p < {ALPHA:g} (share failed: the setting's minus "
+             "pre's; +1.00: every run of the setting failed and none of pre's).", "",
+             "| placement | " + " | ".join(shown) + " | failed (setting / pre) | share failed, difference (Fisher) | "
+             "failures | loss difference [95 % interval] | paired | loss | gap (val − train) difference | gap |",
+             "|---|" + "---|" * (len(shown) + 8)]
     for d in pairs:
         paired = "—" if d["paired"] is None else ("yes" if d["paired"] else "no")
         lines.append(f"| {d['placement']} | " + " | ".join(axis_text(c, d[c]) for c in shown)
                      + f" | {d['failures']}/{d['seeds']} / {d['pre_failures']}/{d['pre_seeds']} "
-                     f"| {interval_text(d['fail_diff_mean'], d['fail_diff_low'], d['fail_diff_high'], '{:+.2f}')} "
+                     f"| {d['fail_diff_mean']:+.2f} ({p_text(d['fail_p'])}) "
                      f"| {d['fail_call']} "
                      f"| {interval_text(d['diff_mean'], d['diff_low'], d['diff_high'], '{:+.3f}')} | {paired} "
-                     f"| {d['call']} |")
+                     f"| {d['call']} "
+                     f"| {interval_text(d.get('gap_diff_mean'), d.get('gap_diff_low'), d.get('gap_diff_high'), '{:+.3f}')} "
+                     f"| {d.get('gap_call', '—')} |")
     return lines

@@ -16,7 +16,7 @@ from ..store import atomic_write_text
 from .html import Page
 from .published import PUBLISHED, scale_gap
 from .study_stats import bootstrap_mean
-from .study_tables import interval_text, tokens_text
+from .study_tables import interval_text, p_text, tokens_text
 
 START, END = "<!-- study-writeup:start -->", "<!-- study-writeup:end -->"
 _PAPER = "addnorm study --preset paper --out benchmarks/results/study/paper24"
@@ -114,8 +114,8 @@ def _pair_lines(pairs: list[dict], measure: str) -> tuple[list[str], str]:
     for d in pairs:
         if measure == "failures":
             call = d["fail_call"]
-            value = (f"failed {d['failures']}/{d['seeds']} vs pre-LN {d['pre_failures']}/{d['pre_seeds']}; share "
-                     f"failed {interval_text(d['fail_diff_mean'], d['fail_diff_low'], d['fail_diff_high'], '{:+.2f}')}")
+            value = (f"failed {d['failures']}/{d['seeds']} vs pre-LN {d['pre_failures']}/{d['pre_seeds']} "
+                     f"(Fisher's exact test, {p_text(d['fail_p'])})")
         else:
             call = d["call"]
             value = ("final validation loss minus pre-LN's "
