@@ -37,9 +37,9 @@ $(STAMP): pyproject.toml setup.py src/addnorm/kernels/cpu/addnorm_cpu.c src/addn
 
 # What CI adds on top of the setup, so that no test is skipped there: the MAX extra (and its kernel
 # cache warmed once, instead of compiling per test), Triton (the GPU kernels, run in its interpreter
-# on CPU) and Chromium.
+# on CPU), HF's `kernels` (addnorm's norms as its hub layers) and Chromium.
 extras: $(STAMP)
-	$(PY) -m pip install --quiet -e '.[max,gpu]'
+	$(PY) -m pip install --quiet -e '.[max,gpu,kernels]'
 	$(PY) -m addnorm.max.warm
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
