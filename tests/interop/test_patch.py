@@ -17,13 +17,22 @@ V = 96
 _COMMON = dict(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                num_key_value_heads=2, max_position_embeddings=64, bos_token_id=0, eos_token_id=0, pad_token_id=0,
                head_dim=16)
-# the attention add fused with the next norm: Llama-likes, Gemma's (1 + w), the sandwiches of Gemma2 and GLM-4,
-# Granite's scaled branches, MoE, OLMo's parameter-free LayerNorm, StarCoder2's biased one
-FUSED = ["Llama", "Mistral", "Mixtral", "Qwen2", "Qwen2Moe", "Qwen3", "Qwen3Moe", "SmolLM3", "Olmo", "Helium",
-         "Ministral", "Gemma", "Gemma2", "Glm4", "Granite", "Phi3", "Glm", "Starcoder2", "StableLm", "Arcee",
-         "Ernie4_5", "HunYuanDenseV1"]
-# no norm follows an add inside the layer (parallel attention + MLP, post-branch norms): the norms only
-NORMS_ONLY = ["GPTNeoX", "Falcon", "Phi", "Cohere", "Olmo2", "Exaone4", "Apertus"]
+# Every family, and how many residual adds its 2-layer model has: 4 for a sequential layer (attention add,
+# MLP add), 2 for a parallel one (x + attn + mlp). Every one must be fused (``fused_adds``): an add with the
+# norm after it, a post-branch norm with its add, or a sum handed off to the norms that read it next.
+SEQUENTIAL = ["Llama", "Mistral", "Mixtral", "Qwen2", "Qwen2Moe", "Qwen3", "Qwen3Moe", "SmolLM3", "Olmo", "Helium",
+              "Ministral", "Gemma", "Gemma2", "Glm4", "Granite", "Phi3", "Glm", "Starcoder2", "StableLm", "Arcee",
+              "Ernie4_5", "HunYuanDenseV1",
+              # post-branch norms (norm then add)
+              "Olmo2", "Olmo3", "Exaone4", "Apertus",
+              # attribute names the old matcher did not know
+              "Bloom", "OPT", "BioGpt", "XGLM", "Mpt", "GraniteMoe", "JetMoe", "VaultGemma",
+              # refused before: GPT-Neo's attention call, Nemotron's LayerNorm1P (a (1 + w) LayerNorm)
+              "GPTNeo", "Nemotron"]
+PARALLEL = ["GPTJ", "GPTNeoX", "Phi", "Falcon", "CodeGen", "Cohere", "Cohere2"]
+FAMILIES = ["GPT2"] + SEQUENTIAL + PARALLEL
+# what a family's config needs beyond the common sizes (rotary dims that fit head_dim 16)
+_EXTRA = {"GPTJ": dict(rotary_dim=8), "CodeGen": dict(rotary_dim=8, n_ctx=64)}
 
 
 def build(name, dtype=torch.float32):
@@ -32,43 +41,118 @@ def build(name, dtype=torch.float32):
         m = T.GPT2LMHeadModel(T.GPT2Config(vocab_size=V, n_positions=64, n_layer=2, n_head=4, n_embd=64,
                                            bos_token_id=0, eos_token_id=0))
     else:
-        cfg, cls = getattr(T, f"{name}Config", None), getattr(T, f"{name}ForCausalLM", None)
-        if cfg is None:
+        cfg_cls, cls = getattr(T, f"{name}Config", None), getattr(T, f"{name}ForCausalLM", None)
+        if cfg_cls is None or cls is None:
             pytest.skip(f"transformers {T.__version__} has no {name}")
-        m = cls(cfg(**{k: v for k, v in _COMMON.items() if not (name == "Falcon" and k == "head_dim")}))
+        cfg = cfg_cls(**_EXTRA.get(name, {}))
+        for k, v in _COMMON.items():  # set after construction: every config takes them by attribute
+            if not (name == "Falcon" and k == "head_dim"):
+                setattr(cfg, k, v)
+        m = cls(cfg)
     return m.to(dtype).eval()
 
 
 IDX = torch.randint(1, V, (2, 10), generator=torch.Generator().manual_seed(1))
 
 
-def _loss_and_grads(m):
-    out = m(IDX, labels=IDX)
+def _loss_and_grads(m, **kw):
+    out = m(IDX, labels=IDX, **kw)
     return out.logits, torch.autograd.grad(out.loss, [p for p in m.parameters() if p.requires_grad],
                                            allow_unused=True)
 
 
-@pytest.mark.parametrize("name", ["GPT2"] + FUSED + NORMS_ONLY)
-def test_patched_family_is_exact(name):
+def _assert_same(m, ref, **kw):
+    logits, grads = _loss_and_grads(m, **kw)
+    logits_ref, grads_ref = _loss_and_grads(ref, **kw)
+    assert (logits - logits_ref).abs().max() <= 1e-5
+    for a, b in zip(grads, grads_ref):
+        if a is not None or b is not None:
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_patched_family_is_exact_and_every_add_is_fused(name):
     ref = build(name)
     m = copy.deepcopy(ref)
     params = {k: id(p) for k, p in m.named_parameters()}
     keys = list(m.state_dict())
     patch_hf_model(m)
-    assert m._addnorm_patched["fused_adds"] == (0 if name in NORMS_ONLY else 2)
-    assert m._addnorm_patched["norms"] >= 3
+    report = m._addnorm_patched
+    assert report["fused_adds"] == (2 if name in PARALLEL else 4), report
+    assert report["norms"] >= 3 and report["fusions"]
     assert {k: id(p) for k, p in m.named_parameters()} == params and list(m.state_dict()) == keys
-    logits, grads = _loss_and_grads(m)
-    logits_ref, grads_ref = _loss_and_grads(ref)
-    assert (logits - logits_ref).abs().max() <= 1e-5
-    for a, b in zip(grads, grads_ref):
-        if a is not None or b is not None:
-            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    _assert_same(m, ref)
     gen = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
     assert torch.equal(m.generate(IDX[:1], **gen), ref.generate(IDX[:1], **gen))
 
 
-@pytest.mark.parametrize("name", ["GPT2", "Llama", "Gemma", "Gemma2", "Qwen3"])
+def _count_handoffs(monkeypatch):
+    from addnorm.interop import handoff
+
+    taken = []
+    real = handoff.take
+
+    def spy(norm, x):
+        y = real(norm, x)
+        taken.append(y is not None)
+        return y
+
+    monkeypatch.setattr(handoff, "take", spy)
+    from addnorm.interop import patch as P
+    monkeypatch.setattr(P.handoff, "take", spy)
+    return taken
+
+
+@pytest.mark.parametrize("name, readers", [("Llama", 2), ("GPTNeoX", 3), ("OPT", 4), ("Bloom", 4)])
+def test_the_handed_off_outputs_are_the_ones_the_norms_use(name, readers, monkeypatch):
+    """The norms that read a fused sum take the output left for them (GPT-NeoX: the next layer's two input
+    norms and the final norm; OPT: through its reshape of the stream), rather than computing it again."""
+    m = patch_hf_model(build(name))
+    taken = _count_handoffs(monkeypatch)
+    with torch.no_grad():
+        m(IDX)
+    assert sum(taken) == readers, taken
+
+
+def test_a_hook_that_replaces_or_edits_a_layers_output_is_seen(monkeypatch):
+    """A handed-off output is used only for that very tensor, unmodified: a hook that returns a new tensor,
+    or edits the output in place, gets the norm of what it made."""
+    for edit in ("replace", "in_place"):
+        ref, m = build("Llama"), patch_hf_model(build("Llama"))
+        for model in (ref, m):
+            def hook(mod, args, out, edit=edit):
+                if edit == "replace":
+                    return out * 1.5
+                out.mul_(1.5)
+                return out
+            model.model.layers[0].register_forward_hook(hook)
+        with torch.no_grad():
+            assert (m(IDX).logits - ref(IDX).logits).abs().max() <= 1e-5, edit
+
+
+def test_padding_masks_hidden_states_and_attentions_are_unchanged():
+    ids = IDX.clone()
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0  # left padding, with explicit positions
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    for name in ("Llama", "GPTNeoX", "Olmo2", "OPT"):
+        ref = build(name)
+        ref.config._attn_implementation = "eager"
+        m = patch_hf_model(copy.deepcopy(ref))
+        kw = dict(attention_mask=mask, output_hidden_states=True, output_attentions=True)
+        if name != "OPT":
+            kw["position_ids"] = pos
+        with torch.no_grad():
+            out, out_ref = m(ids, **kw), ref(ids, **kw)
+        assert (out.logits - out_ref.logits).abs().max() <= 1e-5, name
+        for a, b in zip(out.hidden_states, out_ref.hidden_states):
+            assert (a - b).abs().max() <= 1e-5, name
+        for a, b in zip(out.attentions, out_ref.attentions):
+            assert (a - b).abs().max() <= 1e-6, name
+
+
+@pytest.mark.parametrize("name", ["GPT2", "Llama", "Gemma", "Gemma2", "Qwen3", "Olmo2", "GPTNeoX", "Bloom", "OPT",
+                                  "Nemotron", "Cohere", "Falcon"])
 def test_bfloat16_error_within_twice_hfs_own(name):
     exact = build(name)(IDX).logits.double()
     hf16 = build(name, torch.bfloat16)

@@ -5,7 +5,8 @@ parts that touch HuggingFace objects or files; converting a plain state_dict nee
 """
 
 from .gpt2 import config_from_hf, export_gpt2, from_hf_state_dict, load_gpt2, save_gpt2, to_hf_state_dict
+from .auto import AutoAddNormForCausalLM
 from .patch import patch_hf_model, unpatch_hf_model
 
 __all__ = ["config_from_hf", "from_hf_state_dict", "to_hf_state_dict", "load_gpt2", "export_gpt2", "save_gpt2",
-           "patch_hf_model", "unpatch_hf_model"]
+           "patch_hf_model", "unpatch_hf_model", "AutoAddNormForCausalLM"]
