@@ -88,3 +88,38 @@ def test_nothing_to_draw_gives_no_figure(tmp_path):
     assert study_figures.lr_figure(rows) is None  # one learning rate
     assert study_figures.curves_figure(rows, {}) is None and study_figures.grad_figure(rows, {}) is None
     assert study_figures.write([], {}, {}, tmp_path / "none") == []
+
+
+def _lab(hex_colour):
+    import numpy as np
+
+    rgb = np.array(mcolors.to_rgb(hex_colour))
+    rgb = np.where(rgb > 0.04045, ((rgb + 0.055) / 1.055) ** 2.4, rgb / 12.92)
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ rgb
+    xyz /= np.array([0.95047, 1.0, 1.08883])
+    f = np.where(xyz > 0.008856, np.cbrt(xyz), 7.787 * xyz + 16 / 116)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def test_placement_colours_are_far_apart_in_cielab():
+    """Distinct hex strings are not enough: DeepNorm and Mix-LN were two purples, mHC and mHC-lite two cyans."""
+    import itertools
+
+    import numpy as np
+
+    colours = study_style.PLACEMENT_COLOURS
+    worst = min((float(np.linalg.norm(_lab(colours[a]) - _lab(colours[b]))), a, b)
+                for a, b in itertools.combinations(colours, 2))
+    assert worst[0] >= study_style.MIN_DELTA_E, worst
+
+
+def test_the_legend_names_what_the_line_styles_vary_in():
+    """The mixing study's line styles are depths: the legend says 'depth', not 'variant'."""
+    rows, curves, profiles = _rows(placements=("hc", "mhc"), lrs=(1e-3,), seeds=(0,))
+    rows = [r for r in rows if r["norm"] == "layer"]
+    rows += [dict(r, name=r["name"] + "-L6", depth=6) for r in rows]
+    profiles.update({r["name"]: profiles[r["name"].removesuffix("-L6")] for r in rows if r["name"].endswith("-L6")})
+    fig = study_figures.grad_figure(rows, profiles)
+    assert fig.legends[0].get_title().get_text() == "colour: placement, line style: depth"
+    fig = study_figures.curves_figure(*_rows(placements=("pre", "post"), lrs=(1e-3, 3e-3), seeds=(0,))[:2])
+    assert fig.legends[0].get_title().get_text() == "colour: placement, line style: norm"

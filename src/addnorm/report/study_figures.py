@@ -22,6 +22,12 @@ _FORMAT = {"lr": "lr {}", "warmup": "warmup {}", "depth": "L{}", "d_model": "d{}
            "dyt_alpha": "α {}"}
 
 
+# what a line style stands for, as a legend names it
+_AXIS_NAMES = {"norm": "norm", "n_streams": "streams", "value_residual": "value residual", "dyt_alpha": "α₀",
+               "depth": "depth", "d_model": "width", "steps": "steps", "warmup": "warmup", "clip": "clipping",
+               "init": "init"}
+
+
 def _varying(rows, axes) -> list[str]:
     return [a for a in axes if len({axis(r, a) for r in rows}) > 1]
 
@@ -52,7 +58,8 @@ class _Series:
         return {"color": style.colour(r["placement"]), "ls": self.styles[self.variant(r)]}
 
     def legend(self, fig, extra=(), title=None):
-        style.legend(fig, self.placements, self.styles, extra, title)
+        style.legend(fig, self.placements, self.styles, extra, title,
+                     ", ".join(_AXIS_NAMES.get(a, a) for a in self.what) or "variant")
 
 
 def _panels(rows: list[dict], axes_: tuple[str, ...]) -> tuple[list[str], list[str]]:

@@ -8,13 +8,15 @@ import math
 import zlib
 
 # one colour per placement, fixed across figures; chosen to stay apart on white (matplotlib's 10-colour cycle
-# would repeat after 10 and give two placements one colour)
+# would repeat after 10 and give two placements one colour), at least MIN_DELTA_E apart in CIELAB: the placements
+# drawn together (deepnorm and mix, mhc and mhc_lite, pre and denseformer, rezero and ngpt) differ in hue
 PLACEMENT_COLOURS = {
     "post": "#d62728", "pre": "#1f77b4", "sandwich": "#2ca02c", "pre_post": "#98df8a", "deepnorm": "#9467bd",
     "rezero": "#8c564b", "layerscale": "#e377c2", "none": "#7f7f7f", "hc": "#bcbd22", "mhc": "#17becf",
-    "mhc_lite": "#0b5563", "lns": "#ff7f0e", "denseformer": "#393b79", "hybrid": "#637939",
-    "hybrid_star": "#e7ba52", "ngpt": "#843c39", "no_residual": "#000000", "mix": "#7b4173",
+    "mhc_lite": "#00008b", "lns": "#ff7f0e", "denseformer": "#fb9a99", "hybrid": "#637939",
+    "hybrid_star": "#fdbf6f", "ngpt": "#1b9e77", "no_residual": "#000000", "mix": "#ff00ff",
 }
+MIN_DELTA_E = 25.0  # CIE76 distance of any two placement colours (tests/report/test_study_figures.py checks it)
 # for a placement this map does not name (one placement per layer, 'post+pre+...'): picked by a stable hash
 SPARE_COLOURS = ("#fdae6b", "#6baed6", "#9c9ede", "#d6616b", "#a1d99b", "#ce6dbd")
 LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 2)), (0, (3, 1, 3, 5)))
@@ -60,10 +62,12 @@ def subplots(n: int, sharey: bool = True):
     return fig, flat[:n]
 
 
-def legend(fig, placements: list[str], variants: dict[str, object], extra=(), title: str | None = None) -> None:
+def legend(fig, placements: list[str], variants: dict[str, object], extra=(), title: str | None = None,
+           variant_name: str = "variant") -> None:
     """One legend for the whole figure, below the panels: a colour per placement, a line style per variant
-    (when there is more than one), and ``extra`` (handle, label) pairs such as what a marker means; then the
-    layout, leaving room for it and for the figure's ``title``."""
+    (when there is more than one; ``variant_name`` names what they vary in: 'norm', 'depth', ...), and ``extra``
+    (handle, label) pairs such as what a marker means; then the layout, leaving room for it and for the figure's
+    ``title``."""
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=colour(p), lw=2) for p in placements]
@@ -77,7 +81,7 @@ def legend(fig, placements: list[str], variants: dict[str, object], extra=(), ti
         labels.append(label)
     ncols = max(1, min(len(labels), int(fig.get_figwidth() / 1.6)))  # entries about 1.6 in wide
     fig.legend(handles, labels, loc="lower center", ncols=ncols, fontsize=8, frameon=False,
-               title="colour: placement" + (", line style: variant" if len(variants) > 1 else ""), title_fontsize=8)
+               title="colour: placement" + (f", line style: {variant_name}" if len(variants) > 1 else ""), title_fontsize=8)
     rows = math.ceil(len(labels) / ncols)
     fig.set_figheight(fig.get_figheight() + 0.2 * rows)  # the legend's rows below the panels, not in them
     top = 1.0
