@@ -2,6 +2,7 @@
 outputs, gradients and generation; training semantics intact; refusals that change nothing."""
 
 import copy
+import inspect
 import io
 
 import pytest
@@ -287,3 +288,44 @@ def test_a_norm_that_refuses_mixed_dtypes_is_still_probed():
 
     conv = probe_convention(StrictLayerNorm(64))
     assert conv is not None and conv.kind == "layer"
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_every_family_keeps_its_call_paths(name):
+    """For every family: left padding with explicit positions and every hidden state, gradient checkpointing
+    in training, cached decoding, Trainer's decay groups, and unpatch back to HF's own forward."""
+    ref = build(name)
+    m = patch_hf_model(copy.deepcopy(ref))
+    mask = torch.ones_like(IDX)
+    mask[0, :3] = 0
+    kw = dict(attention_mask=mask, output_hidden_states=True)
+    if "position_ids" in inspect.signature(type(ref).forward).parameters:
+        kw["position_ids"] = (mask.cumsum(-1) - 1).clamp_min(0)
+    with torch.no_grad():
+        out, out_ref = m(IDX, **kw), ref(IDX, **kw)
+    assert (out.logits - out_ref.logits).abs().max() <= 1e-5
+    assert all((a - b).abs().max() <= 1e-5 for a, b in zip(out.hidden_states, out_ref.hidden_states))
+    # cached decoding: one step after a prompt, from the cache
+    with torch.no_grad():
+        p, p_ref = m(IDX[:, :6], use_cache=True), ref(IDX[:, :6], use_cache=True)
+        s = m(IDX[:, 6:7], past_key_values=p.past_key_values, use_cache=True)
+        s_ref = ref(IDX[:, 6:7], past_key_values=p_ref.past_key_values, use_cache=True)
+    assert (s.logits - s_ref.logits).abs().max() <= 1e-5
+    assert T.Trainer.get_decay_parameter_names(None, m) == T.Trainer.get_decay_parameter_names(None, ref)
+    if ref.supports_gradient_checkpointing:  # JetMoE's does not
+        for model in (m, ref):
+            model.train()
+            model.config.use_cache = False
+            model.gradient_checkpointing_enable()
+        torch.manual_seed(5)
+        logits, grads = _loss_and_grads(m)
+        torch.manual_seed(5)
+        logits_ref, grads_ref = _loss_and_grads(ref)
+        assert (logits - logits_ref).abs().max() <= 1e-5
+        for a, b in zip(grads, grads_ref):
+            if a is not None or b is not None:
+                torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    unpatch_hf_model(m)
+    m.eval(), ref.eval()
+    with torch.no_grad():
+        assert torch.equal(m(IDX).logits, ref(IDX).logits)

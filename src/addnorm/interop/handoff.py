@@ -27,7 +27,8 @@ def enabled(layer: nn.Module) -> bool:
     """Whether ``layer`` may hand off its sum now."""
     if torch.compiler.is_compiling():
         return False
-    return not (getattr(layer, "gradient_checkpointing", False) and layer.training)
+    owner = layer.__dict__.get("_addnorm_layer", layer)  # a rewritten child (BLOOM's MLP): its decoder layer's
+    return not (getattr(owner, "gradient_checkpointing", False) and owner.training)
 
 
 def _versions(norm: nn.Module):

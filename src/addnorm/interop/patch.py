@@ -321,6 +321,14 @@ def _layers(model: nn.Module, norms: list):
     return found
 
 
+def _owners(model: nn.Module, layers, norms) -> list:
+    """The decoder layers that hold the patched modules (a layer whose own forward is kept may have rewritten
+    children)."""
+    patched = {id(m) for _, m, _ in layers}
+    return [layer for _, layer in _decoder_layers(model, {id(m) for m, _ in norms})
+            if any(id(c) in patched for c in layer.modules())]
+
+
 def _parameters(fn) -> tuple:
     try:
         return tuple(inspect.signature(inspect.unwrap(fn)).parameters)
@@ -378,6 +386,10 @@ def patch_hf_model(model: nn.Module, *, verify: bool = True) -> nn.Module:
         else:
             module._addnorm_sites = plan
             module.forward = functools.partial(_rewritten_forward, module)
+    for layer in _owners(model, layers, norms):  # a rewritten child checkpoints with its decoder layer
+        for child in layer.children():
+            if child.__dict__.get("_addnorm_sites") is not None:
+                child.__dict__["_addnorm_layer"] = layer
     for module, conv in new_norms:
         module._addnorm_convention = conv
         module.forward = functools.partial(_norm_forward, module)
@@ -421,7 +433,7 @@ def _find_readers(model: nn.Module, layers, norms) -> None:
 
 def _unpatch_module(module: nn.Module) -> None:
     for attr in ("forward", "_addnorm_plan", "_addnorm_convention", "_addnorm_sites", "_addnorm_readers",
-                 "_addnorm_pending"):
+                 "_addnorm_pending", "_addnorm_layer"):
         module.__dict__.pop(attr, None)
 
 
