@@ -6,7 +6,7 @@ imports the same libraries, so the patched-vs-unpatched difference is the models
 median of the steps after the first two (Trainer's callbacks around each optimizer step). Losses are read
 from the model's own output at every step (Trainer's log rounds them to 4 digits).
 
-    python benchmarks/bench_hf_finetune.py [--steps 60] [--families llama,gpt2]
+    python benchmarks/bench_hf_finetune.py [--steps 20] [--families llama,gpt2,neox,olmo2] [--hidden 768]
 
 Writes benchmarks/results/hf_finetune.json.
 """
@@ -26,17 +26,18 @@ from pathlib import Path
 
 import torch
 
-FAMILIES = ("llama", "gpt2")
+# a Llama-like, GPT-2, a parallel-residual family (GPT-NeoX) and a post-branch-norm one (OLMo 2)
+FAMILIES = ("llama", "gpt2", "neox", "olmo2")
 
 
 @dataclass(frozen=True)
 class FinetuneConfig:
-    family: str = "llama"  # llama | gpt2
-    steps: int = 60
-    batch: int = 8
+    family: str = "llama"  # llama | gpt2 | neox | olmo2
+    steps: int = 20
+    batch: int = 4
     seq_len: int = 128
-    hidden: int = 256
-    layers: int = 4
+    hidden: int = 768  # GPT-2-small's width
+    layers: int = 2
     heads: int = 4
     lr: float = 1e-3
     warmup: int = 10  # linear warmup steps: without them GPT-2 spikes at this lr (see the README)
@@ -59,10 +60,14 @@ def build_model(cfg: FinetuneConfig):
     if cfg.family == "gpt2":
         return T.GPT2LMHeadModel(T.GPT2Config(vocab_size=256, n_positions=cfg.seq_len, n_layer=cfg.layers,
                                               n_head=cfg.heads, n_embd=cfg.hidden, bos_token_id=0, eos_token_id=0))
-    return T.LlamaForCausalLM(T.LlamaConfig(
-        vocab_size=256, hidden_size=cfg.hidden, intermediate_size=4 * cfg.hidden, num_hidden_layers=cfg.layers,
-        num_attention_heads=cfg.heads, num_key_value_heads=max(1, cfg.heads // 2), max_position_embeddings=cfg.seq_len,
-        bos_token_id=0, eos_token_id=0, pad_token_id=0))
+    common = dict(vocab_size=256, hidden_size=cfg.hidden, intermediate_size=4 * cfg.hidden, num_hidden_layers=cfg.layers,
+                  num_attention_heads=cfg.heads, max_position_embeddings=cfg.seq_len, bos_token_id=0, eos_token_id=0,
+                  pad_token_id=0)
+    if cfg.family == "neox":  # parallel residual: x + attn(ln1(x)) + mlp(ln2(x))
+        return T.GPTNeoXForCausalLM(T.GPTNeoXConfig(**common, use_parallel_residual=True))
+    if cfg.family == "olmo2":  # post-branch norms: x + norm(attn(x)), then h + norm(mlp(h))
+        return T.Olmo2ForCausalLM(T.Olmo2Config(**common, num_key_value_heads=max(1, cfg.heads // 2)))
+    return T.LlamaForCausalLM(T.LlamaConfig(**common, num_key_value_heads=max(1, cfg.heads // 2)))
 
 
 def dataset(cfg: FinetuneConfig):
@@ -112,6 +117,7 @@ def run(cfg: FinetuneConfig, patched: bool) -> dict:
         trainer.train()
     steady = times[2:] or times
     return {"config": asdict(cfg), "patched": patched, "losses": losses,
+            "fusions": model._addnorm_patched["fusions"] if patched else {},
             "step_ms": 1e3 * statistics.median(steady), "step_ms_p10_p90": _p10_p90(steady),
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "fused_adds": model._addnorm_patched["fused_adds"] if patched else 0}
@@ -129,11 +135,14 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--families", default=",".join(FAMILIES), help="comma separated, of llama, gpt2 (default all)")
     p.add_argument("--steps", type=int, default=FinetuneConfig.steps, help="optimizer steps (default %(default)s)")
+    p.add_argument("--hidden", type=int, default=FinetuneConfig.hidden, help="width (default %(default)s)")
+    p.add_argument("--layers", type=int, default=FinetuneConfig.layers, help="layers (default %(default)s)")
     p.add_argument("--out", default="benchmarks/results", help="directory for the JSON (default %(default)s)")
     p.add_argument("--one", nargs=2, metavar=("FAMILY", "PATCHED"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.one:  # a single run, in its own process: JSON on stdout
-        print(json.dumps(run(replace(FinetuneConfig(family=a.one[0]), steps=a.steps), a.one[1] == "1")))
+        cfg = replace(FinetuneConfig(family=a.one[0]), steps=a.steps, hidden=a.hidden, layers=a.layers)
+        print(json.dumps(run(cfg, a.one[1] == "1")))
         return 0
     families = [f for f in a.families.split(",") if f]
     bad = [f for f in families if f not in FAMILIES]
@@ -141,11 +150,17 @@ def main(argv=None) -> int:
         p.error(f"--families: unknown {bad}; valid: {list(FAMILIES)}")
     if a.steps <= 2:
         p.error(f"--steps must be at least 3 (the first two are not timed), got {a.steps}")
+    for name in ("hidden", "layers"):
+        if getattr(a, name) <= 0:
+            p.error(f"--{name} must be positive, got {getattr(a, name)}")
+    if a.hidden % FinetuneConfig.heads:
+        p.error(f"--hidden must be a multiple of the {FinetuneConfig.heads} heads, got {a.hidden}")
     results = []
     for fam in families:
         for patched in (False, True):
             out = subprocess.run([sys.executable, "-m", "addnorm.benchmark.hf_finetune", "--one", fam,
-                                  str(int(patched)), "--steps", str(a.steps)], capture_output=True, text=True)
+                                  str(int(patched)), "--steps", str(a.steps), "--hidden", str(a.hidden),
+                                  "--layers", str(a.layers)], capture_output=True, text=True)
             if out.returncode:
                 sys.stderr.write(out.stderr[-3000:])
                 return out.returncode
