@@ -5,7 +5,8 @@ import re
 from pathlib import Path
 
 from addnorm.report.published import PUBLISHED, scale_gap
-from addnorm.report.study_writeup import CLAIMS, END, START, answer, markdown, page, update_docs
+from addnorm.report.study_writeup import (CLAIMS, END, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED, START,
+                                          _scale, answer, markdown, page, reproduced, update_docs)
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "study"
@@ -30,7 +31,8 @@ def test_a_claim_is_answered_from_the_pairwise_table_with_its_calls():
     assert a["lines"][0] == ("lr 0.001: final validation loss minus pre-LN's -0.137 [-0.180, -0.107] (failed 0/3 "
                              "vs 0/3) — better")
     assert answer(claim, None) == {"measured": False, "lines": [], "verdict": "not measured yet", "n_params": None,
-                                   "tokens": None}
+                                   "tokens": None, "calls": []}
+    assert reproduced(claim, answer(claim, None)) == [("", NOT_MEASURED, "no `paper24/` results committed")]
 
 
 def test_the_mixing_gain_claim_reads_the_runs_gains_with_intervals():
@@ -46,7 +48,12 @@ def test_published_numbers_carry_citations_and_the_scale_gap():
     for key, number in (("post_diverges", "250M"), ("lns_beats_pre", "every model size"), ("mhc_gain", "3000"),
                         ("mhc_gain", "1.6"), ("dyt_budget", "-27 %"), ("dyt_budget", "+19 %")):
         assert number in PUBLISHED[key].result
-    assert {p.arxiv for p in PUBLISHED.values()} == {"2412.13795", "2502.05795", "2512.24880", "2604.23434"}
+    assert {a for p in PUBLISHED.values() for a in p.arxiv} == {"2412.13795", "2502.05795", "2512.24880", "2604.23434"}
+    # one arXiv id per citation: LayerNorm Scaling (Sun et al.) is 2502.05795, Mix-LN is 2412.13795
+    for p in PUBLISHED.values():
+        for citation, arxiv in p.refs:
+            assert ("Sun et al." in citation) == (arxiv == "2502.05795"), (p.key, citation, arxiv)
+            assert ("Mix-LN:" in citation) == (arxiv == "2412.13795"), (p.key, citation, arxiv)
     assert "58×–820× the study's 1.2M parameters" in scale_gap(PUBLISHED["lns_beats_pre"], 1_220_000)
     assert "2×–230× the study's 512,000 tokens" in scale_gap(PUBLISHED["dyt_budget"], None, 512_000)
     assert all(k in PUBLISHED for c in CLAIMS for k in c.published)
@@ -79,3 +86,65 @@ def test_the_page_names_every_claim_and_links_only_existing_figures():
         assert c.text in shown.replace("&#x27;", "'")
     for src in re.findall(r"<img src='([^']+)'", shown):
         assert (RESULTS / src).exists(), src
+
+
+def _claim(key):
+    return next(c for c in CLAIMS if c.key == key)
+
+
+def _row(placement, n_params=1_200_000, **kw):
+    return dict(placement=placement, norm="layer", depth=24, lr=1e-3, n_params=n_params, tokens_seen=524288, **kw)
+
+
+def test_the_batchnorm_claim_is_answered_with_the_generalization_gap_not_the_loss():
+    """BatchNorm ends worse in loss but with a smaller gap: 'generalizes poorly' is not reproduced."""
+    pair = dict(_pair("pre", 1e-3, 0.245, 0.206, 0.283, "worse"), norm="batch", gap_diff_mean=-0.016,
+                gap_diff_low=-0.028, gap_diff_high=-0.002, gap_call="smaller gap")
+    claim = _claim("batchnorm")
+    a = answer(claim, {"runs": [dict(_row("pre"), norm="batch")], "pairwise": [pair]})
+    assert "generalization gap" in a["lines"][0] and a["lines"][0].endswith("— smaller gap")
+    assert reproduced(claim, a)[0][1] == NOT_REPRODUCED
+
+
+def test_the_depth_claim_reads_every_placement_with_depth_data():
+    claim = _claim("depth")
+    pairs = [dict(_pair(p, 1e-3, -0.1, -0.2, -0.05, "better", (k, 3, 0, 3)), depth=d)
+             for p, k in (("post", 3), ("deepnorm", 0), ("mix", 0), ("lns", 0)) for d in (6, 48)]
+    a = answer(claim, {"runs": [_row(p) for p in ("post", "pre", "deepnorm", "mix", "lns")], "pairwise": pairs})
+    for placement in ("post", "deepnorm", "mix", "lns"):
+        assert any(line.startswith(placement) for line in a["lines"]), placement
+    # post fails 6/6 against 0/6 pooled over its depths (Fisher p = 0.002): that decides the claim
+    assert "pooled over post's 2 settings: failed 6/6 vs pre-LN 0/6 (Fisher's exact test, p = 0.002) — fails more" \
+        in a["lines"]
+    assert reproduced(claim, a)[0][1] == REPRODUCED
+
+
+def test_three_of_three_against_none_is_not_called_in_the_write_up():
+    pair = dict(_pair("post", 1e-3, None, None, None, "no loss to compare (every run failed)", (3, 3, 0, 3)),
+                fail_p=0.1, fail_call="not distinguishable")
+    claim = _claim("post_unstable")
+    a = answer(claim, {"runs": [_row("post")], "pairwise": [pair]})
+    assert a["lines"] == ["lr 0.001: failed 3/3 vs pre-LN 0/3 (Fisher's exact test, p = 0.100) — not distinguishable"]
+    assert reproduced(claim, a)[0][1] == NOT_REPRODUCED
+
+
+def test_the_scale_is_the_range_of_parameter_counts_across_the_runs():
+    claim = _claim("mhc_gain")
+    runs = [dict(_row(p, n), depth=d, seed=0, max_composite_gain_fwd=1.0, max_composite_gain_bwd=1.0)
+            for p, n, d in (("hc", 330_000, 6), ("mhc", 1_600_000, 24))]
+    a = answer(claim, {"runs": runs})
+    assert a["n_params"] == (330_000, 1_600_000) and _scale(a).startswith("0.33M–1.6M parameters")
+    assert "the study's 0.33M–1.6M parameters" in scale_gap(PUBLISHED["mhc_gain"], a["n_params"])
+
+
+def test_the_committed_write_up_says_per_published_result_whether_it_is_reproduced():
+    text = markdown(RESULTS)
+    for c in CLAIMS:
+        section = text[text.index(f"**{c.text}**"):]
+        section = section[:section.index("\n\n**") if "\n\n**" in section else len(section)]
+        statuses = [s for s in (REPRODUCED, NOT_REPRODUCED, NOT_MEASURED) if f"**{s}**" in section]
+        assert statuses, c.key
+    # mHC's gain of 1 is not a reproduction: the streams stay identical, so it is 1 by construction
+    mhc = text[text.index("Published result (mHC)"):].split("\n")[0]
+    assert f"**{NOT_MEASURED}**" in mhc and "by construction" in mhc and "identical" in mhc
+    assert "Published result (HC): **reproduced**" in text

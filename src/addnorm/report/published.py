@@ -14,33 +14,37 @@ class Published:
     result: str  # what the paper reports, in its terms
     scale: str  # models, data and budget it was measured at
     params: tuple[float, float]  # smallest and largest model, parameters
-    citation: str  # authors, title, venue
-    arxiv: str
+    refs: tuple[tuple[str, str], ...]  # (citation: authors, title, venue; its arXiv id), one per paper
     tokens: tuple[float, float] | None = None  # training tokens compared, where the result is about a budget
 
     @property
-    def url(self) -> str:
-        return f"https://arxiv.org/abs/{self.arxiv}"
+    def arxiv(self) -> tuple[str, ...]:
+        return tuple(a for _, a in self.refs)
 
 
-_MIXLN = "Li, Yin and Liu, Mix-LN: Unleashing the Power of Deeper Layers by Combining Pre-LN and Post-LN (ICLR 2025)"
-_LNS = "Sun et al., The Curse of Depth in Large Language Models (LayerNorm Scaling, 2025)"
+def url(arxiv: str) -> str:
+    return f"https://arxiv.org/abs/{arxiv}"
+
+
+_MIXLN = ("Li, Yin and Liu, Mix-LN: Unleashing the Power of Deeper Layers by Combining Pre-LN and Post-LN (ICLR 2025)",
+          "2412.13795")
+_LNS = ("Sun et al., The Curse of Depth in Large Language Models (LayerNorm Scaling, 2025)", "2502.05795")
 _LLAMA_C4 = "LLaMA-style models from 71M to 1B parameters trained on C4"
 
 PUBLISHED = {p.key: p for p in (
-    Published("post_diverges", "Post-LN diverges from the 250M model up", _LLAMA_C4,
-              (71e6, 1e9), _MIXLN + "; " + _LNS, "2412.13795"),
+    Published("post_diverges", "Post-LN diverges from the 250M model up", _LLAMA_C4, (71e6, 1e9), (_MIXLN, _LNS)),
     Published("lns_beats_pre", "LayerNorm Scaling (the norm's output scaled by 1/sqrt(l)) reaches a lower perplexity "
-              "than Pre-LN at every model size", _LLAMA_C4, (71e6, 1e9), _LNS, "2502.05795"),
-    Published("mixln_1b", "Mix-LN (Post-LN in the first layers, Pre-LN after) outperforms Pre-LN in its own paper "
-              "(70M to 7B); the LayerNorm Scaling paper's tables disagree with it at 1B", _LLAMA_C4,
-              (71e6, 1e9), _MIXLN + "; " + _LNS, "2412.13795"),
+              "than Pre-LN at every model size", _LLAMA_C4, (71e6, 1e9), (_LNS,)),
+    Published("mixln_1b", "Mix-LN (Post-LN in the first layers, Pre-LN after) outperforms Pre-LN in its own paper's "
+              "LLaMA pre-training on C4; the LayerNorm Scaling paper's tables disagree with it at 1B", _LLAMA_C4,
+              (71e6, 1e9), (_MIXLN, _LNS)),
     Published("mhc_gain", "composite mixing gain (Amax gain magnitude of the products of H_res over depth): about "
               "3000 for HC, about 1.6 for mHC", "a 27B model", (27e9, 27e9),
-              "DeepSeek-AI, mHC: Manifold-Constrained Hyper-Connections (2025)", "2512.24880"),
+              (("DeepSeek-AI, mHC: Manifold-Constrained Hyper-Connections (2025)", "2512.24880"),)),
     Published("dyt_budget", "DyT in place of the norm changes the loss by -27 % at 1M training tokens and by +19 % at "
               "118M: the sign of its effect flips with the token budget", "small language models at token budgets "
-              "from 1M to 118M", (0.0, 0.0), "a 2026 study of Dynamic Tanh (DyT) across token budgets", "2604.23434", (1e6, 118e6)),
+              "from 1M to 118M", (0.0, 0.0),
+              (("a 2026 study of Dynamic Tanh (DyT) across token budgets", "2604.23434"),), (1e6, 118e6)),
 )}
 
 
@@ -52,13 +56,14 @@ def _ratio(lo: float, hi: float) -> str:
     return _times(lo) if lo == hi else f"{_times(lo)}–{_times(hi)}"
 
 
-def scale_gap(p: Published, n_params: int | None, tokens: int | None = None) -> str:
+def scale_gap(p: Published, n_params: int | tuple[int, int] | None, tokens: int | None = None) -> str:
     """The paper's scale in words and, where both are known, how many times the study's it is: 'its models are
-    58x-820x the study's 1.2M parameters'."""
+    58x-820x the study's 1.2M parameters' (``n_params``: one count, or the (smallest, largest) of the runs)."""
     out = f"Paper's scale: {p.scale}"
-    if n_params and p.params[1]:
-        out += (f"; its models are {_ratio(p.params[0] / n_params, p.params[1] / n_params)} the study's "
-                f"{n_params / 1e6:.2g}M parameters")
+    lo, hi = (n_params, n_params) if isinstance(n_params, int | float) else (n_params or (None, None))
+    if lo and p.params[1]:
+        mine = f"{lo / 1e6:.2g}M" if lo == hi else f"{lo / 1e6:.2g}M–{hi / 1e6:.2g}M"
+        out += f"; its models are {_ratio(p.params[0] / hi, p.params[1] / lo)} the study's {mine} parameters"
     if tokens and p.tokens:
         out += f"; its budgets are {_ratio(p.tokens[0] / tokens, p.tokens[1] / tokens)} the study's {tokens:,} tokens"
     return out

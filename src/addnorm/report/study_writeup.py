@@ -14,8 +14,8 @@ from pathlib import Path
 
 from ..store import atomic_write_text
 from .html import Page
-from .published import PUBLISHED, scale_gap
-from .study_stats import bootstrap_mean
+from .published import PUBLISHED, scale_gap, url
+from .study_stats import bootstrap_mean, failure_call
 from .study_tables import interval_text, p_text, tokens_text
 
 START, END = "<!-- study-writeup:start -->", "<!-- study-writeup:end -->"
@@ -29,46 +29,67 @@ _NORMS = ("addnorm study --preset quick --placements pre --norms layer,rms,batch
 
 @dataclass(frozen=True)
 class Claim:
-    """A claim and where its answer is measured."""
+    """A claim, where its answer is measured, and which calls reproduce it."""
 
     key: str
     text: str
     origin: str  # "seed" (the seeds' claims) or "frontier"
     results: str  # directory under benchmarks/results/study
-    measure: str  # "loss" (difference against pre-LN), "failures" (share failed against pre-LN), "gain"
+    measure: str  # "loss" (difference against pre-LN), "failures" (counts against pre-LN), "gap" (generalization
+    #               gap against pre-LN), "gain"
     select: tuple[tuple[str, object], ...]  # axis values that pick the rows (placement, norm, ...)
     figure: str | None  # file under <results>/figures
     published: tuple[str, ...]  # keys of published.PUBLISHED
     command: str
+    holds: tuple[str, ...] = ()  # the calls that agree with the claim ('better', 'fails more', 'larger gap', ...)
+    against: tuple[str, ...] = ()  # the calls that contradict it
+    of: tuple[tuple[str, object], ...] = ()  # the rows (among select's) whose calls decide; default: all
 
 
+_FAILS = ("fails more",)
 CLAIMS = (
     Claim("post_unstable", "Pre-norm trains more stably than post-norm in a deep network.", "seed", "paper24",
-          "failures", (("placement", "post"),), "warmup_lr_failures.png", ("post_diverges",), _PAPER),
+          "failures", (("placement", "post"),), "warmup_lr_failures.png", ("post_diverges",), _PAPER,
+          _FAILS, ("fails less",)),
     Claim("post_warmup", "Post-norm needs learning-rate warmup; pre-norm needs little or none.", "seed", "study",
-          "failures", (("placement", "post"),), "warmup_lr_failures.png", (), _DEFAULT),
+          "failures", (("placement", "post"),), "warmup_lr_failures.png", (), _DEFAULT, _FAILS, ("fails less",),
+          (("warmup", 0),)),
     Claim("post_tuned", "Post-norm can end slightly better than pre-norm with careful tuning.", "seed", "study",
-          "loss", (("placement", "post"),), "val_loss_vs_lr.png", (), _DEFAULT),
+          "loss", (("placement", "post"),), "val_loss_vs_lr.png", (), _DEFAULT, ("better",), ("worse",)),
     Claim("no_residual", "Without the residual connection a deep network does not train.", "seed", "study_residual",
-          "failures", (("placement", "no_residual"),), None, (), _RESIDUAL),
+          "failures", (("placement", "no_residual"),), None, (), _RESIDUAL, _FAILS, ("fails less",)),
     Claim("batchnorm", "BatchNorm in place of LayerNorm trains but generalizes poorly.", "seed", "study_norms",
-          "loss", (("norm", "batch"),), None, (), _NORMS),
+          "gap", (("norm", "batch"),), None, (), _NORMS, ("larger gap",), ("smaller gap",)),
     Claim("rmsnorm", "RMSNorm trains like LayerNorm.", "seed", "study_norms", "loss", (("norm", "rms"),), None, (),
-          _NORMS),
+          _NORMS, ("better", "not distinguishable"), ("worse",)),
     Claim("mixln", "Mix-LN (post-norm in the first quarter of the layers) ends below pre-LN.", "frontier", "paper24",
-          "loss", (("placement", "mix"),), "val_loss_vs_lr.png", ("mixln_1b",), _PAPER),
+          "loss", (("placement", "mix"),), "val_loss_vs_lr.png", ("mixln_1b",), _PAPER, ("better",), ("worse",)),
     Claim("lns", "LayerNorm Scaling ends below pre-LN.", "frontier", "frontier", "loss", (("placement", "lns"),),
           "val_loss_vs_lr.png", ("lns_beats_pre",),
-          "addnorm study --preset frontier --out benchmarks/results/study/frontier"),
+          "addnorm study --preset frontier --out benchmarks/results/study/frontier", ("better",), ("worse",)),
     Claim("depth", "Post-LN stops training as depth grows; pre-LN, DeepNorm, Mix-LN and LNS keep training.",
-          "frontier", "depth", "failures", (("placement", "post"),), "depth_placement_max_lr.png",
-          ("post_diverges",), "addnorm study --preset depth --out benchmarks/results/study/depth"),
+          "frontier", "depth", "failures", (("placement", ("post", "deepnorm", "mix", "lns")),),
+          "depth_placement_max_lr.png", ("post_diverges",),
+          "addnorm study --preset depth --out benchmarks/results/study/depth", _FAILS, ("fails less",),
+          (("placement", "post"),)),
     Claim("mhc_gain", "mHC keeps the composite mixing gain near 1 where HC's grows with depth.", "frontier",
           "mixing", "gain", (("placement", ("hc", "mhc", "mhc_lite")),), "composite_gain.png", ("mhc_gain",),
           "addnorm study --preset mixing --out benchmarks/results/study/mixing"),
     Claim("dyt_budget", "DyT in place of LayerNorm helps at a small token budget.", "frontier", "paper24", "loss",
-          (("norm", "dyt"),), "val_loss_vs_lr.png", ("dyt_budget",), _PAPER),
+          (("norm", "dyt"),), "val_loss_vs_lr.png", ("dyt_budget",), _PAPER, ("better",), ("worse", "fails more")),
 )
+
+METHOD = ("every interval is a 95 % percentile bootstrap over seeds, and a loss or gap difference is called only "
+          "where its interval excludes 0; failure counts are compared by Fisher's exact test (two-sided) and called "
+          "only at p < 0.05, per setting and pooled over a placement's settings (3 of 3 failed against 0 of 3 gives "
+          "p = 0.1: not called, however clear it looks; a bootstrap of 0/1 outcomes would give it a zero-width "
+          "interval)")
+
+# the mixing runs: what their gain of 1 for mHC and mHC-lite does and does not show
+MHC_SYMMETRY = ("at this initialisation mHC's and mHC-lite's n streams start as copies of the embedding and stay "
+                "identical for the whole run (every stream receives the same gradient), so H_res mixes identical "
+                "streams and a product of doubly (or row-) stochastic matrices has gain 1 by construction: these "
+                "runs do not test the paper's claim that the constraint keeps the gain near 1")
 
 
 def _matches(row: dict, select) -> bool:
@@ -92,30 +113,55 @@ def _keys(rows: list[dict]) -> list[str]:
 
 
 def answer(claim: Claim, study: dict | None) -> dict:
-    """{'measured': bool, 'lines': [str], 'verdict': str, 'n_params', 'tokens'}: the claim's measured answer from
-    a study's summary (None: not committed yet)."""
+    """{'measured': bool, 'lines': [str], 'verdict': str, 'n_params': (smallest, largest) of the runs, 'tokens',
+    'calls': the calls that decide (see ``reproduced``)}: the claim's measured answer from a study's summary
+    (None: not committed yet)."""
     if study is None:
-        return {"measured": False, "lines": [], "verdict": "not measured yet", "n_params": None, "tokens": None}
+        return {"measured": False, "lines": [], "verdict": "not measured yet", "n_params": None, "tokens": None,
+                "calls": []}
     runs = [r for r in study["runs"] if _matches(r, claim.select)]
     if claim.measure == "gain":
-        lines, verdict = _gain_lines(runs)
+        lines, verdict, calls = *_gain_lines(runs), []
     else:
         pairs = [d for d in study.get("pairwise", []) if _matches(d, claim.select)]
-        lines, verdict = _pair_lines(pairs, claim.measure)
+        lines, verdict, calls = _pair_lines(pairs, claim)
     params = [r["n_params"] for r in runs if r.get("n_params")]
     tokens = [r["tokens_seen"] for r in runs if r.get("tokens_seen")]
     return {"measured": bool(runs), "lines": lines, "verdict": verdict if runs else "no run of this setting",
-            "n_params": params[0] if params else None, "tokens": max(tokens) if tokens else None}
+            "n_params": (min(params), max(params)) if params else None, "tokens": max(tokens) if tokens else None,
+            "runs": runs, "calls": calls}
 
 
-def _pair_lines(pairs: list[dict], measure: str) -> tuple[list[str], str]:
+def _pooled(pairs: list[dict]) -> list[tuple[str, int, int, int, int, float, str]]:
+    """Per placement (and norm): the failures of its settings and of pre-LN's at the same settings, summed, and
+    Fisher's exact test of the sums: (label, failed, runs, pre failed, pre runs, p, call)."""
+    out = []
+    for label in dict.fromkeys(_label(d) for d in pairs):
+        mine = [d for d in pairs if _label(d) == label]
+        k, n = sum(d["failures"] for d in mine), sum(d["seeds"] for d in mine)
+        kb, nb = sum(d["pre_failures"] for d in mine), sum(d["pre_seeds"] for d in mine)
+        out.append((label, k, n, kb, nb, *failure_call(k, n, kb, nb)))
+    return out
+
+
+def _label(d: dict) -> str:
+    return d["placement"] if d.get("norm", "layer") == "layer" else f"{d['placement']} {d['norm']}"
+
+
+def _pair_lines(pairs: list[dict], claim: Claim) -> tuple[list[str], str, list[str]]:
     keys = _keys(pairs)
     lines, calls = [], []
     for d in pairs:
-        if measure == "failures":
+        if claim.measure == "failures":
             call = d["fail_call"]
             value = (f"failed {d['failures']}/{d['seeds']} vs pre-LN {d['pre_failures']}/{d['pre_seeds']} "
                      f"(Fisher's exact test, {p_text(d['fail_p'])})")
+        elif claim.measure == "gap":
+            call = d.get("gap_call", "no gap to compare")
+            value = ("generalization gap (validation minus training-split loss) minus pre-LN's "
+                     f"{interval_text(d.get('gap_diff_mean'), d.get('gap_diff_low'), d.get('gap_diff_high'), '{:+.3f}')}"
+                     "; final validation loss minus pre-LN's "
+                     f"{interval_text(d['diff_mean'], d['diff_low'], d['diff_high'], '{:+.3f}')} ({d['call']})")
         else:
             call = d["call"]
             value = ("final validation loss minus pre-LN's "
@@ -125,7 +171,20 @@ def _pair_lines(pairs: list[dict], measure: str) -> tuple[list[str], str]:
         lines.append(f"{_where(d, keys)}: {value} — {call}")
     counts = {c: calls.count(c) for c in dict.fromkeys(calls)}
     verdict = ", ".join(f"{c} at {n} of {len(calls)}" for c, n in counts.items()) or "no comparison with pre-LN"
-    return lines, verdict
+    deciding = [d for d in pairs if _matches(d, claim.of)]
+    decide = [c for d, c in zip(pairs, calls) if _matches(d, claim.of)]
+    if claim.measure in ("failures", "loss"):
+        for label, k, n, kb, nb, p, call in _pooled(pairs):
+            settings = sum(_label(d) == label for d in pairs)
+            if settings > 1:
+                lines.append(f"pooled over {label}'s {settings} settings: failed {k}/{n} vs pre-LN {kb}/{nb} (Fisher's "
+                             f"exact test, {p_text(p)}) — {call}")
+        pooled = [c for *_, c in _pooled(deciding)]
+        # failures: the pooled test decides; a loss claim also hears it where it names failing more ('against')
+        decide = pooled if claim.measure == "failures" else decide + [c for c in pooled if c in claim.against]
+        if claim.measure == "loss" and "fails more" in pooled and "fails more" not in claim.against:
+            decide.append("also fails more")  # neither agrees nor contradicts; said beside the verdict
+    return lines, verdict, decide
 
 
 def _gain_lines(runs: list[dict]) -> tuple[list[str], str]:
@@ -144,6 +203,48 @@ def _gain_lines(runs: list[dict]) -> tuple[list[str], str]:
     return lines, "measured per run (mean over seeds, 95 % interval)" if lines else "no run recorded the gain"
 
 
+NOT_MEASURED, REPRODUCED, NOT_REPRODUCED = "not measured at this scale", "reproduced", "not reproduced"
+
+
+def reproduced(claim: Claim, a: dict) -> list[tuple[str, str, str]]:
+    """[(subject, NOT_MEASURED / REPRODUCED / NOT_REPRODUCED, why)]: whether the measured answer agrees with the
+    claim (and the published result compared with it) at the study's scale; subject '' for the whole claim."""
+    if not a["measured"]:
+        return [("", NOT_MEASURED, f"no `{claim.results}/` results committed")]
+    if claim.measure == "gain":
+        return _gain_reproduced(a["runs"])
+    extra = "; it also fails more often than pre-LN, pooled over its settings" if "also fails more" in a["calls"] else ""
+    calls = [c for c in a["calls"] if c != "also fails more"]
+    agree = sum(c in claim.holds for c in calls)
+    contra = sum(c in claim.against for c in calls)
+    said = f"{agree} of {len(calls)} deciding comparisons agree with it, {contra} contradict it{extra}"
+    if agree and not contra:
+        return [("", REPRODUCED, said)]
+    if contra:
+        return [("", NOT_REPRODUCED, said + ("; mixed" if agree else ""))]
+    return [("", NOT_REPRODUCED, f"no comparison reaches a call; {said}")]
+
+
+def _gain_reproduced(runs: list[dict]) -> list[tuple[str, str, str]]:
+    hc = {}
+    for r in runs:
+        if r["placement"] == "hc" and r.get("max_composite_gain_fwd") is not None:
+            hc.setdefault(r["depth"], []).append(r["max_composite_gain_fwd"])
+    means = [sum(v) / len(v) for _, v in sorted(hc.items())]
+    grows = len(means) > 1 and all(b > a for a, b in zip(means, means[1:])) and means[0] > 1
+    hc_line = ("HC", REPRODUCED if grows else NOT_REPRODUCED,
+               f"its largest forward gain grows with depth ({' → '.join(f'{m:.3g}' for m in means)} at "
+               f"{', '.join(str(d) for d in sorted(hc))} layers), in the paper's direction, far below its 3000 at 27B"
+               if grows else "its largest forward gain does not grow with depth here")
+    return [hc_line, ("mHC", NOT_MEASURED, f"the gain of 1 measured for mHC and mHC-lite is no test: {MHC_SYMMETRY}")]
+
+
+def _status_lines(claim: Claim, a: dict) -> list[tuple[str, str, str]]:
+    """[(label, status, why)] as the write-up prints them: 'Published result (HC)', 'Claim'."""
+    head = "Published result" if claim.published else "Claim"
+    return [(f"{head} ({subject})" if subject else head, status, why) for subject, status, why in reproduced(claim, a)]
+
+
 def load(results_root: Path) -> dict[str, dict | None]:
     """{results directory: its summary.json (None where it is not committed)} for every claim's directory."""
     out = {}
@@ -154,11 +255,24 @@ def load(results_root: Path) -> dict[str, dict | None]:
 
 
 def _scale(a: dict) -> str:
+    """'0.33M–1.6M parameters, 410k tokens, 0.26–1.2 tokens per parameter': the range across the claim's runs."""
     if not a["n_params"]:
         return ""
-    per = f", {a['tokens'] / a['n_params']:.2g} tokens per parameter" if a["tokens"] else ""
-    return (f"{a['n_params'] / 1e6:.2g}M parameters, " + (f"{tokens_text(a['tokens'])} tokens" if a["tokens"] else "")
-            + per)
+    lo, hi = a["n_params"]
+    params = f"{lo / 1e6:.2g}M" if lo == hi else f"{lo / 1e6:.2g}M–{hi / 1e6:.2g}M"
+    out = f"{params} parameters"
+    if a["tokens"]:
+        per = f"{a['tokens'] / hi:.2g}" if lo == hi else f"{a['tokens'] / hi:.2g}–{a['tokens'] / lo:.2g}"
+        out += f", {tokens_text(a['tokens'])} tokens, {per} tokens per parameter"
+    return out
+
+
+def _refs_md(p) -> str:
+    return "; ".join(f"{c}, [arXiv {a}]({url(a)})" for c, a in p.refs)
+
+
+def _refs_html(p) -> str:
+    return "; ".join(f"{html.escape(c)}, <a href='{url(a)}'>arXiv {a}</a>" for c, a in p.refs)
 
 
 def markdown(results_root: Path, link_root: str = "../benchmarks/results/study") -> str:
@@ -166,8 +280,8 @@ def markdown(results_root: Path, link_root: str = "../benchmarks/results/study")
     studies = load(results_root)
     out = [START, "", "## The claims, measured", "",
            "Generated from the committed results in `benchmarks/results/study/` by "
-           "`python benchmarks/study_writeup.py`; every interval is a 95 % percentile bootstrap over seeds, and a "
-           "difference is called only where its interval excludes 0 (see the summaries for every setting).", ""]
+           f"`python benchmarks/study_writeup.py`; {METHOD}. Each claim ends with whether it is reproduced at this "
+           "scale, not reproduced, or not measured at this scale (see the summaries for every setting).", ""]
     for origin, title in (("seed", "The seeds' claims"), ("frontier", "The frontier's claims")):
         out += [f"### {title}", ""]
         for c in (c for c in CLAIMS if c.origin == origin):
@@ -186,8 +300,8 @@ def markdown(results_root: Path, link_root: str = "../benchmarks/results/study")
                         "nothing)."]
             for key in c.published:
                 p = PUBLISHED[key]
-                out += [f"- Published: {p.result} — {p.citation}, [arXiv {p.arxiv}]({p.url}). "
-                        f"{scale_gap(p, a['n_params'], a['tokens'])}."]
+                out += [f"- Published: {p.result} — {_refs_md(p)}. {scale_gap(p, a['n_params'], a['tokens'])}."]
+            out += [f"- {label}: **{status}** — {why}." for label, status, why in _status_lines(c, a)]
             out.append("")
     out.append(END)
     return "\n".join(out) + "\n"
@@ -210,9 +324,9 @@ def page(results_root: Path) -> Page:
     """The write-up as an HTML page for ``results_root/index.html`` (figures linked relative to it)."""
     studies = load(results_root)
     p = Page()
-    p.add("<h1>addnorm study: the claims, measured</h1><p class='lead'>Each claim with its measured answer (95 % "
-          "bootstrap intervals over seeds; a difference called only where the interval excludes 0), its figure, the "
-          "published number it is compared with and the command that reproduces it.</p>")
+    p.add("<h1>addnorm study: the claims, measured</h1><p class='lead'>Each claim with its measured answer, its "
+          "figure, the published number it is compared with, whether it is reproduced at this scale, and the command "
+          f"that reproduces it: {html.escape(METHOD)}.</p>")
     for i, c in enumerate(CLAIMS):
         a = answer(c, studies[c.results])
         p.add(f"<h2>{html.escape(c.text)}</h2>")
@@ -227,8 +341,11 @@ def page(results_root: Path) -> Page:
             p.add(f"<p>Reproduce: <code>{html.escape(c.command)}</code></p>")
         for key in c.published:
             pub = PUBLISHED[key]
-            p.add(f"<p class='note'>Published: {html.escape(pub.result)} — {html.escape(pub.citation)}, "
-                  f"<a href='{pub.url}'>arXiv {pub.arxiv}</a>. {html.escape(scale_gap(pub, a['n_params'], a['tokens']))}.</p>")
+            p.add(f"<p class='note'>Published: {html.escape(pub.result)} — {_refs_html(pub)}. "
+                  f"{html.escape(scale_gap(pub, a['n_params'], a['tokens']))}.</p>")
+        for j, (label, status, why) in enumerate(_status_lines(c, a)):
+            p.add(f"<p>{html.escape(label)}: <strong>{p.num(f'claim{i}.reproduced{j}', status)}</strong> — "
+                  f"{html.escape(why.replace('`', ''))}.</p>")
     return p
 
 
