@@ -168,10 +168,61 @@ def test_lns_first_layer_is_pre_exactly_and_later_layers_scale_by_inverse_sqrt_d
     (dict(dyt_alpha=float("nan")), "dyt_alpha must be finite"),
     (dict(placement="denseformer", dense_dilation=0), "dense_dilation must be an integer >= 1"),
     (dict(value_residual=1), "value_residual must be True or False"),
+    # the user's spec is named, not the first layer it resolves to
+    (dict(placement="mix", n_streams=2), "placement 'mix' has one stream"),
+    (dict(placement="hybrid_star", n_streams=2), "placement 'hybrid_star' has one stream"),
+    # DenseFormer's averages follow every block or none
+    (dict(placement=["pre", "denseformer", "denseformer"]), "placement: every layer must agree on dense"),
+    (dict(placement=["denseformer", "pre", "pre"]), "placement: every layer must agree on dense"),
+    # options that only one kind of placement or norm reads
+    (dict(placement="pre", dense_dilation=2), "dense_dilation=2 needs a DenseFormer placement"),
+    (dict(placement="lns", dense_period=2), "dense_period=2 needs a DenseFormer placement"),
+    (dict(placement="pre", dyt_alpha=0.8), "dyt_alpha=0.8 sets the alpha of DyT/Derf norms"),
+    (dict(placement="pre", norm="rms", dyt_alpha=(0.8, 0.2, 0.2)), "dyt_alpha=.* this model has none"),
+    (dict(placement="ngpt", dyt_alpha=(0.8, 0.2, 0.2)), "dyt_alpha=.* this model has none"),
 ])
 def test_bad_combinations_are_refused_naming_the_argument(kw, match):
     with pytest.raises(ConfigError, match=match):
         GPTConfig(**{**TINY, **kw})
+
+
+def _custom(**kw):
+    from addnorm.placement import Placement
+
+    return Placement("custom", **kw)
+
+
+@pytest.mark.parametrize("placement, match", [
+    # the FFN's stream must be attention's: a single-stream FFN on a widened stream would run once per copy
+    (lambda: _custom(stream="mhc", before="default", final_norm=True,
+                     mlp=_custom(before="default")), "placement: the FFN's placement must use the attention's"),
+    (lambda: _custom(before="default", final_norm=True,
+                     mlp=_custom(stream="hc", before="default")), "placement: the FFN's placement must use"),
+    # nGPT's blocks read no norm slot, no DWA, no depth scale, no QKV norm
+    (lambda: _custom(residual="normalized", before="rms"), "placement: nGPT .* no norm slot, got before='rms'"),
+    (lambda: _custom(residual="normalized", after_branch="default"), "placement: nGPT .* no norm slot"),
+    (lambda: _custom(residual="normalized", mlp=_custom(residual="normalized", after_sum="layer")),
+     "placement: nGPT .* no norm slot, got after_sum='layer'"),
+    (lambda: _custom(residual="normalized", dense=True), "placement: nGPT .* takes no dense"),
+    (lambda: _custom(residual="normalized", depth_scaled=True), "placement: nGPT .* takes no depth_scaled"),
+    (lambda: _custom(residual="normalized", qkv_norm=True), "placement: nGPT .* takes no qkv_norm"),
+    (lambda: _custom(residual="normalized", mlp=_custom(before="default")), "'ngpt' cannot be mixed"),
+])
+def test_custom_placements_that_would_be_ignored_are_refused(placement, match):
+    with pytest.raises(ConfigError, match=match):
+        GPTConfig(**TINY, placement=placement())
+
+
+def test_options_where_they_apply_are_accepted():
+    """The refusals above leave every real use alone: dyt_alpha with a DyT/Derf kind or slot, DenseFormer's
+    options with dense layers, the default alpha anywhere (the study passes it to every run)."""
+    for kw in (dict(norm="dyt", dyt_alpha=(0.8, 0.2, 0.2)), dict(norm="derf", dyt_alpha=0.3),
+               dict(placement=_custom(before="dyt", final_norm=True), dyt_alpha=0.8),
+               dict(placement="hybrid", norm="dyt", dyt_alpha=0.8),
+               dict(placement="denseformer", dense_dilation=2, dense_period=3),
+               dict(placement="ngpt", dyt_alpha=0.5), dict(placement="pre", dyt_alpha=(0.5, 0.5, 0.5)),
+               dict(placement=["denseformer"] * 3), dict(placement="mix", mix_post_layers=1)):
+        GPT(GPTConfig(**{**TINY, **kw}))
 
 
 def test_widened_placements_default_to_four_streams_and_single_ones_to_one():

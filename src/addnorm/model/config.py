@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..nn.factory import POINTWISE_KINDS
 from ..placement import Placement, PlacementSpec, resolve_placements
 
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu")
@@ -64,6 +65,11 @@ class GPTConfig:
         self._check_frontier(placements)
 
     def _check_frontier(self, placements: list[Placement]) -> None:
+        for p in placements:  # a sub-layer without a connection on a widened stream would run once per copy
+            if p.for_mlp().stream != p.stream:
+                raise ConfigError(f"placement: the FFN's placement must use the attention's residual stream, "
+                                  f"got {p.stream!r} for attention and {p.for_mlp().stream!r} for the FFN "
+                                  f"(placement {p.name!r})")
         streams = {p.stream for p in placements}
         if len(streams) > 1:
             raise ConfigError(f"placement: every layer must use the same residual stream, got {sorted(streams)}")
@@ -76,7 +82,7 @@ class GPTConfig:
                 raise ConfigError(f"n_streams must be >= 1, got {n}")
             if n > 1 and stream == "single":
                 raise ConfigError(f"n_streams={n} needs a widened-stream placement (hc, mhc, mhc_lite); "
-                                  f"placement {placements[0].name!r} has one stream")
+                                  f"placement {_spec_name(self.placement)} has one stream")
             if stream == "mhc_lite" and n > MHC_LITE_MAX_STREAMS:
                 raise ConfigError(f"n_streams={n} is too wide for mhc_lite: it mixes all n! = {math.factorial(n)} "
                                   f"permutation matrices; use n_streams <= {MHC_LITE_MAX_STREAMS} or placement='mhc'")
@@ -95,9 +101,41 @@ class GPTConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {v!r}")
-        normalized = [p.residual == "normalized" for p in placements]
+        normalized = [q.residual == "normalized" for p in placements for q in (p, p.for_mlp())]
         if any(normalized) and not all(normalized):
             raise ConfigError("placement: 'ngpt' cannot be mixed with other placements in one model")
+        if all(normalized):  # nGPT's blocks read none of these: refuse rather than ignore them
+            for p in placements:
+                for q in (p, p.for_mlp()):
+                    for field in ("before", "after_branch", "after_sum"):
+                        if getattr(q, field) is not None:
+                            raise ConfigError(f"placement: nGPT (residual='normalized') normalizes by the L2 norm "
+                                              f"and takes no norm slot, got {field}={getattr(q, field)!r} in "
+                                              f"placement {q.name!r}")
+                    for field in ("dense", "depth_scaled", "qkv_norm"):
+                        if getattr(q, field):
+                            raise ConfigError(f"placement: nGPT (residual='normalized') takes no {field}, "
+                                              f"got {field}=True in placement {q.name!r}")
+        dense = {p.dense for p in placements}
+        if len(dense) > 1:  # GPT puts the DWAs after every block or none
+            raise ConfigError(f"placement: every layer must agree on dense (DenseFormer's depth-weighted averages "
+                              f"follow every block or none), got dense={[p.dense for p in placements]}")
+        if not dense.pop():
+            for name in ("dense_dilation", "dense_period"):
+                if getattr(self, name) != 1:
+                    raise ConfigError(f"{name}={getattr(self, name)} needs a DenseFormer placement (dense=True); "
+                                      f"placement {_spec_name(self.placement)} has none")
+        if any(v != DYT_ALPHA for v in alphas) and not self._has_pointwise_norm(placements):
+            raise ConfigError(f"dyt_alpha={a!r} sets the alpha of DyT/Derf norms, and this model has none "
+                              f"(norm={self.norm!r}, placement {_spec_name(self.placement)})")
+
+    def _has_pointwise_norm(self, placements: list[Placement]) -> bool:
+        """Does any norm of the model take dyt_alpha: the norm kind DyT or Derf (default slots, the final
+        norm, HybridNorm's QKV norms), or a DyT/Derf kind in a placement's own slot?"""
+        if self.norm in POINTWISE_KINDS:
+            return True
+        return any(getattr(q, s) in POINTWISE_KINDS for p in placements for q in (p, p.for_mlp())
+                   for s in ("before", "after_branch", "after_sum"))
 
     @property
     def ff_dim(self) -> int:
@@ -117,6 +155,15 @@ class GPTConfig:
 
     def placements(self) -> list[Placement]:
         return resolve_placements(self.placement, self.n_layer, self.norm or "layer", self.mix_post_layers)
+
+
+def _spec_name(spec: PlacementSpec) -> str:
+    """The placement as the user gave it, for messages: 'mix', 'hybrid_star', or each layer's name."""
+    if isinstance(spec, str):
+        return repr(spec)
+    if isinstance(spec, Placement):
+        return repr(spec.name)
+    return repr([p if isinstance(p, str) else p.name for p in spec])
 
 
 def _is_ngpt(spec: PlacementSpec) -> bool:
