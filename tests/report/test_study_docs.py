@@ -1,0 +1,36 @@
+"""docs/study.md's presets section against the code and the committed timings: one table holding every preset,
+and the two-shard times it gives equal to benchmarks/results/study_presets.json's computed totals."""
+
+import json
+import re
+from pathlib import Path
+
+from addnorm.experiments.study.config import PRESETS
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = (ROOT / "docs" / "study.md").read_text(encoding="utf-8")
+
+
+def test_the_presets_table_is_one_table_with_every_preset():
+    """A blank line inside a markdown table ends it: the rows after it render as plain text."""
+    lines = DOC.splitlines()
+    start = lines.index("| preset | grid | time on 2 cores |")
+    table = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        table.append(line)
+    names = [re.match(r"\| `([a-z0-9_]+)` \|", row).group(1) for row in table]
+    assert set(names) == set(PRESETS), (names, sorted(PRESETS))
+
+
+def test_the_two_shard_times_match_the_measured_per_step_times_and_say_what_was_not_run():
+    presets = json.loads((ROOT / "benchmarks" / "results" / "study_presets.json").read_text())
+    text = " ".join(DOC.split())
+    for name in ("frontier", "depth", "long", "wide"):
+        hours = round(presets[name]["computed_total_s"] / 3600 / 2, 1)  # two one-thread shards on 2 cores
+        assert re.search(rf"{hours:g} h for `{name}`", text), (name, hours)
+    assert "fits a night on 2 cores when split" in text and "None of `frontier`, `long` or `wide` fits" not in text
+    assert "None of the four was run" in text
+    assert "for preset in depth frontier long wide; do" in DOC  # the exact sharded commands
+    assert "--preset $preset --out benchmarks/results/study/$preset --shard 1/2" in DOC
