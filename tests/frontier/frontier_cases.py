@@ -22,6 +22,7 @@ CASES = {
     "hc": dict(placement="hc", n_streams=3),
     "hc_n1": dict(placement="hc", n_streams=1),
     "hc_rms_vr": dict(placement="hc", norm="rms", n_streams=2, value_residual=True),
+    "hc_nobias": dict(placement="hc", n_streams=2, bias=False),
     "mhc": dict(placement="mhc", n_streams=3, sinkhorn_iters=7),
     "mhc_dyt": dict(placement="mhc", norm="dyt", n_streams=2),
     "mhc_lite": dict(placement="mhc_lite", n_streams=3),

@@ -103,3 +103,29 @@ def test_state_dict_round_trip(name):
     b.load_state_dict(torch.load(buf))
     idx = batch(cfg)
     assert torch.equal(a(idx), b(idx))
+
+
+
+@pytest.mark.parametrize("name", ["hc", "mhc", "mhc_lite"])
+def test_stream_coefficients_stay_float32_under_bf16_autocast(name):
+    """The connections' coefficients (mHC's projection of vec(X), HC's LN(X) W) are computed in float32 even under
+    autocast, as mHC's eqs. 14-19 do: autocast would otherwise run their GEMMs in bfloat16 (errors up to 9e-3
+    in h here, measured)."""
+    cfg = config(name, n_embd=32, n_head=4)
+    m = perturbed_model(cfg, dtype=torch.float32)
+    with torch.no_grad():
+        for b in m.h:
+            for s in (b.attn.streams, b.mlp.streams):
+                for p in ("alpha_pre", "alpha_post", "alpha_res", "s_alpha", "s_beta"):
+                    if hasattr(s, p):
+                        getattr(s, p).fill_(1.0)  # projections of order 1, so a bf16 GEMM shows
+    x = torch.randn(2, 5, cfg.streams, cfg.n_embd, generator=torch.Generator().manual_seed(1))
+    for b in m.h:
+        for s in (b.attn.streams, b.mlp.streams):
+            with torch.no_grad():
+                h, (h_post, h_res) = s.read(x)
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    h16, (h_post16, h_res16) = s.read(x)
+            for want, got in ((h, h16), (h_post, h_post16), (h_res, h_res16)):
+                assert got.dtype == torch.float32
+                torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)

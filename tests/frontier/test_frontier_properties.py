@@ -225,6 +225,15 @@ def test_options_where_they_apply_are_accepted():
         GPT(GPTConfig(**{**TINY, **kw}))
 
 
+def test_hc_honours_bias_false_in_its_own_norm():
+    m = GPT(GPTConfig(**TINY, placement="hc", n_streams=2, bias=False))
+    conns = [s for b in m.h for s in (b.attn.streams, b.mlp.streams)]
+    assert all(s.norm.bias is None for s in conns)
+    assert not [n for n, _ in m.named_parameters() if n.endswith("bias")]
+    assert all(s.norm.bias is not None for b in GPT(GPTConfig(**TINY, placement="hc", n_streams=2)).h
+               for s in (b.attn.streams, b.mlp.streams))
+
+
 def test_widened_placements_default_to_four_streams_and_single_ones_to_one():
     assert GPTConfig(placement="mhc").streams == 4 and GPTConfig(placement="pre").streams == 1
     assert GPTConfig(placement="hc", n_streams=1).streams == 1

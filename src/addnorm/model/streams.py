@@ -96,7 +96,8 @@ class StreamConnection(nn.Module):
         kept in float32 beside 16-bit streams)."""
         if x.dim() < 2 or x.size(-2) != self.n:
             raise ValueError(f"a widened stream must be (..., n={self.n}, C), got shape {tuple(x.shape)}")
-        h_pre, h_post, h_res = self.coefficients(x)
+        with torch.autocast(x.device.type, enabled=False):  # the coefficients in float32 at least, never 16 bits
+            h_pre, h_post, h_res = self.coefficients(x)
         h_res = self.h_res_tap(h_res)
         return SF.stream_read(x, h_pre), (h_post, h_res)
 
@@ -109,12 +110,17 @@ class StreamConnection(nn.Module):
         return f"n={self.n}"
 
 
+def _at_least_float32(t: torch.Tensor) -> torch.Tensor:
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 def hc_coefficients(x, static_alpha, static_beta, w_alpha, w_beta, s_alpha, s_beta, norm):
     """Dynamic Hyper-Connections (HC paper, eqs. for A_m(H), A_r(H), B(H)).
 
     x: (B, T, n, C). static_alpha (n, n+1) = [A_m | A_r], static_beta (n,) = B.
     H_bar = norm(H); alpha = s_alpha * tanh(H_bar W_alpha) + [A_m | A_r]; beta = s_beta * tanh(H_bar W_beta) + B.
     The layer reads h_0 = alpha[:, 0]^T H and the stream becomes beta^T y + alpha[:, 1:]^T H.
+    Computed in float32 at least, autocast off (``HyperConnection.coefficients`` casts the inputs).
     """
     xn = norm(x)
     alpha = s_alpha * torch.tanh(xn @ w_alpha) + static_alpha  # (B, T, n, n+1)
@@ -132,7 +138,7 @@ class HyperConnection(StreamConnection):
 
     SCALE_INIT = 0.01
 
-    def __init__(self, n: int, dim: int, k: int, *, eps: float = 1e-5):
+    def __init__(self, n: int, dim: int, k: int, *, eps: float = 1e-5, bias: bool = True):
         super().__init__(n)
         self.k = k
         self.static_alpha = nn.Parameter(torch.empty(n, n + 1))
@@ -141,7 +147,7 @@ class HyperConnection(StreamConnection):
         self.w_beta = nn.Parameter(torch.empty(dim))
         self.s_alpha = nn.Parameter(torch.empty(()))
         self.s_beta = nn.Parameter(torch.empty(()))
-        self.norm = nn.LayerNorm(dim, eps=eps)
+        self.norm = nn.LayerNorm(dim, eps=eps, bias=bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -158,19 +164,27 @@ class HyperConnection(StreamConnection):
         self.norm.reset_parameters()
 
     def coefficients(self, x):
-        return hc_coefficients(x, self.static_alpha, self.static_beta, self.w_alpha, self.w_beta, self.s_alpha,
-                               self.s_beta, self.norm)
+        """In float32 at least: autocast off, 16-bit inputs and parameters cast up (as mHC's projection)."""
+        f = _at_least_float32
+        with torch.autocast(x.device.type, enabled=False):
+            xf = f(x)
+            w, b = self.norm.weight, self.norm.bias
+            norm = lambda t: F.layer_norm(t, (t.size(-1),), f(w), None if b is None else f(b),  # noqa: E731
+                                          self.norm.eps)
+            return hc_coefficients(xf, f(self.static_alpha), f(self.static_beta), f(self.w_alpha), f(self.w_beta),
+                                   f(self.s_alpha), f(self.s_beta), norm)
 
 
 def mhc_projection(x, phi, eps):
-    """x~' phi, with x~' = RMSNorm(vec(X)): (B, T, n, C) -> (B, T, outputs), computed in float32 at least.
+    """x~' phi, with x~' = RMSNorm(vec(X)): (B, T, n, C) -> (B, T, outputs), computed in float32 at least
+    (autocast off: under autocast the GEMM would otherwise run in 16 bits).
 
     As (vec(X) phi) * rstd: the RMS is a per-token scalar, so the normalized copy of the stream is never
     formed -- one read of X for its norm, one for the projection (the BLAS)."""
-    v = x.flatten(-2)
-    vf = v.float() if v.dtype in (torch.float16, torch.bfloat16) else v
-    ms = torch.linalg.vector_norm(vf, dim=-1, keepdim=True).square() / vf.size(-1)
-    return (vf @ phi.to(vf.dtype)) * torch.rsqrt(ms + eps)
+    with torch.autocast(x.device.type, enabled=False):
+        vf = _at_least_float32(x.flatten(-2))
+        ms = torch.linalg.vector_norm(vf, dim=-1, keepdim=True).square() / vf.size(-1)
+        return (vf @ phi.to(vf.dtype)) * torch.rsqrt(ms + eps)
 
 
 def mhc_coefficients(proj, n, alpha_pre, alpha_post, alpha_res, b_pre, b_post, b_res, sinkhorn_iters):
@@ -260,7 +274,7 @@ def make_connection(config, placement, k: int) -> StreamConnection | None:
     if placement.stream == "single":
         return None
     if placement.stream == "hc":
-        return HyperConnection(n, dim, k, eps=config.eps)
+        return HyperConnection(n, dim, k, eps=config.eps, bias=config.bias)
     if placement.stream == "mhc":
         return ManifoldHyperConnection(n, dim, sinkhorn_iters=config.sinkhorn_iters)
     if placement.stream == "mhc_lite":

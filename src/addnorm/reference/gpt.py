@@ -80,7 +80,7 @@ def _coefficients(sd, prefix, X, hp):
     g = lambda name: sd[f"{prefix}.{name}"]  # noqa: E731
     if p == "hc":
         C = X.shape[-1]
-        norm = lambda H: fr.layer_norm(H, g("norm.weight"), g("norm.bias"), hp["eps"])  # noqa: E731
+        norm = lambda H: fr.layer_norm(H, g("norm.weight"), sd.get(f"{prefix}.norm.bias"), hp["eps"])  # noqa: E731
         W = g("w_alpha")  # (C, n + 1): column 0 is W_m, the rest W_r
         S = g("static_alpha")
         A_m, A_r, Bv = st.hc_dynamic(X, S[:, 0], S[:, 1:], g("static_beta"), W[:, 0], W[:, 1:], g("w_beta"),
