@@ -262,3 +262,57 @@ def test_a_widened_stream_refuses_a_norm_of_the_sum():
 
     with pytest.raises(ValueError, match="after_sum must be None"):
         Placement("x", stream="mhc", after_sum="layer")
+
+
+def _connections(model):
+    return [s for b in model.h for s in (b.attn.streams, b.mlp.streams)]
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_widened_inits_are_the_papers(n):
+    """At init, before any perturbation, each connection's parameters and its coefficients are the papers':
+
+    - HC (Zhu et al., init of the dynamic part): W_alpha = W_beta = 0, s_alpha = s_beta = 0.01; A_m = e_{k mod n},
+      A_r = I, B = 1 (the static part, ``test_hc_at_init_reads_stream_k_mod_n_and_keeps_every_stream``).
+    - mHC: phi = 0 and the gates alpha = 0.01 (Table 5); the biases give the fixed mappings of Table 1's ablation,
+      H_pre = 1/n ("uniform weights of 1/n"; 1/2 for n = 1, sigmoid's value at 0), H_post = 1 ("ones"), H_res ~ I.
+    - mHC-lite: as mHC, with b_res 0 on the identity permutation and -8 on the others (its code), so H_res ~ I.
+    """
+    from addnorm.model.streams import permutation_matrices
+
+    x = torch.randn(2, 3, n, TINY["n_embd"], generator=torch.Generator().manual_seed(0))
+    for s in _connections(GPT(GPTConfig(**TINY, placement="hc", n_streams=n))):
+        assert torch.equal(s.w_alpha, torch.zeros_like(s.w_alpha)) and torch.equal(s.w_beta, torch.zeros_like(s.w_beta))
+        assert torch.equal(s.s_alpha.detach(), torch.tensor(0.01)) and torch.equal(s.s_beta.detach(), torch.tensor(0.01))
+    for name in ("mhc", "mhc_lite"):
+        if name == "mhc_lite" and n > 4:
+            continue
+        for s in _connections(GPT(GPTConfig(**TINY, placement=name, n_streams=n))):
+            assert torch.equal(s.phi, torch.zeros_like(s.phi)), name
+            for a in (s.alpha_pre, s.alpha_post, s.alpha_res):
+                assert torch.equal(a.detach(), torch.tensor(0.01)), name
+            h_pre, h_post, h_res = s.coefficients(x)
+            torch.testing.assert_close(h_pre, torch.full_like(h_pre, 1 / n if n > 1 else 0.5), atol=1e-7, rtol=0)
+            torch.testing.assert_close(h_post, torch.ones_like(h_post), atol=0, rtol=0)
+            eye = torch.eye(n).expand_as(h_res)
+            if name == "mhc":  # exp(-8) off the diagonal, Sinkhorn-normalized
+                assert torch.equal(s.b_res.detach(), torch.full((n, n), -8.0).fill_diagonal_(0.0))
+                assert (h_res - eye).abs().max() < 1e-3 * max(n - 1, 1)
+            else:  # softmax weight 1/(1 + (n! - 1) e^-8) on I, e^-8 times that on the rest
+                k = math.factorial(n)
+                assert s.b_res[0] == 0 and s.b_res[1:].eq(-8).all()
+                w = torch.softmax(s.b_res.detach().double(), -1)
+                want = torch.einsum("k,kij->ij", w, permutation_matrices(n)).float()
+                torch.testing.assert_close(h_res, want.expand_as(h_res), atol=1e-7, rtol=0)
+                assert w[0] == pytest.approx(1 / (1 + (k - 1) * math.exp(-8)), rel=1e-12)
+                assert (h_res - eye).abs().max() <= (k - 1) * math.exp(-8) + 1e-7  # 6e-3 at n = 4
+
+
+def test_value_residual_lambdas_start_at_resformers_half_and_half():
+    """ResFormer: V_n' = lambda_1 V_n + lambda_2 V_1 with lambda_1 = lambda_2 = 0.5 (learned here, from 0.5)."""
+    for placement in ("pre", "mhc", "ngpt"):
+        m = GPT(GPTConfig(**TINY, placement=placement, value_residual=True))
+        vrs = [b.attn.fn.value_residual if placement != "ngpt" else b.attn.value_residual for b in m.h]
+        assert vrs[0].lambdas is None
+        for vr in vrs[1:]:
+            assert vr.lambdas.tolist() == [0.5, 0.5], placement
