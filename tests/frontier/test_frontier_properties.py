@@ -316,3 +316,36 @@ def test_value_residual_lambdas_start_at_resformers_half_and_half():
         assert vrs[0].lambdas is None
         for vr in vrs[1:]:
             assert vr.lambdas.tolist() == [0.5, 0.5], placement
+
+
+def _block_outputs(model, idx):
+    """Each block's output stream, pending branch added: (B, T, C), or (B, T, n, C) for a widened stream."""
+    outs = []
+    hooks = [b.register_forward_hook(lambda m, a, out: outs.append(out[0] if out[1] is None else out[0] + out[1]))
+             for b in model.h]
+    logits = model(idx)
+    for h in hooks:
+        h.remove()
+    return outs, logits
+
+
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+@pytest.mark.parametrize("name, n", [("hc", 2), ("hc", 4), ("mhc", 2), ("mhc", 4), ("mhc_lite", 2), ("mhc_lite", 4)])
+def test_widened_stream_at_init_keeps_n_copies_of_the_pre_norm_stream(name, n, norm):
+    """At init every one of the n streams is pre-norm's stream after every block: HC reads stream k mod n and
+    writes y into each (B = 1, A_r = I); mHC reads their mean (H_pre = 1/n) and its H_res rows sum to 1.
+    The streams are then summed before the final norm, so the final norm sees n x: LN(n x; eps) = LN(x; eps/n^2),
+    the logits are pre's with the final norm's eps divided by n^2 -- not pre's own (about 3e-3 away here)."""
+    torch.manual_seed(0)
+    pre = GPT(GPTConfig(**TINY, placement="pre", norm=norm)).double()
+    wide = _same_weights(pre, GPT(GPTConfig(**TINY, placement=name, n_streams=n, norm=norm)).double())
+    idx = batch(pre.config)
+    want, pre_logits = _block_outputs(pre, idx)
+    got, logits = _block_outputs(wide, idx)
+    for layer, (g, w) in enumerate(zip(got, want)):
+        assert g.shape[-2] == n
+        for k in range(n):
+            torch.testing.assert_close(g[..., k, :], w, atol=1e-11, rtol=0, msg=f"layer {layer}, stream {k}")
+    pre.ln_f.eps = pre.config.eps / n ** 2
+    torch.testing.assert_close(logits, pre(idx), atol=1e-10, rtol=0)
+    assert 1e-4 < (logits - pre_logits).abs().max() < 1e-2
