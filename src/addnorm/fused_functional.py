@@ -119,7 +119,9 @@ def _parallel(kind, x, x2, residual, shape, weight, bias, weight2, bias2, eps, w
               branches_first, backend):
     if eps is None and kind == "rms" and isinstance(x, torch.Tensor):
         eps = F._default_rms_eps(x)
-    if (type(branches_first) is bool and F._fast_path_ok(x, residual, shape, weight, bias, eps, weight_offset, backend)
+    # residual=None passes _fast_path_ok (Add & Norm takes it) but not here: it must reach _common's TypeError
+    if (type(branches_first) is bool and residual is not None
+            and F._fast_path_ok(x, residual, shape, weight, bias, eps, weight_offset, backend)
             and F._fast_path_ok(x, x2, shape, weight2, bias2, eps, weight_offset, backend)
             and x.dim() > 0):
         F._last["backend"] = "cpu"
@@ -130,15 +132,16 @@ def _parallel(kind, x, x2, residual, shape, weight, bias, weight2, bias2, eps, w
         y, y2, s, _ = _cpu.parallel_contiguous(x, x2, residual, weight, bias, weight2, bias2, kind, eps,
                                                float(weight_offset), bool(cast_before_weight), branches_first, False)
         return y, y2, s
+    # x first (x2 is checked against it), so a non-tensor x is named rather than failing on x.shape
+    shape, eps, weight_offset = _common(
+        x, residual, shape, (("weight", weight), ("bias", bias), ("weight2", weight2), ("bias2", bias2)), eps,
+        weight_offset, kind)
     if x2 is not None:
         _same("x2", x2, x, "x")
         if x2.dtype != x.dtype:
             raise TypeError(f"x2 dtype {x2.dtype} must equal x dtype {x.dtype} (the two branch outputs)")
     if not isinstance(branches_first, bool):
         raise TypeError(f"branches_first must be a bool, got {type(branches_first).__name__}")
-    shape, eps, weight_offset = _common(
-        x, residual, shape, (("weight", weight), ("bias", bias), ("weight2", weight2), ("bias2", bias2)), eps,
-        weight_offset, kind)
     if x2 is not None and not torch.compiler.is_compiling() and not F._functorch_active():
         F._check_storage("x2", x2)
     two = weight2 is not None or bias2 is not None

@@ -36,6 +36,23 @@ def _scalar(name, t, x):
         raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
 
 
+def _param_shape(x, weight, bias) -> tuple[int, ...]:
+    """The trailing dims of x that weight and bias cover (x's last dim when neither is given). A weight or
+    bias whose shape is not a trailing part of x's is refused by its own name: there is no normalized_shape
+    argument here, the parameters' shapes are the claim."""
+    if not isinstance(x, torch.Tensor) or not x.dim():
+        return (1,)  # _check_input refuses x by name
+    given = [(name, p) for name, p in (("weight", weight), ("bias", bias)) if isinstance(p, torch.Tensor)]
+    for name, p in given:
+        s = tuple(p.shape)
+        if p.dim() > x.dim() or tuple(x.shape[x.dim() - p.dim():]) != s:
+            raise ValueError(f"{name} of shape {s} must equal the trailing dims of x's shape {tuple(x.shape)} "
+                             f"(one value per element of x's last dims)")
+    if len(given) == 2 and given[0][1].shape != given[1][1].shape:
+        raise ValueError(f"bias must have weight's shape {tuple(weight.shape)}, got {tuple(bias.shape)}")
+    return tuple(given[0][1].shape) if given else (tuple(x.shape[-1:]) if x.dim() else (1,))
+
+
 _SCALARS = frozenset((torch.Tensor, torch.nn.Parameter))
 
 
@@ -59,8 +76,7 @@ def _pointwise(kind, x, residual, alpha, shift, weight, bias, backend):
             or (bias is not None and bias.requires_grad)))
         y, s = _APPLY["cpu"](*args) if needs else _INFER["cpu"](*args)
         return y, (x if residual is None else s)
-    shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else tuple(bias.shape) if isinstance(
-        bias, torch.Tensor) else (tuple(x.shape[-1:]) if isinstance(x, torch.Tensor) and x.dim() else (1,))
+    shape = _param_shape(x, weight, bias)
     F._check_input("x", x, shape)
     F._check_residual(x, residual)
     F._check_param("weight", weight, shape, x)
@@ -91,5 +107,6 @@ def add_dyt(x, residual, alpha, weight=None, bias=None, *, backend: str | None =
 
 
 def add_derf(x, residual, alpha, shift, weight=None, bias=None, *, backend: str | None = None):
-    """Derf (arXiv 2512.10938) of s = x + residual: ``(weight * erf(alpha * s + shift) + bias, s)``."""
+    """Derf (arXiv 2512.10938) of s = x + residual: ``(weight * erf(alpha * s + shift) + bias, s)``;
+    ``shift=None`` is no shift (``erf(alpha * s)``), on every backend."""
     return _pointwise("derf", x, residual, alpha, shift, weight, bias, backend)
