@@ -152,15 +152,15 @@ def test_padding_masks_hidden_states_and_attentions_are_unchanged():
             assert (a - b).abs().max() <= 1e-6, name
 
 
-@pytest.mark.parametrize("name", ["GPT2", "Llama", "Gemma", "Gemma2", "Qwen3", "Olmo2", "GPTNeoX", "Bloom", "OPT",
-                                  "Nemotron", "Cohere", "Falcon"])
-def test_bfloat16_error_within_twice_hfs_own(name):
+@pytest.mark.parametrize("name", FAMILIES)
+def test_bfloat16_error_no_worse_than_hfs_own(name):
     exact = build(name)(IDX).logits.double()
     hf16 = build(name, torch.bfloat16)
     ours16 = patch_hf_model(copy.deepcopy(hf16))
     err_hf = (hf16(IDX).logits.double() - exact).abs().max().item()
     err_ours = (ours16(IDX).logits.double() - exact).abs().max().item()
-    assert err_ours <= 2 * err_hf + 1e-3, f"{err_ours:.3g} vs HF's own {err_hf:.3g}"
+    assert ours16._addnorm_patched["fused_adds"] == (2 if name in PARALLEL else 4)
+    assert err_ours <= 1.05 * err_hf, f"{err_ours:.3g} vs HF's own {err_hf:.3g}"
 
 
 def _unchanged(m, state, modules):

@@ -472,4 +472,7 @@ def _same(a, b) -> bool:
     if a is None or b is None:
         return a is b
     scale = max(1.0, a.float().abs().max().item())
-    return a.shape == b.shape and bool(((a.float() - b.float()).abs() <= 1e-4 * scale).all())
+    # float32: rounding only. A 16-bit model rounds each op's result, and the fused kernels' float32 statistics
+    # may land an ulp away from eager's: a few ulps of the largest output, far below what a wrong add gives.
+    tol = 1e-4 if a.dtype not in (torch.bfloat16, torch.float16) else 4 * torch.finfo(a.dtype).eps
+    return a.shape == b.shape and bool(((a.float() - b.float()).abs() <= tol * scale).all())
