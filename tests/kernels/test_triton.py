@@ -221,6 +221,79 @@ def test_kernels_compile_for_nvidia_gpus_without_one():
     assert p.returncode == 0 and "compiled" in p.stdout, p.stderr[-3000:]
 
 
+
+COMPILE_FUSED = """
+import triton, triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from addnorm.kernels.triton import fused_kernels as F, pointwise_kernels as P, stream_kernels as S
+
+def compile(fn, sig, const, cc):
+    sig = dict(sig, **{k: "constexpr" for k in const})
+    return triton.compile(ASTSource(fn, sig, const), target=GPUTarget("cuda", cc, 32),
+                          options={"num_warps": 4})
+
+def fused_fwd(dt, res, cc, **flags):
+    sig = dict(X=f"*{dt}", A=f"*{dt}", M=f"*{dt}", P=f"*{res}", W1="*fp32", B1="*fp32", W2="*fp32", B2="*fp32",
+               Y=f"*{dt}", Y2=f"*{dt}", S=f"*{res}", MEAN="*fp32", RSTD="*fp32", sx="i64", sa="i64", sm="i64",
+               sp="i64", sy="i64", sy2="i64", ss="i64", N="i32", D="i32", eps="fp32", weight_offset="fp32")
+    tdt = dict(bf16=tl.bfloat16, fp16=tl.float16, fp32=tl.float32)[dt]
+    const = dict(AMDT=tdt, NDT=tdt, IS_LAYER=True, HAS_A=False, HAS_M=False, HAS_P=False, HAS_W1=True,
+                 HAS_B1=False, HAS_W2=False, HAS_B2=False, STORE_Y=True, STORE_Y2=False, STORE_S=False,
+                 STORE_STATS=True, CAST_BEFORE_W=False, ROWS=1, BLOCK=1024, RNE=False)
+    compile(F.fused_fwd, sig, dict(const, **flags), cc)
+
+def fused_bwd(dt, res, cc, **flags):
+    sig = dict(DY=f"*{dt}", DY2=f"*{dt}", DRES=f"*{res}", S=f"*{res}", MEAN="*fp32", RSTD="*fp32", W1="*fp32",
+               W2="*fp32", DS=f"*{res}", DWP="*fp32", sdy="i64", sdy2="i64", sdres="i64", s_s="i64", sds="i64",
+               N="i32", D="i32", rows_per_program="i32", weight_offset="fp32")
+    const = dict(IS_LAYER=True, HAS_DY=True, HAS_DY2=False, HAS_DRES=True, HAS_W1=True, HAS_W2=False,
+                 WANT_DW1=True, WANT_DB1=True, WANT_DW2=False, WANT_DB2=False, ROWS=16, BLOCK=1024, RNE=False)
+    compile(F.fused_bwd, sig, dict(const, **flags), cc)
+
+for cc in (80, 90):
+    # norm-then-add: residual (P) added after the norm; LayerNorm and RMSNorm, a float32 residual beside bf16
+    fused_fwd("bf16", "fp32", cc, HAS_P=True, HAS_B1=True, ROWS=4)
+    fused_fwd("fp16", "fp16", cc, IS_LAYER=False, HAS_P=True, CAST_BEFORE_W=True, BLOCK=4096)
+    # the parallel residual: two branches and two norms (GPT-NeoX); one branch, one norm, a long row
+    fused_fwd("bf16", "fp32", cc, HAS_A=True, HAS_M=True, HAS_B1=True, HAS_W2=True, HAS_B2=True, STORE_Y2=True,
+              STORE_S=True)
+    fused_fwd("fp32", "fp32", cc, IS_LAYER=False, HAS_A=True, STORE_S=True, ROWS=1, BLOCK=16384)
+    fused_bwd("bf16", "fp32", cc, HAS_DY2=True, HAS_W2=True, WANT_DW2=True, WANT_DB2=True)
+    fused_bwd("fp32", "fp32", cc, IS_LAYER=False, HAS_DRES=False, WANT_DB1=False, ROWS=1, BLOCK=16384)
+    for dyt in (True, False):  # DyT and Derf fused with the add
+        compile(P.pointwise_fwd, dict(X="*bf16", R="*bf16", ALPHA="*fp32", SHIFT="*fp32", W="*bf16", B="*bf16",
+                                      Y="*bf16", S="*bf16", sx="i64", sr="i64", N="i32", D="i32"),
+                dict(IS_DYT=dyt, HAS_R=True, HAS_SHIFT=not dyt, HAS_W=True, HAS_B=True, STORE_S=True, ROWS=2,
+                     BLOCK=1024, RNE=False), cc)
+        compile(P.pointwise_bwd, dict(DY="*bf16", DRES="*bf16", S="*bf16", ALPHA="*fp32", SHIFT="*fp32",
+                                      W="*bf16", DS="*bf16", PART="*fp32", sdy="i64", sdres="i64", N="i32",
+                                      D="i32", rows_per_program="i32"),
+                dict(IS_DYT=dyt, HAS_DRES=dyt, HAS_SHIFT=not dyt, HAS_W=True, ROWS=2, BLOCK=1024, RNE=False), cc)
+    for ns in (4, 8):  # the widened stream's read and write, n = 4 and the largest n the kernels take
+        compile(S.stream_read, dict(X="*bf16", HP="*fp32", H="*bf16", C="i32"), dict(NS=ns, BLOCK=1024, RNE=False),
+                cc)
+        compile(S.stream_read_bwd, dict(DH="*bf16", X="*bf16", HP="*fp32", DX="*bf16", DPRE="*fp32", C="i32"),
+                dict(NS=ns, BLOCK=1024, RNE=False), cc)
+        compile(S.stream_write, dict(X="*bf16", Y="*bf16", HPOST="*fp32", HRES="*fp32", X2="*bf16", Q="*fp32",
+                                     C="i32"), dict(NS=ns, BLOCK=1024, STORE_Q=True, RNE=False), cc)
+        compile(S.stream_write_bwd, dict(DX2="*bf16", DQ="*fp32", X="*bf16", Y="*bf16", X2="*bf16", HPOST="*fp32",
+                                         HRES="*fp32", DX="*bf16", DY="*bf16", DPOST="*fp32", DRES="*fp32",
+                                         C="i32"), dict(NS=ns, BLOCK=1024, HAS_DQ=ns == 4, RNE=False), cc)
+print("compiled")
+"""
+
+
+def test_fused_pointwise_and_stream_kernels_compile_for_nvidia_gpus_without_one():
+    """As above, for issue 22's kernels (the interpreter accepts code a GPU compiler rejects): norm-then-add
+    and the parallel residual forward and backward (one and two norms, 16- and 32-bit, a row held whole at the
+    largest block), DyT/Derf-add both ways, and the widened stream's read and write both ways at n = 4 and 8,
+    for sm_80 and sm_90."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    p = _python(COMPILE_FUSED, env)
+    assert p.returncode == 0 and "compiled" in p.stdout, p.stderr[-3000:]
+
 def test_gpt_trains_the_same_on_the_triton_kernels():
     """addnorm's GPT with backend='triton' (what auto picks on CUDA): the same loss and gradients."""
     from addnorm.model import GPT, GPTConfig
