@@ -23,7 +23,7 @@ def _h_res(model, idx):
     return seen
 
 
-@pytest.mark.parametrize("dtype, iters, col_tol", [(torch.float64, 20, 1e-3), (torch.float32, 20, 1e-3),
+@pytest.mark.parametrize("dtype, iters, col_tol", [(torch.float64, 20, 3e-3), (torch.float32, 20, 3e-3),
                                                    (torch.float64, 3, 5e-2)])
 def test_mhc_h_res_rows_sum_to_one_columns_within_the_sinkhorn_tolerance(dtype, iters, col_tol):
     cfg = config("mhc", n_streams=4, sinkhorn_iters=iters)
@@ -274,8 +274,10 @@ def test_widened_inits_are_the_papers(n):
 
     - HC (Zhu et al., init of the dynamic part): W_alpha = W_beta = 0, s_alpha = s_beta = 0.01; A_m = e_{k mod n},
       A_r = I, B = 1 (the static part, ``test_hc_at_init_reads_stream_k_mod_n_and_keeps_every_stream``).
-    - mHC: phi = 0 and the gates alpha = 0.01 (Table 5); the biases give the fixed mappings of Table 1's ablation,
-      H_pre = 1/n ("uniform weights of 1/n"; 1/2 for n = 1, sigmoid's value at 0), H_post = 1 ("ones"), H_res ~ I.
+    - mHC: the gates alpha = 0.01 (Table 5) on phi ~ N(0, 1/(nC)); the biases give the fixed mappings of Table 1's
+      ablation, H_pre = 1/n ("uniform weights of 1/n"; 1/2 for n = 1, sigmoid's value at 0), H_post = 1 ("ones"),
+      H_res ~ I -- the coefficients' values with phi's contribution taken out (phi zeroed), and within a few
+      hundredths of them with it.
     - mHC-lite: as mHC, with b_res 0 on the identity permutation and -8 on the others (its code), so H_res ~ I.
     """
     from addnorm.model.streams import permutation_matrices
@@ -288,10 +290,17 @@ def test_widened_inits_are_the_papers(n):
         if name == "mhc_lite" and n > 4:
             continue
         for s in _connections(GPT(GPTConfig(**TINY, placement=name, n_streams=n))):
-            assert torch.equal(s.phi, torch.zeros_like(s.phi)), name
+            assert abs(s.phi.mean().item()) < 0.5 / math.sqrt(s.phi.size(0))
+            assert s.phi.std().item() == pytest.approx(1 / math.sqrt(s.phi.size(0)), rel=0.35), name
             for a in (s.alpha_pre, s.alpha_post, s.alpha_res):
                 assert torch.equal(a.detach(), torch.tensor(0.01)), name
+            with torch.no_grad():
+                dyn = s.coefficients(x)
+                s.phi.zero_()
             h_pre, h_post, h_res = s.coefficients(x)
+            for d, st in zip(dyn, (h_pre, h_post, h_res)):  # alpha * x~'phi: a few hundredths at most
+                assert (d - st).abs().max() < 0.05, name
+            assert (dyn[0] - h_pre).abs().max() > 0 and (dyn[1] - h_post).abs().max() > 0, name
             torch.testing.assert_close(h_pre, torch.full_like(h_pre, 1 / n if n > 1 else 0.5), atol=1e-7, rtol=0)
             torch.testing.assert_close(h_post, torch.ones_like(h_post), atol=0, rtol=0)
             eye = torch.eye(n).expand_as(h_res)
@@ -332,13 +341,18 @@ def _block_outputs(model, idx):
 @pytest.mark.parametrize("norm", ["layer", "rms"])
 @pytest.mark.parametrize("name, n", [("hc", 2), ("hc", 4), ("mhc", 2), ("mhc", 4), ("mhc_lite", 2), ("mhc_lite", 4)])
 def test_widened_stream_at_init_keeps_n_copies_of_the_pre_norm_stream(name, n, norm):
-    """At init every one of the n streams is pre-norm's stream after every block: HC reads stream k mod n and
-    writes y into each (B = 1, A_r = I); mHC reads their mean (H_pre = 1/n) and its H_res rows sum to 1.
+    """At init (mHC's dynamic part phi zeroed: the static mappings) every one of the n streams is pre-norm's
+    stream after every block: HC reads stream k mod n and writes y into each (B = 1, A_r = I); mHC reads their
+    mean (H_pre = 1/n) and its H_res rows sum to 1.
     The streams are then summed before the final norm, so the final norm sees n x: LN(n x; eps) = LN(x; eps/n^2),
     the logits are pre's with the final norm's eps divided by n^2 -- not pre's own (about 3e-3 away here)."""
     torch.manual_seed(0)
     pre = GPT(GPTConfig(**TINY, placement="pre", norm=norm)).double()
     wide = _same_weights(pre, GPT(GPTConfig(**TINY, placement=name, n_streams=n, norm=norm)).double())
+    with torch.no_grad():
+        for s in _connections(wide):
+            if hasattr(s, "phi"):
+                s.phi.zero_()
     idx = batch(pre.config)
     want, pre_logits = _block_outputs(pre, idx)
     got, logits = _block_outputs(wide, idx)
@@ -349,3 +363,31 @@ def test_widened_stream_at_init_keeps_n_copies_of_the_pre_norm_stream(name, n, n
     pre.ln_f.eps = pre.config.eps / n ** 2
     torch.testing.assert_close(logits, pre(idx), atol=1e-10, rtol=0)
     assert 1e-4 < (logits - pre_logits).abs().max() < 1e-2
+
+
+@pytest.mark.parametrize("name", ["hc", "mhc", "mhc_lite"])
+def test_the_n_copies_become_n_streams_in_training(name):
+    """The streams start as n copies of the embedding. With mHC's uniform static mappings and phi = 0, every
+    stream would get the same gradient and stay a copy for ever (one stream, n times over: checked below);
+    HC's read of stream k mod n and mHC's random phi make them differ after a few steps."""
+
+    def spread(zero_phi):
+        torch.manual_seed(0)
+        m = GPT(GPTConfig(**TINY, placement=name, n_streams=4))
+        if zero_phi:
+            with torch.no_grad():
+                for s in _connections(m):
+                    s.phi.zero_()
+        opt = torch.optim.SGD(m.parameters(), lr=0.5)
+        idx = batch(m.config, B=4, T=8)
+        for _ in range(5):
+            opt.zero_grad()
+            m(idx, idx)[1].backward()
+            opt.step()
+        outs, _ = _block_outputs(m, idx)
+        last = outs[-1]  # (B, T, n, C)
+        return (last - last.mean(-2, keepdim=True)).abs().max().item() / last.abs().max().item()
+
+    assert spread(False) > 1e-4, name
+    if name != "hc":
+        assert spread(True) < 1e-6, name

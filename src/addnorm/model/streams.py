@@ -201,9 +201,12 @@ class ManifoldHyperConnection(StreamConnection):
     """mHC around one sub-layer: one projection phi (nC x (n^2 + 2n)) of the RMS-normed flattened stream,
     gated by the scalars alpha_pre/post/res, plus static biases; H_res projected by Sinkhorn-Knopp.
 
-    Init: alpha = 0.01 (mHC, Table 5); phi = 0, so the coefficients start at their static values. The
-    paper gives no bias init; we start at the fixed mappings of its ablation (Table 1): H_pre = 1/n
-    (1/2 when n = 1), H_post = 1 (b_post = 0), H_res ~ I (b_res 0 on the diagonal, -8 off it).
+    Init: alpha = 0.01 (mHC, Table 5), gating a projection phi ~ N(0, 1/(nC)) (so alpha * x~'phi has a std of
+    0.01). The paper gives no bias init; we start at the fixed mappings of its ablation (Table 1): H_pre = 1/n
+    (1/2 when n = 1), H_post = 1 (b_post = 0), H_res ~ I (b_res 0 on the diagonal, -8 off it). phi must not
+    start at 0: with uniform static mappings and the streams starting as copies of the embedding, every
+    stream would get the same gradient and the n copies would stay identical for ever -- one stream
+    (tested). The random phi makes each stream's coefficients differ from the first token on.
     """
 
     ALPHA_INIT = 0.01  # mHC Table 5, "gating factor init"
@@ -226,7 +229,7 @@ class ManifoldHyperConnection(StreamConnection):
     def reset_parameters(self) -> None:
         n = self.n
         with torch.no_grad():
-            self.phi.zero_()
+            self.phi.normal_(0.0, 1.0 / math.sqrt(self.phi.size(0)))
             for a in (self.alpha_pre, self.alpha_post, self.alpha_res):
                 a.fill_(self.ALPHA_INIT)
             self.b_pre.fill_(-math.log(n - 1) if n > 1 else 0.0)  # sigmoid(b_pre) = 1/n
