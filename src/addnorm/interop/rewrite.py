@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import ast
 import inspect
+import sys
 import textwrap
+import types
 from dataclasses import dataclass, field
 
 from . import fused_sites
@@ -246,8 +248,13 @@ def _rewrite(cls, norms) -> Rewritten | None:
         return None
     decorators, fdef.decorator_list = fdef.decorator_list, []
     ast.fix_missing_locations(tree)
-    namespace = dict(fn.__globals__)
+    # the namespace is a real module's (registered in sys.modules): torch.compile looks a function's globals up
+    # by its module's name, so the helpers must be attributes of a module of that name
+    module = types.ModuleType(f"addnorm.interop._fused.{cls.__module__}.{cls.__qualname__}")
+    namespace = module.__dict__
+    namespace.update({k: v for k, v in fn.__globals__.items() if k not in ("__name__", "__spec__", "__loader__")})
     namespace.update(_HELPERS)
+    sys.modules[module.__name__] = module
     code = compile(tree, f"<addnorm fused {cls.__module__}.{cls.__qualname__}.forward>", "exec")
     exec(code, namespace)  # noqa: S102  (the layer's own source, with its adds replaced by addnorm calls)
     new = namespace[fdef.name]
