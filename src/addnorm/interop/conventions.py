@@ -22,14 +22,32 @@ _LOW = (torch.bfloat16, torch.float16)
 @dataclass(frozen=True)
 class NormConvention:
     kind: str  # "layer" | "rms"
-    eps: float
+    eps: float | None  # None: the input dtype's eps (torch's RMSNorm with eps=None)
     weight_offset: float  # 1.0: Gemma's (1 + w), Nemotron's LayerNorm1P
     cast_before_weight: bool  # Llama's order
     promotes_with_weight: bool  # the output dtype is promote(input, weight) (Llama's `weight * x.to(dtype)`)
 
 
 def convention(norm) -> NormConvention | None:
-    return norm.__dict__.get("_addnorm_convention") if isinstance(norm, nn.Module) else None
+    """The norm's convention, or None where it must run as a module: not patched, or with hooks of its own
+    (a hook registered after patching must still see the call)."""
+    if not isinstance(norm, nn.Module) or norm._forward_hooks or norm._forward_pre_hooks:
+        return None
+    return norm.__dict__.get("_addnorm_convention")
+
+
+_EPS_NAMES = ("variance_epsilon", "eps", "epsilon")
+
+
+def eps(conv: NormConvention, norm: nn.Module):
+    """The module's eps as it is now (a user may change it after patching), else the probed one; None (the
+    input dtype's eps, as torch's RMSNorm with eps=None) where that is what the module holds."""
+    for name in _EPS_NAMES:
+        if name in norm.__dict__ or hasattr(type(norm), name):
+            v = getattr(norm, name)
+            if v is None or (isinstance(v, float | int) and not isinstance(v, bool)):
+                return None if v is None else float(v)
+    return conv.eps
 
 
 def out_dtype(conv: NormConvention, norm: nn.Module, s_dtype: torch.dtype) -> torch.dtype:
@@ -41,10 +59,10 @@ def apply(conv: NormConvention, norm: nn.Module, s: torch.Tensor, out_dtype=None
     """``(norm(residual + s), residual + s)``; with ``residual=None``, ``(norm(s), s)``."""
     w, b = getattr(norm, "weight", None), getattr(norm, "bias", None)
     D = s.shape[-1]
+    e = eps(conv, norm)
     if conv.kind == "layer":
-        return AF.add_layer_norm(s, residual, D, w, b, conv.eps, weight_offset=conv.weight_offset,
-                                 out_dtype=out_dtype)
-    return AF.add_rms_norm(s, residual, D, w, conv.eps, weight_offset=conv.weight_offset,
+        return AF.add_layer_norm(s, residual, D, w, b, e, weight_offset=conv.weight_offset, out_dtype=out_dtype)
+    return AF.add_rms_norm(s, residual, D, w, e, weight_offset=conv.weight_offset,
                            cast_before_weight=conv.cast_before_weight, out_dtype=out_dtype)
 
 
@@ -93,15 +111,16 @@ def norm_then_add(norm, branch, other):
         return None
     w, b = getattr(norm, "weight", None), getattr(norm, "bias", None)
     D = branch.shape[-1]
+    e = eps(conv, norm)
     if conv.kind == "layer":
-        return FF.layer_norm_add(branch, other, D, w, b, conv.eps, weight_offset=conv.weight_offset)
-    return FF.rms_norm_add(branch, other, D, w, conv.eps, weight_offset=conv.weight_offset,
+        return FF.layer_norm_add(branch, other, D, w, b, e, weight_offset=conv.weight_offset)
+    return FF.rms_norm_add(branch, other, D, w, e, weight_offset=conv.weight_offset,
                            cast_before_weight=conv.cast_before_weight)
 
 
-def _compatible(c1: NormConvention, c2: NormConvention) -> bool:
-    return (c1.kind, c1.eps, c1.weight_offset, c1.cast_before_weight) == (
-        c2.kind, c2.eps, c2.weight_offset, c2.cast_before_weight)
+def _compatible(c1: NormConvention, n1, c2: NormConvention, n2) -> bool:
+    return (c1.kind, eps(c1, n1), c1.weight_offset, c1.cast_before_weight) == (
+        c2.kind, eps(c2, n2), c2.weight_offset, c2.cast_before_weight)
 
 
 def sum_then_norms(norms, terms):
@@ -118,7 +137,7 @@ def sum_then_norms(norms, terms):
     convs = [convention(n) for n in norms]
     if any(out_dtype(c, n, t0.dtype) != t0.dtype for c, n in zip(convs, norms)):
         return None
-    if len(norms) == 2 and not _compatible(*convs):
+    if len(norms) == 2 and not _compatible(convs[0], norms[0], convs[1], norms[1]):
         norms, convs = norms[:1], convs[:1]
     if len(norms) == 1 and len(terms) == 2:
         y, s = apply(convs[0], norms[0], terms[1], t0.dtype, terms[0])
@@ -133,9 +152,9 @@ def sum_then_norms(norms, terms):
         return None  # the operator tells a second output by its parameters
     if c.kind == "layer":
         b1, b2 = getattr(n1, "bias", None), getattr(n2, "bias", None) if n2 is not None else None
-        y, y2, s = FF.parallel_add_layer_norm(x, x2, residual, D, w1, b1, w2, b2, c.eps,
+        y, y2, s = FF.parallel_add_layer_norm(x, x2, residual, D, w1, b1, w2, b2, eps(c, n1),
                                               weight_offset=c.weight_offset, branches_first=True)
     else:
-        y, y2, s = FF.parallel_add_rms_norm(x, x2, residual, D, w1, w2, c.eps, weight_offset=c.weight_offset,
+        y, y2, s = FF.parallel_add_rms_norm(x, x2, residual, D, w1, w2, eps(c, n1), weight_offset=c.weight_offset,
                                             cast_before_weight=c.cast_before_weight, branches_first=True)
     return s, [(n1, y)] if n2 is None else [(n1, y), (n2, y2)]

@@ -20,12 +20,14 @@ import weakref
 import torch
 from torch import nn
 
-_PENDING = "_addnorm_pending"
+# norm -> what was left for it; kept beside the module, not in it, so that a patched model pickles with an
+# output still waiting (a weakref cannot be pickled)
+_PENDING: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
 
 
 def enabled(layer: nn.Module) -> bool:
     """Whether ``layer`` may hand off its sum now."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or torch.is_inference_mode_enabled():
         return False
     owner = layer.__dict__.get("_addnorm_layer", layer)  # a rewritten child (BLOOM's MLP): its decoder layer's
     return not (getattr(owner, "gradient_checkpointing", False) and owner.training)
@@ -36,21 +38,22 @@ def _versions(norm: nn.Module):
 
 
 def _same_memory(x: torch.Tensor, s: torch.Tensor) -> bool:
-    """x is s, or a contiguous view of all of it with the same rows (OPT's ``.reshape(-1, C)``)."""
-    return x is s or (x.dtype == s.dtype and x.device == s.device and x.numel() == s.numel() and x.dim() > 0
-                      and x.shape[-1] == s.shape[-1] and x.is_contiguous() and s.is_contiguous()
-                      and x.data_ptr() == s.data_ptr())
+    """x is s, or a view of all of it with the same rows (OPT's ``.reshape(-1, C)``): a view autograd knows
+    (``x._base is s``), never a ``.detach()`` or ``.data`` of it, which share the memory but not the graph."""
+    return x is s or (x._base is s and x.requires_grad == s.requires_grad and x.dtype == s.dtype
+                      and x.numel() == s.numel() and x.dim() > 0 and x.shape[-1] == s.shape[-1]
+                      and x.is_contiguous() and s.is_contiguous() and x.data_ptr() == s.data_ptr())
 
 
 def give(norm: nn.Module, s: torch.Tensor, y: torch.Tensor) -> None:
     """Leave ``y = norm(s)`` with ``norm`` for its next call on ``s``."""
-    norm.__dict__[_PENDING] = (weakref.ref(s), s._version, y, torch.is_grad_enabled(), _versions(norm))
+    _PENDING[norm] = (weakref.ref(s), s._version, y, torch.is_grad_enabled(), _versions(norm))
 
 
 def take(norm: nn.Module, x) -> torch.Tensor | None:
     """The output left for this call of ``norm`` on ``x``, or None; whatever was left is dropped either way."""
-    pending = norm.__dict__.pop(_PENDING, None)
-    if pending is None or torch.compiler.is_compiling() or not isinstance(x, torch.Tensor):
+    pending = _PENDING.pop(norm, None)
+    if pending is None or torch.compiler.is_compiling() or not isinstance(x, torch.Tensor) or x.is_inference():
         return None
     ref, version, y, grad, versions = pending
     s = ref()
@@ -58,6 +61,10 @@ def take(norm: nn.Module, x) -> torch.Tensor | None:
             and _versions(norm) == versions):
         return y if x.shape == s.shape else y.reshape(x.shape)
     return None
+
+
+def drop(norm: nn.Module) -> None:
+    _PENDING.pop(norm, None)
 
 
 def readers(layer: nn.Module, site: str) -> tuple:
@@ -69,7 +76,7 @@ _RECORDER: list = []  # the Readers running now, if any
 
 def record(layer: nn.Module, site: str, s) -> None:
     """A hand-off site's result, seen by the Readers of a probe run."""
-    if _RECORDER and isinstance(s, torch.Tensor):
+    if _RECORDER and isinstance(s, torch.Tensor) and not s.is_inference():
         _RECORDER[-1].sums.append((layer, site, s))
 
 

@@ -129,7 +129,9 @@ def probe_convention(norm: nn.Module) -> NormConvention | None:
         return None
     g = torch.Generator().manual_seed(0)
     device = w.device if w is not None else torch.device("cpu")
-    probe = (torch.randn(4, D, generator=g) * 3 + 1).to(device)
+    probe = torch.randn(4, D, generator=g) * 3 + 1
+    probe[2:] *= 1e-3  # rows whose mean square is near eps: a convention with the wrong eps shows there
+    probe = probe.to(device)
     try:  # a norm that cannot run on a probe (meta weights, an unusual signature) is not reproduced
         low = copy.deepcopy(norm).to(torch.bfloat16)
         low_f32w = copy.deepcopy(norm).float()
@@ -433,8 +435,9 @@ def _find_readers(model: nn.Module, layers, norms) -> None:
 
 def _unpatch_module(module: nn.Module) -> None:
     for attr in ("forward", "_addnorm_plan", "_addnorm_convention", "_addnorm_sites", "_addnorm_readers",
-                 "_addnorm_pending", "_addnorm_layer"):
+                 "_addnorm_layer"):
         module.__dict__.pop(attr, None)
+    handoff.drop(module)
 
 
 def unpatch_hf_model(model: nn.Module) -> nn.Module:
@@ -455,13 +458,16 @@ def _probe_outputs(model: nn.Module):
         device = next(model.parameters()).device
     except StopIteration:
         return None
-    ids = torch.randint(0, vocab, (1, 6), generator=torch.Generator().manual_seed(0)).to(device)
-    training = model.training
+    ids = torch.randint(0, vocab, (2, 6), generator=torch.Generator().manual_seed(0)).to(device)
+    modes = [(m, m.training) for m in model.modules()]  # each module's own mode, restored as it was
     model.eval()
     try:
         out = model(input_ids=ids)
     finally:
-        model.train(training)
+        for m, training in modes:
+            m.training = training
+    if isinstance(out, torch.Tensor):
+        return out
     t = getattr(out, "logits", None)
     if t is None:
         t = getattr(out, "last_hidden_state", None)

@@ -26,15 +26,13 @@ from __future__ import annotations
 
 import ast
 import inspect
-import sys
 import textwrap
-import types
 from dataclasses import dataclass, field
 
 from . import fused_sites
 
-_HELPERS = {"__an_add_norm": fused_sites.add_norm, "__an_norm_add": fused_sites.norm_add,
-            "__an_sum": fused_sites.layer_sum, "__an_dropout_add": fused_sites.dropout_add}
+_HELPERS = {"_addnorm_add_norm": fused_sites.add_norm, "_addnorm_norm_add": fused_sites.norm_add,
+            "_addnorm_sum": fused_sites.layer_sum, "_addnorm_dropout_add": fused_sites.dropout_add}
 
 
 def _is_dropout_add(fn) -> bool:
@@ -93,11 +91,6 @@ def _terms(node):
     return [left, node.right]
 
 
-def _reads(stmts, name) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
-               for s in stmts for n in ast.walk(s))
-
-
 def _call(helper, *args):
     return ast.Call(func=ast.Name(helper, ast.Load()), args=list(args), keywords=[])
 
@@ -153,9 +146,9 @@ class _Rewriter:
         if call is None or call[0] not in self.norms:
             return 0
         self.n += 1
-        tmp = f"__an_normed_{self.n}"
+        tmp = f"_addnorm_normed_{self.n}"
         fused = ast.Assign(targets=[ast.Tuple([ast.Name(tmp, ast.Store()), ast.Name(name, ast.Store())], ast.Store())],
-                           value=_call("__an_add_norm", ast.Name("self", ast.Load()), ast.Constant(call[0]), *terms))
+                           value=_call("_addnorm_add_norm", ast.Name("self", ast.Load()), ast.Constant(call[0]), *terms))
         out.append(fused)
         out.extend(stmts[i + 1:j])
         out.append(ast.Assign(targets=[ast.Name(d[0], ast.Store())], value=ast.Name(tmp, ast.Load())))
@@ -174,17 +167,15 @@ class _Rewriter:
         if terms is None or len(terms) != 2:
             return 0
         names = [t.id if isinstance(t, ast.Name) else None for t in terms]
-        if names.count(d[0]) != 1:
-            return 0
+        if names.count(d[0]) != 1 or None in names:
+            return 0  # the other operand must be a plain name: evaluating it before the norm changes nothing
         normed_first = names[0] == d[0]
         other = terms[1] if normed_first else terms[0]
-        if isinstance(other, ast.Name) and other.id == d[0]:
-            return 0
-        if a[0] != d[0] and _reads(stmts[i + 2:], d[0]):
-            return 0  # the normed value is read again later: keep it
+        if a[0] != d[0]:
+            return 0  # the normed value must not outlive the add (it may be read after an if, in a loop, ...)
         branch = ast.Name(call[1], ast.Load())
         out.append(ast.Assign(targets=[ast.Name(a[0], ast.Store())],
-                              value=_call("__an_norm_add", ast.Name("self", ast.Load()), ast.Constant(call[0]),
+                              value=_call("_addnorm_norm_add", ast.Name("self", ast.Load()), ast.Constant(call[0]),
                                           branch, other, ast.Constant(normed_first))))
         self._count("norm+add")
         return 2
@@ -203,7 +194,7 @@ class _Rewriter:
         if terms is None:
             if self._dropout_add(node):
                 self.n += 1
-                setattr(holder, attr, _call("__an_dropout_add", ast.Name("self", ast.Load()),
+                setattr(holder, attr, _call("_addnorm_dropout_add", ast.Name("self", ast.Load()),
                                             ast.Constant(f"sum{self.n}"), node.func, *node.args))
                 getattr(holder, attr).keywords = node.keywords
                 self._count("sum")
@@ -211,7 +202,7 @@ class _Rewriter:
                 return 1
             return 0
         self.n += 1
-        setattr(holder, attr, _call("__an_sum", ast.Name("self", ast.Load()), ast.Constant(f"sum{self.n}"), *terms))
+        setattr(holder, attr, _call("_addnorm_sum", ast.Name("self", ast.Load()), ast.Constant(f"sum{self.n}"), *terms))
         self._count("sum" if len(terms) == 2 else "parallel sum")
         out.append(s)
         return 1
@@ -248,16 +239,17 @@ def _rewrite(cls, norms) -> Rewritten | None:
         return None
     decorators, fdef.decorator_list = fdef.decorator_list, []
     ast.fix_missing_locations(tree)
-    # the namespace is a real module's (registered in sys.modules): torch.compile looks a function's globals up
-    # by its module's name, so the helpers must be attributes of a module of that name
-    module = types.ModuleType(f"addnorm.interop._fused.{cls.__module__}.{cls.__qualname__}")
-    namespace = module.__dict__
-    namespace.update({k: v for k, v in fn.__globals__.items() if k not in ("__name__", "__spec__", "__loader__")})
+    # compiled in the layer's own module namespace, so its globals stay live (a function monkeypatched there
+    # later is seen) and torch.compile, which looks globals up by module name, finds everything; the helpers
+    # join that namespace under _addnorm_* names. The function itself is not left there.
+    namespace = fn.__globals__
     namespace.update(_HELPERS)
-    sys.modules[module.__name__] = module
+    scratch = "_addnorm_compiled_" + fdef.name
+    fdef.name = scratch
     code = compile(tree, f"<addnorm fused {cls.__module__}.{cls.__qualname__}.forward>", "exec")
     exec(code, namespace)  # noqa: S102  (the layer's own source, with its adds replaced by addnorm calls)
-    new = namespace[fdef.name]
+    new = namespace.pop(scratch)
+    new.__name__, new.__qualname__ = fn.__name__, fn.__qualname__
     for dec in reversed(decorators):  # e.g. deprecate_kwarg(...): the same argument handling as before
         new = eval(compile(ast.Expression(dec), "<decorator>", "eval"), namespace)(new)  # noqa: S307
     new.__addnorm_original__ = fn
