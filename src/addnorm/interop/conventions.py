@@ -33,7 +33,10 @@ def convention(norm) -> NormConvention | None:
     (a hook registered after patching must still see the call)."""
     if not isinstance(norm, nn.Module) or norm._forward_hooks or norm._forward_pre_hooks:
         return None
-    return norm.__dict__.get("_addnorm_convention")
+    conv = norm.__dict__.get("_addnorm_convention")
+    if conv is not None and conv.kind == "layer" and torch.cuda.is_available() and torch.is_autocast_enabled("cuda"):
+        return None  # CUDA autocast runs layer_norm in float32 and returns float32: the module's own call does
+    return conv
 
 
 _EPS_NAMES = ("variance_epsilon", "eps", "epsilon")

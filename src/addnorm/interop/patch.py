@@ -201,7 +201,8 @@ def _norm_forward(norm: nn.Module, x, *args, **kwargs):
     conv: NormConvention = norm._addnorm_convention
     w = getattr(norm, "weight", None)
     if (args or kwargs or not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() == 0
-            or (w is not None and x.shape[-1] != w.shape[0])):
+            or (w is not None and x.shape[-1] != w.shape[0])
+            or (conv.kind == "layer" and x.is_cuda and torch.is_autocast_enabled("cuda"))):  # float32 there
         return type(norm).forward(norm, x, *args, **kwargs)
     return _apply(conv, norm, x, _out_dtype(conv, norm, x.dtype))[0]
 
