@@ -85,11 +85,11 @@ METHOD = ("every interval is a 95 % percentile bootstrap over seeds, and a loss 
           "p = 0.1: not called, however clear it looks; a bootstrap of 0/1 outcomes would give it a zero-width "
           "interval)")
 
-# the mixing runs: what their gain of 1 for mHC and mHC-lite does and does not show
-MHC_SYMMETRY = ("at this initialisation mHC's and mHC-lite's n streams start as copies of the embedding and stay "
-                "identical for the whole run (every stream receives the same gradient), so H_res mixes identical "
-                "streams and a product of doubly (or row-) stochastic matrices has gain 1 by construction: these "
-                "runs do not test the paper's claim that the constraint keeps the gain near 1")
+# runs from before phi's random init (or any where mHC and mHC-lite end equal): what their gain of 1 shows
+MHC_SYMMETRY = ("mHC's and mHC-lite's losses agree run for run, the sign that their n streams started as copies of "
+                "the embedding and stayed identical (every stream receives the same gradient when phi starts at 0), "
+                "so H_res mixes identical streams and a product of doubly (or row-) stochastic matrices has gain 1 "
+                "by construction: these runs do not test the paper's claim")
 
 
 def _matches(row: dict, select) -> bool:
@@ -236,7 +236,31 @@ def _gain_reproduced(runs: list[dict]) -> list[tuple[str, str, str]]:
                f"its largest forward gain grows with depth ({' → '.join(f'{m:.3g}' for m in means)} at "
                f"{', '.join(str(d) for d in sorted(hc))} layers), in the paper's direction, far below its 3000 at 27B"
                if grows else "its largest forward gain does not grow with depth here")
-    return [hc_line, ("mHC", NOT_MEASURED, f"the gain of 1 measured for mHC and mHC-lite is no test: {MHC_SYMMETRY}")]
+    if _streams_stayed_copies(runs):
+        return [hc_line, ("mHC", NOT_MEASURED, f"the gain of 1 measured for mHC and mHC-lite is no test: {MHC_SYMMETRY}")]
+    constrained = [r["max_composite_gain_fwd"] for r in runs if r["placement"] in ("mhc", "mhc_lite")
+                   and r.get("max_composite_gain_fwd") is not None]
+    if not constrained:
+        return [hc_line, ("mHC", NOT_MEASURED, "no mHC or mHC-lite run recorded the gain")]
+    top = max(constrained)
+    ok = top <= 1.05 and grows
+    return [hc_line, ("mHC", REPRODUCED if ok else NOT_REPRODUCED,
+                      f"mHC's and mHC-lite's largest forward gain is at most {top:.3g} at every depth while their "
+                      "streams differ (their losses are not equal run by run) and HC's grows; a product of doubly "
+                      "stochastic matrices cannot exceed 1 beyond Sinkhorn's column tolerance, so this checks that "
+                      "the constraint holds in training, at a scale where the paper's 1.6 (finite Sinkhorn rounds "
+                      "at 27B) is out of reach")]
+
+
+def _streams_stayed_copies(runs: list[dict]) -> bool:
+    """Whether mHC and mHC-lite ended at the same loss, run for run (depth, seed): the sign that their streams
+    stayed copies of one stream (their H_res then acts on identical rows, and the two forms compute the same)."""
+    by = {}
+    for r in runs:
+        if r["placement"] in ("mhc", "mhc_lite") and r.get("final_val_loss") is not None:
+            by.setdefault((r["depth"], r["seed"]), {})[r["placement"]] = r["final_val_loss"]
+    pairs = [v for v in by.values() if len(v) == 2]
+    return bool(pairs) and sum(abs(v["mhc"] - v["mhc_lite"]) < 1e-5 for v in pairs) > len(pairs) // 2
 
 
 def _status_lines(claim: Claim, a: dict) -> list[tuple[str, str, str]]:
