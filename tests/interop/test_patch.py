@@ -106,8 +106,6 @@ def _count_handoffs(monkeypatch):
         return y
 
     monkeypatch.setattr(handoff, "take", spy)
-    from addnorm.interop import patch as P
-    monkeypatch.setattr(P.handoff, "take", spy)
     return taken
 
 

@@ -42,15 +42,21 @@ def convention(norm) -> NormConvention | None:
 _EPS_NAMES = ("variance_epsilon", "eps", "epsilon")
 
 
-def eps(conv: NormConvention, norm: nn.Module):
-    """The module's eps as it is now (a user may change it after patching), else the probed one; None (the
-    input dtype's eps, as torch's RMSNorm with eps=None) where that is what the module holds."""
+def declared_eps(norm: nn.Module) -> tuple[bool, float | None]:
+    """(found, value) of the module's eps attribute as it is now: the first of ``_EPS_NAMES`` holding a number
+    or None (None: the input dtype's eps, as torch's RMSNorm with eps=None)."""
     for name in _EPS_NAMES:
         if name in norm.__dict__ or hasattr(type(norm), name):
             v = getattr(norm, name)
             if v is None or (isinstance(v, float | int) and not isinstance(v, bool)):
-                return None if v is None else float(v)
-    return conv.eps
+                return True, None if v is None else float(v)
+    return False, None
+
+
+def eps(conv: NormConvention, norm: nn.Module):
+    """The module's eps as it is now (a user may change it after patching), else the probed one."""
+    found, v = declared_eps(norm)
+    return v if found else conv.eps
 
 
 def out_dtype(conv: NormConvention, norm: nn.Module, s_dtype: torch.dtype) -> torch.dtype:

@@ -4,6 +4,7 @@ same eager expressions in the same order."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 from . import conventions, handoff
@@ -49,7 +50,12 @@ def layer_sum(layer, site, *terms):
 def dropout_add(layer, site, fn, *args, **kwargs):
     """``fn(x, residual, prob, training)``, a dropout-add (``rewrite._is_dropout_add``): where its dropout is
     the identity (evaluation, or prob 0) the sum ``residual + x`` as a hand-off site, else ``fn`` itself."""
-    x, residual, prob, training = inspect.signature(fn).bind(*args, **kwargs).arguments.values()
+    x, residual, prob, training = _signature(fn).bind(*args, **kwargs).arguments.values()
     if training and prob > 0:
         return fn(*args, **kwargs)
     return layer_sum(layer, site, residual, x)
+
+
+@functools.lru_cache(maxsize=None)
+def _signature(fn) -> inspect.Signature:  # read once per function, not on every layer call
+    return inspect.signature(fn)

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from . import fused_sites, handoff
-from .conventions import NormConvention
+from .conventions import NormConvention, declared_eps
 from .conventions import apply as _apply
 from .conventions import out_dtype as _out_dtype
 from .rewrite import rewrite_forward
@@ -87,16 +87,11 @@ _SUPPORTED = ("fused: " + "; ".join(f"{st.name} ({', '.join(n for n in (st.norm1
 @dataclass(frozen=True)
 class LayerPlan:
     structure: Structure
-    convention: NormConvention  # of the fused norm
     signature: inspect.Signature
 
 
 def _eps(norm: nn.Module) -> float | None:
-    for name in ("variance_epsilon", "eps", "epsilon"):
-        v = getattr(norm, name, None)
-        if isinstance(v, float | int) and not isinstance(v, bool):
-            return float(v)
-    return None
+    return declared_eps(norm)[1]
 
 
 def _candidates(norm: nn.Module, eps: float | None):
@@ -182,7 +177,7 @@ def _plan(layer: nn.Module) -> LayerPlan | str | None:
         conv = probe_convention(norm)
         if conv is None:
             return f"{type(layer).__name__}.{st.fused} ({type(norm).__name__}) follows no known norm convention"
-        return LayerPlan(st, conv, inspect.signature(type(layer).forward))
+        return LayerPlan(st, inspect.signature(type(layer).forward))
     return None
 
 
@@ -223,16 +218,6 @@ def _attn_kwargs(plan: LayerPlan, layer, hidden_states, args, kwargs) -> dict:
     return out
 
 
-def _fused_add_norm(plan: LayerPlan, norm: nn.Module, branch: torch.Tensor, residual: torch.Tensor):
-    """(norm(residual + branch), residual + branch) as HF computes them, in one pass where the dtypes allow."""
-    s_dtype = torch.promote_types(branch.dtype, residual.dtype)
-    if residual.dtype == branch.dtype or (residual.dtype == torch.float32 and branch.dtype in (torch.bfloat16,
-                                                                                             torch.float16)):
-        return _apply(plan.convention, norm, branch, _out_dtype(plan.convention, norm, s_dtype), residual)
-    s = residual + branch
-    return norm(s), s
-
-
 def _patched_forward(layer: nn.Module, hidden_states, *args, **kwargs):
     plan: LayerPlan = layer._addnorm_plan
     st = plan.structure
@@ -248,7 +233,7 @@ def _patched_forward(layer: nn.Module, hidden_states, *args, **kwargs):
         a = getattr(layer, st.branch_norm)(a)
     if st.scale is not None:
         a = a * getattr(layer, st.scale)
-    normed, hidden_states = _fused_add_norm(plan, getattr(layer, st.fused), a, residual)
+    normed, hidden_states = fused_sites.add_norm(layer, st.fused, residual, a)
     m = getattr(layer, st.mlp)(normed)
     m = m[0] if isinstance(m, tuple) else m
     if st.mlp_norm is not None:
@@ -300,9 +285,10 @@ def _decoder_layers(model: nn.Module, norms: set[int]):
 
 
 def _layers(model: nn.Module, norms: list):
-    """(name, module, plan) of every decoder layer: a LayerPlan (a known structure), a frozenset of the norm
-    attributes its rewritten forward fuses (``interop.rewrite``), or a string saying why a layer of a known
-    structure cannot be fused."""
+    """(name, module, plan, owner) of every decoder layer (owner None) and of each of its children that adds a
+    ``residual`` argument inside (owner: its decoder layer, with which it checkpoints). The plan is a LayerPlan
+    (a known structure), a frozenset of the norm attributes its rewritten forward fuses (``interop.rewrite``),
+    or a string saying why a layer of a known structure cannot be fused."""
     conv = {id(m): c for m, c in norms}
     found = []
     for name, layer in _decoder_layers(model, set(conv)):
@@ -314,22 +300,14 @@ def _layers(model: nn.Module, norms: list):
                 if rewrite_forward(type(layer), sites) is not None:
                     plan = sites
         if plan is not None:
-            found.append((name, layer, plan))
+            found.append((name, layer, plan, None))
         for child_name, child in layer.named_children():  # BLOOM's attention and MLP, MPT's FFN add inside
             if ("residual" in _parameters(type(child).forward) and getattr(child, "_addnorm_sites", None) is None
                     and rewrite_forward(type(child), frozenset()) is not None):
-                found.append((f"{name}.{child_name}", child, frozenset()))
+                found.append((f"{name}.{child_name}", child, frozenset(), layer))
             elif getattr(child, "_addnorm_sites", None) is not None:
-                found.append((f"{name}.{child_name}", child, child._addnorm_sites))
+                found.append((f"{name}.{child_name}", child, child._addnorm_sites, layer))
     return found
-
-
-def _owners(model: nn.Module, layers, norms) -> list:
-    """The decoder layers that hold the patched modules (a layer whose own forward is kept may have rewritten
-    children)."""
-    patched = {id(m) for _, m, _ in layers}
-    return [layer for _, layer in _decoder_layers(model, {id(m) for m, _ in norms})
-            if any(id(c) in patched for c in layer.modules())]
 
 
 def _parameters(fn) -> tuple:
@@ -371,47 +349,45 @@ def patch_hf_model(model: nn.Module, *, verify: bool = True) -> nn.Module:
     patched model's outputs differ on a probe."""
     norms = _norms(model)
     layers = _layers(model, norms)
-    refused = [(n, p) for n, _, p in layers if isinstance(p, str)]
+    refused = [(n, p) for n, _, p, _ in layers if isinstance(p, str)]
     if refused:
         raise NotImplementedError(f"{type(model).__name__}: {refused[0][0]}: {refused[0][1]}; supported: "
                                   f"{_SUPPORTED}. Nothing was changed.")
     if not layers and not norms:
         raise ValueError(f"{type(model).__name__} has no decoder layer or norm addnorm can patch; supported: "
                          f"{_SUPPORTED}")
-    new_layers = [(m, p) for _, m, p in layers
+    new_layers = [(m, p, owner) for _, m, p, owner in layers
                   if getattr(m, "_addnorm_plan", None) is None and getattr(m, "_addnorm_sites", None) is None]
     new_norms = [(m, c) for m, c in norms if getattr(m, "_addnorm_convention", None) is None]
     before = _probe_outputs(model) if verify and (new_layers or new_norms) else None
-    for module, plan in new_layers:
+    for module, plan, owner in new_layers:
         if isinstance(plan, LayerPlan):
             module._addnorm_plan = plan
             module.forward = functools.partial(_structure_forward, module)
         else:
             module._addnorm_sites = plan
             module.forward = functools.partial(_rewritten_forward, module)
-    for layer in _owners(model, layers, norms):  # a rewritten child checkpoints with its decoder layer
-        for child in layer.children():
-            if child.__dict__.get("_addnorm_sites") is not None:
-                child.__dict__["_addnorm_layer"] = layer
+        if owner is not None:  # a rewritten child checkpoints with its decoder layer
+            module.__dict__["_addnorm_layer"] = owner
     for module, conv in new_norms:
         module._addnorm_convention = conv
         module.forward = functools.partial(_norm_forward, module)
     problem = None
     try:
         if new_layers:
-            _find_readers(model, [m for _, m, _ in layers], [m for m, _ in norms])
+            _find_readers(model, [m for _, m, _, _ in layers], [m for m, _ in norms])
         if before is not None:
             after = _probe_outputs(model)
             problem = None if _same(before, after) else "changed the model's outputs on a probe"
     except Exception as e:  # noqa: BLE001  (whatever the layer's code raised: undone, then reported)
         problem = f"raised {type(e).__name__}: {e}"
     if problem:
-        for module, _ in new_layers + new_norms:
+        for module in [m for m, _, _ in new_layers] + [m for m, _ in new_norms]:
             _unpatch_module(module)
         raise NotImplementedError(f"{type(model).__name__}: the patched model {problem}, so the patch was undone "
                                   f"(nothing was changed); supported: {_SUPPORTED}")
     per_class: dict[str, dict[str, int]] = {}
-    for _, m, p in layers:
+    for _, m, p, _ in layers:
         per_class.setdefault(type(m).__name__, {})
         for kind, n in _fusions(m, p).items():
             per_class[type(m).__name__][kind] = per_class[type(m).__name__].get(kind, 0) + n
@@ -419,7 +395,7 @@ def patch_hf_model(model: nn.Module, *, verify: bool = True) -> nn.Module:
     model._addnorm_patched = {
         "layers": len(layers), "fused_adds": fused, "norms": len(norms),
         "structures": sorted({p.structure.name if isinstance(p, LayerPlan) else "rewritten by data flow"
-                              for _, _, p in layers}),
+                              for _, _, p, _ in layers}),
         "fusions": {cls: {k: n for k, n in f.items() if n} for cls, f in per_class.items()}}
     return model
 

@@ -208,7 +208,7 @@ class _Rewriter:
         return 1
 
 
-_CACHE: dict[type, Rewritten | None] = {}
+_CACHE: dict[tuple[type, frozenset], Rewritten | None] = {}
 
 
 def rewrite_forward(cls: type, norms: set[str]) -> Rewritten | None:
@@ -252,5 +252,4 @@ def _rewrite(cls, norms) -> Rewritten | None:
     new.__name__, new.__qualname__ = fn.__name__, fn.__qualname__
     for dec in reversed(decorators):  # e.g. deprecate_kwarg(...): the same argument handling as before
         new = eval(compile(ast.Expression(dec), "<decorator>", "eval"), namespace)(new)  # noqa: S307
-    new.__addnorm_original__ = fn
     return Rewritten(new, rw.sites)
