@@ -120,7 +120,8 @@ def hc_coefficients(x, static_alpha, static_beta, w_alpha, w_beta, s_alpha, s_be
     x: (B, T, n, C). static_alpha (n, n+1) = [A_m | A_r], static_beta (n,) = B.
     H_bar = norm(H); alpha = s_alpha * tanh(H_bar W_alpha) + [A_m | A_r]; beta = s_beta * tanh(H_bar W_beta) + B.
     The layer reads h_0 = alpha[:, 0]^T H and the stream becomes beta^T y + alpha[:, 1:]^T H.
-    Computed in float32 at least, autocast off (``HyperConnection.coefficients`` casts the inputs).
+    Computed in float32 at least (``HyperConnection.coefficients`` casts the inputs; ``StreamConnection.read``
+    turns autocast off around every coefficient computation).
     """
     xn = norm(x)
     alpha = s_alpha * torch.tanh(xn @ w_alpha) + static_alpha  # (B, T, n, n+1)
@@ -164,27 +165,26 @@ class HyperConnection(StreamConnection):
         self.norm.reset_parameters()
 
     def coefficients(self, x):
-        """In float32 at least: autocast off, 16-bit inputs and parameters cast up (as mHC's projection)."""
+        """In float32 at least: 16-bit inputs and parameters cast up (as mHC's projection); ``read`` calls it
+        with autocast off."""
         f = _at_least_float32
-        with torch.autocast(x.device.type, enabled=False):
-            xf = f(x)
-            w, b = self.norm.weight, self.norm.bias
-            norm = lambda t: F.layer_norm(t, (t.size(-1),), f(w), None if b is None else f(b),  # noqa: E731
-                                          self.norm.eps)
-            return hc_coefficients(xf, f(self.static_alpha), f(self.static_beta), f(self.w_alpha), f(self.w_beta),
-                                   f(self.s_alpha), f(self.s_beta), norm)
+        xf = f(x)
+        w, b = self.norm.weight, self.norm.bias
+        norm = lambda t: F.layer_norm(t, (t.size(-1),), f(w), None if b is None else f(b),  # noqa: E731
+                                      self.norm.eps)
+        return hc_coefficients(xf, f(self.static_alpha), f(self.static_beta), f(self.w_alpha), f(self.w_beta),
+                               f(self.s_alpha), f(self.s_beta), norm)
 
 
 def mhc_projection(x, phi, eps):
     """x~' phi, with x~' = RMSNorm(vec(X)): (B, T, n, C) -> (B, T, outputs), computed in float32 at least
-    (autocast off: under autocast the GEMM would otherwise run in 16 bits).
+    (``StreamConnection.read`` calls it with autocast off: under autocast the GEMM would run in 16 bits).
 
     As (vec(X) phi) * rstd: the RMS is a per-token scalar, so the normalized copy of the stream is never
     formed -- one read of X for its norm, one for the projection (the BLAS)."""
-    with torch.autocast(x.device.type, enabled=False):
-        vf = _at_least_float32(x.flatten(-2))
-        ms = torch.linalg.vector_norm(vf, dim=-1, keepdim=True).square() / vf.size(-1)
-        return (vf @ phi.to(vf.dtype)) * torch.rsqrt(ms + eps)
+    vf = _at_least_float32(x.flatten(-2))
+    ms = torch.linalg.vector_norm(vf, dim=-1, keepdim=True).square() / vf.size(-1)
+    return (vf @ phi.to(vf.dtype)) * torch.rsqrt(ms + eps)
 
 
 def mhc_coefficients(proj, n, alpha_pre, alpha_post, alpha_res, b_pre, b_post, b_res, sinkhorn_iters):
