@@ -21,16 +21,16 @@ from .data import SplitCorpus
 from .probe import SLOTS
 from .runner import _world, build_model, read_metrics, train_run
 
-COLUMNS = ["name", "placement", "norm", "depth", "d_model", "lr", "warmup", "seed", "clip", "init", "steps",
-           "n_streams", "value_residual", "dyt_alpha", "steps_done", "tokens_seen", "n_params", "final_train_loss",
-           "final_val_loss", "final_train_split_loss", "generalization_gap", "failed", "failure",
-           "max_composite_gain_fwd", "max_composite_gain_bwd", "flattened", "flatten_step", "stopped_flat",
-           "train_mode_val_loss", "future_leak", *(f"saturation_{s}" for s in SLOTS), *(f"alpha_{s}" for s in SLOTS)]
 # what a run measured beyond its loss, kept in its row (summary.json/csv/md) where the run recorded it: the
 # flattening of the long preset's stopping rule, BatchNorm's train-mode loss and future leak, and the DyT/Derf
 # audit's saturation and learned alpha per slot ({slot: value}; one column per slot in summary.csv)
+PER_SLOT = ("saturation", "alpha")
 MEASURED = ("max_composite_gain_fwd", "max_composite_gain_bwd", "flattened", "flatten_step", "stopped_flat",
-            "train_mode_val_loss", "future_leak", "saturation", "alpha")
+            "train_mode_val_loss", "future_leak", *PER_SLOT)
+COLUMNS = ["name", "placement", "norm", "depth", "d_model", "lr", "warmup", "seed", "clip", "init", "steps",
+           "n_streams", "value_residual", "dyt_alpha", "steps_done", "tokens_seen", "n_params", "final_train_loss",
+           "final_val_loss", "final_train_split_loss", "generalization_gap", "failed", "failure",
+           *(k for k in MEASURED if k not in PER_SLOT), *(f"{k}_{s}" for k in PER_SLOT for s in SLOTS)]
 
 
 def run_dir(out_dir: Path, cfg: RunConfig, data: SplitCorpus) -> Path:
@@ -110,7 +110,7 @@ def _row(s: dict, cfg: RunConfig) -> dict:
 def _csv_row(r: dict) -> dict:
     """A row as summary.csv holds it: the per-slot measures ({slot: value}) one column per slot."""
     out = {k: v for k, v in r.items() if k in COLUMNS}
-    for k in ("saturation", "alpha"):
+    for k in PER_SLOT:
         for slot, v in (r.get(k) or {}).items():
             out[f"{k}_{slot}"] = v
     return out
