@@ -3,6 +3,9 @@ would pick (``use_backend`` / ``backend=``):
 
     stream_read(x, h_pre)               -> h = H_pre X                     (..., n, C), (..., n) -> (..., C)
     stream_write(x, y, h_post, h_res)   -> (X' = H_res X + H_post^T y, q)   q = sum of squares of each token's X'
+    mhc_pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms=None)
+                                        -> (h, H_pre, H_post, H_res): mHC's (or mHC-lite's) coefficients from the
+                                           RMS-normed vec(X) and its projection phi, and h = H_pre X, in one pass
 
 Hyper-connections, mHC and mHC-lite (``addnorm.model.streams``) read each sub-layer's input with the first
 and write its output back with the second; ``q`` is the statistic the next mHC projection's RMS of vec(X')
@@ -21,8 +24,11 @@ from .ops import stream_formulas as sf
 from .ops.stream_autograd import (DirectStreamRead, DirectStreamWrite, TritonStreamRead,
                                   TritonStreamWrite)
 from .ops.stream_schema import CPU, TRITON
+from .ops import mhc_formulas as mf
+from .ops.mhc_autograd import DirectMhcPre, TritonMhcPre
+from .ops.mhc_schema import CPU as MHC_CPU, TRITON as MHC_TRITON
 
-__all__ = ["stream_read", "stream_write"]
+__all__ = ["mhc_pre", "stream_read", "stream_write"]
 
 
 def _tensor(name, t):
@@ -93,3 +99,67 @@ def stream_write(x, y, h_post, h_res, *, backend: str | None = None):
             return _WRITE[which](x, y, h_post, h_res)
         return _IMPL[which][2](x, y, h_post, h_res)
     return torch.ops.addnorm.stream_write(x, y, h_post, h_res)
+
+
+_MHC = {"cpu": _c_apply(DirectMhcPre), "triton": _c_apply(TritonMhcPre)}
+_MHC_IMPL = {"cpu": MHC_CPU[0], "triton": MHC_TRITON[0]}
+
+
+def _check_mhc(x, phi, coeffs, perms, eps, iters):
+    _tensor("x", x)
+    if x.dim() < 2:
+        raise ValueError(f"x must be a widened stream (..., n, C), got shape {tuple(x.shape)}")
+    n, C = x.shape[-2], x.shape[-1]
+    if perms is not None:
+        _tensor("perms", perms)
+        if perms.dim() != 3 or tuple(perms.shape[1:]) != (n, n):
+            raise ValueError(f"perms must be (r, {n}, {n}) permutation matrices for x of shape {tuple(x.shape)}, "
+                             f"got {tuple(perms.shape)}")
+    r = n * n if perms is None else perms.shape[0]
+    _tensor("phi", phi)
+    if tuple(phi.shape) != (n * C, 2 * n + r):
+        raise ValueError(f"phi must have shape {(n * C, 2 * n + r)} (nC, 2n + {'n^2' if perms is None else 'r'}) for x "
+                         f"of shape {tuple(x.shape)}, got {tuple(phi.shape)}")
+    for name, t in coeffs.items():
+        _tensor(name, t)
+        want = 1 if name.startswith("a_") else n if name in ("b_pre", "b_post") else r
+        if t.numel() != want or (name.startswith("a_") and t.dim() > 1) or (name != "b_res" and name.startswith("b_")
+                                                                         and t.dim() != 1):
+            raise ValueError(f"{name} must have {want} element{'s' if want > 1 else ''} "
+                             f"({'a scalar' if want == 1 and name.startswith('a_') else 'one per ' + ('stream' if want == n and name != 'b_res' else 'H_res logit')}), "
+                             f"got shape {tuple(t.shape)}")
+    for name, t in (("phi", phi), *coeffs.items(), *((("perms", perms),) if perms is not None else ())):
+        if not (t.is_cpu and x.is_cpu) and t.device != x.device:
+            raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
+    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 0:
+        raise ValueError(f"iters must be a non-negative int (Sinkhorn-Knopp rounds), got {iters!r}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+        raise ValueError(f"eps must be a non-negative float, got {eps!r}")
+    if not torch.compiler.is_compiling() and not F._functorch_active():
+        for name, t in (("x", x), ("phi", phi), *coeffs.items()):
+            F._check_storage(name, t)
+
+
+def mhc_pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, *, perms=None, eps: float = 1e-6, iters: int = 20,
+            backend: str | None = None):
+    """mHC's pre step (DeepSeek, arXiv:2512.24880, eqs. 7-9) in one pass over the stream X (..., n, C):
+
+        p = (vec(X) phi) / RMS(vec(X)),  H_pre = sigmoid(a_pre p[:n] + b_pre),  H_post = 2 sigmoid(a_post p[n:2n] + b_post),
+        H_res = Sinkhorn-Knopp(a_res mat(p[2n:]) + b_res, iters)   (perms=None)
+              = sum_k softmax(a_res p[2n:] + b_res)_k perms[k]     (mHC-lite, arXiv:2601.05732: perms the n!
+                                                                    permutation matrices, phi (nC, 2n + n!))
+        h = sum_i H_pre[i] X_i
+
+    Returns (h, H_pre, H_post, H_res): h in X's dtype, the coefficients in float32 (float64 if any input is).
+    """
+    coeffs = {"a_pre": a_pre, "a_post": a_post, "a_res": a_res, "b_pre": b_pre, "b_post": b_post, "b_res": b_res}
+    _check_mhc(x, phi, coeffs, perms, eps, iters)
+    which = _which(x, backend)
+    args = (x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, float(eps), int(iters))
+    if which == "torch":
+        return mf.pre(*args)[:4]
+    if plain(x) and not F._functorch_active():
+        if _needs(x, phi, *coeffs.values()):
+            return _MHC[which](*args)[:4]
+        return _MHC_IMPL[which](*args)[:4]
+    return torch.ops.addnorm.mhc_pre(*args)[:4]  # its Autograd kernel is MhcPre

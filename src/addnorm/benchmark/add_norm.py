@@ -43,7 +43,7 @@ from .. import functional as AF
 from ..store import atomic_write, atomic_write_text, check_writable_dir
 from .timing import Timing, measure, measure_interleaved
 
-FUSED_OPS = ("norm_add", "parallel", "parallel2", "dyt", "derf", "stream_read", "stream_write")  # fused_forms
+FUSED_OPS = ("norm_add", "parallel", "parallel2", "dyt", "derf", "stream_read", "stream_write", "mhc_pre")  # fused_forms
 
 SHAPES = [(64, 768), (4096, 768), (8192, 1024), (2048, 4096), (16384, 768)]
 DTYPES = ["float32", "bfloat16"]
@@ -283,7 +283,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ops", default="add_norm",
                    help="comma separated, of add_norm (x + residual, then Norm), norm_add (residual + Norm(x)), "
                         "parallel (x + x2 + residual, one norm), parallel2 (two norms), dyt and derf (fused with "
-                        "the add), stream_read and stream_write (the widened stream, n = 4); default %(default)s")
+                        "the add), stream_read and stream_write (the widened stream, n = 4), mhc_pre (mHC's pre "
+                        "step, n = 4); default %(default)s")
     p.add_argument("--allocator", choices=["both", "tuned", "default", "current"], default="both",
                    help="both: the tuned table, then the default one (default); tuned: re-run with glibc told to "
                         "keep freed memory; default: glibc as is; current: run in this process with whatever is "

@@ -7,6 +7,9 @@ Ops (each with LayerNorm and RMSNorm):
   * dyt, derf  -- ``s = x + r; w f(alpha s + shift) + b`` (DyT, Derf fused with the add; "kind" is unused)
   * stream_read, stream_write -- the widened stream (n = 4): ``h = H_pre X``; ``X' = H_res X + H_post^T y``
     ("rows" are tokens, "hidden" is C; eager is the broadcast / batched-matmul form of ``model.streams``)
+  * mhc_pre    -- mHC's pre step (n = 4): the RMS of vec(X), the projection phi (4C x 24), the sigmoids,
+    20 Sinkhorn-Knopp rounds and h = H_pre X; eager is the same math in torch ops (``ops.mhc_formulas``), the
+    minimum bytes the stream and h (the per-token coefficients, 49 float32 values a token, are not counted)
 Timed as ``addnorm.benchmark.add_norm`` times Add & Norm: interleaved, medians with the p10-p90 spread, the
 floor copied beside every cell that moves >= 32 MiB; GB/s on each op's minimum bytes (every input read
 once, every output written once; a gradient that autograd passes on unchanged costs nothing).
@@ -24,15 +27,18 @@ import torch.nn.functional as F
 from .. import fused_functional as FF
 from .. import pointwise_functional as PF
 from .. import stream_functional as SF
+from ..ops import mhc_formulas
 from .add_norm import FLOOR_BYTES, LOCAL_FLOOR_BYTES, conditions, copy_floor_gbps, copy_step
 from .timing import measure_interleaved
 
-OPS = ["norm_add", "parallel", "parallel2", "dyt", "derf", "stream_read", "stream_write"]
+OPS = ["norm_add", "parallel", "parallel2", "dyt", "derf", "stream_read", "stream_write", "mhc_pre"]
 NORM_OPS = ("norm_add", "parallel", "parallel2")  # the ops with a LayerNorm / RMSNorm kind
 N_STREAMS = 4  # the widened stream's width in the stream_* cells (mHC's and DeepSeek V4's n)
 # tensors of N x D moved: (forward reads + writes, backward reads + writes); the stream ops' X is n of them
 TRAFFIC = {"norm_add": (3, 3), "parallel": (5, 4), "parallel2": (6, 5), "dyt": (4, 4), "derf": (4, 4),
-           "stream_read": (N_STREAMS + 1, 2 * N_STREAMS + 1), "stream_write": (2 * N_STREAMS + 1, 3 * N_STREAMS + 2)}
+           "stream_read": (N_STREAMS + 1, 2 * N_STREAMS + 1), "stream_write": (2 * N_STREAMS + 1, 3 * N_STREAMS + 2),
+           "mhc_pre": (N_STREAMS + 1, 2 * N_STREAMS + 1)}
+SINKHORN_ITERS = 20
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,12 @@ def eager(op: str, kind: str):
             return w * f(a * s + sh) + b, s
 
         return pw
+    if op == "mhc_pre":
+        def pre(*a):
+            h, _, hpo, hr, _, _ = mhc_formulas.pre(*a, None, 1e-6, SINKHORN_ITERS)
+            return h, hpo, hr
+
+        return pre
     if op == "stream_read":
         return lambda X, y, hp, hpo, hr: ((hp.to(X.dtype).unsqueeze(-1) * X).sum(-2),)
     if op == "stream_write":
@@ -97,6 +109,12 @@ def fused(op: str, kind: str):
         return lambda X, y, hp, hpo, hr: (SF.stream_read(X, hp),)
     if op == "stream_write":
         return lambda X, y, hp, hpo, hr: (SF.stream_write(X, y, hpo, hr)[0],)
+    if op == "mhc_pre":
+        def pre(*a):
+            h, _, hpo, hr = SF.mhc_pre(*a, iters=SINKHORN_ITERS)
+            return h, hpo, hr
+
+        return pre
     if op == "norm_add":
         if kind == "layer":
             return lambda x, x2, r, w, b, w2, b2: (FF.layer_norm_add(x, r, x.shape[-1], w, b),)
@@ -117,6 +135,12 @@ def fused(op: str, kind: str):
 def _inputs(op, n, d, dtype, kind, grad):
     g = torch.Generator().manual_seed(0)
     mk = lambda *s: torch.randn(*s, generator=g).to(dtype).requires_grad_(grad)  # noqa: E731
+    if op == "mhc_pre":  # mHC's parameters at their init scale (alpha 0.01, phi ~ N(0, 1/(nC)))
+        K, m = N_STREAMS * d, 2 * N_STREAMS + N_STREAMS ** 2
+        p = lambda t: t.requires_grad_(grad)  # noqa: E731
+        return (mk(n, N_STREAMS, d), p(torch.randn(K, m, generator=g) / K ** 0.5),
+                *(p(torch.tensor(0.01)) for _ in range(3)), p(torch.zeros(N_STREAMS)), p(torch.zeros(N_STREAMS)),
+                p(torch.zeros(N_STREAMS, N_STREAMS)))
     if op.startswith("stream_"):
         c = lambda *s: torch.rand(*s, generator=g).requires_grad_(grad)  # noqa: E731  (float32 coefficients)
         return (mk(n, N_STREAMS, d), mk(n, d), c(n, N_STREAMS), c(n, N_STREAMS), c(n, N_STREAMS, N_STREAMS))
@@ -129,8 +153,7 @@ def _inputs(op, n, d, dtype, kind, grad):
 
 
 _USED = {"norm_add": (0, 2, 3, 4), "parallel": (0, 1, 2, 3, 4), "parallel2": (0, 1, 2, 3, 4, 5, 6),
-         "dyt": (0, 2, 3, 4, 7), "derf": (0, 2, 3, 4, 7, 8), "stream_read": (0, 2), "stream_write": (0, 1, 3, 4)}
-_OUTPUTS = {"norm_add": 1, "parallel": 2, "parallel2": 3, "dyt": 2, "derf": 2, "stream_read": 1, "stream_write": 1}
+         "dyt": (0, 2, 3, 4, 7), "derf": (0, 2, 3, 4, 7, 8), "stream_read": (0, 2), "stream_write": (0, 1, 3, 4), "mhc_pre": tuple(range(8))}
 
 
 def make_step(fn, op, mode, n, d, dtype, kind):
@@ -139,9 +162,7 @@ def make_step(fn, op, mode, n, d, dtype, kind):
         return lambda: fn(*args)
     args = _inputs(op, n, d, dtype, kind, True)
     params = [args[i] for i in _USED[op] if args[i] is not None]
-    n_out = _OUTPUTS[op]
-    shape = (n, N_STREAMS, d) if op == "stream_write" else (n, d)
-    ups = [torch.randn(*shape).to(dtype) for _ in range(n_out)]
+    ups = [torch.randn(o.shape).to(o.dtype) for o in fn(*args)]  # one upstream gradient per output
     if mode == "bwd":
         outs = fn(*args)
         return lambda: torch.autograd.grad(outs, params, ups, retain_graph=True)

@@ -15,8 +15,8 @@ with per-token coefficients H_pre (1 x n), H_post (1 x n), H_res (n x n) compute
     "mhc_lite"  mHC-lite (arXiv:2601.05732): as mhc, with H_res = sum_k softmax(a)_k P_k over the n!
                 permutation matrices P_k -- doubly stochastic exactly, no iteration
 
-The math is in functions (``hc_coefficients``, ``mhc_coefficients``, ``sinkhorn_knopp``,
-``permutation_mix``); the modules hold parameters. Each connection passes its H_res through
+The math is in functions (``hc_coefficients``; mHC's in ``addnorm.ops.mhc_formulas``, run by the fused operator
+``addnorm.stream_functional.mhc_pre``); the modules hold parameters. Each connection passes its H_res through
 ``self.h_res_tap`` (an identity) so that diagnostics can read the mixing matrices with a hook.
 """
 
@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import stream_functional as SF
+from ..ops.mhc_formulas import permutation_mix, sinkhorn_knopp  # noqa: F401  (the math lives with the operator)
 
 # --- the math
 
@@ -44,37 +45,11 @@ def stream_write(x: torch.Tensor, y: torch.Tensor, h_post: torch.Tensor, h_res: 
     return torch.matmul(h_res, x) + h_post.unsqueeze(-1) * y.unsqueeze(-2)
 
 
-def sinkhorn_knopp(logits: torch.Tensor, iters: int) -> torch.Tensor:
-    """mHC eq. 9: M0 = exp(logits) (..., n, n); each iteration divides by the column sums, then by the
-    row sums (M_t = T_r(T_c(M_{t-1}))). The result's rows sum to 1 exactly, its columns approximately.
-
-    exp is taken after subtracting each matrix's maximum: a constant factor that the first
-    normalization divides out exactly, so the result is the same and exp cannot overflow.
-    """
-    m = torch.exp(logits - logits.amax(dim=(-2, -1), keepdim=True))
-    for _ in range(iters):
-        m = m / m.sum(-2, keepdim=True)  # T_c: columns sum to 1
-        m = m / m.sum(-1, keepdim=True)  # T_r: rows sum to 1
-    return m
-
-
 def permutation_matrices(n: int) -> torch.Tensor:
     """All n! permutation matrices (n!, n, n), the identity first (itertools' order)."""
     perms = list(itertools.permutations(range(n)))
     eye = torch.eye(n, dtype=torch.float64)
     return torch.stack([eye[list(p)] for p in perms])
-
-
-def permutation_mix(logits: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:
-    """sum_k softmax(logits)_k P_k: (..., n!) and (n!, n, n) -> (..., n, n), doubly stochastic exactly."""
-    w = torch.softmax(logits, dim=-1)
-    return torch.einsum("...k,kij->...ij", w, perms.to(w.dtype))
-
-
-def rms_normalize(v: torch.Tensor, eps: float) -> torch.Tensor:
-    """v / sqrt(mean(v^2) + eps) over the last axis (RMSNorm without a weight), in float32 at least."""
-    vf = v.float() if v.dtype in (torch.float16, torch.bfloat16) else v
-    return vf * torch.rsqrt(vf.pow(2).mean(-1, keepdim=True) + eps)
 
 
 # --- the modules
@@ -176,27 +151,6 @@ class HyperConnection(StreamConnection):
                                f(self.s_alpha), f(self.s_beta), norm)
 
 
-def mhc_projection(x, phi, eps):
-    """x~' phi, with x~' = RMSNorm(vec(X)): (B, T, n, C) -> (B, T, outputs), computed in float32 at least
-    (``StreamConnection.read`` calls it with autocast off: under autocast the GEMM would run in 16 bits).
-
-    As (vec(X) phi) * rstd: the RMS is a per-token scalar, so the normalized copy of the stream is never
-    formed -- one read of X for its norm, one for the projection (the BLAS)."""
-    vf = _at_least_float32(x.flatten(-2))
-    ms = torch.linalg.vector_norm(vf, dim=-1, keepdim=True).square() / vf.size(-1)
-    return (vf @ phi.to(vf.dtype)) * torch.rsqrt(ms + eps)
-
-
-def mhc_coefficients(proj, n, alpha_pre, alpha_post, alpha_res, b_pre, b_post, b_res, sinkhorn_iters):
-    """mHC: H_pre = sigmoid(a_pre p_pre + b_pre), H_post = 2 sigmoid(a_post p_post + b_post),
-    H_res = Sinkhorn-Knopp(exp(a_res mat(p_res) + b_res))."""
-    p_pre, p_post, p_res = proj[..., :n], proj[..., n:2 * n], proj[..., 2 * n:]
-    h_pre = torch.sigmoid(alpha_pre * p_pre + b_pre)
-    h_post = 2 * torch.sigmoid(alpha_post * p_post + b_post)
-    h_res = sinkhorn_knopp(alpha_res * p_res.unflatten(-1, (n, n)) + b_res, sinkhorn_iters)
-    return h_pre, h_post, h_res
-
-
 class ManifoldHyperConnection(StreamConnection):
     """mHC around one sub-layer: one projection phi (nC x (n^2 + 2n)) of the RMS-normed flattened stream,
     gated by the scalars alpha_pre/post/res, plus static biases; H_res projected by Sinkhorn-Knopp.
@@ -239,10 +193,22 @@ class ManifoldHyperConnection(StreamConnection):
     def _init_b_res(self) -> None:
         self.b_res.fill_(self.OFF_DIAGONAL_INIT).fill_diagonal_(0.0)
 
+    def _pre(self, x, backend=None):
+        return SF.mhc_pre(x, self.phi, self.alpha_pre, self.alpha_post, self.alpha_res, self.b_pre, self.b_post,
+                          self.b_res, perms=getattr(self, "perms", None), eps=self.eps, iters=self.sinkhorn_iters, backend=backend)
+
     def coefficients(self, x):
-        proj = mhc_projection(x, self.phi, self.eps)
-        return mhc_coefficients(proj, self.n, self.alpha_pre, self.alpha_post, self.alpha_res, self.b_pre,
-                                self.b_post, self.b_res, self.sinkhorn_iters)
+        """(H_pre, H_post, H_res) by the formulas (float32 at least), for diagnostics."""
+        return self._pre(x, backend="torch")[1:]
+
+    def read(self, x: torch.Tensor):
+        """(h, mix) in one fused pass over X (``stream_functional.mhc_pre``): the RMS of vec(X), the projection,
+        the sigmoids and Sinkhorn-Knopp (or mHC-lite's permutation mix) and h = H_pre X."""
+        if x.dim() < 2 or x.size(-2) != self.n:
+            raise ValueError(f"a widened stream must be (..., n={self.n}, C), got shape {tuple(x.shape)}")
+        with torch.autocast(x.device.type, enabled=False):  # the coefficients in float32 at least, never 16 bits
+            h, _, h_post, h_res = self._pre(x)
+        return h, (h_post, self.h_res_tap(h_res))
 
     def extra_repr(self) -> str:
         return f"n={self.n}, sinkhorn_iters={self.sinkhorn_iters}"
@@ -253,19 +219,12 @@ class MHCLiteConnection(ManifoldHyperConnection):
 
     def __init__(self, n: int, dim: int, *, eps: float = ManifoldHyperConnection.EPS):
         super().__init__(n, dim, eps=eps, res_outputs=math.factorial(n))
+        self.sinkhorn_iters = 0
         self.register_buffer("perms", permutation_matrices(n).float(), persistent=False)
 
     def _init_b_res(self) -> None:  # mHC-lite's code: -8 on every permutation but the identity (index 0)
         self.b_res.fill_(self.OFF_DIAGONAL_INIT)
         self.b_res[0] = 0.0
-
-    def coefficients(self, x):
-        n = self.n
-        proj = mhc_projection(x, self.phi, self.eps)
-        h_pre = torch.sigmoid(self.alpha_pre * proj[..., :n] + self.b_pre)
-        h_post = 2 * torch.sigmoid(self.alpha_post * proj[..., n:2 * n] + self.b_post)
-        h_res = permutation_mix(self.alpha_res * proj[..., 2 * n:] + self.b_res, self.perms)
-        return h_pre, h_post, h_res
 
     def extra_repr(self) -> str:
         return f"n={self.n}, permutations={math.factorial(self.n)}"

@@ -13,3 +13,4 @@ __all__ = ["AddNorm", "DirectAddNorm", "EagerAddNorm", "TritonAddNorm", "direct_
 from . import fused_autograd, fused_formulas, fused_schema  # noqa: E402,F401  (the fused forms' operators)
 from . import stream_autograd, stream_formulas, stream_schema  # noqa: E402,F401  (the widened stream's operators)
 from . import pointwise_autograd, pointwise_formulas, pointwise_schema  # noqa: E402,F401  (DyT / Derf + add)
+from . import mhc_autograd, mhc_formulas, mhc_schema  # noqa: E402,F401  (mHC's pre step)

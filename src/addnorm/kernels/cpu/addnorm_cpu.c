@@ -137,6 +137,29 @@ typedef struct {
     float *d_pre, *d_post, *d_res;
 } an_stream_args;
 
+/* mHC's pre step (mhc_rows.h): x (N, n, C) contiguous in dt; phi float32 (K, mp) zero-padded (mp: m rounded up to
+ * a multiple of 8), phiT (m, K);
+ * per-token outputs and gradients float32 and contiguous. */
+enum { AN_MHC_FWD = 0, AN_MHC_BWD = 1 };
+#define AN_MHC_MAX_M 128
+#define AN_MHC_MAX_ITERS 64
+typedef struct {
+    int op, n, dt, nt, m, mp, r, iters;
+    int64_t N, C, K;
+    const void *x;
+    const float *phi, *phiT;
+    float a[3];               /* a_pre, a_post, a_res */
+    const float *bias;        /* (m): b_pre, b_post, b_res */
+    const int32_t *perm;      /* (r, n): mHC-lite's permutations; NULL: Sinkhorn-Knopp (r = n^2) */
+    float eps;
+    void *h;                  /* FWD outputs */
+    float *h_pre, *h_post, *h_res, *p, *rstd;
+    const void *dh;           /* BWD inputs (the gradients NULL when absent) */
+    const float *dh_pre, *dh_post, *dh_res, *p_in, *rstd_in;
+    void *dx;                 /* BWD outputs */
+    float *dlogits, *dphi_part; /* dphi_part: per chunk (K, mp) partial sums */
+} an_mhc_args;
+
 typedef struct {
     int kind;
     int sdt, dydt, dy2dt, dresdt, odt;
@@ -211,6 +234,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #include "norm_rows.h"
 #include "fused_rows.h"
 #include "stream_rows.h"
+#include "mhc_rows.h"
 #include "pointwise_rows.h"
 #undef AN_STREAM_BYTES
 #undef AN_SFX
@@ -223,6 +247,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #include "norm_rows.h"
 #include "fused_rows.h"
 #include "stream_rows.h"
+#include "mhc_rows.h"
 #include "pointwise_rows.h"
 #undef AN_STREAM_BYTES
 #undef AN_SFX
@@ -234,6 +259,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #include "norm_rows.h"
 #include "fused_rows.h"
 #include "stream_rows.h"
+#include "mhc_rows.h"
 #include "pointwise_rows.h"
 #undef AN_SFX
 
@@ -242,6 +268,7 @@ typedef void (*an_bwd_fn)(const an_bwd_args *, int64_t, int64_t, const an_rows *
 typedef void (*an_ffwd_fn)(const an_ffwd_args *, int64_t, int64_t, const an_rows *);
 typedef void (*an_fbwd_fn)(const an_fbwd_args *, int64_t, int64_t, const an_rows *, double *const *);
 typedef void (*an_stream_fn)(const an_stream_args *, int64_t, int64_t, const an_rows *);
+typedef void (*an_mhc_fn)(const an_mhc_args *, int64_t, int64_t, const an_rows *, int);
 typedef void (*an_pwf_fn)(const an_pw_args *, int64_t, int64_t, const an_rows *);
 typedef void (*an_pwb_fn)(const an_pw_args *, int64_t, int64_t, const an_rows *, double *const *);
 
@@ -250,6 +277,7 @@ static an_bwd_fn g_bwd = bwd_rows_base;
 static an_ffwd_fn g_ffwd = fused_fwd_rows_base;
 static an_fbwd_fn g_fbwd = fused_bwd_rows_base;
 static an_stream_fn g_stream = stream_rows_base;
+static an_mhc_fn g_mhc = mhc_rows_base;
 static an_pwf_fn g_pwf = pw_fwd_rows_base;
 static an_pwb_fn g_pwb = pw_bwd_rows_base;
 static int g_isa = 0; /* 0 baseline, 1 avx2, 2 avx512 */
@@ -268,6 +296,7 @@ static void an_pick_isa(void) {
         g_ffwd = fused_fwd_rows_avx2;
         g_fbwd = fused_bwd_rows_avx2;
         g_stream = stream_rows_avx2;
+        g_mhc = mhc_rows_avx2;
         g_pwf = pw_fwd_rows_avx2;
         g_pwb = pw_bwd_rows_avx2;
         g_isa = 1;
@@ -279,6 +308,7 @@ static void an_pick_isa(void) {
         g_ffwd = fused_fwd_rows_avx512;
         g_fbwd = fused_bwd_rows_avx512;
         g_stream = stream_rows_avx512;
+        g_mhc = mhc_rows_avx512;
         g_pwf = pw_fwd_rows_avx512;
         g_pwb = pw_bwd_rows_avx512;
         g_isa = 2;
@@ -290,7 +320,8 @@ static void an_pick_isa(void) {
 /* ---- a minimal fork/join over row chunks ---- */
 
 typedef struct {
-    int kind; /* 0 fwd, 1 bwd, 2 fused fwd, 3 fused bwd, 4 widened stream, 5/6 DyT-Derf fwd/bwd */
+    int kind; /* 0 fwd, 1 bwd, 2 fused fwd, 3 fused bwd, 4 widened stream, 5/6 DyT-Derf fwd/bwd, 7 mHC pre */
+    int chunk;
     const void *args;
     int64_t r0, r1;
     int64_t D;
@@ -379,6 +410,7 @@ static void *an_run_task(void *p) {
     else if (t->kind == 2) g_ffwd((const an_ffwd_args *)t->args, t->r0, t->r1, &sc);
     else if (t->kind == 3) g_fbwd((const an_fbwd_args *)t->args, t->r0, t->r1, &sc, t->partial);
     else if (t->kind == 4) g_stream((const an_stream_args *)t->args, t->r0, t->r1, &sc);
+    else if (t->kind == 7) g_mhc((const an_mhc_args *)t->args, t->r0, t->r1, &sc, t->chunk);
     else if (t->kind == 5) g_pwf((const an_pw_args *)t->args, t->r0, t->r1, &sc);
     else g_pwb((const an_pw_args *)t->args, t->r0, t->r1, &sc, t->partial);
 #if defined(__x86_64__)
@@ -409,6 +441,7 @@ static int an_parallel(int kind, const void *args, int64_t N, int64_t D, int nth
     an_task tasks[AN_MAX_CHUNKS];
     for (int c = 0; c < C; c++) {
         tasks[c].kind = kind;
+        tasks[c].chunk = c;
         tasks[c].args = args;
         tasks[c].r0 = N * c / C;
         tasks[c].r1 = N * (c + 1) / C;
@@ -698,6 +731,44 @@ int addnorm_stream(int op, int n, int dt, int64_t N, int64_t C, const void *x, c
 }
 
 
+/* mHC's pre step, forward (op 0) and backward (op 1); see an_mhc_args and mhc_rows.h. Backward reduces the
+ * chunks' float32 dphi partial sums in chunk order (in float64) into dphi (K, m): the same bits on every run
+ * for a given thread count. Returns 0, -1 (no memory), -3 (a shape the kernels do not take). */
+int addnorm_mhc(int op, int n, int dt, int64_t N, int64_t C, int m, int mp, int r, int iters, const void *x,
+                const float *phi, const float *phiT, float a_pre, float a_post, float a_res, const float *bias,
+                const int32_t *perm, float eps, void *h, float *h_pre, float *h_post, float *h_res, float *p,
+                float *rstd, const void *dh, const float *dh_pre, const float *dh_post, const float *dh_res,
+                const float *p_in, const float *rstd_in, void *dx, float *dlogits, float *dphi, int nthreads) {
+    an_pick_isa();
+    const int64_t K = (int64_t)n * C;
+    if (n < 1 || n > AN_STREAM_MAX_N || m != 2 * n + r || m > AN_MHC_MAX_M || mp % 8 || mp < m || mp > AN_MHC_MAX_M ||
+        iters < 0 || iters > AN_MHC_MAX_ITERS || C < 1)
+        return -3;
+    if (op == AN_MHC_BWD && dphi) memset(dphi, 0, sizeof(float) * (size_t)K * (size_t)m);
+    if (N <= 0) return 0;
+    an_mhc_args a = {op, n, dt, an_use_nt(N, K, dt, 1), m, mp, r, iters, N, C, K, x, phi, phiT, {a_pre, a_post, a_res},
+                     bias, perm, eps, h, h_pre, h_post, h_res, p, rstd, dh, dh_pre, dh_post, dh_res, p_in, rstd_in,
+                     dx, dlogits, NULL};
+    int T = an_threads_for(N, K, nthreads), Cn = an_chunks_for(N, K, T);
+    void *part = NULL;
+    if (op == AN_MHC_BWD) {
+        if (posix_memalign(&part, AN_PAGE, sizeof(float) * (size_t)Cn * (size_t)K * (size_t)mp) != 0) return -1;
+        a.dphi_part = (float *)part;
+    }
+    int rc = an_parallel(7, &a, N, K, T, Cn, NULL, NULL, NULL);
+    if (rc == 0 && op == AN_MHC_BWD) {
+        const float *pp = a.dphi_part;
+        for (int64_t k = 0; k < K; k++)
+            for (int j = 0; j < m; j++) {
+                double s = 0.0;
+                for (int c = 0; c < Cn; c++) s += pp[((size_t)c * (size_t)K + (size_t)k) * (size_t)mp + (size_t)j];
+                dphi[k * m + j] = (float)s;
+            }
+    }
+    free(part);
+    return rc;
+}
+
 /* DyT / Derf fused with the add (pointwise_rows.h). Forward: y (and s_out) contiguous. Backward: ds contiguous in
  * sdt; dweight / dbias in param_dtype (NULL: unwanted); dscalars[0..1] = (dalpha, dshift) (NULL: unwanted). */
 int addnorm_pointwise_forward(int kind, int xdt, int rdt, int sdt, int odt, int64_t N, int64_t D, const void *x,
@@ -872,6 +943,25 @@ static PyObject *an_py_stream(PyObject *self, PyObject *const *args, Py_ssize_t 
 }
 
 
+static PyObject *an_py_mhc(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    int op, n, dt, m, mp, r, iters, nthreads, rc;
+    int64_t N, C;
+    float a_pre, a_post, a_res, eps;
+    void *x, *phi, *phiT, *bias, *perm, *h, *hp, *hpo, *hr, *p, *rstd, *dh, *dhp, *dhpo, *dhr, *pin, *rin, *dx, *dl,
+        *dphi;
+    if (an_parse(args, nargs, "iiiLLiiiipppfffppfpppppppppppppppi", &op, &n, &dt, &N, &C, &m, &mp, &r, &iters, &x,
+                 &phi, &phiT, &a_pre, &a_post, &a_res, &bias, &perm, &eps, &h, &hp, &hpo, &hr, &p, &rstd, &dh, &dhp,
+                 &dhpo, &dhr, &pin, &rin, &dx, &dl, &dphi, &nthreads) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = addnorm_mhc(op, n, dt, N, C, m, mp, r, iters, x, (const float *)phi, (const float *)phiT, a_pre, a_post, a_res,
+                     (const float *)bias, (const int32_t *)perm, eps, h, (float *)hp, (float *)hpo, (float *)hr,
+                     (float *)p, (float *)rstd, dh, (const float *)dhp, (const float *)dhpo, (const float *)dhr,
+                     (const float *)pin, (const float *)rin, dx, (float *)dl, (float *)dphi, nthreads);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
 static PyObject *an_py_pw_forward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     int kind, xdt, rdt, sdt, odt, pdt, nthreads, rc;
     int64_t N, D, x_rs, res_rs;
@@ -912,6 +1002,7 @@ static PyMethodDef an_methods[] = {
     {"fused_backward", (PyCFunction)(void (*)(void))an_py_fused_backward, METH_FASTCALL,
      "addnorm_fused_backward (see addnorm_cpu.c)"},
     {"stream", (PyCFunction)(void (*)(void))an_py_stream, METH_FASTCALL, "addnorm_stream (see addnorm_cpu.c)"},
+    {"mhc", (PyCFunction)(void (*)(void))an_py_mhc, METH_FASTCALL, "addnorm_mhc (see addnorm_cpu.c)"},
     {"pointwise_forward", (PyCFunction)(void (*)(void))an_py_pw_forward, METH_FASTCALL,
      "addnorm_pointwise_forward (see addnorm_cpu.c)"},
     {"pointwise_backward", (PyCFunction)(void (*)(void))an_py_pw_backward, METH_FASTCALL,

@@ -22,6 +22,7 @@ class KernelLibrary:
     fused_forward: object  # addnorm_fused_forward: norm-then-add and the parallel residual
     fused_backward: object  # addnorm_fused_backward
     stream: object  # addnorm_stream: the widened stream's read and write, forward and backward
+    mhc: object  # addnorm_mhc: mHC's pre step (coefficients and the sub-layer input), forward and backward
     pointwise_forward: object  # addnorm_pointwise_forward: DyT / Derf fused with the add
     pointwise_backward: object
     path: str
@@ -51,7 +52,7 @@ def _open() -> KernelLibrary | str:
     except ImportError as e:  # not built (e.g. a source checkout without `pip install`, or no C compiler)
         return f"the compiled kernel library is missing ({e}); reinstall addnorm with `pip install -e .`"
     return KernelLibrary(_addnorm_cpu.forward, _addnorm_cpu.backward, _addnorm_cpu.fused_forward,
-                         _addnorm_cpu.fused_backward, _addnorm_cpu.stream,
+                         _addnorm_cpu.fused_backward, _addnorm_cpu.stream, _addnorm_cpu.mhc,
                          _addnorm_cpu.pointwise_forward, _addnorm_cpu.pointwise_backward, _addnorm_cpu.__file__,
                          ISA_NAMES.get(_addnorm_cpu.isa(), "unknown"))
 

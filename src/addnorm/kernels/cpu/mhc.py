@@ -1,0 +1,85 @@
+"""Host side of mHC's pre-step CPU kernels (``mhc_rows.h``); the Triton host (``kernels.triton.mhc_ops``) has the
+same signatures.
+
+    mhc_pre(x, phi, scal, bias, perm_idx, eps, iters)          -> (h, h_pre, h_post, h_res, p, rstd)
+    mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd, iters)
+                                                               -> (dx, dlogits, dphi)
+
+x (..., n, C) in a kernel dtype; phi float32 (nC, m); scal float32 (3,) = (a_pre, a_post, a_res); bias float32 (m,)
+= (b_pre, b_post, b_res flattened); perm_idx None (mHC: Sinkhorn-Knopp) or int32 (n!, n) with P_k[i, perm_idx[k, i]]
+= 1 (mHC-lite). Per-token outputs and gradients float32; dlogits is the gradient of the pre-activations
+scal * p + bias, dphi the projection's.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .library import availability, library
+from .ops import _DTYPE, _num_threads, _ptr, empty_rows_like
+
+MAX_STREAMS = 8
+MAX_OUTPUTS = 128  # AN_MHC_MAX_M: m = 2n + n^2 (mHC) or 2n + n! (mHC-lite)
+MAX_ITERS = 64  # AN_MHC_MAX_ITERS
+FWD, BWD = 0, 1
+
+
+def applies(x: torch.Tensor, m: int, iters: int) -> bool:
+    """Whether the kernels take this call: a kernel dtype, 1 <= n <= 8, C >= 1, m <= 128, iters <= 64."""
+    return (x.dtype in _DTYPE and x.dim() >= 2 and 1 <= x.shape[-2] <= MAX_STREAMS and x.shape[-1] > 0
+            and m <= MAX_OUTPUTS and 0 <= iters <= MAX_ITERS and availability().available)
+
+
+def _padded(phi: torch.Tensor, mp: int) -> torch.Tensor:
+    out = phi.new_zeros(phi.shape[0], mp)
+    out[:, :phi.shape[1]] = phi
+    return out
+
+
+def _f32(t):
+    return None if t is None else t.detach().to(torch.float32).contiguous()
+
+
+def _run(op, x, n, C, N, m, r, iters, phi, phiT, scal, bias, perm_idx, eps, outs, grads):
+    mp = -(-m // 8) * 8
+    a = [float(v) for v in scal.tolist()]
+    phi_mp = _padded(phi, mp)  # held here: the kernel reads it through a raw pointer
+    rc = library().mhc(op, n, _DTYPE[x.dtype], N, C, m, mp, r, iters, _ptr(x), _ptr(phi_mp),
+                       _ptr(phiT), a[0], a[1], a[2], _ptr(bias), _ptr(perm_idx), float(eps), *map(_ptr, outs),
+                       *map(_ptr, grads), _num_threads())
+    if rc == -1:
+        raise MemoryError("addnorm CPU mHC kernel could not allocate its partial sums")
+    if rc:
+        raise ValueError(f"addnorm CPU mHC kernel refused the call (code {rc})")
+
+
+def _geometry(x, phi, perm_idx):
+    n, C = x.shape[-2], x.shape[-1]
+    m = phi.shape[-1]
+    return n, C, x.numel() // (n * C), m, m - 2 * n
+
+
+def mhc_pre(x, phi, scal, bias, perm_idx, eps, iters):
+    x = x.contiguous()
+    n, C, N, m, r = _geometry(x, phi, perm_idx)
+    lead = x.shape[:-2]
+    f = dict(dtype=torch.float32)
+    h = torch.empty(lead + (C,), dtype=x.dtype)
+    h_pre, h_post = torch.empty(lead + (n,), **f), torch.empty(lead + (n,), **f)
+    h_res, p, rstd = torch.empty(lead + (n, n), **f), torch.empty(lead + (m,), **f), torch.empty(lead, **f)
+    _run(FWD, x, n, C, N, m, r, iters, _f32(phi), None, _f32(scal), _f32(bias), perm_idx, eps,
+         (h, h_pre, h_post, h_res, p, rstd), (None,) * 9)
+    return h, h_pre, h_post, h_res, p, rstd
+
+
+def mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd, iters):
+    x = x.contiguous()
+    n, C, N, m, r = _geometry(x, phi, perm_idx)
+    phi = _f32(phi)
+    dx = empty_rows_like(x)
+    dlogits = torch.empty(x.shape[:-2] + (m,), dtype=torch.float32)
+    dphi = torch.empty(phi.shape, dtype=torch.float32)
+    dh = None if dh is None else dh.to(x.dtype).contiguous()
+    _run(BWD, x, n, C, N, m, r, iters, phi, phi.t().contiguous(), _f32(scal), _f32(bias), perm_idx, 0.0,
+         (None,) * 6, (dh, _f32(dh_pre), _f32(dh_post), _f32(dh_res), _f32(p), _f32(rstd), dx, dlogits, dphi))
+    return dx, dlogits, dphi

@@ -1,0 +1,342 @@
+/* Row kernels of mHC's pre step (mHC, arXiv:2512.24880; mHC-lite, arXiv:2601.05732): per token, from the
+ * stream X (n rows of C, K = nC values v), in one pass over X:
+ *
+ *   forward   rstd = 1/sqrt(|v|^2/K + eps),  p = (v phi) rstd                     (m = 2n + r values)
+ *             logits = a_g p + bias  (a_g: a_pre on p[:n], a_post on p[n:2n], a_res on p[2n:])
+ *             H_pre = sigmoid, H_post = 2 sigmoid, H_res = Sinkhorn-Knopp (r = n^2) or the softmax-weighted
+ *             sum of the n! permutation matrices (mHC-lite, r = n!),   h = sum_i H_pre[i] X_i
+ *   backward  dlogits = the coefficient maps' backward (g_pre[i] = <dh, X_i> + dH_pre[i]; Sinkhorn through
+ *             every round, its max shift a constant);  dp = a_g dlogits,  dz = dp rstd
+ *             dX = H_pre (x) dh + phi dz - (rstd^2 / K)(dp . p) v;   dphi += v^T dz  (per chunk)
+ *
+ * The projection is a small GEMM done here on tiles of AN_MHC_TB tokens, phi zero-padded to mp (a multiple
+ * of 8) columns so that the accumulators of a tile stay in registers; the tile's rows are converted to
+ * float32 once and stay in cache for the norm, the projection, h and (backward) dX. Every sum in float32,
+ * each output rounded once. Included per instruction set after norm_rows.h.
+ */
+
+#define AN_CAT2(a, b) a##b
+#define AN_CAT(a, b) AN_CAT2(a, b)
+#define AN_FN(name) AN_CAT(name, AN_SFX)
+#define AN_MHC_TB 4
+#define AN_MHC_KB 32
+
+/* out[t][0..MP) = sum_k v_t[k] phi[k][0..MP), for the AN_MHC_TB tokens of a tile */
+#define AN_MHC_PROJECT(MP)                                                                                       \
+    static void AN_FN(mhc_project_##MP)(const float *const *v, const float *restrict phi, int64_t K,            \
+                                        float *restrict out) {                                                  \
+        float a0[MP] = {0}, a1[MP] = {0}, a2[MP] = {0}, a3[MP] = {0};                                           \
+        const float *restrict v0 = v[0], *restrict v1 = v[1], *restrict v2 = v[2], *restrict v3 = v[3];          \
+        for (int64_t k = 0; k < K; k++) {                                                                       \
+            const float *restrict ph = phi + k * MP;                                                            \
+            const float x0 = v0[k], x1 = v1[k], x2 = v2[k], x3 = v3[k];                                         \
+            for (int j = 0; j < MP; j++) {                                                                      \
+                a0[j] += x0 * ph[j];                                                                            \
+                a1[j] += x1 * ph[j];                                                                            \
+                a2[j] += x2 * ph[j];                                                                            \
+                a3[j] += x3 * ph[j];                                                                            \
+            }                                                                                                   \
+        }                                                                                                       \
+        memcpy(out, a0, sizeof a0);                                                                             \
+        memcpy(out + MP, a1, sizeof a1);                                                                        \
+        memcpy(out + 2 * MP, a2, sizeof a2);                                                                    \
+        memcpy(out + 3 * MP, a3, sizeof a3);                                                                    \
+    }                                                                                                           \
+    /* dphi[k][0..MP) += sum_t v_t[k] dz_t[0..MP) */                                                            \
+    static void AN_FN(mhc_dphi_##MP)(const float *const *v, const float *restrict dz, int64_t K,                \
+                                     float *restrict dphi) {                                                    \
+        float z0[MP], z1[MP], z2[MP], z3[MP];                                                                   \
+        memcpy(z0, dz, sizeof z0);                                                                              \
+        memcpy(z1, dz + MP, sizeof z1);                                                                         \
+        memcpy(z2, dz + 2 * MP, sizeof z2);                                                                     \
+        memcpy(z3, dz + 3 * MP, sizeof z3);                                                                     \
+        const float *restrict v0 = v[0], *restrict v1 = v[1], *restrict v2 = v[2], *restrict v3 = v[3];          \
+        for (int64_t k = 0; k < K; k++) {                                                                       \
+            float *restrict d = dphi + k * MP;                                                                  \
+            const float x0 = v0[k], x1 = v1[k], x2 = v2[k], x3 = v3[k];                                         \
+            for (int j = 0; j < MP; j++) d[j] += x0 * z0[j] + x1 * z1[j] + x2 * z2[j] + x3 * z3[j];             \
+        }                                                                                                       \
+    }
+
+AN_MHC_PROJECT(8)
+AN_MHC_PROJECT(16)
+AN_MHC_PROJECT(24)
+AN_MHC_PROJECT(32)
+AN_MHC_PROJECT(40)
+AN_MHC_PROJECT(48)
+AN_MHC_PROJECT(56)
+AN_MHC_PROJECT(64)
+AN_MHC_PROJECT(72)
+AN_MHC_PROJECT(80)
+AN_MHC_PROJECT(88)
+AN_MHC_PROJECT(96)
+AN_MHC_PROJECT(104)
+AN_MHC_PROJECT(112)
+AN_MHC_PROJECT(120)
+AN_MHC_PROJECT(128)
+#undef AN_MHC_PROJECT
+
+typedef void (*AN_FN(mhc_project_fn))(const float *const *, const float *, int64_t, float *);
+typedef void (*AN_FN(mhc_dphi_fn))(const float *const *, const float *, int64_t, float *);
+
+static AN_FN(mhc_project_fn) AN_FN(mhc_project_for)(int mp) {
+    switch (mp) {
+    case 8: return AN_FN(mhc_project_8);
+    case 16: return AN_FN(mhc_project_16);
+    case 24: return AN_FN(mhc_project_24);
+    case 32: return AN_FN(mhc_project_32);
+    case 40: return AN_FN(mhc_project_40);
+    case 48: return AN_FN(mhc_project_48);
+    case 56: return AN_FN(mhc_project_56);
+    case 64: return AN_FN(mhc_project_64);
+    case 72: return AN_FN(mhc_project_72);
+    case 80: return AN_FN(mhc_project_80);
+    case 88: return AN_FN(mhc_project_88);
+    case 96: return AN_FN(mhc_project_96);
+    case 104: return AN_FN(mhc_project_104);
+    case 112: return AN_FN(mhc_project_112);
+    case 120: return AN_FN(mhc_project_120);
+    default: return AN_FN(mhc_project_128);
+    }
+}
+
+static AN_FN(mhc_dphi_fn) AN_FN(mhc_dphi_for)(int mp) {
+    switch (mp) {
+    case 8: return AN_FN(mhc_dphi_8);
+    case 16: return AN_FN(mhc_dphi_16);
+    case 24: return AN_FN(mhc_dphi_24);
+    case 32: return AN_FN(mhc_dphi_32);
+    case 40: return AN_FN(mhc_dphi_40);
+    case 48: return AN_FN(mhc_dphi_48);
+    case 56: return AN_FN(mhc_dphi_56);
+    case 64: return AN_FN(mhc_dphi_64);
+    case 72: return AN_FN(mhc_dphi_72);
+    case 80: return AN_FN(mhc_dphi_80);
+    case 88: return AN_FN(mhc_dphi_88);
+    case 96: return AN_FN(mhc_dphi_96);
+    case 104: return AN_FN(mhc_dphi_104);
+    case 112: return AN_FN(mhc_dphi_112);
+    case 120: return AN_FN(mhc_dphi_120);
+    default: return AN_FN(mhc_dphi_128);
+    }
+}
+
+/* dx_t[k] += sum_j phiT[j][k] dz_t[j] for the tile's tokens: phiT (m, K); blocks of AN_MHC_KB along k so that
+ * the four tokens' partial rows stay in registers while phiT's rows stream past */
+static void AN_FN(mhc_dx_gemm)(float *const *dx, const float *restrict dz, int mp, int m, const float *restrict phiT,
+                               int64_t K) {
+    int64_t k0 = 0;
+    for (; k0 + AN_MHC_KB <= K; k0 += AN_MHC_KB) {
+        float d[AN_MHC_TB][AN_MHC_KB];
+        for (int t = 0; t < AN_MHC_TB; t++) memcpy(d[t], dx[t] + k0, sizeof d[t]);
+        for (int j = 0; j < m; j++) {
+            const float *restrict ph = phiT + (int64_t)j * K + k0;
+            const float z0 = dz[j], z1 = dz[mp + j], z2 = dz[2 * mp + j], z3 = dz[3 * mp + j];
+            for (int kk = 0; kk < AN_MHC_KB; kk++) {
+                d[0][kk] += z0 * ph[kk];
+                d[1][kk] += z1 * ph[kk];
+                d[2][kk] += z2 * ph[kk];
+                d[3][kk] += z3 * ph[kk];
+            }
+        }
+        for (int t = 0; t < AN_MHC_TB; t++) memcpy(dx[t] + k0, d[t], sizeof d[t]);
+    }
+    for (; k0 < K; k0++)
+        for (int t = 0; t < AN_MHC_TB; t++) {
+            float s = dx[t][k0];
+            for (int j = 0; j < m; j++) s += dz[t * mp + j] * phiT[(int64_t)j * K + k0];
+            dx[t][k0] = s;
+        }
+}
+
+static inline float AN_FN(mhc_sigmoid)(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Sinkhorn-Knopp on the n x n logits L, `iters` rounds (columns, then rows); `st` (when not NULL) receives
+ * M0 and each round's column-normalized matrix A and row sums r, column sums c: (1 + iters) n^2 + 2 iters n. */
+static void AN_FN(mhc_sinkhorn)(const float *L, int n, int iters, float *out, float *st) {
+    const int nn = n * n;
+    float mx = L[0];
+    for (int e = 1; e < nn; e++) mx = L[e] > mx ? L[e] : mx;
+    float M[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
+    for (int e = 0; e < nn; e++) M[e] = expf(L[e] - mx);
+    if (st) memcpy(st, M, sizeof(float) * (size_t)nn);
+    for (int it = 0; it < iters; it++) {
+        float c[AN_STREAM_MAX_N], r[AN_STREAM_MAX_N];
+        for (int j = 0; j < n; j++) {
+            float s = 0.0f;
+            for (int i = 0; i < n; i++) s += M[i * n + j];
+            c[j] = s;
+        }
+        float ic[AN_STREAM_MAX_N], ir[AN_STREAM_MAX_N];
+        for (int j = 0; j < n; j++) ic[j] = 1.0f / c[j];
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++) M[i * n + j] *= ic[j];
+        if (st) memcpy(st + nn + (size_t)it * (nn + 2 * n), M, sizeof(float) * (size_t)nn);
+        for (int i = 0; i < n; i++) {
+            float s = 0.0f;
+            for (int j = 0; j < n; j++) s += M[i * n + j];
+            r[i] = s;
+        }
+        for (int i = 0; i < n; i++) ir[i] = 1.0f / r[i];
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++) M[i * n + j] *= ir[i];
+        if (st) {
+            float *rc = st + nn + (size_t)it * (nn + 2 * n) + nn;
+            memcpy(rc, r, sizeof(float) * (size_t)n);
+            memcpy(rc + n, c, sizeof(float) * (size_t)n);
+        }
+    }
+    memcpy(out, M, sizeof(float) * (size_t)nn);
+}
+
+/* dL from dOut through the rounds kept in st (see mhc_sinkhorn) */
+static void AN_FN(mhc_sinkhorn_backward)(const float *dout, int n, int iters, const float *st, float *dL) {
+    const int nn = n * n;
+    float G[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
+    memcpy(G, dout, sizeof(float) * (size_t)nn);
+    for (int it = iters - 1; it >= 0; it--) {
+        const float *A = st + nn + (size_t)it * (nn + 2 * n), *r = A + nn, *c = r + n;
+        /* out = A / r (rows): dA_ij = (G_ij - sum_k G_ik out_ik) / r_i */
+        for (int i = 0; i < n; i++) {
+            const float ir = 1.0f / r[i];
+            float s = 0.0f;
+            for (int k = 0; k < n; k++) s += G[i * n + k] * A[i * n + k];
+            s *= ir;
+            for (int j = 0; j < n; j++) G[i * n + j] = (G[i * n + j] - s) * ir;
+        }
+        /* A = M / c (columns): dM_ij = (dA_ij - sum_k dA_kj A_kj) / c_j */
+        for (int j = 0; j < n; j++) {
+            float s = 0.0f;
+            for (int k = 0; k < n; k++) s += G[k * n + j] * A[k * n + j];
+            const float ic = 1.0f / c[j];
+            for (int i = 0; i < n; i++) G[i * n + j] = (G[i * n + j] - s) * ic;
+        }
+    }
+    for (int e = 0; e < nn; e++) dL[e] = G[e] * st[e]; /* M0 = exp(L - max) */
+}
+
+/* the coefficient maps of one token: logits (m) -> H_pre, H_post, H_res; st: Sinkhorn's rounds (backward) */
+static void AN_FN(mhc_maps)(const an_mhc_args *a, const float *lg, float *hp, float *hpo, float *hr, float *st,
+                            float *w) {
+    const int n = a->n, r = a->r;
+    for (int i = 0; i < n; i++) {
+        hp[i] = AN_FN(mhc_sigmoid)(lg[i]);
+        hpo[i] = 2.0f * AN_FN(mhc_sigmoid)(lg[n + i]);
+    }
+    if (a->perm == NULL) {
+        AN_FN(mhc_sinkhorn)(lg + 2 * n, n, a->iters, hr, st);
+        return;
+    }
+    float mx = lg[2 * n];
+    for (int k = 1; k < r; k++) mx = lg[2 * n + k] > mx ? lg[2 * n + k] : mx;
+    float s = 0.0f;
+    for (int k = 0; k < r; k++) s += (w[k] = expf(lg[2 * n + k] - mx));
+    for (int k = 0; k < r; k++) w[k] /= s;
+    memset(hr, 0, sizeof(float) * (size_t)(n * n));
+    for (int k = 0; k < r; k++)
+        for (int i = 0; i < n; i++) hr[i * n + a->perm[k * n + i]] += w[k];
+}
+
+static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const an_rows *sc, int chunk) {
+    const int n = a->n, m = a->m, mp = a->mp, r = a->r;
+    const int64_t C = a->C, K = a->K;
+    const size_t es = an_elem_size(a->dt);
+    const int nn = n * n;
+    float z[AN_MHC_TB * 128], dz[AN_MHC_TB * 128];
+    float lg[128], w[128], hp[AN_STREAM_MAX_N], hpo[AN_STREAM_MAX_N], hr[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
+    /* Sinkhorn's rounds, kept for its backward */
+    float st_buf[(1 + AN_MHC_MAX_ITERS) * AN_STREAM_MAX_N * AN_STREAM_MAX_N + 2 * AN_MHC_MAX_ITERS * AN_STREAM_MAX_N];
+    float *st = a->perm == NULL && a->op == AN_MHC_BWD ? st_buf : NULL, *tmp = sc->r[8];
+    float *dphi = a->op == AN_MHC_BWD ? a->dphi_part + (size_t)chunk * (size_t)K * (size_t)mp : NULL;
+    if (dphi) memset(dphi, 0, sizeof(float) * (size_t)K * (size_t)mp);
+    AN_FN(mhc_project_fn) project = AN_FN(mhc_project_for)(mp);
+    AN_FN(mhc_dphi_fn) add_dphi = AN_FN(mhc_dphi_for)(mp);
+    for (int64_t t0 = r0; t0 < r1; t0 += AN_MHC_TB) {
+        const int nt = (int)(r1 - t0 < AN_MHC_TB ? r1 - t0 : AN_MHC_TB);
+        const float *v[AN_MHC_TB];
+        for (int b = 0; b < AN_MHC_TB; b++) {
+            const int64_t t = t0 + (b < nt ? b : nt - 1); /* a short tile repeats its last token */
+            v[b] = b < nt ? AN_FN(f32_row)((const char *)a->x + t * K * es, a->dt, sc->r[b], K) : v[nt - 1];
+        }
+        if (a->op == AN_MHC_FWD) {
+            project(v, a->phi, K, z);
+            for (int b = 0; b < nt; b++) {
+                const int64_t t = t0 + b;
+                const float rs = an_rstd(AN_FN(dot)(v[b], v[b], K) / (float)K, a->eps);
+                a->rstd[t] = rs;
+                float *p = a->p + t * m;
+                for (int j = 0; j < m; j++) {
+                    p[j] = z[b * mp + j] * rs;
+                    lg[j] = a->a[j < n ? 0 : j < 2 * n ? 1 : 2] * p[j] + a->bias[j];
+                }
+                AN_FN(mhc_maps)(a, lg, a->h_pre + t * n, a->h_post + t * n, a->h_res + t * nn, NULL, w);
+                const float *hpt = a->h_pre + t * n;
+                for (int i = 0; i < n; i++) AN_FN(axpy)(tmp, v[b] + (int64_t)i * C, hpt[i], C, i == 0);
+                AN_FN(put_row)((char *)a->h + t * C * es, tmp, C, a->dt, a->nt, sc->r[9]);
+            }
+            continue;
+        }
+        /* backward */
+        float *dx[AN_MHC_TB];
+        for (int b = 0; b < AN_MHC_TB; b++) dx[b] = sc->r[4 + b];
+        memset(dz, 0, sizeof(float) * (size_t)(AN_MHC_TB * mp));
+        for (int b = 0; b < nt; b++) {
+            const int64_t t = t0 + b;
+            const float rs = a->rstd_in[t];
+            const float *p = a->p_in + t * m;
+            for (int j = 0; j < m; j++) lg[j] = a->a[j < n ? 0 : j < 2 * n ? 1 : 2] * p[j] + a->bias[j];
+            AN_FN(mhc_maps)(a, lg, hp, hpo, hr, st, w);
+            float *d = a->dlogits + t * m;
+            /* dh, as float32, at the start of this token's dX row (read before that row is written) */
+            const float *dh = a->dh ? AN_FN(f32_row)((const char *)a->dh + t * C * es, a->dt, tmp, C) : NULL;
+            for (int i = 0; i < n; i++) {
+                float g = a->dh_pre ? a->dh_pre[t * n + i] : 0.0f;
+                if (dh) g += AN_FN(dot)(dh, v[b] + (int64_t)i * C, C);
+                d[i] = g * hp[i] * (1.0f - hp[i]);
+                const float s = 0.5f * hpo[i];
+                d[n + i] = a->dh_post ? a->dh_post[t * n + i] * 2.0f * s * (1.0f - s) : 0.0f;
+            }
+            if (a->dh_res == NULL) {
+                for (int k = 0; k < r; k++) d[2 * n + k] = 0.0f;
+            } else if (a->perm == NULL) {
+                AN_FN(mhc_sinkhorn_backward)(a->dh_res + t * nn, n, a->iters, st, d + 2 * n);
+            } else {
+                const float *G = a->dh_res + t * nn;
+                float wd = 0.0f;
+                for (int k = 0; k < r; k++) {
+                    float s = 0.0f;
+                    for (int i = 0; i < n; i++) s += G[i * n + a->perm[k * n + i]];
+                    lg[k] = s; /* dw_k (the logits are no longer needed) */
+                    wd += w[k] * s;
+                }
+                for (int k = 0; k < r; k++) d[2 * n + k] = w[k] * (lg[k] - wd);
+            }
+            float pd = 0.0f;
+            for (int j = 0; j < m; j++) {
+                const float dp = a->a[j < n ? 0 : j < 2 * n ? 1 : 2] * d[j];
+                pd += dp * p[j];
+                dz[b * mp + j] = dp * rs;
+            }
+            /* dX = H_pre (x) dh - (rstd^2 / K)(dp . p) v, then + phi dz below */
+            const float cv = -(rs * rs / (float)K) * pd;
+            float *o = dx[b];
+            for (int i = n - 1; i >= 0; i--) { /* row 0 last: dh may live in tmp, never in o */
+                float *oi = o + (int64_t)i * C;
+                const float *vi = v[b] + (int64_t)i * C;
+                if (dh) for (int64_t c = 0; c < C; c++) oi[c] = hp[i] * dh[c] + cv * vi[c];
+                else for (int64_t c = 0; c < C; c++) oi[c] = cv * vi[c];
+            }
+        }
+        for (int b = nt; b < AN_MHC_TB; b++) memset(dx[b], 0, sizeof(float) * (size_t)K); /* dz is 0 there */
+        AN_FN(mhc_dx_gemm)(dx, dz, mp, m, a->phiT, K);
+        add_dphi(v, dz, K, dphi);
+        for (int b = 0; b < nt; b++)
+            AN_FN(put_row)((char *)a->dx + (t0 + b) * K * es, dx[b], K, a->dt, a->nt, sc->r[9]);
+    }
+}
+
+#undef AN_MHC_KB
+#undef AN_MHC_TB
+#undef AN_FN
+#undef AN_CAT
+#undef AN_CAT2

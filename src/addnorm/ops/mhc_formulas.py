@@ -1,0 +1,128 @@
+"""mHC's pre step (the widened stream's coefficients and the sub-layer input) in torch ops: what the fused
+kernels compute, and their double backward and forward-mode AD.
+
+From the stream X (..., n, C), per token (mHC, arXiv:2512.24880, eqs. 7-9; mHC-lite, arXiv:2601.05732):
+
+    v      = vec(X)                                  (K = nC values)
+    rstd   = 1 / sqrt(|v|^2 / K + eps)               the RMSNorm of vec(X), without a weight
+    p      = (v phi) rstd                            phi (K, m): m = 2n + n^2 (mHC) or 2n + n! (mHC-lite)
+    H_pre  = sigmoid(a_pre p[:n] + b_pre)
+    H_post = 2 sigmoid(a_post p[n:2n] + b_post)
+    H_res  = Sinkhorn-Knopp(a_res mat(p[2n:]) + b_res, iters)                       (mHC)
+           = sum_k softmax(a_res p[2n:] + b_res)_k P_k   over the n! permutations    (mHC-lite)
+    h      = sum_i H_pre[i] X_i
+
+Outputs (h, H_pre, H_post, H_res, p, rstd): h in X's dtype; everything else in float32 (float64 when X or phi
+or a coefficient is float64). p and rstd are what a backward needs (as native_layer_norm's mean and rstd): not differentiable.
+``perms`` is the (n!, n, n) stack of permutation matrices for mHC-lite, None for mHC.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def compute_dtype(*ts) -> torch.dtype:
+    return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in ts) else torch.float32
+
+
+def sinkhorn_knopp(logits: torch.Tensor, iters: int) -> torch.Tensor:
+    """mHC eq. 9: M0 = exp(logits) (..., n, n); each iteration divides by the column sums, then by the
+    row sums (M_t = T_r(T_c(M_{t-1}))). The result's rows sum to 1 exactly, its columns approximately.
+
+    exp is taken after subtracting each matrix's maximum: a constant factor that the first
+    normalization divides out exactly, so the result is the same and exp cannot overflow.
+    """
+    m = torch.exp(logits - logits.amax(dim=(-2, -1), keepdim=True).detach())
+    for _ in range(iters):
+        m = m / m.sum(-2, keepdim=True)  # T_c: columns sum to 1
+        m = m / m.sum(-1, keepdim=True)  # T_r: rows sum to 1
+    return m
+
+
+def permutation_mix(logits: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:
+    """sum_k softmax(logits)_k P_k: (..., n!) and (n!, n, n) -> (..., n, n), doubly stochastic exactly."""
+    w = torch.softmax(logits, dim=-1)
+    return torch.einsum("...k,kij->...ij", w, perms.to(w.dtype))
+
+
+def coefficients(p, n, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, iters):
+    """(H_pre, H_post, H_res) from the normalized projection p (..., m)."""
+    h_pre = torch.sigmoid(a_pre * p[..., :n] + b_pre)
+    h_post = 2 * torch.sigmoid(a_post * p[..., n:2 * n] + b_post)
+    logits = a_res * p[..., 2 * n:] + b_res.reshape(-1)
+    if perms is None:
+        h_res = sinkhorn_knopp(logits.unflatten(-1, (n, n)), iters)
+    else:
+        h_res = permutation_mix(logits, perms)
+    return h_pre, h_post, h_res
+
+
+def pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
+    """(h, H_pre, H_post, H_res, p, rstd); see the module docstring."""
+    ct = compute_dtype(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res)
+    n = x.size(-2)
+    v = x.flatten(-2).to(ct)
+    rstd = torch.rsqrt((v * v).sum(-1) / v.size(-1) + eps)
+    p = (v @ phi.to(ct)) * rstd.unsqueeze(-1)
+    c = [t.to(ct) for t in (a_pre, a_post, a_res, b_pre, b_post, b_res)]
+    h_pre, h_post, h_res = coefficients(p, n, *c, perms, iters)
+    h = (h_pre.unsqueeze(-1) * x.to(ct)).sum(-2).to(x.dtype)
+    return h, h_pre, h_post, h_res, p, rstd
+
+
+def pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
+    """Gradients of (x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res) from those of (h, H_pre, H_post, H_res)
+    (None: zero); differentiable again (torch.func.vjp records its own graph under grad mode)."""
+    ins = (x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res)
+
+    def f(*a):
+        return pre(*a, perms, eps, iters)[:4]
+
+    outs, vjp = torch.func.vjp(f, *ins)
+    cot = tuple(torch.zeros_like(o) if d is None else d.to(o.dtype) for o, d in zip(outs, (dh, dh_pre, dh_post, dh_res),
+                                                                                   strict=True))
+    return vjp(cot)
+
+
+def pre_jvp(primals, tangents, perms, eps, iters):
+    """Forward-mode derivative of (h, H_pre, H_post, H_res) along ``tangents`` (None: zero), written out (an
+    autograd.Function's jvp runs inside a dual level, where torch.func.jvp cannot open another)."""
+    x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res = primals
+    ct = compute_dtype(*primals)
+    n = x.size(-2)
+    P = [t.to(ct) for t in primals]
+    T = [torch.zeros_like(p) if t is None else t.to(ct) for p, t in zip(P, tangents, strict=True)]
+    v, tv = P[0].flatten(-2), T[0].flatten(-2)
+    K = v.size(-1)
+    rstd = torch.rsqrt((v * v).sum(-1) / K + eps)
+    t_rstd = -(rstd ** 3) * (v * tv).sum(-1) / K
+    z = v @ P[1]
+    tz = tv @ P[1] + v @ T[1]
+    p = z * rstd.unsqueeze(-1)
+    tp = tz * rstd.unsqueeze(-1) + z * t_rstd.unsqueeze(-1)
+    g = (slice(0, n), slice(n, 2 * n), slice(2 * n, None))
+    logits = [P[2 + i] * p[..., g[i]] + P[5 + i].reshape(-1) for i in range(3)]
+    t_logits = [T[2 + i] * p[..., g[i]] + P[2 + i] * tp[..., g[i]] + T[5 + i].reshape(-1) for i in range(3)]
+    s_pre, s_post = torch.sigmoid(logits[0]), torch.sigmoid(logits[1])
+    t_pre = s_pre * (1 - s_pre) * t_logits[0]
+    t_post = 2 * s_post * (1 - s_post) * t_logits[1]
+    if perms is None:
+        L, tL = logits[2].unflatten(-1, (n, n)), t_logits[2].unflatten(-1, (n, n))
+        m = torch.exp(L - L.amax(dim=(-2, -1), keepdim=True))
+        tm = m * tL  # the max shift is divided out by the first normalization
+        for _ in range(iters):
+            c = m.sum(-2, keepdim=True)
+            m = m / c
+            tm = (tm - m * tm.sum(-2, keepdim=True)) / c
+            r = m.sum(-1, keepdim=True)
+            m = m / r
+            tm = (tm - m * tm.sum(-1, keepdim=True)) / r
+        t_res = tm
+    else:
+        w = torch.softmax(logits[2], dim=-1)
+        tw = w * (t_logits[2] - (w * t_logits[2]).sum(-1, keepdim=True))
+        t_res = torch.einsum("...k,kij->...ij", tw, perms.to(ct))
+    xf, txf = P[0], T[0]
+    th = (t_pre.unsqueeze(-1) * xf + s_pre.unsqueeze(-1) * txf).sum(-2).to(x.dtype)
+    return th, t_pre, t_post, t_res

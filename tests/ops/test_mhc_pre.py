@@ -1,0 +1,224 @@
+"""mHC's pre step as one fused operator (``addnorm.stream_functional.mhc_pre``): every backend against a float64
+oracle transcribed from the papers' equations (``addnorm.reference.streams``: mHC eqs. 7-9, mHC-lite's
+permutation mix), PyTorch's operator checks, gradcheck, transforms and bad input."""
+
+import itertools
+import math
+
+import pytest
+import torch
+import torch.autograd.forward_ad as fwAD
+
+from addnorm.reference import streams as ref
+from addnorm.stream_functional import mhc_pre
+from tests.backends import BACKENDS, KERNELS
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+TOL = {torch.float32: 2e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
+CASES = [((2, 3), 4, 33), ((5,), 1, 8), ((2,), 2, 7), ((0, 3), 4, 16), ((), 3, 1), ((4,), 4, 769), ((3,), 8, 5)]
+EPS, ITERS = 1e-6, 20
+
+
+def _perms(n):
+    return torch.stack([torch.eye(n)[list(p)] for p in itertools.permutations(range(n))])
+
+
+def _make(lead, n, C, lite, dtype, seed=0, layout="contiguous"):
+    """(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms): coefficients at a scale where every map is
+    far from saturation, so that the gradients are informative."""
+    g = torch.Generator().manual_seed(seed)
+    r = math.factorial(n) if lite else n * n
+    rnd = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+    x = rnd(*lead, n, C)
+    if layout == "permuted" and C > 1:
+        x = rnd(*lead, C, n).transpose(-1, -2)
+    phi = rnd(n * C, 2 * n + r) / math.sqrt(n * C)
+    a = [torch.tensor(v, dtype=torch.float64) for v in (0.8, 0.6, 1.1)]
+    b = [0.5 * rnd(n), 0.5 * rnd(n), 0.5 * (rnd(r) if lite else rnd(n, n))]
+    ts = [x.to(dtype), phi.float(), *(t.float() for t in a + b)]
+    return [t.requires_grad_() for t in ts] + [_perms(n) if lite else None]
+
+
+def _oracle(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms):
+    """The papers' equations in float64, written independently of the kernels' formulas."""
+    x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res = (t.double() for t in (x, phi, a_pre, a_post, a_res, b_pre,
+                                                                               b_post, b_res))
+    n = x.shape[-2]
+    xp = ref.mhc_eq7_rmsnorm(x, EPS)
+    h_pre = ref.mhc_eq8_pre(xp, phi[:, :n], a_pre, b_pre)
+    h_post = ref.mhc_eq8_post(xp, phi[:, n:2 * n], a_post, b_post)
+    if perms is None:
+        h_res = ref.mhc_eq9_sinkhorn(ref.mhc_eq8_res_logits(xp, phi[:, 2 * n:], a_res, b_res, n), ITERS)
+    else:
+        h_res = ref.mhc_lite_res(xp, phi[:, 2 * n:], a_res, b_res, n)
+    return ref.mhc_layer_input(h_pre, x), h_pre, h_post, h_res
+
+
+NAMES = ("x", "phi", "a_pre", "a_post", "a_res", "b_pre", "b_post", "b_res")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("lite", [False, True], ids=["mhc", "mhc_lite"])
+@pytest.mark.parametrize("lead, n, C", CASES)
+def test_forward_and_backward_match_the_float64_oracle(lead, n, C, lite, dtype, backend):
+    if lite and n > 4:
+        pytest.skip("mHC-lite at n > 4 has more than 5! permutations (the paper's n is 4)")
+    *ins, perms = _make(lead, n, C, lite, dtype, layout="permuted" if n == 4 else "contiguous")
+    out = mhc_pre(*ins, perms=perms, eps=EPS, iters=ITERS, backend=backend)
+    exp = _oracle(*ins, perms)
+    assert out[0].dtype == dtype and out[0].shape == ins[0].shape[:-2] + (C,)
+    assert all(o.dtype == torch.float32 for o in out[1:])
+    tol = TOL[dtype]
+    for name, a, e in zip(("h", "H_pre", "H_post", "H_res"), out, exp, strict=True):
+        torch.testing.assert_close(a.double(), e, atol=tol * 4 if name == "h" else 2e-5, rtol=tol, msg=name)
+    g = torch.Generator().manual_seed(1)
+    cots = [torch.randn(o.shape, generator=g, dtype=torch.float64) for o in out]
+    got = torch.autograd.grad(sum((o.double() * c).sum() for o, c in zip(out, cots, strict=True)), ins)
+    ins64 = [t.detach().double().requires_grad_() for t in ins]
+    e_out = _oracle(*ins64, perms)
+    exp_g = torch.autograd.grad(sum((o * c).sum() for o, c in zip(e_out, cots, strict=True)), ins64,
+                                allow_unused=True)
+    for name, a, e in zip(NAMES, got, exp_g, strict=True):
+        e = torch.zeros_like(ins64[NAMES.index(name)]) if e is None else e
+        scale = 1 + (e.abs().max().item() if e.numel() else 0.0)
+        torch.testing.assert_close(a.double(), e, atol=tol * 8 * scale, rtol=tol * 4, msg=name)
+
+
+@pytest.mark.parametrize("lite", [False, True], ids=["mhc", "mhc_lite"])
+@pytest.mark.parametrize("backend", ["op", "torch"])
+def test_gradcheck_and_gradgradcheck_float64(backend, lite):
+    *ins, perms = _make((2,), 3, 2, lite, torch.float64)
+    ins = [t.detach().double().requires_grad_() for t in ins]
+
+    def f(*a):
+        if backend == "op":
+            return torch.ops.addnorm.mhc_pre(*a, None if perms is None else perms.double(), EPS, 5)[:4]
+        return mhc_pre(*a, perms=perms, eps=EPS, iters=5, backend="torch")
+
+    assert torch.autograd.gradcheck(f, ins)
+    assert torch.autograd.gradgradcheck(f, ins)
+
+
+@pytest.mark.skipif("cpu" not in KERNELS, reason="the compiled kernels are not built")
+@pytest.mark.parametrize("lite", [False, True], ids=["mhc", "mhc_lite"])
+def test_opcheck(lite):
+    *ins, perms = _make((2, 3), 4, 24, lite, torch.float32)
+    args = (*ins, perms, EPS, ITERS)
+    torch.library.opcheck(torch.ops.addnorm.mhc_pre.default, args)
+    det = [t.detach() for t in ins]
+    _, _, _, _, p, rstd = torch.ops.addnorm.mhc_pre(*det, perms, EPS, ITERS)
+    g = torch.Generator().manual_seed(2)
+    grads = [torch.randn(2, 3, 24, generator=g), torch.randn(2, 3, 4, generator=g), None,
+             torch.randn(2, 3, 4, 4, generator=g)]
+    torch.library.opcheck(torch.ops.addnorm.mhc_pre_backward.default, (*grads, *det, perms, p, rstd, EPS, ITERS))
+
+
+@pytest.mark.parametrize("lite", [False, True], ids=["mhc", "mhc_lite"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_forward_ad_matches_the_oracle(backend, lite):
+    *prim, perms = _make((3,), 4, 16, lite, torch.float32)
+    prim = [t.detach() for t in prim]
+    g = torch.Generator().manual_seed(3)
+    tans = [torch.randn(p.shape, generator=g) for p in prim]
+    with fwAD.dual_level():
+        d = [fwAD.make_dual(p, t) for p, t in zip(prim, tans, strict=True)]
+        out = mhc_pre(*d, perms=perms, eps=EPS, iters=ITERS, backend=backend)
+        got = [fwAD.unpack_dual(t).tangent for t in out]
+    _, jv = torch.func.jvp(lambda *a: tuple(t.float() for t in _oracle(*a, perms)), tuple(prim), tuple(tans))
+    for a, e in zip(got, jv, strict=True):
+        torch.testing.assert_close(a, e, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.skipif("cpu" not in KERNELS, reason="the compiled kernels are not built")
+def test_compile_fullgraph_keeps_the_operator_both_ways():
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    seen = set()
+
+    def backend(gm, example_inputs):
+        def keep(gr, _):
+            seen.update(str(n.target) for n in gr.graph.nodes if str(n.target).startswith("addnorm."))
+            return gr
+        return aot_module_simplified(gm, example_inputs, fw_compiler=keep, bw_compiler=keep)
+
+    *ins, perms = _make((2, 3), 4, 32, False, torch.float32)
+
+    def f(*a):
+        h, hp, hpo, hr = mhc_pre(*a, iters=ITERS)
+        return (h * h).sum() + hpo.sum() + (hr * hr).sum()
+
+    torch._dynamo.reset()
+    eager = torch.autograd.grad(f(*ins), ins)
+    comp = torch.autograd.grad(torch.compile(f, backend=backend, fullgraph=True)(*ins), ins)
+    assert {"addnorm.mhc_pre.default", "addnorm.mhc_pre_backward.default"} <= seen
+    for a, e in zip(comp, eager, strict=True):
+        torch.testing.assert_close(a, e, atol=1e-4, rtol=1e-4)
+
+
+def test_vmap_uses_the_composite():
+    *ins, perms = _make((3, 2), 4, 8, False, torch.float32)
+    ins = [t.detach() for t in ins]
+    got = torch.vmap(lambda x: mhc_pre(x, *ins[1:], iters=ITERS)[0])(ins[0])
+    torch.testing.assert_close(got.double(), _oracle(*ins, None)[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nan_and_inf_stay_in_their_token(backend):
+    *ins, perms = _make((4,), 2, 8, False, torch.float32)
+    ins = [t.detach() for t in ins]
+    ins[0][1, 0, 3] = float("nan")
+    ins[0][2, 1, 5] = float("inf")
+    h, hp, hpo, hr = mhc_pre(*ins, iters=ITERS, backend=backend)
+    for t in (h, hp, hpo, hr):
+        assert torch.isfinite(t[[0, 3]]).all()
+        assert not torch.isfinite(t[1]).all() and not torch.isfinite(t[2]).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_shapes_the_kernels_do_not_take_give_the_formulas_answer(backend):
+    """More Sinkhorn rounds than the kernels keep (64), and 'perms' that are not permutation matrices."""
+    *ins, _ = _make((3,), 2, 8, False, torch.float32)
+    ins = [t.detach() for t in ins]
+    torch.testing.assert_close(mhc_pre(*ins, iters=70, backend=backend)[3],
+                               mhc_pre(*ins, iters=70, backend="torch")[3], atol=1e-6, rtol=1e-5)
+    *ins, perms = _make((3,), 2, 8, True, torch.float32)
+    soft = torch.full_like(perms, 0.5)  # doubly stochastic, not permutations: the formulas must take it
+    ins = [t.detach() for t in ins]
+    torch.testing.assert_close(mhc_pre(*ins, perms=soft, backend=backend)[3],
+                               mhc_pre(*ins, perms=soft, backend="torch")[3], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_tokens_gives_zero_parameter_gradients(backend):
+    *ins, perms = _make((0, 2), 4, 8, False, torch.float32)
+    h, hp, hpo, hr = mhc_pre(*ins, backend=backend)
+    assert h.shape == (0, 2, 8) and hr.shape == (0, 2, 4, 4)
+    grads = torch.autograd.grad(h.sum() + hp.sum() + hpo.sum() + hr.sum(), ins)
+    assert all(g.shape == t.shape and not g.any() for g, t in zip(grads, ins, strict=True))
+
+
+def _args():
+    *ins, perms = _make((2,), 4, 8, False, torch.float32)
+    return [t.detach() for t in ins]
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda a, kw: a.__setitem__(0, a[0][0, 0]), "x must be a widened stream"),
+    (lambda a, kw: a.__setitem__(1, a[1][:, :5]), "phi must have shape"),
+    (lambda a, kw: a.__setitem__(2, torch.ones(2)), "a_pre must have 1 element"),
+    (lambda a, kw: a.__setitem__(5, torch.ones(3)), "b_pre must have 4 elements"),
+    (lambda a, kw: a.__setitem__(7, torch.ones(5)), "b_res must have 16 elements"),
+    (lambda a, kw: a.__setitem__(0, a[0].long()), "x must be a floating-point tensor"),
+    (lambda a, kw: a.__setitem__(1, "phi"), "phi must be a torch.Tensor"),
+    (lambda a, kw: kw.update(perms=torch.eye(3)[None]), "perms must be"),
+    (lambda a, kw: kw.update(iters=-1), "iters must be"),
+    (lambda a, kw: kw.update(iters=2.5), "iters must be"),
+    (lambda a, kw: kw.update(eps=float("nan")), "eps must be"),
+    (lambda a, kw: kw.update(backend="gpu"), "backend"),
+])
+def test_bad_input_is_refused_naming_the_argument(edit, match):
+    a, kw = _args(), {}
+    edit(a, kw)
+    with pytest.raises((TypeError, ValueError, RuntimeError), match=match):
+        mhc_pre(*a, **kw)
