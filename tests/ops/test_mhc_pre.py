@@ -222,3 +222,57 @@ def test_bad_input_is_refused_naming_the_argument(edit, match):
     edit(a, kw)
     with pytest.raises((TypeError, ValueError, RuntimeError), match=match):
         mhc_pre(*a, **kw)
+
+
+ISA_SCRIPT = r"""
+import sys, torch, addnorm
+from addnorm.stream_functional import mhc_pre
+ins, perms, cots = torch.load(sys.argv[1])
+res = {}
+for dt in ("float32", "bfloat16"):
+    xs = [ins[0].to(getattr(torch, dt)).requires_grad_()] + [t.clone().requires_grad_() for t in ins[1:]]
+    out = mhc_pre(*xs, perms=perms, eps=1e-6, iters=20, backend="cpu")
+    grads = torch.autograd.grad(out, xs, [c.to(o.dtype) for o, c in zip(out, cots)])
+    res[dt] = [t.detach() for t in (*out, *grads)]
+torch.save({"isa": addnorm.cpu_kernel_availability().isa, "res": res}, sys.argv[2])
+"""
+
+
+@pytest.mark.skipif("cpu" not in KERNELS, reason="the compiled kernels are not built")
+@pytest.mark.parametrize("lite", [False, True], ids=["mhc", "mhc_lite"])
+def test_every_instruction_set_path_meets_the_float64_tolerance(tmp_path, lite):
+    """ADDNORM_CPU_ISA=baseline|avx2 caps the kernels' instruction set (read once per process): each path, in its
+    own process, against the float64 oracle at the tolerances of the table above (odd C: every loop's tail)."""
+    import os
+    import subprocess
+    import sys
+
+    *ins, perms = _make((37,), 4, 259, lite, torch.float32, seed=5)
+    ins = [t.detach() for t in ins]
+    g = torch.Generator().manual_seed(6)
+    shapes = [(37, 259), (37, 4), (37, 4), (37, 4, 4)]
+    cots = [torch.randn(s, generator=g, dtype=torch.float64) for s in shapes]
+    torch.save((ins, perms, cots), tmp_path / "in.pt")
+    want = {"baseline": "baseline", "avx2": "avx2+fma+f16c", "native": None}
+    for isa, name in want.items():
+        env = dict(os.environ)
+        env.pop("ADDNORM_CPU_ISA", None)
+        if isa != "native":
+            env["ADDNORM_CPU_ISA"] = isa
+        out = tmp_path / f"{isa}.pt"
+        subprocess.run([sys.executable, "-c", ISA_SCRIPT, str(tmp_path / "in.pt"), str(out)], env=env, check=True,
+                       timeout=300)
+        got = torch.load(out)
+        assert name is None or got["isa"] == name
+        for dt, res in got["res"].items():
+            dtype = getattr(torch, dt)
+            ins64 = [ins[0].to(dtype).double().requires_grad_()] + [t.double().requires_grad_() for t in ins[1:]]
+            e_out = _oracle(*ins64, perms)
+            e_grads = torch.autograd.grad(e_out, ins64, [c.to(o.dtype) if i else c.to(dtype).double()
+                                                         for i, (o, c) in enumerate(zip(e_out, cots))])
+            tol = TOL[dtype]
+            for k, (a, e) in enumerate(zip(res, (*e_out, *e_grads), strict=True)):
+                scale = 1 + e.abs().max().item()
+                atol = (tol * 4 if k == 0 else 2e-5) if k < 4 else tol * 8 * scale
+                torch.testing.assert_close(a.double(), e.detach(), atol=atol, rtol=tol * 4,
+                                           msg=f"{isa} {dt} output {k}")
