@@ -123,3 +123,13 @@ def test_the_legend_names_what_the_line_styles_vary_in():
     assert fig.legends[0].get_title().get_text() == "colour: placement, line style: depth"
     fig = study_figures.curves_figure(*_rows(placements=("pre", "post"), lrs=(1e-3, 3e-3), seeds=(0,))[:2])
     assert fig.legends[0].get_title().get_text() == "colour: placement, line style: norm"
+
+
+def test_heat_map_numbers_read_on_dark_and_light_cells():
+    """Black on YlOrRd's dark red was unreadable: the text colour follows the cell's luminance."""
+    import matplotlib
+
+    cmap = matplotlib.colormaps["YlOrRd"]
+    assert study_figures.text_colour(cmap(1.0)) == "w"  # the darkest red
+    assert study_figures.text_colour(cmap(0.0)) == "k"  # the palest yellow
+    assert study_figures.text_colour((float("nan"),) * 3 + (1.0,)) == "k"

@@ -169,6 +169,15 @@ def grad_figure(rows: list[dict], profiles: dict[str, dict]):
     return fig
 
 
+def text_colour(rgba) -> str:
+    """Black or white, whichever reads on a cell of this colour (WCAG relative luminance; NaN: black)."""
+    def lin(c):
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (lin(c) for c in rgba[:3])
+    return "w" if 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.179 else "k"
+
+
 def _heatmap(fig, ax, values, xs, ys, fmt, title, xlabel, ylabel, scale, vmin=None, vmax=None):
     im = ax.imshow(values, cmap="YlOrRd", aspect="auto", vmin=vmin, vmax=vmax)
     ax.set_xticks(range(len(xs)), [f"{x:g}" if isinstance(x, float) else str(x) for x in xs], fontsize=7,
@@ -176,7 +185,8 @@ def _heatmap(fig, ax, values, xs, ys, fmt, title, xlabel, ylabel, scale, vmin=No
     ax.set_yticks(range(len(ys)), [str(y) for y in ys], fontsize=7)
     for i in range(len(ys)):
         for j in range(len(xs)):
-            ax.text(j, i, fmt(values[i][j]), ha="center", va="center", fontsize=7, color="k")
+            ax.text(j, i, fmt(values[i][j]), ha="center", va="center", fontsize=7,
+                    color=text_colour(im.cmap(im.norm(values[i][j]))))
     ax.set_title(title, fontsize=9)
     ax.set_xlabel(xlabel, fontsize=8)
     ax.set_ylabel(ylabel, fontsize=8)
