@@ -16,14 +16,16 @@ def test_report_only_regenerates_the_page_without_training(tmp_path, capsys):
     assert first["curves"] and first["grad_profiles"] and all(r["tokens_seen"] == 12 * 16 * 64 for r in first["runs"])
 
     committed = tmp_path / "committed"  # what a results directory under benchmarks/ holds: no runs/
-    committed.mkdir()
+    (committed / "figures").mkdir(parents=True)
     shutil.copy(trained / "summary.json", committed / "summary.json")
+    (committed / "figures" / "a_figure_an_older_version_drew.png").write_bytes(b"stale")
     capsys.readouterr()
     assert main(["study", *GRID, "--out", str(committed), "--report-only"]) == 0
     assert "runs" not in {p.name for p in committed.iterdir()}  # nothing trained
     again = json.loads((committed / "summary.json").read_text())
     for key in ("runs", "groups", "pairwise", "curves", "grad_profiles", "figures"):
         assert again[key] == first[key], key
+    assert sorted(p.name for p in (committed / "figures").iterdir()) == sorted(first["figures"])  # the stale one gone
     assert (committed / "summary.md").read_text() == (trained / "summary.md").read_text()
     assert (committed / "index.html").stat().st_size > 0
     assert "results in" in capsys.readouterr().out

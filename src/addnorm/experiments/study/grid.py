@@ -236,6 +236,9 @@ def _write(head: dict, rows: list[dict], curves: dict, profiles: dict, missing: 
     gain = mixing_figure.mixing_figure(mixing or [], out_dir / "figures" / "composite_gain.png")
     if gain is not None:  # the mHC claim's figure (HC, mHC, mHC-lite runs only)
         study["figures"].append(gain.name)
+    for stale in sorted((out_dir / "figures").glob("*.png")):  # drawn by an earlier report, not by this one
+        if stale.name not in study["figures"]:
+            stale.unlink(missing_ok=True)
     atomic_write_text(out_dir / "summary.json", json.dumps(study, indent=1))
     study["report"] = str(study_html.write(study, study["figures"], out_dir))
     return study
