@@ -173,3 +173,15 @@ def test_the_mhc_verdict_reads_whether_its_streams_stayed_copies():
     assert mhc[1] == REPRODUCED and "at most 1" in mhc[2]
     # a constrained gain well above 1 is not the paper's result
     assert _gain_reproduced(_mixing_runs([2.4, 2.5], [2.41, 2.52], gain=1.4))[1][1] == NOT_REPRODUCED
+
+
+def test_equivalence_is_the_whole_interval_inside_the_margin():
+    """'Trains like LayerNorm' needs the interval inside +-margin; an interval holding 0 but reaching past the
+    margin shows nothing, one wholly past it contradicts."""
+    from addnorm.report.study_writeup import equivalence_call
+
+    assert equivalence_call(-0.003, -0.001) == "equivalent"  # distinguishable from 0, yet equivalent
+    assert equivalence_call(-0.2, 0.3) == "not shown equivalent"  # holds 0, says nothing
+    assert equivalence_call(0.06, 0.2) == "not equivalent"
+    assert equivalence_call(-0.05, 0.05) == "equivalent"
+    assert equivalence_call(None, None) == "no loss to compare"

@@ -35,8 +35,8 @@ class Claim:
     text: str
     origin: str  # "seed" (the seeds' claims) or "frontier"
     results: str  # directory under benchmarks/results/study
-    measure: str  # "loss" (difference against pre-LN), "failures" (counts against pre-LN), "gap" (generalization
-    #               gap against pre-LN), "gain"
+    measure: str  # "loss" (difference against pre-LN), "equivalence" (the loss difference inside a margin),
+    #               "failures" (counts against pre-LN), "gap" (generalization gap against pre-LN), "gain"
     select: tuple[tuple[str, object], ...]  # axis values that pick the rows (placement, norm, ...)
     figure: str | None  # file under <results>/figures
     published: tuple[str, ...]  # keys of published.PUBLISHED
@@ -60,8 +60,8 @@ CLAIMS = (
           "failures", (("placement", "no_residual"),), None, (), _RESIDUAL, _FAILS, ("fails less",)),
     Claim("batchnorm", "BatchNorm in place of LayerNorm trains but generalizes poorly.", "seed", "study_norms",
           "gap", (("norm", "batch"),), None, (), _NORMS, ("larger gap",), ("smaller gap",)),
-    Claim("rmsnorm", "RMSNorm trains like LayerNorm.", "seed", "study_norms", "loss", (("norm", "rms"),), None, (),
-          _NORMS, ("better", "not distinguishable"), ("worse",)),
+    Claim("rmsnorm", "RMSNorm trains like LayerNorm.", "seed", "study_norms", "equivalence", (("norm", "rms"),), None,
+          (), _NORMS, ("equivalent",), ("not equivalent",)),
     Claim("mixln", "Mix-LN (post-norm in the first quarter of the layers) ends below pre-LN.", "frontier", "paper24",
           "loss", (("placement", "mix"),), "val_loss_vs_lr.png", ("mixln_1b",), _PAPER, ("better",), ("worse",)),
     Claim("lns", "LayerNorm Scaling ends below pre-LN.", "frontier", "frontier", "loss", (("placement", "lns"),),
@@ -90,6 +90,22 @@ MHC_SYMMETRY = ("mHC's and mHC-lite's losses agree run for run, the sign that th
                 "the embedding and stayed identical (every stream receives the same gradient when phi starts at 0), "
                 "so H_res mixes identical streams and a product of doubly (or row-) stochastic matrices has gain 1 "
                 "by construction: these runs do not test the paper's claim")
+
+
+# "trains like": the final validation loss within this many nats of pre-LN's (about 2.5 % of the losses the
+# study's short runs end at), shown by the whole 95 % interval of the difference lying inside +-margin (a test
+# of equivalence; a difference that is merely not distinguishable from 0 shows nothing)
+EQUIVALENCE_MARGIN = 0.05
+
+
+def equivalence_call(low, high, margin: float = EQUIVALENCE_MARGIN) -> str:
+    if low is None or high is None:
+        return "no loss to compare"
+    if -margin <= low and high <= margin:
+        return "equivalent"
+    if low > margin or high < -margin:
+        return "not equivalent"
+    return "not shown equivalent"
 
 
 def _matches(row: dict, select) -> bool:
@@ -162,6 +178,11 @@ def _pair_lines(pairs: list[dict], claim: Claim) -> tuple[list[str], str, list[s
                      f"{interval_text(d.get('gap_diff_mean'), d.get('gap_diff_low'), d.get('gap_diff_high'), '{:+.3f}')}"
                      "; final validation loss minus pre-LN's "
                      f"{interval_text(d['diff_mean'], d['diff_low'], d['diff_high'], '{:+.3f}')} ({d['call']})")
+        elif claim.measure == "equivalence":
+            call = equivalence_call(d["diff_low"], d["diff_high"])
+            value = ("final validation loss minus pre-LN's "
+                     f"{interval_text(d['diff_mean'], d['diff_low'], d['diff_high'], '{:+.3f}')}, against a margin of "
+                     f"±{EQUIVALENCE_MARGIN:g} nats")
         else:
             call = d["call"]
             value = ("final validation loss minus pre-LN's "
@@ -173,7 +194,7 @@ def _pair_lines(pairs: list[dict], claim: Claim) -> tuple[list[str], str, list[s
     verdict = ", ".join(f"{c} at {n} of {len(calls)}" for c, n in counts.items()) or "no comparison with pre-LN"
     deciding = [d for d in pairs if _matches(d, claim.of)]
     decide = [c for d, c in zip(pairs, calls) if _matches(d, claim.of)]
-    if claim.measure in ("failures", "loss"):
+    if claim.measure in ("failures", "loss", "equivalence"):
         for label, k, n, kb, nb, p, call in _pooled(pairs):
             settings = sum(_label(d) == label for d in pairs)
             if settings > 1:
@@ -182,7 +203,7 @@ def _pair_lines(pairs: list[dict], claim: Claim) -> tuple[list[str], str, list[s
         pooled = [c for *_, c in _pooled(deciding)]
         # failures: the pooled test decides; a loss claim also hears it where it names failing more ('against')
         decide = pooled if claim.measure == "failures" else decide + [c for c in pooled if c in claim.against]
-        if claim.measure == "loss" and "fails more" in pooled and "fails more" not in claim.against:
+        if claim.measure in ("loss", "equivalence") and "fails more" in pooled and "fails more" not in claim.against:
             decide.append("also fails more")  # neither agrees nor contradicts; said beside the verdict
     return lines, verdict, decide
 
