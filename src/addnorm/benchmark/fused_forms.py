@@ -132,23 +132,23 @@ def fused(op: str, kind: str):
     return par
 
 
-def _inputs(op, n, d, dtype, kind, grad):
-    g = torch.Generator().manual_seed(0)
-    mk = lambda *s: torch.randn(*s, generator=g).to(dtype).requires_grad_(grad)  # noqa: E731
+def _inputs(op, n, d, dtype, kind, grad, device="cpu"):
+    g = torch.Generator().manual_seed(0)  # drawn on the CPU, then moved: the same values on every device
+    mk = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype).requires_grad_(grad)  # noqa: E731
     if op == "mhc_pre":  # mHC's parameters at their init scale (alpha 0.01, phi ~ N(0, 1/(nC)))
         K, m = N_STREAMS * d, 2 * N_STREAMS + N_STREAMS ** 2
-        p = lambda t: t.requires_grad_(grad)  # noqa: E731
+        p = lambda t: t.to(device).requires_grad_(grad)  # noqa: E731
         return (mk(n, N_STREAMS, d), p(torch.randn(K, m, generator=g) / K ** 0.5),
                 *(p(torch.tensor(0.01)) for _ in range(3)), p(torch.zeros(N_STREAMS)), p(torch.zeros(N_STREAMS)),
                 p(torch.zeros(N_STREAMS, N_STREAMS)))
     if op.startswith("stream_"):
-        c = lambda *s: torch.rand(*s, generator=g).requires_grad_(grad)  # noqa: E731  (float32 coefficients)
+        c = lambda *s: torch.rand(*s, generator=g).to(device).requires_grad_(grad)  # noqa: E731  (float32 coefficients)
         return (mk(n, N_STREAMS, d), mk(n, d), c(n, N_STREAMS), c(n, N_STREAMS), c(n, N_STREAMS, N_STREAMS))
     base = (mk(n, d), mk(n, d), mk(n, d), mk(d), mk(d) if kind == "layer" else None, mk(d),
             mk(d) if kind == "layer" else None)
     if op in ("dyt", "derf"):
-        return base[:4] + (mk(d),) + base[5:] + (torch.tensor(0.5, requires_grad=grad),
-                                                 torch.tensor(0.1, requires_grad=grad))
+        return base[:4] + (mk(d),) + base[5:] + (torch.tensor(0.5, device=device, requires_grad=grad),
+                                                 torch.tensor(0.1, device=device, requires_grad=grad))
     return base
 
 
@@ -156,13 +156,14 @@ _USED = {"norm_add": (0, 2, 3, 4), "parallel": (0, 1, 2, 3, 4), "parallel2": (0,
          "dyt": (0, 2, 3, 4, 7), "derf": (0, 2, 3, 4, 7, 8), "stream_read": (0, 2), "stream_write": (0, 1, 3, 4), "mhc_pre": tuple(range(8))}
 
 
-def make_step(fn, op, mode, n, d, dtype, kind):
+def make_step(fn, op, mode, n, d, dtype, kind, device="cpu"):
     if mode == "fwd":
-        args = _inputs(op, n, d, dtype, kind, False)
+        args = _inputs(op, n, d, dtype, kind, False, device)
         return lambda: fn(*args)
-    args = _inputs(op, n, d, dtype, kind, True)
+    args = _inputs(op, n, d, dtype, kind, True, device)
     params = [args[i] for i in _USED[op] if args[i] is not None]
-    ups = [torch.randn(o.shape).to(o.dtype) for o in fn(*args)]  # one upstream gradient per output
+    # one upstream gradient per output
+    ups = [torch.randn(o.shape).to(device=o.device, dtype=o.dtype) for o in fn(*args)]
     if mode == "bwd":
         outs = fn(*args)
         return lambda: torch.autograd.grad(outs, params, ups, retain_graph=True)

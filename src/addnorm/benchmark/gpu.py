@@ -175,12 +175,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kinds", default=",".join(KINDS), help="comma separated norms, of layer, rms")
     p.add_argument("--modes", default=",".join(MODES), help="comma separated, of fwd, bwd, fwdbwd")
     p.add_argument("--methods", default=",".join(METHODS), help="comma separated, of " + ", ".join(METHODS))
+    p.add_argument("--ops", default="add_norm",
+                   help="comma separated, of add_norm (default) and the fused forms of addnorm.benchmark.fused_forms "
+                        "(norm_add, parallel, parallel2, dyt, derf, stream_read, stream_write, mhc_pre) and mhc "
+                        "(mhc_pre + stream_write); all: every one. The fused forms go to fused_forms_gpu.{json,md} "
+                        "(addnorm.benchmark.gpu_forms)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cuda (default); cpu only checks the script itself, its numbers mean nothing for a GPU")
     p.add_argument("--out", default="benchmarks/results", help="directory for CSV/JSON (default %(default)s)")
 
 
 def main_from_args(args) -> int:
+    if getattr(args, "ops", "add_norm") != "add_norm":  # the other fused ops (and add_norm, if asked, back here)
+        from . import gpu_forms
+
+        return gpu_forms.main_from_args(args)
     try:
         opts = parse_options(args, METHODS)
     except ValueError as e:
