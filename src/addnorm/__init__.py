@@ -14,7 +14,7 @@ from .fused_functional import layer_norm_add, parallel_add_layer_norm, parallel_
 from .kernels.cpu import availability as cpu_kernel_availability
 from .kernels.cpu.output_pool import POOL as output_pool  # large outputs from recycled memory: .set_limit, .release
 from .pointwise_functional import add_derf, add_dyt
-from .stream_functional import stream_read, stream_write
+from .stream_functional import mhc_pre, stream_read, stream_write
 
 __version__ = "0.1.0"
 
@@ -34,6 +34,7 @@ __all__ = [
     "add_derf",
     "stream_read",
     "stream_write",
+    "mhc_pre",
     "use_backend",
     "last_backend",
     "cpu_kernel_availability",

@@ -110,9 +110,11 @@ def _check_mhc(x, phi, coeffs, perms, eps, iters):
     if x.dim() < 2:
         raise ValueError(f"x must be a widened stream (..., n, C), got shape {tuple(x.shape)}")
     n, C = x.shape[-2], x.shape[-1]
+    if n < 1:
+        raise ValueError(f"x must hold at least one stream (..., n >= 1, C), got shape {tuple(x.shape)}")
     if perms is not None:
         _tensor("perms", perms)
-        if perms.dim() != 3 or tuple(perms.shape[1:]) != (n, n):
+        if perms.dim() != 3 or tuple(perms.shape[1:]) != (n, n) or perms.shape[0] < 1:
             raise ValueError(f"perms must be (r, {n}, {n}) permutation matrices for x of shape {tuple(x.shape)}, "
                              f"got {tuple(perms.shape)}")
     r = n * n if perms is None else perms.shape[0]

@@ -74,6 +74,14 @@ def eager_inference(x, residual, weight, bias, kind, eps, weight_offset, cast_be
     return out, s
 
 
+def differentiable_backward() -> bool:
+    """Whether a backward must run as torch ops rather than on the kernels: under create_graph=True (it is itself
+    differentiated), or inside a forward-mode AD level (a Hessian-vector product taken forward-over-reverse: the
+    tangents of the saved tensors and the incoming gradients must reach the result, and the kernels read primal
+    values only -- they would drop them silently)."""
+    return torch.is_grad_enabled() or _fwad._current_level >= 0
+
+
 def _primal(t):
     return None if t is None else _fwad.unpack_dual(t).primal.detach()
 
@@ -121,7 +129,7 @@ class AddNorm(torch.autograd.Function):
             if dres is None:
                 return (None,) * 11
             ds, dx, dw, db = _zero_grads(dres, x_dtype, w, b, want_w, want_b)
-        elif torch.is_grad_enabled():  # create_graph=True: a backward that is itself differentiable
+        elif differentiable_backward():  # create_graph=True or tangents: torch ops, themselves differentiable
             ds, dx, dw, db = formulas.backward(dy, dres, saved, w, b, kind, ndim, eps, off, x_dtype,
                                                (True, want_w, want_b))
         else:  # the operator, or (eager, nothing tracing) the forward's implementation without the dispatcher
@@ -212,7 +220,7 @@ class EagerAddNorm(torch.autograd.Function):
             if dres is None:
                 return (None,) * 8
             ds, _, dw, db = _zero_grads(dres, saved.dtype, w, b, want_w, want_b)
-        elif torch.is_grad_enabled():  # create_graph=True: a backward that is itself differentiable
+        elif differentiable_backward():  # create_graph=True or tangents: torch ops, themselves differentiable
             ds, _, dw, db = formulas.backward(dy, dres, saved, w, b, kind, 1, eps, off, saved.dtype,
                                               (True, want_w, want_b))
         elif type(dy) is torch.Tensor and not _dispatch_depth():  # a traced backward sees fake tensors or a mode

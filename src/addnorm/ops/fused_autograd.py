@@ -14,7 +14,7 @@ import torch.autograd.forward_ad as _fwad
 from ..kernels.cpu import fused as _cpu_fused
 from ..kernels.cpu import ops as _cpu_ops
 from . import formulas, fused_formulas
-from .autograd import _primal
+from .autograd import _primal, differentiable_backward
 from .fused_schema import (LIB, norm_add_cpu, norm_add_triton, parallel_backward_cpu, parallel_backward_triton,
                            parallel_cpu, parallel_triton)
 from .schema import backward_cpu, backward_triton
@@ -59,7 +59,7 @@ class NormAdd(torch.autograd.Function):
         want_w, want_b = w is not None and needs[2], b is not None and needs[3]
         dx = dw = db = None
         if needs[0] or want_w or want_b:
-            if torch.is_grad_enabled():
+            if differentiable_backward():
                 dx, _, dw, db = formulas.backward(dout, None, x, w, b, kind, ndim, eps, off, x.dtype,
                                                   (True, want_w, want_b))
             else:
@@ -135,7 +135,7 @@ class ParallelAddNorm(torch.autograd.Function):
                 b2 is not None and needs[6]]
         if dy is None and dy2 is None:
             ds, grads = dres, [torch.zeros_like(p) if m else None for p, m in zip((w, b, w2, b2), mask, strict=True)]
-        elif torch.is_grad_enabled():
+        elif differentiable_backward():
             ds, *grads = fused_formulas.parallel_backward(dy, dy2, dres, s, w, b, w2, b2, kind, ndim, eps, off, mask)
         else:
             direct = ctx.direct is not None and type(dy if dy is not None else dy2) is torch.Tensor
@@ -212,7 +212,7 @@ class EagerNormAdd(torch.autograd.Function):
         x, stats, w, b = ctx.saved_tensors
         needs = ctx.needs_input_grad
         want_w, want_b = w is not None and needs[2], b is not None and needs[3]
-        if torch.is_grad_enabled():
+        if differentiable_backward():
             dx, _, dw, db = formulas.backward(dout, None, x, w, b, kind, 1, eps, off, x.dtype, (True, want_w, want_b))
         elif type(dout) is torch.Tensor:  # the host call itself, as EagerAddNorm's backward makes it
             D = x.shape[-1]
@@ -267,7 +267,7 @@ class EagerParallelAddNorm(torch.autograd.Function):
                 b2 is not None and needs[6]]
         if dy is None and dy2 is None:
             ds, grads = dres, [torch.zeros_like(p) if m else None for p, m in zip((w, b, w2, b2), mask, strict=True)]
-        elif torch.is_grad_enabled():
+        elif differentiable_backward():
             ds, *grads = fused_formulas.parallel_backward(dy, dy2, dres, s, w, b, w2, b2, kind, 1, eps, off, mask)
         elif type(dy if dy is not None else dy2) is torch.Tensor:
             ds, *grads = _cpu_fused.parallel_backward(dy, dy2, dres, s, stats, w, b, w2, b2, kind, s.shape[-1], off,

@@ -8,7 +8,7 @@ import torch
 import torch.autograd.forward_ad as _fwad
 
 from . import mhc_formulas as mf
-from .autograd import _primal
+from .autograd import _primal, differentiable_backward
 from .mhc_schema import CPU, LIB, TRITON
 
 _pre = torch.ops.addnorm.mhc_pre.default
@@ -41,7 +41,7 @@ class MhcPre(torch.autograd.Function):
         if dh is None and dh_pre is None and dh_post is None and dh_res is None:
             return (None,) * 11
         *ts, p, rstd = ctx.saved_tensors
-        if torch.is_grad_enabled():  # double backward: the formulas, differentiable again
+        if differentiable_backward():  # double backward, or tangents to carry: the formulas (torch ops)
             gs = mf.pre_backward(dh, dh_pre, dh_post, dh_res, *ts, ctx.perms, ctx.eps, ctx.iters)
         else:
             bwd = ctx.direct if ctx.direct is not None and (dh is None or type(dh) is torch.Tensor) else _pre_backward

@@ -19,7 +19,15 @@ or a coefficient is float64). p and rstd are what a backward needs (as native_la
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
+
+
+def _autocast_off(t: torch.Tensor):
+    """Autocast off on the tensor's device type (a meta tensor has no autocast to turn off)."""
+    kind = t.device.type
+    return torch.autocast(kind, enabled=False) if kind in ("cpu", "cuda", "xpu") else contextlib.nullcontext()
 
 
 def compute_dtype(*ts) -> torch.dtype:
@@ -59,7 +67,13 @@ def coefficients(p, n, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, iters)
 
 
 def pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
-    """(h, H_pre, H_post, H_res, p, rstd); see the module docstring."""
+    """(h, H_pre, H_post, H_res, p, rstd); see the module docstring. Autocast is off inside: the coefficients are
+    float32 at least whatever the caller's autocast state (under CPU autocast the projection would run in bf16)."""
+    with _autocast_off(x):
+        return _pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters)
+
+
+def _pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
     ct = compute_dtype(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res)
     n = x.size(-2)
     v = x.flatten(-2).to(ct)
@@ -73,21 +87,81 @@ def pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
 
 def pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
     """Gradients of (x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res) from those of (h, H_pre, H_post, H_res)
-    (None: zero); differentiable again (torch.func.vjp records its own graph under grad mode)."""
-    ins = (x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res)
+    (None: zero), written out in torch ops as the kernels compute them -- differentiable again (double backward),
+    and carrying forward-mode tangents (a Hessian-vector product taken forward-over-reverse)."""
+    with _autocast_off(x):
+        return _pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms,
+                             eps, iters)
 
-    def f(*a):
-        return pre(*a, perms, eps, iters)[:4]
 
-    outs, vjp = torch.func.vjp(f, *ins)
-    cot = tuple(torch.zeros_like(o) if d is None else d.to(o.dtype) for o, d in zip(outs, (dh, dh_pre, dh_post, dh_res),
-                                                                                   strict=True))
-    return vjp(cot)
+def _sinkhorn_backward(L, iters, dout):
+    """dL of sinkhorn_knopp(L, iters) from dOut, through every round (the max shift a constant)."""
+    m0 = torch.exp(L - L.amax(dim=(-2, -1), keepdim=True).detach())
+    m, rounds = m0, []
+    for _ in range(iters):
+        c = m.sum(-2, keepdim=True)
+        a = m / c
+        r = a.sum(-1, keepdim=True)
+        m = a / r
+        rounds.append((a, r, c, m))
+    g = dout
+    for a, r, c, out in reversed(rounds):
+        g = (g - (g * out).sum(-1, keepdim=True)) / r  # out = a / r (rows)
+        g = (g - (g * a).sum(-2, keepdim=True)) / c  # a = m / c (columns)
+    return g * m0
+
+
+def _pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps,
+                  iters):
+    coeffs = (a_pre, a_post, a_res, b_pre, b_post, b_res)
+    ct = compute_dtype(x, phi, *coeffs)
+    n = x.size(-2)
+    X = x.to(ct)
+    v = X.flatten(-2)
+    K = v.size(-1)
+    rstd = torch.rsqrt((v * v).sum(-1) / K + eps)
+    p = (v @ phi.to(ct)) * rstd.unsqueeze(-1)
+    a = [t.to(ct) for t in coeffs[:3]]
+    groups = (slice(0, n), slice(n, 2 * n), slice(2 * n, None))
+    logits = [a[i] * p[..., groups[i]] + coeffs[3 + i].to(ct).reshape(-1) for i in range(3)]
+    s_pre, s_post = torch.sigmoid(logits[0]), torch.sigmoid(logits[1])
+    zero = torch.zeros_like(s_pre)
+    g_pre = zero if dh_pre is None else dh_pre.to(ct)
+    if dh is not None:
+        g_pre = g_pre + (dh.to(ct).unsqueeze(-2) * X).sum(-1)
+    dl = [g_pre * s_pre * (1 - s_pre),
+          zero if dh_post is None else dh_post.to(ct) * 2 * s_post * (1 - s_post)]
+    if dh_res is None:
+        dl.append(torch.zeros_like(logits[2]))
+    elif perms is None:
+        dl.append(_sinkhorn_backward(logits[2].unflatten(-1, (n, n)), iters, dh_res.to(ct)).flatten(-2))
+    else:
+        w = torch.softmax(logits[2], dim=-1)
+        dw = torch.einsum("...ij,kij->...k", dh_res.to(ct), perms.to(ct))
+        dl.append(w * (dw - (w * dw).sum(-1, keepdim=True)))
+    dp = torch.cat([a[i] * dl[i] for i in range(3)], -1)
+    dz = dp * rstd.unsqueeze(-1)
+    dv = dz @ phi.to(ct).transpose(0, 1) - ((rstd * rstd / K) * (dp * p).sum(-1)).unsqueeze(-1) * v
+    dx = dv.unflatten(-1, (n, x.size(-1)))
+    if dh is not None:
+        dx = dx + s_pre.unsqueeze(-1) * dh.to(ct).unsqueeze(-2)
+    m = p.size(-1)
+    dphi = v.reshape(-1, K).transpose(0, 1) @ dz.reshape(-1, m)
+    da = [(dl[i] * p[..., groups[i]]).sum() for i in range(3)]
+    db = [dl[i].sum(tuple(range(dl[i].dim() - 1))) for i in range(3)]  # over the tokens (any may be empty)
+    out = [dx.to(x.dtype), dphi.to(phi.dtype)]
+    out += [d.reshape(c.shape).to(c.dtype) for d, c in zip(da + db, coeffs, strict=True)]
+    return tuple(out)
 
 
 def pre_jvp(primals, tangents, perms, eps, iters):
     """Forward-mode derivative of (h, H_pre, H_post, H_res) along ``tangents`` (None: zero), written out (an
     autograd.Function's jvp runs inside a dual level, where torch.func.jvp cannot open another)."""
+    with _autocast_off(primals[0]):
+        return _pre_jvp(primals, tangents, perms, eps, iters)
+
+
+def _pre_jvp(primals, tangents, perms, eps, iters):
     x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res = primals
     ct = compute_dtype(*primals)
     n = x.size(-2)

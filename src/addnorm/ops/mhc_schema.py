@@ -36,10 +36,9 @@ def _pre_formulas(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps
 
 def _pre_backward_formulas(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, p,
                            rstd, eps, iters):
-    with torch.enable_grad():
-        gs = mf.pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms,
-                             eps, iters)
-    return tuple(g.detach().contiguous() for g in gs)
+    gs = mf.pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps,
+                         iters)
+    return tuple(g.contiguous() for g in gs)
 
 
 def perm_index(perms: torch.Tensor | None, n: int) -> torch.Tensor | None | bool:
@@ -47,7 +46,7 @@ def perm_index(perms: torch.Tensor | None, n: int) -> torch.Tensor | None | bool
     False when ``perms`` are not permutation matrices (the formulas take those)."""
     if perms is None:
         return None
-    if perms.dim() != 3 or perms.shape[1:] != (n, n):
+    if perms.dim() != 3 or perms.shape[1:] != (n, n) or perms.shape[0] < 1:
         return False
     one_hot = ((perms == 0) | (perms == 1)).all() and (perms.sum(-1) == 1).all() and (perms.sum(-2) == 1).all()
     if not bool(one_hot):

@@ -7,7 +7,7 @@ import torch
 import torch.autograd.forward_ad as _fwad
 
 from . import pointwise_formulas as pf
-from .autograd import _primal
+from .autograd import _primal, differentiable_backward
 from .pointwise_schema import CPU, LIB, TRITON
 
 _op = torch.ops.addnorm.add_pointwise_norm.default
@@ -47,7 +47,7 @@ class PointwiseNorm(torch.autograd.Function):
                 return (None,) * 7
             ds, grads = dres, [torch.zeros_like(p) if m else None for p, m in zip((alpha, shift, w, b), mask,
                                                                                    strict=True)]
-        elif torch.is_grad_enabled():
+        elif differentiable_backward():
             ds, *grads = pf.backward(dy, dres, s, alpha, shift, w, b, kind, mask)
         else:
             bwd = ctx.direct if ctx.direct is not None and type(dy) is torch.Tensor else _op_backward

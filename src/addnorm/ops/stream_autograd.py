@@ -8,7 +8,7 @@ import torch
 import torch.autograd.forward_ad as _fwad
 
 from . import stream_formulas as sf
-from .autograd import _primal
+from .autograd import _primal, differentiable_backward
 from .stream_schema import CPU, TRITON, LIB
 
 _read = torch.ops.addnorm.stream_read.default
@@ -36,7 +36,7 @@ class StreamRead(torch.autograd.Function):
         if dh is None:
             return None, None
         x, h_pre = ctx.saved_tensors
-        if torch.is_grad_enabled():
+        if differentiable_backward():
             dx, d = sf.read_backward(dh, x, h_pre)
         else:
             dx, d = (ctx.direct if ctx.direct is not None and type(dh) is torch.Tensor else _read_backward)(dh, x,
@@ -69,7 +69,7 @@ class StreamWrite(torch.autograd.Function):
         if dx2 is None and dq is None:
             return None, None, None, None
         x, y, h_post, h_res, x2 = ctx.saved_tensors
-        if torch.is_grad_enabled() or dx2 is None:
+        if differentiable_backward() or dx2 is None:
             return sf.write_backward(dx2, dq, x, y, x2, h_post, h_res)
         bwd = ctx.direct if ctx.direct is not None and type(dx2) is torch.Tensor else _write_backward
         return tuple(bwd(dx2, dq, x, y, x2, h_post, h_res))

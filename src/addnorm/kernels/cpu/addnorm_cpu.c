@@ -742,7 +742,7 @@ int addnorm_mhc(int op, int n, int dt, int64_t N, int64_t C, int m, int mp, int 
     an_pick_isa();
     const int64_t K = (int64_t)n * C;
     if (n < 1 || n > AN_STREAM_MAX_N || m != 2 * n + r || m > AN_MHC_MAX_M || mp % 8 || mp < m || mp > AN_MHC_MAX_M ||
-        iters < 0 || iters > AN_MHC_MAX_ITERS || C < 1)
+        iters < 0 || iters > AN_MHC_MAX_ITERS || C < 1 || r < 1 || (perm == NULL && r != n * n))
         return -3;
     if (op == AN_MHC_BWD && dphi) memset(dphi, 0, sizeof(float) * (size_t)K * (size_t)m);
     if (N <= 0) return 0;

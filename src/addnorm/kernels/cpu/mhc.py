@@ -53,15 +53,23 @@ def _run(op, x, n, C, N, m, r, iters, phi, phiT, scal, bias, perm_idx, eps, outs
         raise ValueError(f"addnorm CPU mHC kernel refused the call (code {rc})")
 
 
-def _geometry(x, phi, perm_idx):
+def _geometry(x, phi, perm_idx, scal, bias):
+    """(n, C, N, m, r), refusing what the kernel would read out of bounds."""
     n, C = x.shape[-2], x.shape[-1]
-    m = phi.shape[-1]
-    return n, C, x.numel() // (n * C), m, m - 2 * n
+    r = n * n if perm_idx is None else perm_idx.shape[0]
+    m = 2 * n + r
+    if phi.shape != (n * C, m):
+        raise ValueError(f"phi must have shape {(n * C, m)} for x of shape {tuple(x.shape)}, got {tuple(phi.shape)}")
+    if perm_idx is not None and (r < 1 or perm_idx.shape != (r, n)):
+        raise ValueError(f"perm_idx must be (r >= 1, {n}), got {tuple(perm_idx.shape)}")
+    if scal.numel() != 3 or bias.numel() != m:
+        raise ValueError(f"scal must hold 3 values and bias {m}, got {scal.numel()} and {bias.numel()}")
+    return n, C, x.numel() // (n * C), m, r
 
 
 def mhc_pre(x, phi, scal, bias, perm_idx, eps, iters):
     x = x.contiguous()
-    n, C, N, m, r = _geometry(x, phi, perm_idx)
+    n, C, N, m, r = _geometry(x, phi, perm_idx, scal, bias)
     lead = x.shape[:-2]
     f = dict(dtype=torch.float32)
     h = torch.empty(lead + (C,), dtype=x.dtype)
@@ -74,7 +82,7 @@ def mhc_pre(x, phi, scal, bias, perm_idx, eps, iters):
 
 def mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd, iters):
     x = x.contiguous()
-    n, C, N, m, r = _geometry(x, phi, perm_idx)
+    n, C, N, m, r = _geometry(x, phi, perm_idx, scal, bias)
     phi = _f32(phi)
     dx = empty_rows_like(x)
     dlogits = torch.empty(x.shape[:-2] + (m,), dtype=torch.float32)

@@ -156,7 +156,7 @@ static inline float AN_FN(mhc_sigmoid)(float x) { return 1.0f / (1.0f + expf(-x)
 static void AN_FN(mhc_sinkhorn)(const float *L, int n, int iters, float *out, float *st) {
     const int nn = n * n;
     float mx = L[0];
-    for (int e = 1; e < nn; e++) mx = L[e] > mx ? L[e] : mx;
+    for (int e = 1; e < nn; e++) mx = (L[e] > mx || L[e] != L[e]) ? L[e] : mx; /* NaN propagates, as amax */
     float M[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
     for (int e = 0; e < nn; e++) M[e] = expf(L[e] - mx);
     if (st) memcpy(st, M, sizeof(float) * (size_t)nn);
@@ -167,19 +167,17 @@ static void AN_FN(mhc_sinkhorn)(const float *L, int n, int iters, float *out, fl
             for (int i = 0; i < n; i++) s += M[i * n + j];
             c[j] = s;
         }
-        float ic[AN_STREAM_MAX_N], ir[AN_STREAM_MAX_N];
-        for (int j = 0; j < n; j++) ic[j] = 1.0f / c[j];
+        /* divided, not multiplied by 1/c: a sum below 1/FLT_MAX has an infinite reciprocal */
         for (int i = 0; i < n; i++)
-            for (int j = 0; j < n; j++) M[i * n + j] *= ic[j];
+            for (int j = 0; j < n; j++) M[i * n + j] /= c[j];
         if (st) memcpy(st + nn + (size_t)it * (nn + 2 * n), M, sizeof(float) * (size_t)nn);
         for (int i = 0; i < n; i++) {
             float s = 0.0f;
             for (int j = 0; j < n; j++) s += M[i * n + j];
             r[i] = s;
         }
-        for (int i = 0; i < n; i++) ir[i] = 1.0f / r[i];
         for (int i = 0; i < n; i++)
-            for (int j = 0; j < n; j++) M[i * n + j] *= ir[i];
+            for (int j = 0; j < n; j++) M[i * n + j] /= r[i];
         if (st) {
             float *rc = st + nn + (size_t)it * (nn + 2 * n) + nn;
             memcpy(rc, r, sizeof(float) * (size_t)n);
@@ -198,18 +196,15 @@ static void AN_FN(mhc_sinkhorn_backward)(const float *dout, int n, int iters, co
         const float *A = st + nn + (size_t)it * (nn + 2 * n), *r = A + nn, *c = r + n;
         /* out = A / r (rows): dA_ij = (G_ij - sum_k G_ik out_ik) / r_i */
         for (int i = 0; i < n; i++) {
-            const float ir = 1.0f / r[i];
             float s = 0.0f;
-            for (int k = 0; k < n; k++) s += G[i * n + k] * A[i * n + k];
-            s *= ir;
-            for (int j = 0; j < n; j++) G[i * n + j] = (G[i * n + j] - s) * ir;
+            for (int k = 0; k < n; k++) s += G[i * n + k] * (A[i * n + k] / r[i]);
+            for (int j = 0; j < n; j++) G[i * n + j] = (G[i * n + j] - s) / r[i];
         }
         /* A = M / c (columns): dM_ij = (dA_ij - sum_k dA_kj A_kj) / c_j */
         for (int j = 0; j < n; j++) {
             float s = 0.0f;
             for (int k = 0; k < n; k++) s += G[k * n + j] * A[k * n + j];
-            const float ic = 1.0f / c[j];
-            for (int i = 0; i < n; i++) G[i * n + j] = (G[i * n + j] - s) * ic;
+            for (int i = 0; i < n; i++) G[i * n + j] = (G[i * n + j] - s) / c[j];
         }
     }
     for (int e = 0; e < nn; e++) dL[e] = G[e] * st[e]; /* M0 = exp(L - max) */

@@ -65,8 +65,11 @@ def _sk_start(P, BIAS, a_res, t, tmask, m, NS: tl.constexpr, NB: tl.constexpr):
     mask = tmask[:, None, None] & valid[None, :, :]
     L = a_res * tl.load(P + t[:, None, None] * m + col[None, :, :], mask=mask, other=0.0) \
         + tl.load(BIAS + col, mask=valid, other=0.0)[None, :, :]
-    L = tl.where(valid[None, :, :], L, -3.0e38)
+    L = tl.where(valid[None, :, :], L, -float("inf"))
     mx = tl.max(tl.max(L, axis=2), axis=1)
+    # tl.max skips NaN; the spec's amax does not (a NaN logit makes the whole matrix NaN, even at iters = 0)
+    has_nan = tl.max(tl.max(tl.where(L != L, 1, 0), axis=2), axis=1) > 0
+    mx = tl.where(has_nan, float("nan"), mx)
     M0 = tl.where(valid[None, :, :], tl.exp(L - mx[:, None, None]), 0.0)
     offs = t[:, None, None] * (NS * NS) + (i[:, None] * NS + j[None, :])[None, :, :]
     return M0, i < NS, j < NS, offs, mask
@@ -81,7 +84,7 @@ def _lite_start(P, BIAS, PERM, a_res, t, tmask, m, r_count, NS: tl.constexpr, NB
     kv = k < r_count
     L = a_res * tl.load(P + t[:, None] * m + 2 * NS + k[None, :], mask=tmask[:, None] & kv[None, :], other=0.0) \
         + tl.load(BIAS + 2 * NS + k, mask=kv, other=0.0)[None, :]
-    L = tl.where(kv[None, :], L, -3.0e38)
+    L = tl.where(kv[None, :], L, -float("inf"))
     e = tl.where(kv[None, :], tl.exp(L - tl.max(L, axis=1)[:, None]), 0.0)
     w = e / tl.sum(e, axis=1)[:, None]
     ij = tl.arange(0, NB * NB)
