@@ -212,6 +212,22 @@ def test_a_widened_run_records_the_composite_gain_per_evaluation_and_its_maximum
     assert lite["max_composite_gain_fwd"] == pytest.approx(1.0, abs=1e-5)  # doubly stochastic: gain 1 exactly
     assert "saturation" not in s and "max_composite_gain_fwd" not in train_run(RunConfig(**TINY), data,
                                                                                tmp_path / "pre")
+    assert "saturation_curve" not in s  # no DyT/Derf slot
+
+
+def test_a_dyt_run_keeps_the_saturation_of_every_evaluation(data, tmp_path):
+    """``saturation_curve``: [steps done, {slot: fraction}] per evaluation (the last one is ``saturation``), steps
+    counted as the validation curve's; a run finished before it existed gets it from its metrics.jsonl."""
+    s = train_run(RunConfig(**{**TINY, "steps": 12, "eval_every": 4}, norm="dyt"), data, tmp_path)
+    evals = [m for m in _lines(tmp_path) if "val_loss" in m]
+    assert s["saturation_curve"] == [[m["step"] + 1, m["saturation"]] for m in evals]
+    assert [step for step, _ in s["saturation_curve"]] == [4, 8, 12] and s["saturation_curve"][-1][1] == s["saturation"]
+    assert json.loads((tmp_path / "summary.json").read_text())["saturation_curve"] == s["saturation_curve"]
+    old = {k: v for k, v in s.items() if k != "saturation_curve"}
+    (tmp_path / "summary.json").write_text(json.dumps(old))  # as a run finished before it existed
+    again = train_run(RunConfig(**{**TINY, "steps": 12, "eval_every": 4}, norm="dyt"), data, tmp_path)
+    assert again["reused"] and again["saturation_curve"] == s["saturation_curve"]
+    assert json.loads((tmp_path / "summary.json").read_text())["saturation_curve"] == s["saturation_curve"]
 
 
 def test_every_run_records_tokens_parameters_and_whether_it_flattened(data, tmp_path):

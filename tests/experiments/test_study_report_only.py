@@ -116,3 +116,46 @@ def test_the_rows_keep_what_a_run_measured_beyond_its_loss(tmp_path):
     committed = _committed_copy(trained, tmp_path)
     assert main(["study", "--out", str(committed), "--report-only"]) == 0
     assert json.loads((committed / "summary.json").read_text())["runs"] == [row]
+
+
+def test_the_saturation_curves_and_their_figure_survive_report_only(tmp_path):
+    """The DyT/Derf saturation of every evaluation (summary.json's ``saturation_curves``, one curve per DyT/Derf
+    run) and its figure: drawn, kept by --report-only from summary.json alone, from runs/, and from the previous
+    summary.json for a run whose directory is gone; a summary.json written before the key existed still loads."""
+    from addnorm.experiments.study import RunConfig, StudyGrid, run_study
+    from addnorm.experiments.study.data import load_split
+    from addnorm.experiments.study.grid import report_only
+
+    grid = StudyGrid(placements=("pre",), norms=("dyt", "layer"), depths=(2,), warmups=(0,),
+                     base=RunConfig(depth=2, d_model=32, heads=2, seq_len=32, batch=4, steps=12, eval_every=4,
+                                    eval_batches=2))
+    trained = tmp_path / "trained"
+    run_study(grid, load_split(max_bytes=1 << 20), trained)
+    first = json.loads((trained / "summary.json").read_text())
+    dyt = next(r["name"] for r in first["runs"] if r["norm"] == "dyt")
+    assert list(first["saturation_curves"]) == [dyt]  # the LayerNorm run has none
+    assert [step for step, _ in first["saturation_curves"][dyt]] == [4, 8, 12]
+    assert first["saturation_curves"][dyt][-1][1] == next(r for r in first["runs"] if r["name"] == dyt)["saturation"]
+    assert "saturation_over_training.png" in first["figures"]
+    page = (trained / "index.html").read_text()
+    assert 'src="figures/saturation_over_training.png"' in page and "Verma 2026" in page
+
+    committed = _committed_copy(trained, tmp_path)
+    assert main(["study", "--out", str(committed), "--report-only"]) == 0
+    again = json.loads((committed / "summary.json").read_text())
+    assert again["saturation_curves"] == first["saturation_curves"] and again["figures"] == first["figures"]
+    assert (committed / "figures" / "saturation_over_training.png").exists()
+
+    (trained / "summary.json").unlink()  # from the run directories alone
+    assert report_only(grid, trained)["saturation_curves"] == first["saturation_curves"]
+    for d in (trained / "runs").glob(f"{dyt}-*"):  # the DyT run's directory gone: its curve from summary.json
+        shutil.rmtree(d)
+    assert report_only(grid, trained)["saturation_curves"] == first["saturation_curves"]
+
+    older = {k: v for k, v in first.items() if k != "saturation_curves"}  # written before the key existed
+    (committed / "summary.json").write_text(json.dumps(older))
+    assert main(["study", "--out", str(committed), "--report-only"]) == 0
+    again = json.loads((committed / "summary.json").read_text())
+    assert again["saturation_curves"] == {} and again["runs"] == first["runs"]
+    assert "saturation_over_training.png" not in again["figures"]
+    assert not (committed / "figures" / "saturation_over_training.png").exists()  # nothing to draw it from

@@ -133,3 +133,85 @@ def test_heat_map_numbers_read_on_dark_and_light_cells():
     assert study_figures.text_colour(cmap(1.0)) == "w"  # the darkest red
     assert study_figures.text_colour(cmap(0.0)) == "k"  # the palest yellow
     assert study_figures.text_colour((float("nan"),) * 3 + (1.0,)) == "k"
+
+
+# ---- the DyT/Derf saturation over training (Verma 2026's measure, probe.py): a panel per norm slot
+
+ALPHAS = ("0.2", "0.5", "0.8/0.2/0.2", "2", "8")  # the dyt preset's alpha0 axis, as rows hold it
+
+
+def _saturation_rows(lrs=(1e-3, 3e-3), seeds=(0,)):
+    """The dyt preset's shape: DyT and Derf over alpha0 and learning rate, LayerNorm beside them (no curve)."""
+    rows, saturation = [], {}
+    for norm in ("dyt", "derf"):
+        for a in ALPHAS:
+            for lr in lrs:
+                for s in seeds:
+                    name = f"pre-{norm}-a{a}-{lr}-{s}"
+                    rows.append(dict(name=name, placement="pre", norm=norm, dyt_alpha=a, depth=6, warmup=50,
+                                     init="xavier", clip=0.0, lr=lr, seed=s, failed=a in ("0.2", "0.5"),
+                                     final_val_loss=3.2))
+                    saturation[name] = [[k, {"attn": 0.3 + 0.001 * k * (norm == "dyt"), "mlp": 0.4 + lr * 50,
+                                             "final": min(1.0, 0.9 + k / 2000)}] for k in range(50, 401, 50)]
+    for lr in lrs:
+        rows.append(dict(rows[0], name=f"pre-layer-{lr}", norm="layer", dyt_alpha="0.5", lr=lr, failed=False))
+    return rows, saturation
+
+
+def test_the_saturation_figure_has_a_panel_per_slot_a_colour_per_norm_and_a_shade_per_learning_rate(tmp_path):
+    import itertools
+
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows, saturation = _saturation_rows()
+    fig = study_figures.saturation_figure(rows, saturation)
+    assert [ax.get_title() for ax in fig.axes] == ["attention norm", "FFN norm", "final norm"]
+    assert len({round(ax.get_position().x0, 3) for ax in fig.axes}) == 3  # one row
+    assert all(ax.get_ylim()[0] <= 0.0 and 1.0 <= ax.get_ylim()[1] <= 1.05 for ax in fig.axes)
+    drawn = [line for ax in fig.axes for line in ax.lines if line.get_marker() in ("None", "")]
+    assert len(drawn) == 3 * len(saturation)  # every DyT/Derf run in every panel, LayerNorm in none
+    assert list(drawn[0].get_xdata()) == list(range(50, 401, 50))
+    shades = {study_style.shade(study_style.norm_colour(n), i, 2) for n in ("dyt", "derf") for i in (0, 1)}
+    assert _colours(fig) == shades
+    worst = min(float(np.linalg.norm(_lab(a) - _lab(b))) for a, b in itertools.combinations(shades, 2))
+    assert worst >= study_style.MIN_SHADE_DELTA_E
+    assert len(fig.legends) == 1 and not any(ax.get_legend() for ax in fig.axes)
+    legend = fig.legends[0]
+    assert legend.get_title().get_text() == "colour: norm, line style: α₀, shade: learning rate"
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert labels == ["dyt", "derf", *(f"α {a}" for a in ALPHAS), "lr 0.001", "lr 0.003",
+                      "run failed (last evaluation)"]
+    one_lr = study_figures.saturation_figure(*_saturation_rows(lrs=(1e-3,), seeds=(0, 1)))
+    assert _colours(one_lr) == {study_style.norm_colour("dyt"), study_style.norm_colour("derf")}
+    assert one_lr.legends[0].get_title().get_text() == "colour: norm, line style: α₀"  # seeds: no entry of their own
+    paths = study_figures.write(rows, {}, {}, tmp_path, saturation)
+    assert tmp_path / "saturation_over_training.png" in paths
+    w, h = _png_size(tmp_path / "saturation_over_training.png")
+    assert 1000 < w <= 2000 and h <= 2000 and 0.5 <= w / h <= 3.5, (w, h)
+    plt.close(fig)
+    plt.close(one_lr)
+
+
+def test_the_saturation_figure_is_drawn_only_for_runs_with_a_saturation_curve():
+    import matplotlib.pyplot as plt
+
+    rows, curves, profiles = _rows(placements=("pre",), lrs=(1e-3, 3e-3), seeds=(0,))  # a DyT row, no curve
+    assert study_figures.saturation_figure(rows, {}) is None
+    for saturation in (None, {"pre-dyt": []}):
+        figs = study_figures.figures(rows, curves, profiles, saturation)
+        assert figs and "saturation_over_training.png" not in figs
+        for fig in figs.values():
+            plt.close(fig)
+    assert "saturation_over_training.png" in dict(study_figures.FIGURES)  # the page shows it, with its caption
+    assert "Verma 2026" in study_figures.CAPTIONS["saturation_over_training.png"]
+
+
+def test_the_norm_colours_are_far_apart_in_cielab():
+    import itertools
+
+    import numpy as np
+
+    colours = study_style.NORM_COLOURS
+    assert min(float(np.linalg.norm(_lab(colours[a]) - _lab(colours[b])))
+               for a, b in itertools.combinations(colours, 2)) >= study_style.MIN_DELTA_E

@@ -46,9 +46,12 @@ def test_the_mixing_gain_claim_reads_the_runs_gains_with_intervals():
 
 def test_published_numbers_carry_citations_and_the_scale_gap():
     for key, number in (("post_diverges", "250M"), ("lns_beats_pre", "every model size"), ("mhc_gain", "3000"),
-                        ("mhc_gain", "1.6"), ("dyt_budget", "-27 %"), ("dyt_budget", "+19 %")):
+                        ("mhc_gain", "1.6"), ("dyt_budget", "-27 %"), ("dyt_budget", "+19 %"), ("ngpt", "4 to 20"),
+                        ("value_residual", "16.11 %"), ("value_residual", "20.3 %")):
         assert number in PUBLISHED[key].result
-    assert {a for p in PUBLISHED.values() for a in p.arxiv} == {"2412.13795", "2502.05795", "2512.24880", "2604.23434"}
+    assert {a for p in PUBLISHED.values() for a in p.arxiv} == {"2412.13795", "2502.05795", "2512.24880", "2604.23434",
+                                                               "2402.02622", "2503.04598", "2410.01131",
+                                                               "2410.17897", "2512.10938"}
     # one arXiv id per citation: LayerNorm Scaling (Sun et al.) is 2502.05795, Mix-LN is 2412.13795
     for p in PUBLISHED.values():
         for citation, arxiv in p.refs:
@@ -106,17 +109,23 @@ def test_the_batchnorm_claim_is_answered_with_the_generalization_gap_not_the_los
     assert reproduced(claim, a)[0][1] == NOT_REPRODUCED
 
 
-def test_the_depth_claim_reads_every_placement_with_depth_data():
-    claim = _claim("depth")
+def test_the_depth_claims_read_post_and_the_others_apart():
+    """Post-LN's claim is decided by post's pooled failures; DeepNorm's, Mix-LN's and LNS's 'keep training' by
+    theirs -- the depth sweep measured Mix-LN failing more (7/24 vs 1/24), which the one old claim never judged."""
     pairs = [dict(_pair(p, 1e-3, -0.1, -0.2, -0.05, "better", (k, 3, 0, 3)), depth=d)
-             for p, k in (("post", 3), ("deepnorm", 0), ("mix", 0), ("lns", 0)) for d in (6, 48)]
-    a = answer(claim, {"runs": [_row(p) for p in ("post", "pre", "deepnorm", "mix", "lns")], "pairwise": pairs})
-    for placement in ("post", "deepnorm", "mix", "lns"):
-        assert any(line.startswith(placement) for line in a["lines"]), placement
+             for p, k in (("post", 3), ("deepnorm", 0), ("mix", 3), ("lns", 0)) for d in (6, 48)]
+    study = {"runs": [_row(p) for p in ("post", "pre", "deepnorm", "mix", "lns")], "pairwise": pairs}
+    a = answer(_claim("depth"), study)
+    assert not any(p in line for line in a["lines"] for p in ("deepnorm", "mix", "lns"))
     # post fails 6/6 against 0/6 pooled over its depths (Fisher p = 0.002): that decides the claim
     assert "pooled over post's 2 settings: failed 6/6 vs pre-LN 0/6 (Fisher's exact test, p = 0.002) — fails more" \
         in a["lines"]
-    assert reproduced(claim, a)[0][1] == REPRODUCED
+    assert reproduced(_claim("depth"), a)[0][1] == REPRODUCED
+    others = answer(_claim("depth_others"), study)
+    for placement in ("deepnorm", "mix", "lns"):
+        assert any(line.startswith(placement) for line in others["lines"]), placement
+    verdict = reproduced(_claim("depth_others"), others)[0]
+    assert verdict[1] == NOT_REPRODUCED and "1 contradict" in verdict[2]  # mix fails more, pooled
 
 
 def test_three_of_three_against_none_is_not_called_in_the_write_up():

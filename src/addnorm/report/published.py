@@ -41,6 +41,29 @@ PUBLISHED = {p.key: p for p in (
     Published("mhc_gain", "composite mixing gain (Amax gain magnitude of the products of H_res over depth): about "
               "3000 for HC, about 1.6 for mHC", "a 27B model", (27e9, 27e9),
               (("DeepSeek-AI, mHC: Manifold-Constrained Hyper-Connections (2025)", "2512.24880"),)),
+    Published("denseformer", "DenseFormer (after each block, a learned weighted average of every earlier block's "
+              "output) reaches a lower perplexity than a standard transformer of the same depth and size, and the "
+              "perplexity of deeper ones", "language models on OpenWebText2 and PG-19", (0.0, 0.0),
+              (("Pagliardini, Mohtashami, Fleuret and Jaggi, DenseFormer: Enhancing Information Flow in Transformers "
+                "via Depth Weighted Averaging (NeurIPS 2024)", "2402.02622"),)),
+    Published("hybridnorm", "HybridNorm (QKV normalization in attention, Post-Norm in the FFN) outperforms both Pre-Norm "
+              "and Post-Norm in dense and Mixture-of-Experts language models", "large-scale dense (1.2B parameters "
+              "among them) and Mixture-of-Experts language models", (0.0, 0.0),
+              (("Zhuo et al., HybridNorm: Towards Stable and Efficient Transformer Training via Hybrid Normalization "
+                "(2025)", "2503.04598"),)),
+    Published("ngpt", "nGPT (every vector normalized to the unit hypersphere) reaches the same accuracy in 4 to 20 times "
+              "fewer training steps than GPT, depending on the sequence length", "0.5B and 1B models on OpenWebText, "
+              "contexts of 1k to 8k tokens", (0.5e9, 1e9),
+              (("Loshchilov, Hsieh, Sun and Ginsburg, nGPT: Normalized Transformer with Representation Learning on "
+                "the Hypersphere (ICLR 2025)", "2410.01131"),)),
+    Published("value_residual", "ResFormer (each layer's values mixed with the first layer's) reaches the same validation "
+              "loss as a Transformer with 16.11 % fewer parameters and 20.3 % less training data", "language models "
+              "(the paper's v5)", (0.0, 0.0),
+              (("Zhou, Wu, Jiang, Obeid and Lan, Value Residual Learning (ACL 2025)", "2410.17897"),)),
+    Published("derf", "Derf (gamma erf(alpha x + s) + beta in place of the norm) outperforms LayerNorm, RMSNorm and DyT "
+              "across image classification and generation, speech, DNA and language modelling", "ViT and DiT on "
+              "ImageNet, wav2vec 2.0, DNA sequence models and GPT-2", (0.0, 0.0),
+              (("Chen, Lu, Zhu, Sun and Liu, Stronger Normalization-Free Transformers (2025)", "2512.10938"),)),
     Published("dyt_budget", "DyT in place of the norm changes the loss by -27 % at 1M training tokens and by +19 % at "
               "118M: the sign of its effect flips with the token budget", "small language models at token budgets "
               "from 1M to 118M", (0.0, 0.0),

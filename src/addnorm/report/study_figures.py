@@ -1,5 +1,6 @@
-"""The study's figures, from its rows (one per finished run), validation curves ({run name: [(step, loss)]}) and
-per-block gradient profiles ({run name: {step: [norm per block]}}), drawn in study_style's conventions: a colour
+"""The study's figures, from its rows (one per finished run), validation curves ({run name: [(step, loss)]}),
+per-block gradient profiles ({run name: {step: [norm per block]}}) and the DyT/Derf runs' saturation curves
+({run name: [(step, {slot: fraction saturated})]}), drawn in study_style's conventions: a colour
 per placement, a line style per variant (norm, width, option), small multiples for where the runs were trained
 (learning rate, warmup, depth, ...), one legend per figure.
 
@@ -19,13 +20,13 @@ WHAT = ("norm", "n_streams", "value_residual", "dyt_alpha")  # with the placemen
 WHERE = ("lr", "warmup", "depth", "d_model", "steps", "clip", "init")  # how it was trained: a panel
 _FORMAT = {"lr": "lr {}", "warmup": "warmup {}", "depth": "L{}", "d_model": "d{}", "steps": "{} steps",
            "clip": "clip {}", "init": "{} init", "norm": "{}", "n_streams": "n={}", "value_residual": "value residual {}",
-           "dyt_alpha": "α {}"}
+           "dyt_alpha": "α {}", "placement": "{}"}
 
 
 # what a line style stands for, as a legend names it
 _AXIS_NAMES = {"norm": "norm", "n_streams": "streams", "value_residual": "value residual", "dyt_alpha": "α₀",
                "depth": "depth", "d_model": "width", "steps": "steps", "warmup": "warmup", "clip": "clipping",
-               "init": "init"}
+               "init": "init", "lr": "learning rate", "placement": "placement"}
 
 
 def _varying(rows, axes) -> list[str]:
@@ -95,6 +96,60 @@ def curves_figure(rows: list[dict], curves: dict[str, list]):
     axes[0].set_ylabel("validation loss (nats/byte)", fontsize=8)
     series.legend(fig, [(Line2D([], [], color="0.3", marker="x", ls=""), "run failed (last evaluation)")],
                   "Validation loss during training; one line per seed")
+    return fig
+
+
+SLOT_TITLES = {"attn": "attention norm", "mlp": "FFN norm", "final": "final norm"}  # probe.py's slots, in order
+# what else tells two DyT/Derf runs of one norm apart: a line style; a training setting (WHERE) with at most
+# MAX_SHADES values, the first that varies (the learning rate, in the dyt preset), is a shade of the norm's colour
+_SATURATION_STYLE = ("placement", "dyt_alpha", "n_streams", "value_residual")
+
+
+def saturation_figure(rows: list[dict], saturation: dict[str, list]):
+    """The fraction of DyT/Derf inputs saturated (|z| > 2 with z = alpha * x (+ shift for Derf), probe.py: the
+    measure of Verma 2026) against step: a panel per norm slot (attention, FFN, final), a colour per norm, a line
+    style per alpha0 (and whatever else tells the runs apart), a shade per learning rate, a line per seed, an x
+    where a run failed. None when no run recorded a saturation curve."""
+    from matplotlib.lines import Line2D
+
+    rows = [r for r in rows if saturation.get(r["name"])]
+    if not rows:
+        return None
+    order = list(SLOT_TITLES)
+    slots = sorted({slot for r in rows for _, at in saturation[r["name"]] for slot in at},
+                   key=lambda s: (order.index(s) if s in order else len(order), s))
+    norms = list(dict.fromkeys(r["norm"] for r in rows))
+    vary = _varying(rows, _SATURATION_STYLE + WHERE)
+    by_shade = [a for a in vary if a in WHERE and len({axis(r, a) for r in rows}) <= style.MAX_SHADES][:1]
+    by_style = [a for a in vary if a not in by_shade]
+    shades = sorted({_label(r, by_shade) for r in rows}, key=_sort_key(rows, by_shade))
+    styles = style.styles(sorted({_label(r, by_style) for r in rows}, key=_sort_key(rows, by_style)))
+
+    def kw(r):
+        return {"color": style.shade(style.norm_colour(r["norm"]), shades.index(_label(r, by_shade)), len(shades)),
+                "ls": styles[_label(r, by_style)]}
+
+    fig, axes = style.subplots(len(slots))
+    for ax, slot in zip(axes, slots):
+        for r in rows:
+            points = [(step, at[slot]) for step, at in saturation[r["name"]] if slot in at]
+            if not points:
+                continue
+            steps, vals = zip(*points)
+            ax.plot(steps, vals, lw=1.1, alpha=0.9, **kw(r))
+            if r["failed"]:
+                ax.plot(steps[-1], vals[-1], "x", color=kw(r)["color"], ms=6)
+        ax.set_title(SLOT_TITLES.get(slot, slot), fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.set_ylim(-0.03, 1.03)
+        ax.tick_params(labelsize=7)
+    axes[0].set_ylabel("fraction of inputs saturated (|z| > 2)", fontsize=8)
+    extra = [(Line2D([], [], color="0.3", marker="x", ls=""), "run failed (last evaluation)")] \
+        if any(r["failed"] for r in rows) else []
+    style.legend(fig, norms, styles, extra, "DyT/Derf inputs saturated during training (|αx| > 2); one line per seed",
+                 ", ".join(_AXIS_NAMES.get(a, a) for a in by_style) or "variant", colour_name="norm",
+                 colour_of=style.norm_colour, shades=shades,
+                 shade_name=", ".join(_AXIS_NAMES.get(a, a) for a in by_shade))
     return fig
 
 
@@ -244,18 +299,27 @@ FIGURES = (("val_loss_curves.png", "validation loss curves, a panel per training
            ("val_loss_vs_lr.png", "final validation loss against learning rate, 95 % intervals, failures marked"),
            ("warmup_lr_failures.png", "share of runs failed, warmup x learning rate, post vs pre"),
            ("depth_placement_max_lr.png", "largest learning rate that trained, depth x placement"),
-           ("grad_norm_vs_depth.png", "per-block gradient norm against depth at chosen steps"))
+           ("grad_norm_vs_depth.png", "per-block gradient norm against depth at chosen steps"),
+           ("saturation_over_training.png", "fraction of DyT/Derf inputs saturated (|αx| > 2) per norm slot over "
+                                            "training"))
+# a caption shown under the figure on the study's page, where the alt text above is not enough
+CAPTIONS = {"saturation_over_training.png": (
+    "Saturation of the DyT/Derf norms at each evaluation: the fraction of a slot's inputs whose argument z = α·x "
+    "(+ s for Derf) has |z| > 2, where tanh'(2) = 0.07 and erf'(2)/erf'(0) = 0.02, so that little gradient passes "
+    "— the measure of Verma 2026 (arXiv:2604.23434), on one fixed validation batch in evaluation mode. A panel per "
+    "norm slot (attention, FFN, final), a colour per norm, one line per run.")}
 
 
-def figures(rows: list[dict], curves: dict, profiles: dict) -> dict[str, object]:
+def figures(rows: list[dict], curves: dict, profiles: dict, saturation: dict | None = None) -> dict[str, object]:
     """{file name: Figure} of every figure the data allows."""
     made = {"val_loss_curves.png": curves_figure(rows, curves), "val_loss_vs_lr.png": lr_figure(rows),
             "warmup_lr_failures.png": failure_map_figure(rows), "depth_placement_max_lr.png": max_lr_figure(rows),
-            "grad_norm_vs_depth.png": grad_figure(rows, profiles)}
+            "grad_norm_vs_depth.png": grad_figure(rows, profiles),
+            "saturation_over_training.png": saturation_figure(rows, saturation or {})}
     return {k: v for k, v in made.items() if v is not None}
 
 
-def write(rows: list[dict], curves: dict, profiles: dict, out_dir: Path) -> list[Path]:
+def write(rows: list[dict], curves: dict, profiles: dict, out_dir: Path, saturation: dict | None = None) -> list[Path]:
     """Save every figure the data allows as PNG under ``out_dir`` (atomically: shards may share it)."""
     import matplotlib.pyplot as plt
 
@@ -264,7 +328,7 @@ def write(rows: list[dict], curves: dict, profiles: dict, out_dir: Path) -> list
     if not rows:
         return paths
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, fig in figures(rows, curves, profiles).items():
+    for name, fig in figures(rows, curves, profiles, saturation).items():
         path = out_dir / name
         atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=style.DPI, format="png"))
         plt.close(fig)

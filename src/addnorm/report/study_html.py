@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..store import atomic_write_text
 from .html import Page
-from .study_figures import FIGURES
+from .study_figures import CAPTIONS, FIGURES
 from .study_tables import INTERVAL_NOTE, axis_text, budget_text, cell_text, group_columns, lr_range, p_text
 
 
@@ -111,6 +111,8 @@ def build(study: dict, figures: list[str]) -> Page:
     for name, alt in FIGURES:
         if name in figures:
             p.img(name, alt)
+            if name in CAPTIONS:
+                p.add(f"<p class='note'>{html.escape(CAPTIONS[name])}</p>")
     if study["runs"] and not study.get("curves"):
         p.add("<p class='note'>This directory keeps no validation curves or gradient profiles (it was written before "
               "summary.json kept them, and a committed results directory holds no run directories): the curves and "

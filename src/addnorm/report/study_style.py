@@ -1,6 +1,7 @@
 """How every study figure looks, so that they read alike at page width: one fixed colour per placement (the same
-in every figure), line styles for what else tells two series apart, at most 4 panels a row, one legend per
-figure that names variables rather than runs, and a bounded size."""
+in every figure; the DyT/Derf saturation figure colours norms instead, and its legend says so), line styles for
+what else tells two series apart (and shades of the colour for a third variable, at most MAX_SHADES values), at
+most 4 panels a row, one legend per figure that names variables rather than runs, and a bounded size."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ PLACEMENT_COLOURS = {
 MIN_DELTA_E = 25.0  # CIE76 distance of any two placement colours (tests/report/test_study_figures.py checks it)
 # for a placement this map does not name (one placement per layer, 'post+pre+...'): picked by a stable hash
 SPARE_COLOURS = ("#fdae6b", "#6baed6", "#9c9ede", "#d6616b", "#a1d99b", "#ce6dbd")
+# a figure whose colours are norms rather than placements (the DyT/Derf saturation figure, whose legend says so):
+# the bounded norms, at least MIN_DELTA_E apart in CIELAB
+NORM_COLOURS = {"dyt": "#d95f02", "derf": "#7570b3"}
+MAX_SHADES = 3  # shades of one colour for a third variable (a learning rate): more would not read apart
+SHADE_MIX = 0.5  # the lightest shade: this much of the way from the colour to white
+MIN_SHADE_DELTA_E = 15.0  # CIE76 distance of any two colours such a figure draws, shades included (tested)
 LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 2)), (0, (3, 1, 3, 5)))
 
 MAX_COLUMNS = 4
@@ -31,6 +38,18 @@ def colour(placement: str) -> str:
     if placement in PLACEMENT_COLOURS:
         return PLACEMENT_COLOURS[placement]
     return SPARE_COLOURS[zlib.crc32(placement.encode()) % len(SPARE_COLOURS)]
+
+
+def norm_colour(norm: str) -> str:
+    return NORM_COLOURS.get(norm) or SPARE_COLOURS[zlib.crc32(norm.encode()) % len(SPARE_COLOURS)]
+
+
+def shade(hex_colour: str, i: int, n: int) -> str:
+    """The i-th of n shades of a colour: the colour itself (i = 0) to SHADE_MIX of the way to white (i = n - 1)."""
+    import matplotlib.colors as mcolors
+
+    t = SHADE_MIX * i / (n - 1) if n > 1 else 0.0
+    return mcolors.to_hex(tuple(c + (1.0 - c) * t for c in mcolors.to_rgb(hex_colour)))
 
 
 def styles(variants: list[str]) -> dict[str, object]:
@@ -63,25 +82,32 @@ def subplots(n: int, sharey: bool = True):
 
 
 def legend(fig, placements: list[str], variants: dict[str, object], extra=(), title: str | None = None,
-           variant_name: str = "variant") -> None:
-    """One legend for the whole figure, below the panels: a colour per placement, a line style per variant
-    (when there is more than one; ``variant_name`` names what they vary in: 'norm', 'depth', ...), and ``extra``
-    (handle, label) pairs such as what a marker means; then the layout, leaving room for it and for the figure's
-    ``title``."""
+           variant_name: str = "variant", colour_name: str = "placement", colour_of=colour,
+           shades: list[str] = (), shade_name: str = "shade") -> None:
+    """One legend for the whole figure, below the panels: a colour per placement (or per what ``colour_of``
+    colours, named ``colour_name``: 'norm'), a line style per variant (when there is more than one;
+    ``variant_name`` names what they vary in: 'norm', 'depth', ...), a shade per entry of ``shades`` (darkest
+    first; ``shade_name`` names them: 'learning rate'), and ``extra`` (handle, label) pairs such as what a marker
+    means; then the layout, leaving room for it and for the figure's ``title``."""
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=colour(p), lw=2) for p in placements]
+    handles = [Line2D([], [], color=colour_of(p), lw=2) for p in placements]
     labels = list(placements)
     if len(variants) > 1:
         for v, ls in variants.items():
             handles.append(Line2D([], [], color="0.3", ls=ls, lw=1.5))
             labels.append(v or "default")
+    if len(shades) > 1:
+        for i, label in enumerate(shades):
+            handles.append(Line2D([], [], color=shade("#404040", i, len(shades)), lw=2))
+            labels.append(label)
     for h, label in extra:
         handles.append(h)
         labels.append(label)
     ncols = max(1, min(len(labels), int(fig.get_figwidth() / 1.6)))  # entries about 1.6 in wide
     fig.legend(handles, labels, loc="lower center", ncols=ncols, fontsize=8, frameon=False,
-               title="colour: placement" + (f", line style: {variant_name}" if len(variants) > 1 else ""), title_fontsize=8)
+               title=f"colour: {colour_name}" + (f", line style: {variant_name}" if len(variants) > 1 else "")
+               + (f", shade: {shade_name}" if len(shades) > 1 else ""), title_fontsize=8)
     rows = math.ceil(len(labels) / ncols)
     fig.set_figheight(fig.get_figheight() + 0.2 * rows)  # the legend's rows below the panels, not in them
     top = 1.0

@@ -47,6 +47,8 @@ class Claim:
 
 
 _FAILS = ("fails more",)
+_DEPTH = "addnorm study --preset depth --out benchmarks/results/study/depth"
+_FRONTIER = "addnorm study --preset frontier --out benchmarks/results/study/frontier"
 CLAIMS = (
     Claim("post_unstable", "Pre-norm trains more stably than post-norm in a deep network.", "seed", "paper24",
           "failures", (("placement", "post"),), "warmup_lr_failures.png", ("post_diverges",), _PAPER,
@@ -65,16 +67,28 @@ CLAIMS = (
     Claim("mixln", "Mix-LN (post-norm in the first quarter of the layers) ends below pre-LN.", "frontier", "paper24",
           "loss", (("placement", "mix"),), "val_loss_vs_lr.png", ("mixln_1b",), _PAPER, ("better",), ("worse",)),
     Claim("lns", "LayerNorm Scaling ends below pre-LN.", "frontier", "frontier", "loss", (("placement", "lns"),),
-          "val_loss_vs_lr.png", ("lns_beats_pre",),
-          "addnorm study --preset frontier --out benchmarks/results/study/frontier", ("better",), ("worse",)),
-    Claim("depth", "Post-LN stops training as depth grows; pre-LN, DeepNorm, Mix-LN and LNS keep training.",
-          "frontier", "depth", "failures", (("placement", ("post", "deepnorm", "mix", "lns")),),
-          "depth_placement_max_lr.png", ("post_diverges",),
-          "addnorm study --preset depth --out benchmarks/results/study/depth", _FAILS, ("fails less",),
-          (("placement", "post"),)),
+          "val_loss_vs_lr.png", ("lns_beats_pre",), _FRONTIER, ("better",), ("worse",)),
+    Claim("depth", "Post-LN stops training as depth grows, where pre-LN keeps training.", "frontier", "depth",
+          "failures", (("placement", "post"),), "depth_placement_max_lr.png", ("post_diverges",), _DEPTH, _FAILS,
+          ("fails less",)),
+    Claim("depth_others", "DeepNorm, Mix-LN and LayerNorm Scaling keep training as depth grows, as pre-LN does.",
+          "frontier", "depth", "failures", (("placement", ("deepnorm", "mix", "lns")),),
+          "depth_placement_max_lr.png", (), _DEPTH, ("not distinguishable", "fails less"), ("fails more",)),
     Claim("mhc_gain", "mHC keeps the composite mixing gain near 1 where HC's grows with depth.", "frontier",
           "mixing", "gain", (("placement", ("hc", "mhc", "mhc_lite")),), "composite_gain.png", ("mhc_gain",),
           "addnorm study --preset mixing --out benchmarks/results/study/mixing"),
+    Claim("denseformer", "DenseFormer ends below pre-LN at the same depth.", "frontier", "frontier", "loss",
+          (("placement", "denseformer"),), "val_loss_vs_lr.png", ("denseformer",), _FRONTIER, ("better",),
+          ("worse",)),
+    Claim("hybridnorm", "HybridNorm ends below pre-LN.", "frontier", "frontier", "loss", (("placement", "hybrid"),),
+          "val_loss_vs_lr.png", ("hybridnorm",), _FRONTIER, ("better",), ("worse",)),
+    Claim("ngpt", "nGPT ends below pre-LN at the same step budget (it trains faster).", "frontier", "frontier", "loss",
+          (("placement", "ngpt"),), "val_loss_vs_lr.png", ("ngpt",), _FRONTIER, ("better",), ("worse",)),
+    Claim("value_residual", "A value residual ends below pre-LN without one.", "frontier", "frontier", "loss",
+          (("value_residual", True),), "val_loss_vs_lr.png", ("value_residual",), _FRONTIER, ("better",),
+          ("worse",)),
+    Claim("derf", "Derf in place of LayerNorm ends below pre-LN.", "frontier", "frontier", "loss", (("norm", "derf"),),
+          "val_loss_vs_lr.png", ("derf",), _FRONTIER, ("better",), ("worse", "fails more")),
     Claim("dyt_budget", "DyT in place of LayerNorm helps at a small token budget.", "frontier", "paper24", "loss",
           (("norm", "dyt"),), "val_loss_vs_lr.png", ("dyt_budget",), _PAPER, ("better",), ("worse", "fails more")),
 )

@@ -130,11 +130,12 @@ def write_outputs(grid: StudyGrid | Study, data: SplitCorpus, out_dir: Path) -> 
     rows = [_row(s, cfg_of[s["name"]]) for s in summaries]
     first = min((r["seed"] for r in rows), default=0)
     curves = {s["name"]: s["val_curve"] for s in summaries if s.get("val_curve")}
+    saturation = {s["name"]: s["saturation_curve"] for s in summaries if s.get("saturation_curve")}
     profiles = {s["name"]: _grad_profile(Path(s["run_dir"])) for s, r in zip(summaries, rows) if r["seed"] == first}
     head = {"grid": grid.describe(), "corpus": data.source, "data_digest": data.digest,
             "unigram_nats": data.unigram_nats}
     mixing = mixing_figure.mixing_data(summaries)  # the widened runs' composite gains, kept in summary.json
-    return _write(head, rows, curves, {k: v for k, v in profiles.items() if v}, missing, out_dir, mixing)
+    return _write(head, rows, curves, {k: v for k, v in profiles.items() if v}, missing, out_dir, mixing, saturation)
 
 
 def report_only(grid: StudyGrid | Study, out_dir: Path) -> dict:
@@ -159,6 +160,7 @@ def report_only(grid: StudyGrid | Study, out_dir: Path) -> dict:
     old_rows = {r["name"]: r for r in old.get("runs", [])}
     old_mixing = {(m["placement"], m["depth"], m["seed"], m["lr"]): m for m in old.get("mixing", [])}
     rows, curves, profiles, missing, unigram = [], {}, {}, [], old.get("unigram_nats")
+    saturation, old_saturation = {}, old.get("saturation_curves") or {}
     fresh = []
     for cfg in grid.runs():
         s = _finished_run(out_dir, cfg, old.get("data_digest"))
@@ -168,6 +170,8 @@ def report_only(grid: StudyGrid | Study, out_dir: Path) -> dict:
             unigram = unigram if unigram is not None else s.get("unigram_nats")
             if s.get("val_curve"):
                 curves[s["name"]] = s["val_curve"]
+            if s.get("saturation_curve"):
+                saturation[s["name"]] = s["saturation_curve"]
             if cfg.seed == min(c.seed for c in grid.runs()):
                 profiles[s["name"]] = _grad_profile(Path(s["run_dir"]))
         elif cfg.name() in old_rows:
@@ -176,6 +180,8 @@ def report_only(grid: StudyGrid | Study, out_dir: Path) -> dict:
                 curves[cfg.name()] = old["curves"][cfg.name()]
             if cfg.name() in old.get("grad_profiles", {}):
                 profiles[cfg.name()] = old["grad_profiles"][cfg.name()]
+            if old_saturation.get(cfg.name()):
+                saturation[cfg.name()] = old_saturation[cfg.name()]
         else:
             missing.append(cfg.name())
     dropped = set(old_rows) - {r["name"] for r in rows}
@@ -192,17 +198,18 @@ def report_only(grid: StudyGrid | Study, out_dir: Path) -> dict:
         if k not in mixing and k in known:
             mixing[k] = m
     return _write(head, rows, curves, {k: v for k, v in profiles.items() if v}, missing, out_dir,
-                  list(mixing.values()))
+                  list(mixing.values()), saturation)
 
 
 def _from_summary(old: dict, out_dir: Path) -> dict:
-    """The report again from a summary.json alone: its rows, curves, gradient profiles and mixing gains as
-    recorded (the grid it names is the grid reported)."""
+    """The report again from a summary.json alone: its rows, curves, gradient profiles, mixing gains and saturation
+    curves as recorded (the grid it names is the grid reported; a summary.json written before a key existed
+    gives it empty)."""
     head = {"grid": old.get("grid", "unknown"), "corpus": old.get("corpus", "unknown"),
             "data_digest": old.get("data_digest"), "unigram_nats": old.get("unigram_nats", math.nan)}
     head["unigram_nats"] = math.nan if head["unigram_nats"] is None else head["unigram_nats"]
     study = _write(head, [dict(r) for r in old.get("runs", [])], old.get("curves", {}), old.get("grad_profiles", {}),
-                   list(old.get("missing", [])), out_dir, old.get("mixing", []))
+                   list(old.get("missing", [])), out_dir, old.get("mixing", []), old.get("saturation_curves") or {})
     study["source"] = "summary.json"  # not written: says the grid options were not used
     return study
 
@@ -222,17 +229,20 @@ def _finished_run(out_dir: Path, cfg: RunConfig, digest: str | None) -> dict | N
 
 
 def _write(head: dict, rows: list[dict], curves: dict, profiles: dict, missing: list[str], out_dir: Path,
-           mixing: list[dict] | None = None) -> dict:
+           mixing: list[dict] | None = None, saturation: dict | None = None) -> dict:
+    """summary.csv/md/json, the figures and index.html. ``saturation``: {run name: [[steps done, {slot: fraction
+    saturated}], ...]} of the DyT/Derf runs (runner.py's ``saturation_curve``), kept as ``saturation_curves``."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS)
     w.writeheader()
     w.writerows(_csv_row(r) for r in rows)
     atomic_write_text(out_dir / "summary.csv", buf.getvalue())
     study = {**head, "runs": rows, "missing": missing, "groups": study_tables.groups(rows),
-             "pairwise": study_tables.pairwise(rows), "curves": curves, "grad_profiles": profiles,
-             "mixing": mixing or []}
+             "pairwise": study_tables.pairwise(rows), "curves": curves, "saturation_curves": saturation or {},
+             "grad_profiles": profiles, "mixing": mixing or []}
     atomic_write_text(out_dir / "summary.md", study_tables.markdown(study))
-    study["figures"] = [p.name for p in study_figures.write(rows, curves, profiles, out_dir / "figures")]
+    study["figures"] = [p.name for p in study_figures.write(rows, curves, profiles, out_dir / "figures",
+                                                            saturation or {})]
     gain = mixing_figure.mixing_figure(mixing or [], out_dir / "figures" / "composite_gain.png")
     if gain is not None:  # the mHC claim's figure (HC, mHC, mHC-lite runs only)
         study["figures"].append(gain.name)

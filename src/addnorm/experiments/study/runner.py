@@ -11,7 +11,8 @@ Files in the run's directory (named by the run and its cache key):
     summary.json     the outcome, written last: its presence means the run is finished; beside the losses:
                      tokens seen, parameters, whether and when the validation curve flattened (flat.py),
                      and the last evaluation's saturation (DyT/Derf) and largest composite mixing gain
-                     (widened streams) from probe.py, whose per-evaluation values are in metrics.jsonl
+                     (widened streams) from probe.py, whose per-evaluation values are in metrics.jsonl;
+                     the saturation of every evaluation also as ``saturation_curve``
 Every file is written atomically (temporary file, fsync, rename); metrics are appended line by line and cut
 back to the checkpoint's step on resume. A truncated or corrupt file is reported by name and its run redone.
 
@@ -214,12 +215,22 @@ def _convergence(val_curve: list) -> dict:
     return {"flattened": at is not None, "flatten_step": at}
 
 
+def _saturation_curve(lines) -> list[list]:
+    """[steps done, {slot: fraction saturated}] of every evaluation in ``lines`` (metrics dicts) that measured the
+    DyT/Derf saturation; steps counted as ``_val_curve`` counts them."""
+    return [[m["step"] + 1, m["saturation"]] for m in lines if "saturation" in m]
+
+
 def _probe_summary(lines: list[dict]) -> dict:
-    """The last evaluation's saturation per slot and its largest composite gains, where the run measured them."""
+    """The last evaluation's saturation per slot and its largest composite gains, where the run measured them, and
+    the saturation of every evaluation (``saturation_curve``)."""
     last = next((m for m in reversed(lines) if "saturation" in m or "composite_gain_fwd" in m), None)
     if last is None:
         return {}
     out = {k: last[k] for k in ("saturation", "alpha") if k in last}
+    curve = _saturation_curve(lines)
+    if curve:
+        out["saturation_curve"] = curve
     if "composite_gain_fwd" in last:
         out["max_composite_gain_fwd"] = max(last["composite_gain_fwd"])
         out["max_composite_gain_bwd"] = max(last["composite_gain_bwd"])
@@ -271,6 +282,11 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
                            tokens_seen=summary["steps_done"] * cfg.batch * cfg.seq_len,
                            n_params=sum(p.numel() for p in build_model(cfg).parameters()))
             atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, default=list))
+        if "saturation" in summary and "saturation_curve" not in summary and lead:  # likewise, from its metrics
+            curve = _saturation_curve(read_metrics(run_dir))
+            if curve:
+                summary["saturation_curve"] = curve
+                atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, default=list))
         summary["reused"] = True
         return summary
     if lead:
