@@ -20,6 +20,8 @@ import addnorm
 from addnorm.benchmark.add_norm import conditions
 from addnorm.benchmark.timing import measure_interleaved
 from addnorm.kernels.cpu import fused as host
+from addnorm.kernels.cpu import mhc as mhc_host
+from addnorm.ops import mhc_formulas
 from addnorm.kernels.cpu.library import library
 from addnorm.kernels.cpu.ops import _num_threads
 from addnorm.store import atomic_write_text
@@ -53,7 +55,28 @@ def _cases():
         outs = outs if isinstance(outs, tuple) else (outs,)
         torch.autograd.grad(outs[:n_out], [t for t in ins if t is not None], [up] * n_out)
 
+    # mHC's pre step at n = 4 (64 tokens of a 4 x 768 stream): the C kernel is mostly its 64 x 3072 x 24 projection
+    X = torch.randn(N, 4, D, generator=g)
+    phi = torch.randn(4 * D, 24, generator=g) / (4 * D) ** 0.5
+    coeffs = (torch.tensor(0.01), torch.tensor(0.01), torch.tensor(0.01), torch.zeros(4), torch.zeros(4),
+              torch.zeros(4, 4))
+    scal, bias = torch.tensor([0.01] * 3), torch.zeros(24)
+    Xg, phig = X.clone().requires_grad_(), phi.clone().requires_grad_()
+    cg = [c.clone().requires_grad_() for c in coeffs]
+    mhc_ups = [torch.randn(N, D, generator=g), torch.randn(N, 4, generator=g), torch.randn(N, 4, 4, generator=g)]
+
+    def mhc_step(fn):  # what a block differentiates: h (the branch input), H_post and H_res (the write)
+        h, _, hpo, hr = fn(Xg, phig, *cg)[:4]
+        torch.autograd.grad((h, hpo, hr), [Xg, phig, *cg], mhc_ups)
+
     return {
+        "mhc_pre": {
+            "host call (C kernel)": lambda: mhc_host.mhc_pre(X, phi, scal, bias, None, 1e-6, 20),
+            "mhc_pre (inference)": lambda: addnorm.mhc_pre(X, phi, *coeffs),
+            "eager (inference)": lambda: mhc_formulas.pre(X, phi, *coeffs, None, 1e-6, 20),
+            "mhc_pre fwd+bwd": lambda: mhc_step(addnorm.mhc_pre),
+            "eager fwd+bwd": lambda: mhc_step(lambda *a: mhc_formulas.pre(*a, None, 1e-6, 20)),
+        },
         "norm_add": {
             "C kernel": lambda keep=(x, r, w, b, out): lib.fused_forward(*na_args),  # keep: the pointers' tensors
             "host call": lambda: host.norm_add_contiguous(x, r, w, b, "layer", 1e-5, 0.0, False, False),

@@ -3,7 +3,7 @@
 
 The targets, on the 2-core machine the results come from:
 
-- each new op (norm_add, parallel, parallel2, dyt, derf, stream_read, stream_write) at 8192×1024, every dtype:
+- each new op (norm_add, parallel, parallel2, dyt, derf, stream_read, stream_write, mhc_pre) at 8192×1024, every dtype:
   forward ≥ 0.85 of the copy floor, forward+backward ≥ 0.75, ≥ 1.5× eager both ways, faster than compile both
   ways (a ratio that rounds to 1.00× is a tie, not faster);
 - bfloat16, the existing Add & Norm ops too, on every instruction-set path (AVX-512 native, AVX2 via
@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
-NEW_OPS = ("norm_add", "parallel", "parallel2", "dyt", "derf", "stream_read", "stream_write")
+NEW_OPS = ("norm_add", "parallel", "parallel2", "dyt", "derf", "stream_read", "stream_write", "mhc_pre")
 BIG, SMALL = (8192, 1024), (64, 768)
 
 
