@@ -14,6 +14,7 @@ import torch.nn.functional as F
 import addnorm
 from addnorm.fused_functional import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
 from tests.backends import BACKENDS, KERNELS
+from tests.compile_spy import addnorm_ops_backend
 from tests.samples import SAMPLES, make, params, upstream
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -307,16 +308,8 @@ def test_vmap_and_torch_func_grad_use_the_composite():
 
 @pytest.mark.skipif("cpu" not in KERNELS, reason="the compiled kernels are not built")
 def test_compile_fullgraph_keeps_the_fused_operators():
-    from torch._functorch.aot_autograd import aot_module_simplified
-
     seen = set()
-
-    def backend(gm, example_inputs):
-        def keep(gr, _):
-            seen.update(str(n.target) for n in gr.graph.nodes if n.op == "call_function"
-                        and str(n.target).startswith("addnorm."))
-            return gr
-        return aot_module_simplified(gm, example_inputs, fw_compiler=keep, bw_compiler=keep)
+    backend = addnorm_ops_backend(seen)
 
     g = torch.Generator().manual_seed(6)
     x, x2, r = (torch.randn(4, 8, 32, generator=g).requires_grad_() for _ in range(3))

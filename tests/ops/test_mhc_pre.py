@@ -12,6 +12,7 @@ import torch.autograd.forward_ad as fwAD
 from addnorm.reference import streams as ref
 from addnorm.stream_functional import mhc_pre
 from tests.backends import BACKENDS, KERNELS
+from tests.compile_spy import addnorm_ops_backend
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 TOL = {torch.float32: 2e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
@@ -132,15 +133,8 @@ def test_forward_ad_matches_the_oracle(backend, lite):
 
 @pytest.mark.skipif("cpu" not in KERNELS, reason="the compiled kernels are not built")
 def test_compile_fullgraph_keeps_the_operator_both_ways():
-    from torch._functorch.aot_autograd import aot_module_simplified
-
     seen = set()
-
-    def backend(gm, example_inputs):
-        def keep(gr, _):
-            seen.update(str(n.target) for n in gr.graph.nodes if str(n.target).startswith("addnorm."))
-            return gr
-        return aot_module_simplified(gm, example_inputs, fw_compiler=keep, bw_compiler=keep)
+    backend = addnorm_ops_backend(seen)
 
     *ins, perms = _make((2, 3), 4, 32, False, torch.float32)
 

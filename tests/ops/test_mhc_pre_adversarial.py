@@ -238,8 +238,9 @@ def test_empty_perm_stack_backward_does_not_corrupt_memory():
     # heap overflow; the process dies with "corrupted double-linked list" / "free(): invalid next size".
     # Fix: refuse r = 0 in _check_mhc (or let perm_index return False for an empty stack, so the formulas take it),
     # and have addnorm_mhc return -3 when perm == NULL and r != n * n.
+    # env: os.environ as Python sees it (a library may have changed the C-level environment, e.g. PYTHONHOME)
     res = subprocess.run([sys.executable, "-c", EMPTY_PERMS_BACKWARD, "cpu"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+                         text=True, timeout=120, env=dict(os.environ))
     assert res.returncode == 0, f"crashed (rc {res.returncode}): {res.stderr[-300:]}"
     assert max(json.loads(res.stdout.strip().splitlines()[-1])) < 1e-5
 
@@ -281,7 +282,8 @@ def test_raw_operator_refuses_inconsistent_shapes():
     # logits past m; its backward writes past dlogits), and a b_res / b_pre shorter than m (reads past the bias).
     # Got "accepted" for all four. Fix: validate in kernels/cpu/mhc.py _geometry as the Triton host's _geometry
     # does (phi.shape == (n*C, m); perm_idx None => m == 2n + n^2; bias.numel() == m), or in _impls.pre/backward.
-    res = subprocess.run([sys.executable, "-c", RAW_OP_SHAPES], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    res = subprocess.run([sys.executable, "-c", RAW_OP_SHAPES], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ))
     assert res.returncode == 0, f"crashed (rc {res.returncode}): {res.stderr[-300:]}"
     got = json.loads(res.stdout.strip().splitlines()[-1])
     assert all(v != "accepted" for v in got.values()), got

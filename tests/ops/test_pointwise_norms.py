@@ -14,6 +14,7 @@ import torch.autograd.forward_ad as fwAD
 
 from addnorm.pointwise_functional import add_derf, add_dyt
 from tests.backends import BACKENDS, KERNELS
+from tests.compile_spy import addnorm_ops_backend
 from tests.samples import SAMPLES, make, params, upstream
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -127,15 +128,8 @@ def test_forward_ad_matches_the_composite(kind, backend):
 
 @pytest.mark.skipif("cpu" not in KERNELS, reason="the compiled kernels are not built")
 def test_compile_fullgraph_keeps_the_operator():
-    from torch._functorch.aot_autograd import aot_module_simplified
-
     seen = set()
-
-    def backend(gm, example_inputs):
-        def keep(gr, _):
-            seen.update(str(n.target) for n in gr.graph.nodes if str(n.target).startswith("addnorm."))
-            return gr
-        return aot_module_simplified(gm, example_inputs, fw_compiler=keep, bw_compiler=keep)
+    backend = addnorm_ops_backend(seen)
 
     from addnorm.nn import Derf
 

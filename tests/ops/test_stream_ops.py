@@ -7,6 +7,7 @@ import torch.autograd.forward_ad as fwAD
 
 from addnorm.stream_functional import stream_read, stream_write
 from tests.backends import BACKENDS, KERNELS
+from tests.compile_spy import addnorm_ops_backend
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
@@ -102,15 +103,8 @@ def test_forward_ad_matches_the_oracle(backend):
 
 @pytest.mark.skipif("cpu" not in KERNELS, reason="the compiled kernels are not built")
 def test_compile_fullgraph_keeps_the_stream_operators():
-    from torch._functorch.aot_autograd import aot_module_simplified
-
     seen = set()
-
-    def backend(gm, example_inputs):
-        def keep(gr, _):
-            seen.update(str(n.target) for n in gr.graph.nodes if str(n.target).startswith("addnorm."))
-            return gr
-        return aot_module_simplified(gm, example_inputs, fw_compiler=keep, bw_compiler=keep)
+    backend = addnorm_ops_backend(seen)
 
     x, y, hp, hpo, hr = _make((2, 3), 4, 32, torch.float32)
 

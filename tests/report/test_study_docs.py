@@ -31,6 +31,11 @@ def test_the_two_shard_times_match_the_measured_per_step_times_and_say_what_was_
         hours = round(presets[name]["computed_total_s"] / 3600 / 2, 1)  # two one-thread shards on 2 cores
         assert re.search(rf"{hours:g} h for `{name}`", text), (name, hours)
     assert "fits a night on 2 cores when split" in text and "None of `frontier`, `long` or `wide` fits" not in text
-    assert "None of the four was run" in text
-    assert "for preset in depth frontier long wide; do" in DOC  # the exact sharded commands
+    # what was run is said, and what was not: depth's results are committed, the other three not
+    assert (ROOT / "benchmarks" / "results" / "study" / "depth" / "summary.json").exists()
+    assert "`depth` has since been run whole" in text
+    assert "**`frontier`, `long` and `wide` have not been run**" in text
+    for name in ("frontier", "long", "wide"):
+        assert not (ROOT / "benchmarks" / "results" / "study" / name / "summary.json").exists(), name
+    assert "for preset in frontier long wide; do" in DOC  # the exact sharded commands for what is left
     assert "--preset $preset --out benchmarks/results/study/$preset --shard 1/2" in DOC

@@ -72,28 +72,26 @@ def _source_op(op: str) -> str:
     return "mhc_pre" if op == "mhc" else op
 
 
+def _form(forms, op: str, kind: str):
+    """op's function from ``forms`` (fused_forms.eager or .fused); "mhc" is mhc_pre, then stream_write around an
+    identity layer (what LigerMHC's forward computes)."""
+    if op != "mhc":
+        return forms(op, kind)
+    pre, write = forms("mhc_pre", "-"), forms("stream_write", "-")
+
+    def mhc(*a):
+        h, hpo, hr = pre(*a)
+        return write(a[0], h, None, hpo, hr)
+
+    return mhc
+
+
 def eager(op: str, kind: str):
-    if op == "mhc":
-        pre, write = fused_forms.eager("mhc_pre", "-"), fused_forms.eager("stream_write", "-")
-
-        def mhc(*a):
-            h, hpo, hr = pre(*a)
-            return write(a[0], h, None, hpo, hr)
-
-        return mhc
-    return fused_forms.eager(op, kind)
+    return _form(fused_forms.eager, op, kind)
 
 
 def fused(op: str, kind: str):
-    if op == "mhc":
-        pre, write = fused_forms.fused("mhc_pre", "-"), fused_forms.fused("stream_write", "-")
-
-        def mhc(*a):
-            h, hpo, hr = pre(*a)
-            return write(a[0], h, None, hpo, hr)
-
-        return mhc
-    return fused_forms.fused(op, kind)
+    return _form(fused_forms.fused, op, kind)
 
 
 def _liger_mhc_args(args, grad):
