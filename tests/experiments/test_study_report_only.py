@@ -58,6 +58,7 @@ def test_the_mixing_figure_is_drawn_and_kept_for_report_only(tmp_path):
     assert main(["study", *grid, "--out", str(committed), "--report-only"]) == 0
     again = json.loads((committed / "summary.json").read_text())
     assert again["mixing"] == first["mixing"] and (committed / "figures" / "composite_gain.png").exists()
+    assert "figures/composite_gain.png" in (committed / "index.html").read_text()  # the page shows it too
 
 
 def _committed_copy(trained, tmp_path, name="committed"):

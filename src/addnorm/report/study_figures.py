@@ -301,7 +301,10 @@ FIGURES = (("val_loss_curves.png", "validation loss curves, a panel per training
            ("depth_placement_max_lr.png", "largest learning rate that trained, depth x placement"),
            ("grad_norm_vs_depth.png", "per-block gradient norm against depth at chosen steps"),
            ("saturation_over_training.png", "fraction of DyT/Derf inputs saturated (|αx| > 2) per norm slot over "
-                                            "training"))
+                                            "training"),
+           # drawn by report/mixing_figure.py for the widened-stream runs (HC, mHC, mHC-lite)
+           ("composite_gain.png", "largest composite mixing gain of HC, mHC and mHC-lite, forward and backward, "
+                                  "against depth and over training"))
 # a caption shown under the figure on the study's page, where the alt text above is not enough
 CAPTIONS = {"saturation_over_training.png": (
     "Saturation of the DyT/Derf norms at each evaluation: the fraction of a slot's inputs whose argument z = α·x "
