@@ -122,13 +122,15 @@ def _check_mhc(x, phi, coeffs, perms, eps, iters):
     if tuple(phi.shape) != (n * C, 2 * n + r):
         raise ValueError(f"phi must have shape {(n * C, 2 * n + r)} (nC, 2n + {'n^2' if perms is None else 'r'}) for x "
                          f"of shape {tuple(x.shape)}, got {tuple(phi.shape)}")
+    # name: (elements, what they are); b_res's shape is free ((n, n) for mHC, flat for mHC-lite)
+    spec = {"a_pre": (1, "a scalar"), "a_post": (1, "a scalar"), "a_res": (1, "a scalar"),
+            "b_pre": (n, "one per stream"), "b_post": (n, "one per stream"), "b_res": (r, "one per H_res logit")}
     for name, t in coeffs.items():
         _tensor(name, t)
-        want = 1 if name.startswith("a_") else n if name in ("b_pre", "b_post") else r
-        if t.numel() != want or (name.startswith("a_") and t.dim() > 1) or (name != "b_res" and name.startswith("b_")
-                                                                         and t.dim() != 1):
-            raise ValueError(f"{name} must have {want} element{'s' if want > 1 else ''} "
-                             f"({'a scalar' if want == 1 and name.startswith('a_') else 'one per ' + ('stream' if want == n and name != 'b_res' else 'H_res logit')}), "
+        want, what = spec[name]
+        bad_dim = t.dim() > 1 if name.startswith("a_") else name != "b_res" and t.dim() != 1
+        if t.numel() != want or bad_dim:
+            raise ValueError(f"{name} must have {want} element{'s' if want > 1 else ''} ({what}), "
                              f"got shape {tuple(t.shape)}")
     for name, t in (("phi", phi), *coeffs.items(), *((("perms", perms),) if perms is not None else ())):
         if not (t.is_cpu and x.is_cpu) and t.device != x.device:
@@ -146,7 +148,8 @@ def mhc_pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, *, perms=None, e
             backend: str | None = None):
     """mHC's pre step (DeepSeek, arXiv:2512.24880, eqs. 7-9) in one pass over the stream X (..., n, C):
 
-        p = (vec(X) phi) / RMS(vec(X)),  H_pre = sigmoid(a_pre p[:n] + b_pre),  H_post = 2 sigmoid(a_post p[n:2n] + b_post),
+        p = (vec(X) phi) / RMS(vec(X)),  H_pre = sigmoid(a_pre p[:n] + b_pre),
+        H_post = 2 sigmoid(a_post p[n:2n] + b_post),
         H_res = Sinkhorn-Knopp(a_res mat(p[2n:]) + b_res, iters)   (perms=None)
               = sum_k softmax(a_res p[2n:] + b_res)_k perms[k]     (mHC-lite, arXiv:2601.05732: perms the n!
                                                                     permutation matrices, phi (nC, 2n + n!))

@@ -13,7 +13,8 @@ From the stream X (..., n, C), per token (mHC, arXiv:2512.24880, eqs. 7-9; mHC-l
     h      = sum_i H_pre[i] X_i
 
 Outputs (h, H_pre, H_post, H_res, p, rstd): h in X's dtype; everything else in float32 (float64 when X or phi
-or a coefficient is float64). p and rstd are what a backward needs (as native_layer_norm's mean and rstd): not differentiable.
+or a coefficient is float64). p and rstd are what a backward needs (as native_layer_norm's mean and rstd): not
+differentiable.
 ``perms`` is the (n!, n, n) stack of permutation matrices for mHC-lite, None for mHC.
 """
 
@@ -54,16 +55,45 @@ def permutation_mix(logits: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:
     return torch.einsum("...k,kij->...ij", w, perms.to(w.dtype))
 
 
+def _groups(n: int) -> tuple[slice, slice, slice]:
+    """The columns of p (and of the logits) that H_pre, H_post and H_res are made from."""
+    return slice(0, n), slice(n, 2 * n), slice(2 * n, None)
+
+
+def _logits(p, n, a, b):
+    """The pre-activations a_g p_g + b_g of the three groups (pre, post, res), b_res flattened."""
+    return [a[i] * p[..., g] + b[i].reshape(-1) for i, g in enumerate(_groups(n))]
+
+
+def _project(x, phi, ct, eps):
+    """(X, v, rstd, z, p): the stream and vec(X) in the compute dtype, the RMS's reciprocal, z = v phi, p = z rstd."""
+    X = x.to(ct)
+    v = X.flatten(-2)
+    rstd = torch.rsqrt((v * v).sum(-1) / v.size(-1) + eps)
+    z = v @ phi.to(ct)
+    return X, v, rstd, z, z * rstd.unsqueeze(-1)
+
+
 def coefficients(p, n, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, iters):
     """(H_pre, H_post, H_res) from the normalized projection p (..., m)."""
-    h_pre = torch.sigmoid(a_pre * p[..., :n] + b_pre)
-    h_post = 2 * torch.sigmoid(a_post * p[..., n:2 * n] + b_post)
-    logits = a_res * p[..., 2 * n:] + b_res.reshape(-1)
+    pre_, post_, res_ = _logits(p, n, (a_pre, a_post, a_res), (b_pre, b_post, b_res))
+    h_pre, h_post = torch.sigmoid(pre_), 2 * torch.sigmoid(post_)
     if perms is None:
-        h_res = sinkhorn_knopp(logits.unflatten(-1, (n, n)), iters)
+        h_res = sinkhorn_knopp(res_.unflatten(-1, (n, n)), iters)
     else:
-        h_res = permutation_mix(logits, perms)
+        h_res = permutation_mix(res_, perms)
     return h_pre, h_post, h_res
+
+
+def coefficient_grads(dlogits, p, n, coeffs):
+    """(da_pre, da_post, da_res, db_pre, db_post, db_res) in the coefficients' dtypes from the gradient of the
+    pre-activations (..., m): d logit / d a = p, d logit / d b = 1, summed over the tokens (any may be empty)."""
+    m = dlogits.size(-1)
+    dl, pf = dlogits.reshape(-1, m), p.reshape(-1, m)  # tokens as rows (none, one or many; m >= 3)
+    groups = _groups(n)
+    da = [(dl[:, g] * pf[:, g]).sum() for g in groups]
+    db = [dl[:, g].sum(0) for g in groups]
+    return tuple(d.reshape(c.shape).to(c.dtype) for d, c in zip(da + db, coeffs, strict=True))
 
 
 def pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
@@ -75,13 +105,10 @@ def pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
 
 def _pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
     ct = compute_dtype(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res)
-    n = x.size(-2)
-    v = x.flatten(-2).to(ct)
-    rstd = torch.rsqrt((v * v).sum(-1) / v.size(-1) + eps)
-    p = (v @ phi.to(ct)) * rstd.unsqueeze(-1)
+    X, _, rstd, _, p = _project(x, phi, ct, eps)
     c = [t.to(ct) for t in (a_pre, a_post, a_res, b_pre, b_post, b_res)]
-    h_pre, h_post, h_res = coefficients(p, n, *c, perms, iters)
-    h = (h_pre.unsqueeze(-1) * x.to(ct)).sum(-2).to(x.dtype)
+    h_pre, h_post, h_res = coefficients(p, x.size(-2), *c, perms, iters)
+    h = (h_pre.unsqueeze(-1) * X).sum(-2).to(x.dtype)
     return h, h_pre, h_post, h_res, p, rstd
 
 
@@ -116,14 +143,10 @@ def _pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_p
     coeffs = (a_pre, a_post, a_res, b_pre, b_post, b_res)
     ct = compute_dtype(x, phi, *coeffs)
     n = x.size(-2)
-    X = x.to(ct)
-    v = X.flatten(-2)
+    X, v, rstd, _, p = _project(x, phi, ct, eps)
     K = v.size(-1)
-    rstd = torch.rsqrt((v * v).sum(-1) / K + eps)
-    p = (v @ phi.to(ct)) * rstd.unsqueeze(-1)
     a = [t.to(ct) for t in coeffs[:3]]
-    groups = (slice(0, n), slice(n, 2 * n), slice(2 * n, None))
-    logits = [a[i] * p[..., groups[i]] + coeffs[3 + i].to(ct).reshape(-1) for i in range(3)]
+    logits = _logits(p, n, a, [t.to(ct) for t in coeffs[3:]])
     s_pre, s_post = torch.sigmoid(logits[0]), torch.sigmoid(logits[1])
     zero = torch.zeros_like(s_pre)
     g_pre = zero if dh_pre is None else dh_pre.to(ct)
@@ -145,13 +168,8 @@ def _pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_p
     dx = dv.unflatten(-1, (n, x.size(-1)))
     if dh is not None:
         dx = dx + s_pre.unsqueeze(-1) * dh.to(ct).unsqueeze(-2)
-    m = p.size(-1)
-    dphi = v.reshape(-1, K).transpose(0, 1) @ dz.reshape(-1, m)
-    da = [(dl[i] * p[..., groups[i]]).sum() for i in range(3)]
-    db = [dl[i].sum(tuple(range(dl[i].dim() - 1))) for i in range(3)]  # over the tokens (any may be empty)
-    out = [dx.to(x.dtype), dphi.to(phi.dtype)]
-    out += [d.reshape(c.shape).to(c.dtype) for d, c in zip(da + db, coeffs, strict=True)]
-    return tuple(out)
+    dphi = v.reshape(-1, K).transpose(0, 1) @ dz.reshape(-1, p.size(-1))
+    return (dx.to(x.dtype), dphi.to(phi.dtype), *coefficient_grads(torch.cat(dl, -1), p, n, coeffs))
 
 
 def pre_jvp(primals, tangents, perms, eps, iters):
@@ -167,17 +185,14 @@ def _pre_jvp(primals, tangents, perms, eps, iters):
     n = x.size(-2)
     P = [t.to(ct) for t in primals]
     T = [torch.zeros_like(p) if t is None else t.to(ct) for p, t in zip(P, tangents, strict=True)]
-    v, tv = P[0].flatten(-2), T[0].flatten(-2)
+    xf, v, rstd, z, p = _project(P[0], P[1], ct, eps)
+    tv = T[0].flatten(-2)
     K = v.size(-1)
-    rstd = torch.rsqrt((v * v).sum(-1) / K + eps)
     t_rstd = -(rstd ** 3) * (v * tv).sum(-1) / K
-    z = v @ P[1]
     tz = tv @ P[1] + v @ T[1]
-    p = z * rstd.unsqueeze(-1)
     tp = tz * rstd.unsqueeze(-1) + z * t_rstd.unsqueeze(-1)
-    g = (slice(0, n), slice(n, 2 * n), slice(2 * n, None))
-    logits = [P[2 + i] * p[..., g[i]] + P[5 + i].reshape(-1) for i in range(3)]
-    t_logits = [T[2 + i] * p[..., g[i]] + P[2 + i] * tp[..., g[i]] + T[5 + i].reshape(-1) for i in range(3)]
+    logits = _logits(p, n, P[2:5], P[5:8])
+    t_logits = [T[2 + i] * p[..., g] + P[2 + i] * tp[..., g] + T[5 + i].reshape(-1) for i, g in enumerate(_groups(n))]
     s_pre, s_post = torch.sigmoid(logits[0]), torch.sigmoid(logits[1])
     t_pre = s_pre * (1 - s_pre) * t_logits[0]
     t_post = 2 * s_post * (1 - s_post) * t_logits[1]
@@ -197,6 +212,5 @@ def _pre_jvp(primals, tangents, perms, eps, iters):
         w = torch.softmax(logits[2], dim=-1)
         tw = w * (t_logits[2] - (w * t_logits[2]).sum(-1, keepdim=True))
         t_res = torch.einsum("...k,kij->...ij", tw, perms.to(ct))
-    xf, txf = P[0], T[0]
-    th = (t_pre.unsqueeze(-1) * xf + s_pre.unsqueeze(-1) * txf).sum(-2).to(x.dtype)
+    th = (t_pre.unsqueeze(-1) * xf + s_pre.unsqueeze(-1) * T[0]).sum(-2).to(x.dtype)
     return th, t_pre, t_post, t_res

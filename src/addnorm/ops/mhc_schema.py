@@ -65,37 +65,30 @@ def _scal_bias(a_pre, a_post, a_res, b_pre, b_post, b_res):
     return scal, bias
 
 
-def _reduce(dlogits, p, n, coeffs):
-    """(da_pre, da_post, da_res, db_pre, db_post, db_res) from the pre-activations' gradient, in the coefficients'
-    dtypes: d logit / d a = p, d logit / d b = 1, summed over tokens."""
-    m = dlogits.shape[-1]
-    dl, pf = dlogits.reshape(-1, m), p.reshape(-1, m)
-    groups = (slice(0, n), slice(n, 2 * n), slice(2 * n, m))
-    prod = dl * pf
-    da = [prod[:, g].sum() for g in groups]
-    db = [dl[:, g].sum(0) for g in groups]
-    out = [d.reshape(c.shape).to(c.dtype) for d, c in zip(da + db, coeffs, strict=True)]
-    return tuple(out)
+def _kernel_index(k, x, phi, coeffs, perms, iters):
+    """The permutation index table (None for mHC) when kernel backend ``k`` takes the call, else False."""
+    if x.dim() < 2 or not (_kernel_params(x, phi, coeffs) and k.applies(x, phi.shape[-1], iters)):
+        return False
+    return perm_index(perms, x.shape[-2])
 
 
 def _impls(k):
     def pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
         coeffs = (a_pre, a_post, a_res, b_pre, b_post, b_res)
-        idx = perm_index(perms, x.shape[-2]) if x.dim() >= 2 else False
-        if idx is False or not (_kernel_params(x, phi, coeffs) and k.applies(x, phi.shape[-1], iters)):
+        idx = _kernel_index(k, x, phi, coeffs, perms, iters)
+        if idx is False:
             return _pre_formulas(x, phi, *coeffs, perms, eps, iters)
         return k.mhc_pre(x, phi, *_scal_bias(*coeffs), idx, eps, iters)
 
     def pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, p, rstd,
                      eps, iters):
         coeffs = (a_pre, a_post, a_res, b_pre, b_post, b_res)
-        idx = perm_index(perms, x.shape[-2]) if x.dim() >= 2 else False
-        if (idx is False or not (_kernel_params(x, phi, coeffs) and k.applies(x, phi.shape[-1], iters))
-                or (dh is not None and dh.dtype != x.dtype) or p.dtype != torch.float32):
+        idx = _kernel_index(k, x, phi, coeffs, perms, iters)
+        if idx is False or (dh is not None and dh.dtype != x.dtype) or p.dtype != torch.float32:
             return _pre_backward_formulas(dh, dh_pre, dh_post, dh_res, x, phi, *coeffs, perms, p, rstd, eps, iters)
         dx, dlogits, dphi = k.mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, *_scal_bias(*coeffs), idx, p, rstd,
                                                iters)
-        return (dx, dphi.to(phi.dtype), *_reduce(dlogits, p, x.shape[-2], coeffs))
+        return (dx, dphi.to(phi.dtype), *mf.coefficient_grads(dlogits, p, x.shape[-2], coeffs))
 
     return pre, pre_backward
 
