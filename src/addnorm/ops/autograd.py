@@ -82,6 +82,21 @@ def differentiable_backward() -> bool:
     return torch.is_grad_enabled() or _fwad._current_level >= 0
 
 
+def direct_subclass(name, base, forward_impl, backward_impl, doc=None):
+    """A subclass of the autograd Function ``base`` that calls one implementation directly both ways, without the
+    dispatcher: ``forward_impl`` forward, ``backward_impl`` (kept as ``ctx.direct``) backward."""
+
+    def forward(*args):
+        return forward_impl(*args)
+
+    def setup_context(ctx, inputs, output):
+        base.setup_context(ctx, inputs, output)
+        ctx.direct = backward_impl
+
+    body = {"forward": staticmethod(forward), "setup_context": staticmethod(setup_context)}
+    return type(name, (base,), body if doc is None else {**body, "__doc__": doc})
+
+
 def _primal(t):
     return None if t is None else _fwad.unpack_dual(t).primal.detach()
 

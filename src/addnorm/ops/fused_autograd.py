@@ -14,7 +14,7 @@ import torch.autograd.forward_ad as _fwad
 from ..kernels.cpu import fused as _cpu_fused
 from ..kernels.cpu import ops as _cpu_ops
 from . import formulas, fused_formulas
-from .autograd import _primal, differentiable_backward
+from .autograd import _primal, differentiable_backward, direct_subclass
 from .fused_schema import (LIB, norm_add_cpu, norm_add_triton, parallel_backward_cpu, parallel_backward_triton,
                            parallel_cpu, parallel_triton)
 from .schema import backward_cpu, backward_triton
@@ -83,22 +83,9 @@ class NormAdd(torch.autograd.Function):
         return total.to(odt), None
 
 
-def _direct(cls_name, base, forward_impl, backward_impl, doc):
-    """A subclass of ``base`` calling one implementation directly, both ways."""
-
-    def forward(*args):
-        return forward_impl(*args)
-
-    def setup_context(ctx, inputs, output):
-        base.setup_context(ctx, inputs, output)
-        ctx.direct = backward_impl
-
-    return type(cls_name, (base,), {"forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
-                                    "__doc__": doc})
-
-
-DirectNormAdd = _direct("DirectNormAdd", NormAdd, norm_add_cpu, backward_cpu, "NormAdd on the C kernels.")
-TritonNormAdd = _direct("TritonNormAdd", NormAdd, norm_add_triton, backward_triton, "NormAdd on the Triton kernels.")
+DirectNormAdd = direct_subclass("DirectNormAdd", NormAdd, norm_add_cpu, backward_cpu, "NormAdd on the C kernels.")
+TritonNormAdd = direct_subclass("TritonNormAdd", NormAdd, norm_add_triton, backward_triton,
+                                "NormAdd on the Triton kernels.")
 
 
 class ParallelAddNorm(torch.autograd.Function):
@@ -165,10 +152,10 @@ class ParallelAddNorm(torch.autograd.Function):
         return ty, ty2, (None if ts is None else ts.to(s.dtype)), None
 
 
-DirectParallelAddNorm = _direct("DirectParallelAddNorm", ParallelAddNorm, parallel_cpu, parallel_backward_cpu,
-                                "ParallelAddNorm on the C kernels.")
-TritonParallelAddNorm = _direct("TritonParallelAddNorm", ParallelAddNorm, parallel_triton, parallel_backward_triton,
-                                "ParallelAddNorm on the Triton kernels.")
+DirectParallelAddNorm = direct_subclass("DirectParallelAddNorm", ParallelAddNorm, parallel_cpu,
+                                        parallel_backward_cpu, "ParallelAddNorm on the C kernels.")
+TritonParallelAddNorm = direct_subclass("TritonParallelAddNorm", ParallelAddNorm, parallel_triton,
+                                        parallel_backward_triton, "ParallelAddNorm on the Triton kernels.")
 
 
 def _norm_add_autograd(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight):

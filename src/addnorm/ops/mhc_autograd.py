@@ -8,7 +8,7 @@ import torch
 import torch.autograd.forward_ad as _fwad
 
 from . import mhc_formulas as mf
-from .autograd import _primal, differentiable_backward
+from .autograd import _primal, differentiable_backward, direct_subclass
 from .mhc_schema import CPU, LIB, TRITON
 
 _pre = torch.ops.addnorm.mhc_pre.default
@@ -55,19 +55,8 @@ class MhcPre(torch.autograd.Function):
         return (*touts, None, None)  # p and rstd are not differentiable
 
 
-def _direct(name, forward_impl, backward_impl):
-    def forward(*args):
-        return forward_impl(*args)
-
-    def setup_context(ctx, inputs, output):
-        MhcPre.setup_context(ctx, inputs, output)
-        ctx.direct = backward_impl
-
-    return type(name, (MhcPre,), {"forward": staticmethod(forward), "setup_context": staticmethod(setup_context)})
-
-
-DirectMhcPre = _direct("DirectMhcPre", CPU[0], CPU[1])
-TritonMhcPre = _direct("TritonMhcPre", TRITON[0], TRITON[1])
+DirectMhcPre = direct_subclass("DirectMhcPre", MhcPre, CPU[0], CPU[1])
+TritonMhcPre = direct_subclass("TritonMhcPre", MhcPre, TRITON[0], TRITON[1])
 
 
 def _pre_autograd(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):

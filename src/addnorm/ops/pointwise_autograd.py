@@ -7,7 +7,7 @@ import torch
 import torch.autograd.forward_ad as _fwad
 
 from . import pointwise_formulas as pf
-from .autograd import _primal, differentiable_backward
+from .autograd import _primal, differentiable_backward, direct_subclass
 from .pointwise_schema import CPU, LIB, TRITON
 
 _op = torch.ops.addnorm.add_pointwise_norm.default
@@ -83,19 +83,8 @@ class PointwiseNorm(torch.autograd.Function):
         return ty.to(xdt), (ts.to(s.dtype) if ts is not None and has_res else None)
 
 
-def _direct(name, impl):
-    def forward(*args):
-        return impl[0](*args)
-
-    def setup_context(ctx, inputs, output):
-        PointwiseNorm.setup_context(ctx, inputs, output)
-        ctx.direct = impl[1]
-
-    return type(name, (PointwiseNorm,), {"forward": staticmethod(forward), "setup_context": staticmethod(setup_context)})
-
-
-DirectPointwiseNorm = _direct("DirectPointwiseNorm", CPU)
-TritonPointwiseNorm = _direct("TritonPointwiseNorm", TRITON)
+DirectPointwiseNorm = direct_subclass("DirectPointwiseNorm", PointwiseNorm, CPU[0], CPU[1])
+TritonPointwiseNorm = direct_subclass("TritonPointwiseNorm", PointwiseNorm, TRITON[0], TRITON[1])
 
 
 def _autograd(x, residual, alpha, shift, weight, bias, kind):

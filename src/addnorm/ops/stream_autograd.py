@@ -8,7 +8,7 @@ import torch
 import torch.autograd.forward_ad as _fwad
 
 from . import stream_formulas as sf
-from .autograd import _primal, differentiable_backward
+from .autograd import _primal, differentiable_backward, direct_subclass
 from .stream_schema import CPU, TRITON, LIB
 
 _read = torch.ops.addnorm.stream_read.default
@@ -90,21 +90,10 @@ class StreamWrite(torch.autograd.Function):
         return t.to(x.dtype), 2 * (x2.to(ct) * t).sum((-2, -1))
 
 
-def _direct(name, base, forward_impl, backward_impl):
-    def forward(*args):
-        return forward_impl(*args)
-
-    def setup_context(ctx, inputs, output):
-        base.setup_context(ctx, inputs, output)
-        ctx.direct = backward_impl
-
-    return type(name, (base,), {"forward": staticmethod(forward), "setup_context": staticmethod(setup_context)})
-
-
-DirectStreamRead = _direct("DirectStreamRead", StreamRead, CPU[0], CPU[1])
-TritonStreamRead = _direct("TritonStreamRead", StreamRead, TRITON[0], TRITON[1])
-DirectStreamWrite = _direct("DirectStreamWrite", StreamWrite, CPU[2], CPU[3])
-TritonStreamWrite = _direct("TritonStreamWrite", StreamWrite, TRITON[2], TRITON[3])
+DirectStreamRead = direct_subclass("DirectStreamRead", StreamRead, CPU[0], CPU[1])
+TritonStreamRead = direct_subclass("TritonStreamRead", StreamRead, TRITON[0], TRITON[1])
+DirectStreamWrite = direct_subclass("DirectStreamWrite", StreamWrite, CPU[2], CPU[3])
+TritonStreamWrite = direct_subclass("TritonStreamWrite", StreamWrite, TRITON[2], TRITON[3])
 
 
 def _read_autograd(x, h_pre):
