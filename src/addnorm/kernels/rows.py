@@ -13,3 +13,9 @@ def as_rows(t: torch.Tensor, D: int) -> torch.Tensor:
     if D > 1 and t2.stride(1) != 1:
         t2 = t2.contiguous()
     return t2
+
+
+def f32(t: torch.Tensor | None) -> torch.Tensor | None:
+    """A tensor the kernels read as contiguous float32 (per-token coefficients, their gradients), detached;
+    None stays None."""
+    return None if t is None else t.detach().to(torch.float32).contiguous()

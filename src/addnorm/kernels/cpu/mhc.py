@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from ..rows import f32 as _f32
 from .library import availability, library
 from .ops import _DTYPE, _num_threads, _ptr, empty_rows_like
 
@@ -34,10 +35,6 @@ def _padded(phi: torch.Tensor, mp: int) -> torch.Tensor:
     out = phi.new_zeros(phi.shape[0], mp)
     out[:, :phi.shape[1]] = phi
     return out
-
-
-def _f32(t):
-    return None if t is None else t.detach().to(torch.float32).contiguous()
 
 
 def _run(op, x, n, C, N, m, r, iters, phi, phiT, scal, bias, perm_idx, eps, outs, grads):

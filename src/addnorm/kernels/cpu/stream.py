@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from ..rows import f32 as _f32
 from .library import availability, library
 from .ops import _DTYPE, _num_threads, _ptr, empty_rows_like
 
@@ -29,10 +30,6 @@ def applies(x: torch.Tensor, *others) -> bool:
 
 def _c(t):
     return None if t is None else t.contiguous()
-
-
-def _f32(t):
-    return None if t is None else t.detach().to(torch.float32).contiguous()
 
 
 def _run(op, n, x, y, xin, xout, out, dy, h_pre, h_post, h_res, q, dq, d_pre, d_post, d_res, N, C):

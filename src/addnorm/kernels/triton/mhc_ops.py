@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from ..rows import f32 as _f32
 from .availability import availability
 from .ops import _OPTIONS, SUPPORTED_DTYPES, _device, _next_pow2
 
@@ -44,10 +45,6 @@ def _k():
     from . import mhc_kernels
 
     return mhc_kernels
-
-
-def _f32(t):
-    return None if t is None else t.detach().to(torch.float32).contiguous()
 
 
 def _geometry(x, phi, perm_idx):

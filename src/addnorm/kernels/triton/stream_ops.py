@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..rows import f32 as _f32
 from .availability import availability
 from .ops import _OPTIONS, MAX_BLOCK, SUPPORTED_DTYPES, _device, _next_pow2
 
@@ -22,10 +23,6 @@ def _k():
     from . import stream_kernels
 
     return stream_kernels
-
-
-def _f32(t):
-    return None if t is None else t.detach().to(torch.float32).contiguous()
 
 
 def _launch(name, x, *args, **meta):
