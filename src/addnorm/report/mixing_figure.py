@@ -1,8 +1,9 @@
 """The mHC claim as a figure: the composite mixing gain (the mHC paper's Amax gain magnitude of the products of
 the H_res over depth) of HC, mHC and mHC-lite, from a study's finished runs.
 
-Made only from files: each run's ``summary.json`` (config, ``max_composite_gain_fwd/bwd`` of its last evaluation)
-and ``metrics.jsonl`` (``composite_gain_fwd/bwd`` per sub-layer at every evaluation). Two rows of panels: the
+Made only from files: each run's ``summary.json`` (config, ``max_composite_gain_fwd/bwd`` of its last evaluation,
+and their largest values at every evaluation as ``gain_curve``), or for a run finished before the summary kept that
+curve, its ``metrics.jsonl`` (``composite_gain_fwd/bwd`` per sub-layer at every evaluation). Two rows of panels: the
 final largest gain against model depth (forward, backward), and the largest gain over training at the deepest
 depth (forward, backward). One colour per placement; seeds are separate thin lines or points of that colour.
 The paper's numbers at 27B (about 3000 for HC, about 1.6 for mHC) are a scale apart from a study run's."""
@@ -30,16 +31,17 @@ def _metrics(run_dir: Path) -> list[dict]:
 
 
 def mixing_data(summaries: list[dict]) -> list[dict]:
-    """Per widened run: placement, depth, seed, the final largest gains and the series (steps done, largest
+    """Per widened run: its name, placement, depth, seed, the final largest gains and the series (steps done, largest
     forward gain, largest backward gain) over its evaluations."""
     rows = []
     for s in summaries:
         c = s["config"]
         if c["placement"] not in WIDENED or "max_composite_gain_fwd" not in s:
             continue
-        series = [(m["step"] + 1, max(m["composite_gain_fwd"]), max(m["composite_gain_bwd"]))
-                  for m in _metrics(Path(s["run_dir"])) if "composite_gain_fwd" in m]
-        rows.append({"placement": c["placement"], "depth": c["depth"], "seed": c["seed"], "lr": c["lr"],
+        series = [tuple(p) for p in s["gain_curve"]] if s.get("gain_curve") else \
+            [(m["step"] + 1, max(m["composite_gain_fwd"]), max(m["composite_gain_bwd"]))
+             for m in _metrics(Path(s["run_dir"])) if "composite_gain_fwd" in m]
+        rows.append({"name": s["name"], "placement": c["placement"], "depth": c["depth"], "seed": c["seed"], "lr": c["lr"],
                      "final_fwd": s["max_composite_gain_fwd"], "final_bwd": s["max_composite_gain_bwd"],
                      "series": series})
     return rows

@@ -19,7 +19,7 @@ from ...store import atomic_write_text, read_json
 from .config import RunConfig, Study, StudyGrid
 from .data import SplitCorpus
 from .probe import SLOTS
-from .runner import _world, build_model, read_metrics, train_run
+from .runner import _world, build_model, grad_profile, read_metrics, train_run
 
 # what a run measured beyond its loss, kept in its row (summary.json/csv/md) where the run recorded it: the
 # flattening of the long preset's stopping rule, BatchNorm's train-mode loss and future leak, and the DyT/Derf
@@ -116,12 +116,10 @@ def _csv_row(r: dict) -> dict:
     return out
 
 
-def _grad_profile(run_dir: Path) -> dict[str, list[float]]:
-    """The per-block gradient norms at the first step, step 50 and the last, from a run's metrics."""
-    metrics = read_metrics(run_dir)
-    if not metrics:
-        return {}
-    return {str(i): metrics[i]["layer_grad_norm"] for i in sorted({0, min(len(metrics) - 1, 50), len(metrics) - 1})}
+def _grad_profile(s: dict) -> dict[str, list[float]]:
+    """The per-block gradient norms at the first step, step 50 and the last: as the run's summary recorded them,
+    else from its metrics (a run finished before the summary kept them); {} when neither is there."""
+    return s.get("grad_profile") or grad_profile(read_metrics(Path(s["run_dir"])))
 
 
 def write_outputs(grid: StudyGrid | Study, data: SplitCorpus, out_dir: Path) -> dict:
@@ -131,7 +129,7 @@ def write_outputs(grid: StudyGrid | Study, data: SplitCorpus, out_dir: Path) -> 
     first = min((r["seed"] for r in rows), default=0)
     curves = {s["name"]: s["val_curve"] for s in summaries if s.get("val_curve")}
     saturation = {s["name"]: s["saturation_curve"] for s in summaries if s.get("saturation_curve")}
-    profiles = {s["name"]: _grad_profile(Path(s["run_dir"])) for s, r in zip(summaries, rows) if r["seed"] == first}
+    profiles = {s["name"]: _grad_profile(s) for s, r in zip(summaries, rows) if r["seed"] == first}
     head = {"grid": grid.describe(), "corpus": data.source, "data_digest": data.digest,
             "unigram_nats": data.unigram_nats}
     mixing = mixing_figure.mixing_data(summaries)  # the widened runs' composite gains, kept in summary.json
@@ -158,7 +156,6 @@ def report_only(grid: StudyGrid | Study, out_dir: Path) -> dict:
         return _from_summary(old, out_dir)
     old = old or {}
     old_rows = {r["name"]: r for r in old.get("runs", [])}
-    old_mixing = {(m["placement"], m["depth"], m["seed"], m["lr"]): m for m in old.get("mixing", [])}
     rows, curves, profiles, missing, unigram = [], {}, {}, [], old.get("unigram_nats")
     saturation, old_saturation = {}, old.get("saturation_curves") or {}
     fresh = []
@@ -173,7 +170,7 @@ def report_only(grid: StudyGrid | Study, out_dir: Path) -> dict:
             if s.get("saturation_curve"):
                 saturation[s["name"]] = s["saturation_curve"]
             if cfg.seed == min(c.seed for c in grid.runs()):
-                profiles[s["name"]] = _grad_profile(Path(s["run_dir"]))
+                profiles[s["name"]] = _grad_profile(s) or old.get("grad_profiles", {}).get(s["name"], {})
         elif cfg.name() in old_rows:
             rows.append(_row(old_rows[cfg.name()], cfg))
             if cfg.name() in old.get("curves", {}):
@@ -192,13 +189,23 @@ def report_only(grid: StudyGrid | Study, out_dir: Path) -> dict:
                          f"with -- summary.json's grid: {old.get('grid', 'unknown')}")
     head = {"grid": grid.describe(), "corpus": old.get("corpus", "unknown (no summary.json)"),
             "data_digest": old.get("data_digest"), "unigram_nats": unigram if unigram is not None else math.nan}
-    mixing = {(m["placement"], m["depth"], m["seed"], m["lr"]): m for m in mixing_figure.mixing_data(fresh)}
-    known = {(r["placement"], r["depth"], r["seed"], r["lr"]) for r in rows}
-    for k, m in old_mixing.items():  # runs known only from the committed summary keep their gains
-        if k not in mixing and k in known:
-            mixing[k] = m
+    mixing = {m["name"]: m for m in mixing_figure.mixing_data(fresh)}
+    for m in old.get("mixing", []):  # runs known only from the committed summary keep their gains, and their
+        name = _mixing_name(m, rows)  # series where the run's files lack it
+        if name is not None and (name not in mixing or not mixing[name]["series"]):
+            mixing[name] = {**m, "name": name} if name not in mixing else {**mixing[name], "series": m["series"]}
     return _write(head, rows, curves, {k: v for k, v in profiles.items() if v}, missing, out_dir,
                   list(mixing.values()), saturation)
+
+
+def _mixing_name(m: dict, rows: list[dict]) -> str | None:
+    """The run a recorded mixing entry belongs to among ``rows``: by its name, or for an entry written before the
+    name was kept, the one row of its placement, depth, seed and learning rate; None when there is none."""
+    if "name" in m:
+        return m["name"] if any(r["name"] == m["name"] for r in rows) else None
+    same = [r["name"] for r in rows
+            if (r["placement"], r["depth"], r["seed"], r["lr"]) == (m["placement"], m["depth"], m["seed"], m["lr"])]
+    return same[0] if len(same) == 1 else None
 
 
 def _from_summary(old: dict, out_dir: Path) -> dict:

@@ -12,7 +12,11 @@ Files in the run's directory (named by the run and its cache key):
                      tokens seen, parameters, whether and when the validation curve flattened (flat.py),
                      and the last evaluation's saturation (DyT/Derf) and largest composite mixing gain
                      (widened streams) from probe.py, whose per-evaluation values are in metrics.jsonl;
-                     the saturation of every evaluation also as ``saturation_curve``
+                     the saturation of every evaluation also as ``saturation_curve``, the largest gains of every
+                     evaluation as ``gain_curve``, and the per-block gradient norms at steps 0, 50 and the last
+                     as ``grad_profile``: everything the report reads, so that a results directory committed
+                     with each run's summary.json and config.json alone is reused on another machine (the run
+                     is not trained again) and reported whole
 Every file is written atomically (temporary file, fsync, rename); metrics are appended line by line and cut
 back to the checkpoint's step on resume. A truncated or corrupt file is reported by name and its run redone.
 
@@ -221,9 +225,24 @@ def _saturation_curve(lines) -> list[list]:
     return [[m["step"] + 1, m["saturation"]] for m in lines if "saturation" in m]
 
 
+def _gain_curve(lines) -> list[list]:
+    """[steps done, largest forward composite gain, largest backward] of every evaluation in ``lines`` that
+    measured the widened stream's mixing gains."""
+    return [[m["step"] + 1, max(m["composite_gain_fwd"]), max(m["composite_gain_bwd"])]
+            for m in lines if "composite_gain_fwd" in m]
+
+
+def grad_profile(lines) -> dict[str, list[float]]:
+    """The per-block gradient norms at the first step, step 50 and the last, from a run's metrics lines."""
+    if not lines:
+        return {}
+    return {str(i): lines[i]["layer_grad_norm"] for i in sorted({0, min(len(lines) - 1, 50), len(lines) - 1})}
+
+
 def _probe_summary(lines: list[dict]) -> dict:
-    """The last evaluation's saturation per slot and its largest composite gains, where the run measured them, and
-    the saturation of every evaluation (``saturation_curve``)."""
+    """The last evaluation's saturation per slot and its largest composite gains, where the run measured them, the
+    saturation of every evaluation (``saturation_curve``) and the largest gains of every evaluation
+    (``gain_curve``)."""
     last = next((m for m in reversed(lines) if "saturation" in m or "composite_gain_fwd" in m), None)
     if last is None:
         return {}
@@ -234,7 +253,32 @@ def _probe_summary(lines: list[dict]) -> dict:
     if "composite_gain_fwd" in last:
         out["max_composite_gain_fwd"] = max(last["composite_gain_fwd"])
         out["max_composite_gain_bwd"] = max(last["composite_gain_bwd"])
+        out["gain_curve"] = _gain_curve(lines)
     return out
+
+
+def _backfill(summary: dict, cfg: RunConfig, data: SplitCorpus, run_dir: Path) -> bool:
+    """Add to a finished run's summary what it was finished without: the measures added to summary.json since,
+    from its checkpoint, validation curve or metrics -- while those files are still there (a results directory
+    committed without them, as summary.json and config.json alone, is reused as it stands). True if it grew."""
+    before = set(summary)
+    if "final_train_split_loss" not in summary and (run_dir / "checkpoint.pt").exists():
+        summary.update(_train_split_from_checkpoint(cfg, data, run_dir, summary))
+    if "flattened" not in summary:
+        summary.update(_convergence(summary["val_curve"]),
+                       tokens_seen=summary["steps_done"] * cfg.batch * cfg.seq_len,
+                       n_params=sum(p.numel() for p in build_model(cfg).parameters()))
+    lines = None
+    if "grad_profile" not in summary or ("saturation" in summary and "saturation_curve" not in summary) or \
+            ("max_composite_gain_fwd" in summary and "gain_curve" not in summary):
+        lines = read_metrics(run_dir)
+    if lines:
+        summary.setdefault("grad_profile", grad_profile(lines))
+        if "saturation" in summary and _saturation_curve(lines):
+            summary.setdefault("saturation_curve", _saturation_curve(lines))
+        if "max_composite_gain_fwd" in summary and _gain_curve(lines):
+            summary.setdefault("gain_curve", _gain_curve(lines))
+    return set(summary) != before
 
 
 def _train_split(model, data: SplitCorpus, cfg: RunConfig, final_val: float, failure) -> dict:
@@ -274,19 +318,8 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
     summary, why = read_json(run_dir / "summary.json")
     notes = [why] if why else []
     if summary is not None and summary.get("key") == key and "final_val_loss" in summary:
-        if "final_train_split_loss" not in summary and lead:  # finished before this measure existed
-            summary.update(_train_split_from_checkpoint(cfg, data, run_dir, summary))
+        if lead and _backfill(summary, cfg, data, run_dir):
             atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, default=list))
-        if "flattened" not in summary and lead:  # likewise, from its validation curve
-            summary.update(_convergence(summary["val_curve"]),
-                           tokens_seen=summary["steps_done"] * cfg.batch * cfg.seq_len,
-                           n_params=sum(p.numel() for p in build_model(cfg).parameters()))
-            atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, default=list))
-        if "saturation" in summary and "saturation_curve" not in summary and lead:  # likewise, from its metrics
-            curve = _saturation_curve(read_metrics(run_dir))
-            if curve:
-                summary["saturation_curve"] = curve
-                atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, default=list))
         summary["reused"] = True
         return summary
     if lead:
@@ -397,6 +430,7 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
                **_convergence(vals), "stopped_flat": bool(flat),
                "tokens_seen": len(losses) * cfg.batch * cfg.seq_len,
                "n_params": sum(p.numel() for p in model.parameters()), **_probe_summary(lines),
+               "grad_profile": grad_profile(lines),
                "unigram_nats": data.unigram_nats, "seconds_this_session": time.perf_counter() - t0,
                "loop_seconds_this_session": loop_seconds,
                "notes": notes, "reused": False}
