@@ -212,6 +212,38 @@ static inline float an_rstd(float var, float eps) { return (float)(1.0 / sqrt((d
 
 static inline float an_bf16_round(float f) { return an_bf16_to_f32(an_f32_to_bf16(f)); }
 
+/* The same rounding without the NaN test, exact for every value but a NaN whose low 16 bits are not all zero:
+ * adding at most 0x8000 cannot carry out of a low half that is zero, so any other NaN stays the same NaN. In the
+ * bfloat16 loops every NaN is of that kind when their float32 operands are (an_nan_safe, checked per call):
+ * arithmetic returns one operand's NaN, quieted, or the default NaN 0xffc00000, and a bfloat16 value's low half
+ * is zero. The test costs the AVX2 loops about a third of their time (three more vector operations in ten). */
+static inline uint16_t an_f32_to_bf16_nf(float f) {
+    uint32_t u = an_f32_bits(f);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline float an_bf16_round_nf(float f) {
+    uint32_t u = an_f32_bits(f);
+    return an_bits_f32((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+
+/* nf: a constant 0 or 1 in the loops that are compiled both ways (an always-inline body called with each) */
+#define AN_TO_BF16(nf, f) ((nf) ? an_f32_to_bf16_nf(f) : an_f32_to_bf16(f))
+#define AN_BF16_ROUND(nf, f) ((nf) ? an_bf16_round_nf(f) : an_bf16_round(f))
+
+/* 1 when none of p[0..n) (NULL: none) is a NaN with a nonzero low half: the loops may then round without the
+ * NaN test (an_f32_to_bf16_nf) */
+static int an_nan_safe(const float *p, int64_t n) {
+    uint32_t bad = 0;
+    for (int64_t i = 0; p && i < n; i++) {
+        uint32_t u = an_f32_bits(p[i]);
+        bad |= ((u & 0x7fffffffu) > 0x7f800000u) & ((u & 0xffffu) != 0);
+    }
+    return bad == 0;
+}
+
+static int an_scalar_nan_safe(float v) { return an_nan_safe(&v, 1); }
+
 static inline float an_f16_to_f32(uint16_t h) {
     _Float16 v;
     memcpy(&v, &h, 2);

@@ -102,7 +102,9 @@ static void AN_FN(fused_fwd_rows_any)(const an_ffwd_args *a, int64_t r0, int64_t
 /* ---- bfloat16 throughout: the conversions fused into three passes per row, as Add & Norm's bf16 loop ----
  * The generic loop converts every row into float32 scratch and walks it ~10 times; at two bytes an element
  * that arithmetic, not the memory bus, set the speed. */
-static void AN_FN(fused_fwd_rows_bf16)(const an_ffwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
+static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body)(const an_ffwd_args *a,
+                                                                                   int64_t r0, int64_t r1,
+                                                                                   const an_rows *sc, const int nf) {
     const int64_t D = a->D;
     const float inv_d = 1.0f / (float)D;
     float *restrict buf = sc->r[0];
@@ -119,15 +121,15 @@ static void AN_FN(fused_fwd_rows_bf16)(const an_ffwd_args *a, int64_t r0, int64_
         if (av && mv) {
             for (; i + AN_LANES <= D; i += AN_LANES)
                 for (int j = 0; j < AN_LANES; j++) {
-                    float t = an_bf16_round(an_bf16_to_f32(av[i + j]) + an_bf16_to_f32(mv[i + j]));
-                    float v = an_bf16_round(an_bf16_to_f32(x[i + j]) + t);
+                    float t = an_bf16_round_nf(an_bf16_to_f32(av[i + j]) + an_bf16_to_f32(mv[i + j]));
+                    float v = an_bf16_round_nf(an_bf16_to_f32(x[i + j]) + t);
                     buf[i + j] = v;
                     so[i + j] = (uint16_t)(an_f32_bits(v) >> 16);
                     acc[j] += v;
                 }
             for (; i < D; i++) {
-                float t = an_bf16_round(an_bf16_to_f32(av[i]) + an_bf16_to_f32(mv[i]));
-                float v = an_bf16_round(an_bf16_to_f32(x[i]) + t);
+                float t = an_bf16_round_nf(an_bf16_to_f32(av[i]) + an_bf16_to_f32(mv[i]));
+                float v = an_bf16_round_nf(an_bf16_to_f32(x[i]) + t);
                 buf[i] = v;
                 so[i] = (uint16_t)(an_f32_bits(v) >> 16);
                 acc[0] += v;
@@ -135,13 +137,13 @@ static void AN_FN(fused_fwd_rows_bf16)(const an_ffwd_args *a, int64_t r0, int64_
         } else if (av) {
             for (; i + AN_LANES <= D; i += AN_LANES)
                 for (int j = 0; j < AN_LANES; j++) {
-                    float v = an_bf16_round(an_bf16_to_f32(x[i + j]) + an_bf16_to_f32(av[i + j]));
+                    float v = an_bf16_round_nf(an_bf16_to_f32(x[i + j]) + an_bf16_to_f32(av[i + j]));
                     buf[i + j] = v;
                     so[i + j] = (uint16_t)(an_f32_bits(v) >> 16);
                     acc[j] += v;
                 }
             for (; i < D; i++) {
-                float v = an_bf16_round(an_bf16_to_f32(x[i]) + an_bf16_to_f32(av[i]));
+                float v = an_bf16_round_nf(an_bf16_to_f32(x[i]) + an_bf16_to_f32(av[i]));
                 buf[i] = v;
                 so[i] = (uint16_t)(an_f32_bits(v) >> 16);
                 acc[0] += v;
@@ -168,14 +170,25 @@ static void AN_FN(fused_fwd_rows_bf16)(const an_ffwd_args *a, int64_t r0, int64_
             if (k == 0 && a->post) { /* norm-then-add: the norm rounded to bf16, then the add, rounded once */
                 const uint16_t *restrict p = (const uint16_t *)a->post + r * a->post_rs;
                 for (i = 0; i < D; i++)
-                    d[i] = an_f32_to_bf16(an_bf16_round((buf[i] - mean) * rstd * (w[i] + off) + b[i]) +
+                    d[i] = AN_TO_BF16(nf, AN_BF16_ROUND(nf, (buf[i] - mean) * rstd * (w[i] + off) + b[i]) +
                                           an_bf16_to_f32(p[i]));
             } else {
-                for (i = 0; i < D; i++) d[i] = an_f32_to_bf16((buf[i] - mean) * rstd * (w[i] + off) + b[i]);
+                for (i = 0; i < D; i++) d[i] = AN_TO_BF16(nf, (buf[i] - mean) * rstd * (w[i] + off) + b[i]);
             }
             if (a->nt) AN_FN(stream_bytes)(dst_row, o16, (size_t)D * 2);
         }
     }
+}
+
+/* the stream's sums rounded without the NaN test always (bfloat16 operands: see an_f32_to_bf16_nf); the
+ * outputs too when the float32 operands (weights, biases, weight_offset, eps) hold no NaN that would need it */
+static void AN_FN(fused_fwd_rows_bf16)(const an_ffwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
+    const int64_t D = a->D;
+    if (an_nan_safe(a->w1, D) && an_nan_safe(a->b1, D) && an_nan_safe(a->w2, D) && an_nan_safe(a->b2, D) &&
+        an_scalar_nan_safe(a->weight_offset) && an_scalar_nan_safe(a->eps))
+        AN_FN(fused_fwd_rows_bf16_body)(a, r0, r1, sc, 1);
+    else
+        AN_FN(fused_fwd_rows_bf16_body)(a, r0, r1, sc, 0);
 }
 
 static void AN_FN(fused_fwd_rows)(const an_ffwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
@@ -241,8 +254,10 @@ static void AN_FN(fused_bwd_block)(const an_fbwd_args *a, int64_t r0, int64_t r1
 }
 
 /* bfloat16 throughout: two passes over each row's bf16 inputs, converted where they are read */
-static void AN_FN(fused_bwd_block_bf16)(const an_fbwd_args *a, int64_t r0, int64_t r1, const an_rows *sc,
-                                        float **acc) {
+static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_body)(const an_fbwd_args *a,
+                                                                                     int64_t r0, int64_t r1,
+                                                                                     const an_rows *sc, float **acc,
+                                                                                     const int nf) {
     const int64_t D = a->D;
     const float inv_d = 1.0f / (float)D;
     float *restrict g = sc->r[3];
@@ -277,7 +292,7 @@ static void AN_FN(fused_bwd_block_bf16)(const an_fbwd_args *a, int64_t r0, int64
         uint16_t *restrict d = a->nt ? o16 : ds_row;
         for (i = 0; i < D; i++) {
             float xh = (an_bf16_to_f32(s[i]) - mean) * rstd;
-            d[i] = an_f32_to_bf16(rstd * (g[i] - mg - xh * mgx) + an_bf16_to_f32(dres[i]));
+            d[i] = AN_TO_BF16(nf, rstd * (g[i] - mg - xh * mgx) + an_bf16_to_f32(dres[i]));
         }
         if (a->nt) AN_FN(stream_bytes)(ds_row, o16, (size_t)D * 2);
         for (int k = 0; k < 4; k++) {
@@ -290,6 +305,17 @@ static void AN_FN(fused_bwd_block_bf16)(const an_fbwd_args *a, int64_t r0, int64
                 for (i = 0; i < D; i++) ak[i] += an_bf16_to_f32(dk[i]);
         }
     }
+}
+
+/* ds rounded without the NaN test when the float32 operands (weights, weight_offset, the rows' saved
+ * statistics) hold no NaN that would need it (an_f32_to_bf16_nf) */
+static void AN_FN(fused_bwd_block_bf16)(const an_fbwd_args *a, int64_t r0, int64_t r1, const an_rows *sc,
+                                        float **acc) {
+    if (an_nan_safe(a->w1, a->D) && an_nan_safe(a->w2, a->D) && an_scalar_nan_safe(a->weight_offset) &&
+        an_nan_safe(a->mean ? a->mean + r0 : NULL, r1 - r0) && an_nan_safe(a->rstd + r0, r1 - r0))
+        AN_FN(fused_bwd_block_bf16_body)(a, r0, r1, sc, acc, 1);
+    else
+        AN_FN(fused_bwd_block_bf16_body)(a, r0, r1, sc, acc, 0);
 }
 
 /* Parameter gradients: float32 sums over blocks of AN_BLOCK rows (scratch rows 6..9), each block added

@@ -203,7 +203,9 @@ static float AN_FN(add_bf16_rows)(float *restrict buf, const uint16_t *restrict 
  * Absent weight / bias / incoming residual gradient / parameter-gradient accumulators are replaced by
  * rows of ones / zeros / a discarded accumulator, so that each pass is one branch-free loop. */
 
-static void AN_FN(fwd_rows_bf16)(const an_fwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
+static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(const an_fwd_args *a, int64_t r0,
+                                                                              int64_t r1, const an_rows *sc,
+                                                                              const int nf, const int rms) {
     const int64_t D = a->D;
     const float inv_d = 1.0f / (float)D;
     float *restrict buf = sc->r[0];
@@ -223,25 +225,31 @@ static void AN_FN(fwd_rows_bf16)(const an_fwd_args *a, int64_t r0, int64_t r1, c
             /* x + r rounded to bfloat16, as eager `x + r` stores it; the stored bits are exact */
             for (; i + AN_LANES <= D; i += AN_LANES)
                 for (int j = 0; j < AN_LANES; j++) {
-                    float v = an_bf16_round(an_bf16_to_f32(x[i + j]) + an_bf16_to_f32(rs[i + j]));
+                    float v = an_bf16_round_nf(an_bf16_to_f32(x[i + j]) + an_bf16_to_f32(rs[i + j]));
                     buf[i + j] = v;
                     ro[i + j] = (uint16_t)(an_f32_bits(v) >> 16);
-                    acc[j] += v;
+                    acc[j] += rms ? v * v : v;
                 }
             for (; i < D; i++) {
-                float v = an_bf16_round(an_bf16_to_f32(x[i]) + an_bf16_to_f32(rs[i]));
+                float v = an_bf16_round_nf(an_bf16_to_f32(x[i]) + an_bf16_to_f32(rs[i]));
                 buf[i] = v;
                 ro[i] = (uint16_t)(an_f32_bits(v) >> 16);
-                acc[0] += v;
+                acc[0] += rms ? v * v : v;
             }
             if (res_row && a->nt) AN_FN(stream_bytes)(res_row, res16, (size_t)D * 2);
         } else {
             for (; i + AN_LANES <= D; i += AN_LANES)
-                for (int j = 0; j < AN_LANES; j++) { float v = an_bf16_to_f32(x[i + j]); buf[i + j] = v; acc[j] += v; }
-            for (; i < D; i++) { float v = an_bf16_to_f32(x[i]); buf[i] = v; acc[0] += v; }
+                for (int j = 0; j < AN_LANES; j++) {
+                    float v = an_bf16_to_f32(x[i + j]);
+                    buf[i + j] = v;
+                    acc[j] += rms ? v * v : v;
+                }
+            for (; i < D; i++) { float v = an_bf16_to_f32(x[i]); buf[i] = v; acc[0] += rms ? v * v : v; }
         }
-        const float mean = a->kind == AN_LAYER ? AN_FN(hsum)(acc) * inv_d : 0.0f;
-        const float rstd = an_rstd(AN_FN(sq_dev_sum)(buf, mean, D) * inv_d, a->eps);
+        /* RMSNorm: the sum of squares taken in the first pass (the same sums, in the same order, as a second
+         * pass over buf with mean 0 would take) */
+        const float mean = rms ? 0.0f : AN_FN(hsum)(acc) * inv_d;
+        const float rstd = an_rstd((rms ? AN_FN(hsum)(acc) : AN_FN(sq_dev_sum)(buf, mean, D)) * inv_d, a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
         uint16_t *restrict dst = a->nt ? o16 : out_row;
@@ -251,14 +259,30 @@ static void AN_FN(fwd_rows_bf16)(const an_fwd_args *a, int64_t r0, int64_t r1, c
             /* wide rows: fetch the next row while this one is written, or the bus idles meanwhile */
             AN_FN(prefetch_chunk)(nx, nr, NULL, c0, D, 2);
             const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
-            for (i = c0; i < c1; i++) dst[i] = an_f32_to_bf16((buf[i] - mean) * rstd * (w[i] + off) + b[i]);
+            for (i = c0; i < c1; i++) dst[i] = AN_TO_BF16(nf, (buf[i] - mean) * rstd * (w[i] + off) + b[i]);
         }
         if (a->nt) AN_FN(stream_bytes)(out_row, o16, (size_t)D * 2);
     }
 }
 
-static void AN_FN(bwd_rows_bf16)(const an_bwd_args *a, int64_t r0, int64_t r1, const an_rows *sc, float *dw_acc,
-                                 float *db_acc) {
+/* x + r is rounded without the NaN test always (both are bfloat16: see an_f32_to_bf16_nf); the output too when
+ * the float32 operands (weight, bias, weight_offset, eps) hold no NaN that would need it */
+static void AN_FN(fwd_rows_bf16)(const an_fwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
+    const int nf = an_nan_safe(a->weight, a->D) && an_nan_safe(a->bias, a->D) &&
+                   an_scalar_nan_safe(a->weight_offset) && an_scalar_nan_safe(a->eps);
+    if (a->kind == AN_RMS) {
+        if (nf) AN_FN(fwd_rows_bf16_body)(a, r0, r1, sc, 1, 1);
+        else AN_FN(fwd_rows_bf16_body)(a, r0, r1, sc, 0, 1);
+    } else {
+        if (nf) AN_FN(fwd_rows_bf16_body)(a, r0, r1, sc, 1, 0);
+        else AN_FN(fwd_rows_bf16_body)(a, r0, r1, sc, 0, 0);
+    }
+}
+
+static inline __attribute__((always_inline)) void AN_FN(bwd_rows_bf16_body)(const an_bwd_args *a, int64_t r0,
+                                                                              int64_t r1, const an_rows *sc,
+                                                                              float *dw_acc, float *db_acc,
+                                                                              const int nf) {
     const int64_t D = a->D;
     const float inv_d = 1.0f / (float)D;
     uint16_t *restrict o16 = (uint16_t *)sc->r[2];
@@ -302,11 +326,22 @@ static void AN_FN(bwd_rows_bf16)(const an_bwd_args *a, int64_t r0, int64_t r1, c
                 dw[i] += d * xh;
                 db[i] += d;
                 /* the gradient arriving through the new residual stream joins in float32 */
-                dst[i] = an_f32_to_bf16(rstd * (d * (w[i] + off) - mg - xh * mgx) + an_bf16_to_f32(dres[i]));
+                dst[i] = AN_TO_BF16(nf, rstd * (d * (w[i] + off) - mg - xh * mgx) + an_bf16_to_f32(dres[i]));
             }
         }
         if (a->nt) AN_FN(stream_bytes)(dx_row, o16, (size_t)D * 2);
     }
+}
+
+/* dx rounded without the NaN test when the float32 operands (weight, weight_offset, the rows' saved statistics)
+ * hold no NaN that would need it (an_f32_to_bf16_nf) */
+static void AN_FN(bwd_rows_bf16)(const an_bwd_args *a, int64_t r0, int64_t r1, const an_rows *sc, float *dw_acc,
+                                 float *db_acc) {
+    if (an_nan_safe(a->weight, a->D) && an_scalar_nan_safe(a->weight_offset) &&
+        an_nan_safe(a->mean ? a->mean + r0 : NULL, r1 - r0) && an_nan_safe(a->rstd + r0, r1 - r0))
+        AN_FN(bwd_rows_bf16_body)(a, r0, r1, sc, dw_acc, db_acc, 1);
+    else
+        AN_FN(bwd_rows_bf16_body)(a, r0, r1, sc, dw_acc, db_acc, 0);
 }
 
 /* dst = rstd * (dy * (w + off) - mg - xh * mgx) + dres with xh = (s - mean) * rstd; accumulates dw, db.

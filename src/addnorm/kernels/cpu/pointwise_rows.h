@@ -69,11 +69,19 @@ static inline float AN_FN(erf_v)(float u) {
     return u != u ? u : r;
 }
 
+/* erf'(u) = 2/sqrt(pi) exp(-u^2); NaN for a NaN u (exp_neg's clamp alone would make it exp(-87): a number) */
+static inline float AN_FN(erf_slope)(float u) {
+    float e = 1.12837916709551257f * AN_FN(exp_neg)(-u * u);
+    return u != u ? u : e;
+}
+
 /* f(u) and f'(u) of the kind: tanh' = 1 - tanh^2, erf' = 2/sqrt(pi) exp(-u^2) */
 static inline float AN_FN(pw_f)(float u, int kind) { return kind == AN_DYT ? AN_FN(tanh_v)(u) : AN_FN(erf_v)(u); }
 
 /* bfloat16 throughout (x, residual, stream, y): one pass per row, the conversions inside it */
-static void AN_FN(pw_fwd_rows_bf16)(const an_pw_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
+static inline __attribute__((always_inline)) void AN_FN(pw_fwd_rows_bf16_body)(const an_pw_args *a, int64_t r0,
+                                                                                 int64_t r1, const an_rows *sc,
+                                                                                 const int nf) {
     const int64_t D = a->D;
     uint16_t *restrict s16 = (uint16_t *)sc->r[1], *restrict o16 = (uint16_t *)sc->r[2];
     const float *restrict w = a->weight ? a->weight : sc->ones, *restrict b = a->bias ? a->bias : sc->zeros;
@@ -89,24 +97,34 @@ static void AN_FN(pw_fwd_rows_bf16)(const an_pw_args *a, int64_t r0, int64_t r1,
             uint16_t *restrict so = (s_row && !a->nt) ? s_row : s16;
             if (dyt)
                 for (int64_t i = 0; i < D; i++) {
-                    float v = an_bf16_round(an_bf16_to_f32(x[i]) + an_bf16_to_f32(rv[i]));
+                    float v = an_bf16_round_nf(an_bf16_to_f32(x[i]) + an_bf16_to_f32(rv[i]));
                     so[i] = (uint16_t)(an_f32_bits(v) >> 16);
-                    d[i] = an_f32_to_bf16(w[i] * AN_FN(tanh_v)(al * v + sh) + b[i]);
+                    d[i] = AN_TO_BF16(nf, w[i] * AN_FN(tanh_v)(al * v + sh) + b[i]);
                 }
             else
                 for (int64_t i = 0; i < D; i++) {
-                    float v = an_bf16_round(an_bf16_to_f32(x[i]) + an_bf16_to_f32(rv[i]));
+                    float v = an_bf16_round_nf(an_bf16_to_f32(x[i]) + an_bf16_to_f32(rv[i]));
                     so[i] = (uint16_t)(an_f32_bits(v) >> 16);
-                    d[i] = an_f32_to_bf16(w[i] * AN_FN(erf_v)(al * v + sh) + b[i]);
+                    d[i] = AN_TO_BF16(nf, w[i] * AN_FN(erf_v)(al * v + sh) + b[i]);
                 }
             if (s_row && a->nt) AN_FN(stream_bytes)(s_row, s16, (size_t)D * 2);
         } else if (dyt) {
-            for (int64_t i = 0; i < D; i++) d[i] = an_f32_to_bf16(w[i] * AN_FN(tanh_v)(al * an_bf16_to_f32(x[i]) + sh) + b[i]);
+            for (int64_t i = 0; i < D; i++) d[i] = AN_TO_BF16(nf, w[i] * AN_FN(tanh_v)(al * an_bf16_to_f32(x[i]) + sh) + b[i]);
         } else {
-            for (int64_t i = 0; i < D; i++) d[i] = an_f32_to_bf16(w[i] * AN_FN(erf_v)(al * an_bf16_to_f32(x[i]) + sh) + b[i]);
+            for (int64_t i = 0; i < D; i++) d[i] = AN_TO_BF16(nf, w[i] * AN_FN(erf_v)(al * an_bf16_to_f32(x[i]) + sh) + b[i]);
         }
         if (a->nt) AN_FN(stream_bytes)(y_row, o16, (size_t)D * 2);
     }
+}
+
+/* the sum x + r rounded without the NaN test always (both bfloat16: see an_f32_to_bf16_nf); y too when the
+ * float32 operands (weight, bias, alpha, shift) hold no NaN that would need it */
+static void AN_FN(pw_fwd_rows_bf16)(const an_pw_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
+    if (an_nan_safe(a->weight, a->D) && an_nan_safe(a->bias, a->D) && an_scalar_nan_safe(a->alpha) &&
+        an_scalar_nan_safe(a->shift))
+        AN_FN(pw_fwd_rows_bf16_body)(a, r0, r1, sc, 1);
+    else
+        AN_FN(pw_fwd_rows_bf16_body)(a, r0, r1, sc, 0);
 }
 
 static void AN_FN(pw_fwd_rows)(const an_pw_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
@@ -140,13 +158,14 @@ static void AN_FN(pw_fwd_rows)(const an_pw_args *a, int64_t r0, int64_t r1, cons
 }
 
 /* bfloat16 throughout (the stream, dy, dres, ds): one pass per row; absent accumulators write a discarded row */
-static void AN_FN(pw_bwd_block_bf16)(const an_pw_args *a, int64_t b0, int64_t b1, const an_rows *sc, float *bw,
-                                     float *bb, double *d_alpha, double *d_shift) {
+static inline __attribute__((always_inline)) void AN_FN(pw_bwd_block_bf16_body)(
+    const an_pw_args *a, int64_t b0, int64_t b1, const an_rows *sc, float *bw, float *bb, double *d_alpha,
+    double *d_shift, const int nf) {
     const int64_t D = a->D;
     float *restrict dw = bw ? bw : sc->r[9], *restrict db = bb ? bb : sc->r[10];
     uint16_t *restrict o16 = (uint16_t *)sc->r[5];
     const float *restrict w = a->weight ? a->weight : sc->ones;
-    const float al = a->alpha, sh = a->shift, two_rsqrt_pi = 1.12837916709551257f;
+    const float al = a->alpha, sh = a->shift;
     const uint16_t *zeros16 = (const uint16_t *)sc->zeros;
     for (int64_t r = b0; r < b1; r++) {
         const uint16_t *restrict s = (const uint16_t *)a->s + r * D;
@@ -164,7 +183,7 @@ static void AN_FN(pw_bwd_block_bf16)(const an_pw_args *a, int64_t b0, int64_t b1
                     float g = dv * w[i + j] * (1.0f - f * f);
                     acc_a[j] += g * sv;
                     acc_s[j] += g;
-                    d[i + j] = an_f32_to_bf16(al * g + an_bf16_to_f32(dres[i + j]));
+                    d[i + j] = AN_TO_BF16(nf, al * g + an_bf16_to_f32(dres[i + j]));
                     dw[i + j] += dv * f;
                     db[i + j] += dv;
                 }
@@ -174,7 +193,7 @@ static void AN_FN(pw_bwd_block_bf16)(const an_pw_args *a, int64_t b0, int64_t b1
                 float g = dv * w[i] * (1.0f - f * f);
                 acc_a[0] += g * sv;
                 acc_s[0] += g;
-                d[i] = an_f32_to_bf16(al * g + an_bf16_to_f32(dres[i]));
+                d[i] = AN_TO_BF16(nf, al * g + an_bf16_to_f32(dres[i]));
                 dw[i] += dv * f;
                 db[i] += dv;
             }
@@ -184,10 +203,10 @@ static void AN_FN(pw_bwd_block_bf16)(const an_pw_args *a, int64_t b0, int64_t b1
                     float sv = an_bf16_to_f32(s[i + j]), dv = an_bf16_to_f32(dy[i + j]);
                     float u = al * sv + sh;
                     float f = AN_FN(erf_v)(u);
-                    float g = dv * w[i + j] * (two_rsqrt_pi * AN_FN(exp_neg)(-u * u));
+                    float g = dv * w[i + j] * AN_FN(erf_slope)(u);
                     acc_a[j] += g * sv;
                     acc_s[j] += g;
-                    d[i + j] = an_f32_to_bf16(al * g + an_bf16_to_f32(dres[i + j]));
+                    d[i + j] = AN_TO_BF16(nf, al * g + an_bf16_to_f32(dres[i + j]));
                     dw[i + j] += dv * f;
                     db[i + j] += dv;
                 }
@@ -195,10 +214,10 @@ static void AN_FN(pw_bwd_block_bf16)(const an_pw_args *a, int64_t b0, int64_t b1
                 float sv = an_bf16_to_f32(s[i]), dv = an_bf16_to_f32(dy[i]);
                 float u = al * sv + sh;
                 float f = AN_FN(erf_v)(u);
-                float g = dv * w[i] * (two_rsqrt_pi * AN_FN(exp_neg)(-u * u));
+                float g = dv * w[i] * AN_FN(erf_slope)(u);
                 acc_a[0] += g * sv;
                 acc_s[0] += g;
-                d[i] = an_f32_to_bf16(al * g + an_bf16_to_f32(dres[i]));
+                d[i] = AN_TO_BF16(nf, al * g + an_bf16_to_f32(dres[i]));
                 dw[i] += dv * f;
                 db[i] += dv;
             }
@@ -207,6 +226,16 @@ static void AN_FN(pw_bwd_block_bf16)(const an_pw_args *a, int64_t b0, int64_t b1
         *d_shift += (double)AN_FN(hsum)(acc_s);
         if (a->nt) AN_FN(stream_bytes)(ds_row, o16, (size_t)D * 2);
     }
+}
+
+/* ds rounded without the NaN test when the float32 operands (weight, alpha, shift) hold no NaN that would
+ * need it (an_f32_to_bf16_nf) */
+static void AN_FN(pw_bwd_block_bf16)(const an_pw_args *a, int64_t b0, int64_t b1, const an_rows *sc, float *bw,
+                                     float *bb, double *d_alpha, double *d_shift) {
+    if (an_nan_safe(a->weight, a->D) && an_scalar_nan_safe(a->alpha) && an_scalar_nan_safe(a->shift))
+        AN_FN(pw_bwd_block_bf16_body)(a, b0, b1, sc, bw, bb, d_alpha, d_shift, 1);
+    else
+        AN_FN(pw_bwd_block_bf16_body)(a, b0, b1, sc, bw, bb, d_alpha, d_shift, 0);
 }
 
 /* partial: [0] dw row, [1] db row, [2] (dalpha, dshift) -- this chunk's float64 sums (each NULL if unwanted) */
@@ -218,7 +247,6 @@ static void AN_FN(pw_bwd_rows)(const an_pw_args *a, int64_t r0, int64_t r1, cons
     float *bw = partial[0] ? sc->r[6] : NULL, *bb = partial[1] ? sc->r[7] : NULL;
     const float *w = a->weight ? a->weight : sc->ones;
     const float al = a->alpha, sh = a->shift;
-    const float two_rsqrt_pi = 1.12837916709551257f;
     double d_alpha = 0.0, d_shift = 0.0;
     const int bf16 = a->sdt == AN_BF16 && a->dydt == AN_BF16 && (a->dres == NULL || a->dresdt == AN_BF16);
     for (int64_t b0 = r0; b0 < r1; b0 += AN_BLOCK) {
@@ -244,7 +272,7 @@ static void AN_FN(pw_bwd_rows)(const an_pw_args *a, int64_t r0, int64_t r1, cons
                 for (int64_t i = 0; i < D; i++) {
                     float u = al * s[i] + sh;
                     fv[i] = AN_FN(erf_v)(u);
-                    g[i] = dy[i] * w[i] * (two_rsqrt_pi * AN_FN(exp_neg)(-u * u));
+                    g[i] = dy[i] * w[i] * AN_FN(erf_slope)(u);
                 }
             }
             float acc_a[AN_LANES] = {0}, acc_s[AN_LANES] = {0};
