@@ -3,8 +3,8 @@
 The bfloat16 loops round as ``(u + 0x7fff + lsb) >> 16``. That is exact for every value but a NaN whose low 16 bits
 are not zero: its rounding can carry into the exponent and sign (0x7fffffff becomes -0) or drop every mantissa bit
 left (0x7f800001 becomes inf). Such a NaN can only come from a float32 operand -- weights, biases, alpha, shift,
-saved statistics -- so each call tests those and keeps the NaN test where one holds such a NaN. Here every fused
-op, forward and backward, on every instruction-set path (each in its own process), gets float32 weights holding
+saved statistics, the widened stream's coefficients -- so each call tests those and keeps the NaN test where one
+holds such a NaN. Here every fused op and the widened stream's read and write, forward and backward, on every instruction-set path (each in its own process), gets float32 weights holding
 those NaNs and bfloat16 activations holding NaN and infinities, and must put NaN and inf (with its sign) exactly
 where PyTorch's composite (``backend="torch"``) puts them.
 """
@@ -27,6 +27,7 @@ import torch
 import addnorm
 from addnorm.fused_functional import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
 from addnorm.pointwise_functional import add_derf, add_dyt
+from addnorm.stream_functional import stream_read, stream_write
 
 # float32 NaNs whose low half is not zero, and one whose low half is (the kind arithmetic makes)
 BAD = [0x7fffffff, 0x7f800001, 0xffbfffff, 0x7fc0ffff, 0x7fc00000]
@@ -73,6 +74,12 @@ def run(backend, case):
             x, None, r, D, w, None, branches_first=False, backend=backend), "xrw"),
         "add_dyt": (lambda x, r, w, b: add_dyt(x, r, a, w, b, backend=backend), "xrwb"),
         "add_derf": (lambda x, r, w, b: add_derf(x, r, a, sh, w, b, backend=backend), "xrwb"),
+        # the widened stream (n = 4, C = 20): x as X, r's first columns as y, the coefficients from w and b
+        "stream_read": (lambda x, r, w: (stream_read(x.view(12, 4, 20), w[:48].view(12, 4), backend=backend),),
+                        "xrw"),
+        "stream_write": (lambda x, r, w, b: stream_write(
+            x.view(12, 4, 20), r[:, :20], b[:48].view(12, 4), torch.cat([w, b, w[:32]]).view(12, 4, 4),
+            backend=backend), "xrwb"),
     }
     out = {}
     for name, (fn, args) in calls.items():

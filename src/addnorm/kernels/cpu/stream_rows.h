@@ -31,7 +31,126 @@ static void AN_FN(axpy)(float *restrict dst, const float *restrict src, float c,
     else for (int64_t i = 0; i < n; i++) dst[i] += c * src[i];
 }
 
+/* One output row of the write in one pass, for a constant n and float32 or bfloat16 storage: each value
+ * v = H_post[i] y + sum_j H_res[i, j] X_j (the same sums in the same order as an axpy per term), rounded to the
+ * storage dtype, stored, and its square added to q's partial sums (dot's lanes and order): the bits of the axpy,
+ * round_row, dot, put_row sequence in one walk over the row instead of n + 4. Returns the row's sum of squares. */
+static inline __attribute__((always_inline)) float AN_FN(stream_write_row)(
+    void *restrict dst, const float *const *xs, const float *restrict y, const float *restrict hres_i,
+    float hpost_i, int64_t C, const int n, const int bf16, const int nf, int nt, void *restrict tmp) {
+    float acc[AN_LANES] = {0};
+    const float *restrict x[AN_STREAM_MAX_N];
+    for (int j = 0; j < n; j++) x[j] = xs[j];
+    uint16_t *restrict d16 = (uint16_t *)(nt ? tmp : dst);
+    float *restrict d32 = (float *)(nt ? tmp : dst);
+    int64_t k = 0;
+    for (; k + AN_LANES <= C; k += AN_LANES)
+        for (int l = 0; l < AN_LANES; l++) {
+            float v = hpost_i * y[k + l];
+            for (int j = 0; j < n; j++) v += hres_i[j] * x[j][k + l];
+            if (bf16) {
+                v = AN_BF16_ROUND(nf, v);
+                d16[k + l] = (uint16_t)(an_f32_bits(v) >> 16);
+            } else {
+                d32[k + l] = v;
+            }
+            acc[l] += v * v;
+        }
+    for (; k < C; k++) {
+        float v = hpost_i * y[k];
+        for (int j = 0; j < n; j++) v += hres_i[j] * x[j][k];
+        if (bf16) {
+            v = AN_BF16_ROUND(nf, v);
+            d16[k] = (uint16_t)(an_f32_bits(v) >> 16);
+        } else {
+            d32[k] = v;
+        }
+        acc[0] += v * v;
+    }
+    if (nt) AN_FN(stream_bytes)(dst, tmp, (size_t)C * (bf16 ? 2 : 4));
+    return AN_FN(hsum)(acc);
+}
+
+/* h = sum_i H_pre[i] X_i in one pass over the n rows as stored (xrow: the token's n rows of C), for a constant n
+ * and float32 or bfloat16 storage (the axpy sequence's sums and order, rounded once as put_row rounds) */
+static inline __attribute__((always_inline)) void AN_FN(stream_read_row)(
+    void *restrict dst, const void *xrow, const float *restrict hp, int64_t C, const int n, const int bf16,
+    const int nf, int nt, void *restrict tmp) {
+    uint16_t *restrict d16 = (uint16_t *)(nt ? tmp : dst);
+    float *restrict d32 = (float *)(nt ? tmp : dst);
+    if (bf16) {
+        const uint16_t *restrict x[AN_STREAM_MAX_N];
+        for (int j = 0; j < n; j++) x[j] = (const uint16_t *)xrow + (size_t)j * (size_t)C;
+        for (int64_t k = 0; k < C; k++) {
+            float v = hp[0] * an_bf16_to_f32(x[0][k]);
+            for (int j = 1; j < n; j++) v += hp[j] * an_bf16_to_f32(x[j][k]);
+            d16[k] = AN_TO_BF16(nf, v);
+        }
+    } else {
+        const float *restrict x[AN_STREAM_MAX_N];
+        for (int j = 0; j < n; j++) x[j] = (const float *)xrow + (size_t)j * (size_t)C;
+        for (int64_t k = 0; k < C; k++) {
+            float v = hp[0] * x[0][k];
+            for (int j = 1; j < n; j++) v += hp[j] * x[j][k];
+            d32[k] = v;
+        }
+    }
+    if (nt) AN_FN(stream_bytes)(dst, tmp, (size_t)C * (bf16 ? 2 : 4));
+}
+
+/* the token loop of the read and the write for a constant n (2 or 4: the widths the papers use) in float32 or
+ * bfloat16; 0 when this call is not one of those (the general loop below takes it) */
+static inline __attribute__((always_inline)) void AN_FN(stream_fwd_fixed)(const an_stream_args *a, int64_t r0,
+                                                                           int64_t r1, const an_rows *sc,
+                                                                           const int n, const int bf16,
+                                                                           const int nf) {
+    const int64_t C = a->C;
+    const size_t es = bf16 ? 2 : 4;
+    void *tmp = sc->r[AN_STREAM_MAX_N + 2];
+    const float *xs[AN_STREAM_MAX_N];
+    for (int64_t t = r0; t < r1; t++) {
+        const char *xrow = (const char *)a->x + t * (int64_t)n * C * (int64_t)es;
+        if (a->op == AN_STREAM_READ) {
+            AN_FN(stream_read_row)((char *)a->out + t * C * (int64_t)es, xrow, a->h_pre + t * n, C, n, bf16, nf,
+                                   a->nt, tmp);
+        } else { /* every row is read n times: converted once */
+            for (int i = 0; i < n; i++)
+                xs[i] = AN_FN(f32_row)(xrow + (size_t)i * (size_t)C * es, a->dt, sc->r[i], C);
+            const float *hpost = a->h_post + t * n, *hres = a->h_res + t * n * n;
+            const float *y = AN_FN(f32_row)((const char *)a->y + t * C * (int64_t)es, a->dt,
+                                            sc->r[AN_STREAM_MAX_N], C);
+            char *xo = (char *)a->out + t * (int64_t)n * C * (int64_t)es;
+            float q = 0.0f;
+            for (int i = 0; i < n; i++)
+                q += AN_FN(stream_write_row)(xo + (size_t)i * (size_t)C * es, xs, y, hres + i * n, hpost[i], C, n,
+                                             bf16, nf, a->nt, tmp);
+            if (a->q) a->q[t] = q;
+        }
+    }
+}
+
+static int AN_FN(stream_fwd_fast)(const an_stream_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
+    if ((a->op != AN_STREAM_READ && a->op != AN_STREAM_WRITE) || (a->n != 2 && a->n != 4) ||
+        (a->dt != AN_F32 && a->dt != AN_BF16))
+        return 0;
+    const int64_t T = r1 - r0, n = a->n;
+    /* rounding without the NaN test needs coefficients with no NaN that would need it (an_f32_to_bf16_nf) */
+    const int nf = a->op == AN_STREAM_READ ? an_nan_safe(a->h_pre + r0 * n, T * n)
+                                           : an_nan_safe(a->h_post + r0 * n, T * n) &&
+                                                 an_nan_safe(a->h_res + r0 * n * n, T * n * n);
+#define AN_STREAM_CASE(N, B)                                                                                       \
+    if (nf) AN_FN(stream_fwd_fixed)(a, r0, r1, sc, N, B, 1);                                                     \
+    else AN_FN(stream_fwd_fixed)(a, r0, r1, sc, N, B, 0);
+    if (a->n == 2 && a->dt == AN_F32) { AN_STREAM_CASE(2, 0) }
+    else if (a->n == 2) { AN_STREAM_CASE(2, 1) }
+    else if (a->dt == AN_F32) { AN_STREAM_CASE(4, 0) }
+    else { AN_STREAM_CASE(4, 1) }
+#undef AN_STREAM_CASE
+    return 1;
+}
+
 static void AN_FN(stream_rows)(const an_stream_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
+    if (AN_FN(stream_fwd_fast)(a, r0, r1, sc)) return;
     const int64_t C = a->C;
     const int n = a->n;
     const size_t es = an_elem_size(a->dt);
