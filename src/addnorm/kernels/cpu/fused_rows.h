@@ -253,35 +253,44 @@ static void AN_FN(fused_bwd_block)(const an_fbwd_args *a, int64_t r0, int64_t r1
     }
 }
 
-/* bfloat16 throughout: two passes over each row's bf16 inputs, converted where they are read */
+/* bfloat16 throughout: two passes over each row's bf16 inputs, converted where they are read; the parameter
+ * gradients are summed in the second pass. Compiled per (nf, has2: a second output's gradient dy2, wantb: a bias
+ * gradient): a form with one output computes no dy2 terms and one without biases no db sums. An accumulator that
+ * is not wanted (or whose dy is absent) sums into a discarded scratch row of its own. */
 static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_body)(const an_fbwd_args *a,
                                                                                      int64_t r0, int64_t r1,
                                                                                      const an_rows *sc, float **acc,
-                                                                                     const int nf) {
+                                                                                     const int nf, const int has2,
+                                                                                     const int wantb) {
     const int64_t D = a->D;
     const float inv_d = 1.0f / (float)D;
     float *restrict g = sc->r[3];
     uint16_t *restrict o16 = (uint16_t *)sc->r[4];
+    /* dw1, db1, dw2, db2: scratch rows 0, 1, 2 and 5 (unused by this loop) where not wanted */
+    float *restrict a0 = (acc[0] && a->dy) ? acc[0] : sc->r[0], *restrict a1 = (acc[1] && a->dy) ? acc[1] : sc->r[1];
+    float *restrict a2 = (acc[2] && a->dy2) ? acc[2] : sc->r[2], *restrict a3 = (acc[3] && a->dy2) ? acc[3] : sc->r[5];
     const float *restrict w1 = a->w1 ? a->w1 : sc->ones, *restrict w2 = a->w2 ? a->w2 : sc->ones;
     const float off1 = a->w1 ? a->weight_offset : 0.0f, off2 = a->w2 ? a->weight_offset : 0.0f;
     const uint16_t *zeros16 = (const uint16_t *)sc->zeros;
     for (int64_t r = r0; r < r1; r++) {
         const uint16_t *restrict s = (const uint16_t *)a->s + r * a->s_rs;
         const uint16_t *restrict dy = a->dy ? (const uint16_t *)a->dy + r * a->dy_rs : zeros16;
-        const uint16_t *restrict dy2 = a->dy2 ? (const uint16_t *)a->dy2 + r * a->dy2_rs : zeros16;
+        const uint16_t *restrict dy2 = (has2 && a->dy2) ? (const uint16_t *)a->dy2 + r * a->dy2_rs : zeros16;
         const uint16_t *restrict dres = a->dres ? (const uint16_t *)a->dres + r * a->dres_rs : zeros16;
         const float mean = a->mean ? a->mean[r] : 0.0f, rstd = a->rstd[r];
         float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
         int64_t i = 0;
         for (; i + AN_LANES <= D; i += AN_LANES)
             for (int j = 0; j < AN_LANES; j++) {
-                float gv = an_bf16_to_f32(dy[i + j]) * (w1[i + j] + off1) + an_bf16_to_f32(dy2[i + j]) * (w2[i + j] + off2);
+                float gv = an_bf16_to_f32(dy[i + j]) * (w1[i + j] + off1);
+                if (has2) gv += an_bf16_to_f32(dy2[i + j]) * (w2[i + j] + off2);
                 g[i + j] = gv;
                 acc_g[j] += gv;
                 acc_gx[j] += gv * ((an_bf16_to_f32(s[i + j]) - mean) * rstd);
             }
         for (; i < D; i++) {
-            float gv = an_bf16_to_f32(dy[i]) * (w1[i] + off1) + an_bf16_to_f32(dy2[i]) * (w2[i] + off2);
+            float gv = an_bf16_to_f32(dy[i]) * (w1[i] + off1);
+            if (has2) gv += an_bf16_to_f32(dy2[i]) * (w2[i] + off2);
             g[i] = gv;
             acc_g[0] += gv;
             acc_gx[0] += gv * ((an_bf16_to_f32(s[i]) - mean) * rstd);
@@ -291,19 +300,19 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
         uint16_t *ds_row = (uint16_t *)a->ds + r * a->ds_rs;
         uint16_t *restrict d = a->nt ? o16 : ds_row;
         for (i = 0; i < D; i++) {
-            float xh = (an_bf16_to_f32(s[i]) - mean) * rstd;
+            const float xh = (an_bf16_to_f32(s[i]) - mean) * rstd;
             d[i] = AN_TO_BF16(nf, rstd * (g[i] - mg - xh * mgx) + an_bf16_to_f32(dres[i]));
+            const float d1 = an_bf16_to_f32(dy[i]);
+            a0[i] += d1 * xh;
+            if (wantb) a1[i] += d1;
         }
+        if (has2) /* a loop of its own: with it in the one above gcc left that loop scalar */
+            for (i = 0; i < D; i++) {
+                const float d2 = an_bf16_to_f32(dy2[i]);
+                a2[i] += d2 * ((an_bf16_to_f32(s[i]) - mean) * rstd);
+                if (wantb) a3[i] += d2;
+            }
         if (a->nt) AN_FN(stream_bytes)(ds_row, o16, (size_t)D * 2);
-        for (int k = 0; k < 4; k++) {
-            float *restrict ak = acc[k];
-            const uint16_t *restrict dk = k < 2 ? (a->dy ? dy : NULL) : (a->dy2 ? dy2 : NULL);
-            if (!ak || !dk) continue;
-            if (k % 2 == 0)
-                for (i = 0; i < D; i++) ak[i] += an_bf16_to_f32(dk[i]) * ((an_bf16_to_f32(s[i]) - mean) * rstd);
-            else
-                for (i = 0; i < D; i++) ak[i] += an_bf16_to_f32(dk[i]);
-        }
     }
 }
 
@@ -311,11 +320,14 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
  * statistics) hold no NaN that would need it (an_f32_to_bf16_nf) */
 static void AN_FN(fused_bwd_block_bf16)(const an_fbwd_args *a, int64_t r0, int64_t r1, const an_rows *sc,
                                         float **acc) {
-    if (an_nan_safe(a->w1, a->D) && an_nan_safe(a->w2, a->D) && an_scalar_nan_safe(a->weight_offset) &&
-        an_nan_safe(a->mean ? a->mean + r0 : NULL, r1 - r0) && an_nan_safe(a->rstd + r0, r1 - r0))
-        AN_FN(fused_bwd_block_bf16_body)(a, r0, r1, sc, acc, 1);
-    else
-        AN_FN(fused_bwd_block_bf16_body)(a, r0, r1, sc, acc, 0);
+    const int nf = an_nan_safe(a->w1, a->D) && an_nan_safe(a->w2, a->D) && an_scalar_nan_safe(a->weight_offset) &&
+                   an_nan_safe(a->mean ? a->mean + r0 : NULL, r1 - r0) && an_nan_safe(a->rstd + r0, r1 - r0);
+    const int has2 = a->dy2 != NULL, wantb = acc[1] != NULL || acc[3] != NULL;
+#define AN_FBWD_CASE(NF, H2, WB) \
+    if (nf == NF && has2 == H2 && wantb == WB) AN_FN(fused_bwd_block_bf16_body)(a, r0, r1, sc, acc, NF, H2, WB);
+    AN_FBWD_CASE(1, 0, 1) else AN_FBWD_CASE(1, 0, 0) else AN_FBWD_CASE(1, 1, 1) else AN_FBWD_CASE(1, 1, 0)
+    else AN_FBWD_CASE(0, 0, 1) else AN_FBWD_CASE(0, 0, 0) else AN_FBWD_CASE(0, 1, 1) else AN_FBWD_CASE(0, 1, 0)
+#undef AN_FBWD_CASE
 }
 
 /* Parameter gradients: float32 sums over blocks of AN_BLOCK rows (scratch rows 6..9), each block added

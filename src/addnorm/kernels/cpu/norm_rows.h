@@ -279,41 +279,51 @@ static void AN_FN(fwd_rows_bf16)(const an_fwd_args *a, int64_t r0, int64_t r1, c
     }
 }
 
+/* Compiled per (nf, rms, want_db): RMSNorm (mean 0) takes no sum of g and no mean subtractions, and a call
+ * without a bias gradient no db pass -- the same values, bit for bit, as the general form (s - 0 and
+ * x - 0 are exact) with fewer operations per element; the weight plus offset is formed once per block. */
 static inline __attribute__((always_inline)) void AN_FN(bwd_rows_bf16_body)(const an_bwd_args *a, int64_t r0,
                                                                               int64_t r1, const an_rows *sc,
                                                                               float *dw_acc, float *db_acc,
-                                                                              const int nf) {
+                                                                              const int nf, const int rms,
+                                                                              const int want_db) {
     const int64_t D = a->D;
     const float inv_d = 1.0f / (float)D;
     uint16_t *restrict o16 = (uint16_t *)sc->r[2];
     float *restrict dw = dw_acc ? dw_acc : sc->r[3];
-    float *restrict db = db_acc ? db_acc : sc->r[4];
-    const float *restrict w = a->weight ? a->weight : sc->ones;
-    const float off = a->weight ? a->weight_offset : 0.0f;
+    float *restrict db = db_acc;
+    float *restrict wo = sc->r[5];
+    if (a->weight) {
+        const float *restrict w = a->weight;
+        const float off = a->weight_offset;
+        for (int64_t i = 0; i < D; i++) wo[i] = w[i] + off;
+    } else {
+        for (int64_t i = 0; i < D; i++) wo[i] = 1.0f + 0.0f;
+    }
     const uint16_t *zeros16 = (const uint16_t *)sc->zeros;
     for (int64_t r = r0; r < r1; r++) {
         const uint16_t *restrict s = (const uint16_t *)a->s + r * a->s_rs;
         const uint16_t *restrict dy = (const uint16_t *)a->dy + r * a->dy_rs;
         const uint16_t *restrict dres = a->dres ? (const uint16_t *)a->dres + r * a->dres_rs : zeros16;
         uint16_t *dx_row = (uint16_t *)a->dx + r * a->dx_rs;
-        const float mean = a->mean ? a->mean[r] : 0.0f, rstd = a->rstd[r];
+        const float mean = (!rms && a->mean) ? a->mean[r] : 0.0f, rstd = a->rstd[r];
         /* pass 1 only reduces; pass 2 re-reads the (now L1-resident) bfloat16 rows: fewer stores */
         float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
         int64_t i = 0;
         for (; i + AN_LANES <= D; i += AN_LANES)
             for (int j = 0; j < AN_LANES; j++) {
-                float xh = (an_bf16_to_f32(s[i + j]) - mean) * rstd;
-                float g = an_bf16_to_f32(dy[i + j]) * (w[i + j] + off);
-                acc_g[j] += g;
+                float xh = (rms ? an_bf16_to_f32(s[i + j]) : an_bf16_to_f32(s[i + j]) - mean) * rstd;
+                float g = an_bf16_to_f32(dy[i + j]) * wo[i + j];
+                if (!rms) acc_g[j] += g;
                 acc_gx[j] += g * xh;
             }
         for (; i < D; i++) {
-            float xh = (an_bf16_to_f32(s[i]) - mean) * rstd;
-            float g = an_bf16_to_f32(dy[i]) * (w[i] + off);
-            acc_g[0] += g;
+            float xh = (rms ? an_bf16_to_f32(s[i]) : an_bf16_to_f32(s[i]) - mean) * rstd;
+            float g = an_bf16_to_f32(dy[i]) * wo[i];
+            if (!rms) acc_g[0] += g;
             acc_gx[0] += g * xh;
         }
-        const float mg = (a->kind == AN_LAYER) ? AN_FN(hsum)(acc_g) * inv_d : 0.0f;
+        const float mg = rms ? 0.0f : AN_FN(hsum)(acc_g) * inv_d;
         const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
         uint16_t *restrict dst = a->nt ? o16 : dx_row;
         const int more = r + 1 < r1;
@@ -322,11 +332,13 @@ static inline __attribute__((always_inline)) void AN_FN(bwd_rows_bf16_body)(cons
                                   (more && a->dres) ? dres + a->dres_rs : NULL, c0, D, 2);
             const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
             for (i = c0; i < c1; i++) {
-                float d = an_bf16_to_f32(dy[i]), xh = (an_bf16_to_f32(s[i]) - mean) * rstd;
+                float d = an_bf16_to_f32(dy[i]);
+                float xh = (rms ? an_bf16_to_f32(s[i]) : an_bf16_to_f32(s[i]) - mean) * rstd;
                 dw[i] += d * xh;
-                db[i] += d;
+                if (want_db) db[i] += d;
                 /* the gradient arriving through the new residual stream joins in float32 */
-                dst[i] = AN_TO_BF16(nf, rstd * (d * (w[i] + off) - mg - xh * mgx) + an_bf16_to_f32(dres[i]));
+                float gv = rms ? d * wo[i] - xh * mgx : d * wo[i] - mg - xh * mgx;
+                dst[i] = AN_TO_BF16(nf, rstd * gv + an_bf16_to_f32(dres[i]));
             }
         }
         if (a->nt) AN_FN(stream_bytes)(dx_row, o16, (size_t)D * 2);
@@ -337,11 +349,14 @@ static inline __attribute__((always_inline)) void AN_FN(bwd_rows_bf16_body)(cons
  * hold no NaN that would need it (an_f32_to_bf16_nf) */
 static void AN_FN(bwd_rows_bf16)(const an_bwd_args *a, int64_t r0, int64_t r1, const an_rows *sc, float *dw_acc,
                                  float *db_acc) {
-    if (an_nan_safe(a->weight, a->D) && an_scalar_nan_safe(a->weight_offset) &&
-        an_nan_safe(a->mean ? a->mean + r0 : NULL, r1 - r0) && an_nan_safe(a->rstd + r0, r1 - r0))
-        AN_FN(bwd_rows_bf16_body)(a, r0, r1, sc, dw_acc, db_acc, 1);
-    else
-        AN_FN(bwd_rows_bf16_body)(a, r0, r1, sc, dw_acc, db_acc, 0);
+    const int nf = an_nan_safe(a->weight, a->D) && an_scalar_nan_safe(a->weight_offset) &&
+                   an_nan_safe(a->mean ? a->mean + r0 : NULL, r1 - r0) && an_nan_safe(a->rstd + r0, r1 - r0);
+    const int rms = a->kind == AN_RMS, db = db_acc != NULL;
+#define AN_BWD_CASE(NF, RMS, DB) \
+    if (nf == NF && rms == RMS && db == DB) AN_FN(bwd_rows_bf16_body)(a, r0, r1, sc, dw_acc, db_acc, NF, RMS, DB);
+    AN_BWD_CASE(1, 0, 1) else AN_BWD_CASE(1, 0, 0) else AN_BWD_CASE(1, 1, 1) else AN_BWD_CASE(1, 1, 0)
+    else AN_BWD_CASE(0, 0, 1) else AN_BWD_CASE(0, 0, 0) else AN_BWD_CASE(0, 1, 1) else AN_BWD_CASE(0, 1, 0)
+#undef AN_BWD_CASE
 }
 
 /* dst = rstd * (dy * (w + off) - mg - xh * mgx) + dres with xh = (s - mean) * rstd; accumulates dw, db.
