@@ -194,3 +194,22 @@ def test_equivalence_is_the_whole_interval_inside_the_margin():
     assert equivalence_call(0.06, 0.2) == "not equivalent"
     assert equivalence_call(-0.05, 0.05) == "equivalent"
     assert equivalence_call(None, None) == "no loss to compare"
+
+
+def test_a_results_directory_committed_before_its_preset_finished_says_so(tmp_path):
+    """A preset finished across machines is committed as it goes: each claim it answers says how many of the
+    preset's runs it read, until none is missing."""
+    claim = next(c for c in CLAIMS if c.key == "lns")
+    rows = [dict(placement=p, norm="layer", depth=24, lr=1e-3, seed=s, n_params=1_000_000, tokens_seen=512_000,
+                 final_val_loss=2.5) for p in ("pre", "lns") for s in (0, 1)]
+    study = {"runs": rows, "pairwise": [_pair("lns", 1e-3, -0.01, -0.02, 0.0, "not distinguishable")],
+             "missing": ["lns-layer-L24-lr0.001-w100-s2-c0-xavier", "pre-layer-L24-lr0.001-w100-s2-c0-xavier"]}
+    a = answer(claim, study)
+    assert a["partial"] == "partial: 4 of 6 runs recorded"
+    (tmp_path / "frontier").mkdir()
+    (tmp_path / "frontier" / "summary.json").write_text(__import__("json").dumps(study))
+    text = markdown(tmp_path)
+    assert "- Measured in `frontier/` (1M parameters, 512k tokens, 0.51 tokens per parameter; partial: 4 of 6 " \
+           "runs recorded)" in text
+    assert "partial: 4 of 6 runs recorded" in page(tmp_path).render("t")
+    assert answer(claim, dict(study, missing=[]))["partial"] == ""

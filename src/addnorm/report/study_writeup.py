@@ -159,7 +159,16 @@ def answer(claim: Claim, study: dict | None) -> dict:
     tokens = [r["tokens_seen"] for r in runs if r.get("tokens_seen")]
     return {"measured": bool(runs), "lines": lines, "verdict": verdict if runs else "no run of this setting",
             "n_params": (min(params), max(params)) if params else None, "tokens": max(tokens) if tokens else None,
-            "runs": runs, "calls": calls}
+            "runs": runs, "calls": calls, "partial": _partial(study)}
+
+
+def _partial(study: dict) -> str:
+    """'' for a finished study; else what it holds -- 'partial: 96 of 170 runs recorded' -- for a results
+    directory committed before every run of its preset finished (the claims read the runs it holds)."""
+    missing = len(study.get("missing") or [])
+    if not missing:
+        return ""
+    return f"partial: {len(study['runs'])} of {len(study['runs']) + missing} runs recorded"
 
 
 def _pooled(pairs: list[dict]) -> list[tuple[str, int, int, int, int, float, str]]:
@@ -350,7 +359,8 @@ def markdown(results_root: Path, link_root: str = "../benchmarks/results/study")
                 out += [f"- Measured: {a['verdict']} (no `{c.results}/` results committed). To measure it: "
                         f"`{c.command}`."]
             else:
-                out += [f"- Measured in `{c.results}/` ({_scale(a)}): {a['verdict']}."]
+                out += [f"- Measured in `{c.results}/` ({'; '.join(filter(None, (_scale(a), a['partial'])))}): "
+                        f"{a['verdict']}."]
                 out += [f"  - {line}" for line in a["lines"]]
                 fig = Path(results_root) / c.results / "figures" / (c.figure or "")
                 if c.figure and fig.exists():
@@ -393,7 +403,8 @@ def page(results_root: Path) -> Page:
             p.add(f"<p class='note'>Not measured yet: <code>{html.escape(c.command)}</code></p>")
         else:
             items = "".join(f"<li>{html.escape(line)}</li>" for line in a["lines"])
-            p.add(f"<p>Measured in <a href='{c.results}/index.html'>{c.results}/</a> ({html.escape(_scale(a))}): "
+            scale = "; ".join(filter(None, (_scale(a), a["partial"])))
+            p.add(f"<p>Measured in <a href='{c.results}/index.html'>{c.results}/</a> ({html.escape(scale)}): "
                   f"{p.num(f'claim{i}.verdict', a['verdict'])}.</p><ul>{items}</ul>")
             if c.figure and (Path(results_root) / c.results / "figures" / c.figure).exists():
                 p.add(f"<img src='{c.results}/figures/{c.figure}' alt='{html.escape(c.figure)}'>")
