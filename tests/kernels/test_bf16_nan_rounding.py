@@ -96,7 +96,8 @@ if __name__ == "__main__":
 '''
 
 
-def _torch_side(tmp_path):
+def _ops_module(tmp_path):
+    """SCRIPT written to tmp_path (the subprocesses run it) and imported here."""
     path = tmp_path / "nan_ops.py"
     path.write_text(SCRIPT)
     sys.path.insert(0, str(tmp_path))
@@ -105,6 +106,11 @@ def _torch_side(tmp_path):
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("nan_ops", None)
+    return nan_ops, path
+
+
+def _torch_side(tmp_path):
+    nan_ops, path = _ops_module(tmp_path)
     return {case: nan_ops.run("torch", case) for case in (1, 2)}, path
 
 
@@ -115,14 +121,30 @@ def test_nans_and_infinities_land_where_eager_puts_them(isa, tmp_path):
     env = dict(os.environ, ADDNORM_CPU_ISA=isa)
     subprocess.run([sys.executable, str(script), str(out)], env=env, check=True, timeout=300)
     got = torch.load(out)
+    _same_specials(got["res"], eager, got["isa"])
+
+
+def _same_specials(ours: dict, eager: dict, where: str) -> None:
     for case, ops in eager.items():
         for name, tensors in ops.items():
-            ours = got["res"][case][name]
-            assert len(ours) == len(tensors), name
+            got = ours[case][name]
+            assert len(got) == len(tensors), name
             assert any(e.isfinite().any() for e in tensors), name  # the case leaves numbers to compare too
-            for k, (o, e) in enumerate(zip(ours, tensors)):
-                where = f"{name} output {k}, case {case}, {got['isa']}"
-                assert torch.equal(o.isnan(), e.isnan()), f"{where}: NaN at {(o.isnan() != e.isnan()).nonzero()[:4]}"
-                assert torch.equal(o.isposinf(), e.isposinf()) and torch.equal(o.isneginf(), e.isneginf()), where
+            for k, (o, e) in enumerate(zip(got, tensors)):
+                at = f"{name} output {k}, case {case}, {where}"
+                assert torch.equal(o.isnan(), e.isnan()), f"{at}: NaN at {(o.isnan() != e.isnan()).nonzero()[:4]}"
+                assert torch.equal(o.isposinf(), e.isposinf()) and torch.equal(o.isneginf(), e.isneginf()), at
                 fin = e.isfinite()
-                torch.testing.assert_close(o[fin], e[fin], atol=0.1, rtol=0.05, msg=where)
+                torch.testing.assert_close(o[fin], e[fin], atol=0.1, rtol=0.05, msg=at)
+
+
+def test_the_triton_kernels_put_nans_and_infinities_where_eager_does(tmp_path):
+    """The same inputs through the Triton kernels (in the interpreter, on CPU tensors): their rounding is
+    Triton's own, and their tanh/erf and exp must keep a NaN a NaN as the C kernels now do."""
+    from backends import NO_TRITON, TRITON
+
+    if not TRITON:
+        pytest.skip(NO_TRITON)
+    eager, _ = _torch_side(tmp_path)
+    nan_ops, _ = _ops_module(tmp_path)
+    _same_specials({case: nan_ops.run("triton", case) for case in (1, 2)}, eager, "triton")
