@@ -58,6 +58,19 @@ def inputs(case):
     return x, r, w, b
 
 
+def coefficients(case):
+    """H_pre, H_post (12, 4) and H_res (12, 4, 4), float32; in case 1 one NaN of BAD per token in each."""
+    g = torch.Generator().manual_seed(7)
+    hp, hpo, hr = torch.rand(12, 4, generator=g), torch.rand(12, 4, generator=g), torch.rand(12, 4, 4, generator=g)
+    if case == 1:
+        for t in range(12):
+            nan = f32_bits([BAD[t % len(BAD)]])
+            hp[t, t % 4] = nan
+            hpo[t, (t + 1) % 4] = nan
+            hr[t, t % 4, (t // 4) % 4] = nan
+    return hp, hpo, hr
+
+
 def run(backend, case):
     x0, r0, w0, b0 = inputs(case)
     D = x0.shape[-1]
@@ -74,13 +87,15 @@ def run(backend, case):
             x, None, r, D, w, None, branches_first=False, backend=backend), "xrw"),
         "add_dyt": (lambda x, r, w, b: add_dyt(x, r, a, w, b, backend=backend), "xrwb"),
         "add_derf": (lambda x, r, w, b: add_derf(x, r, a, sh, w, b, backend=backend), "xrwb"),
-        # the widened stream (n = 4, C = 20): x as X, r's first columns as y, the coefficients from w and b
-        "stream_read": (lambda x, r, w: (stream_read(x.view(12, 4, 20), w[:48].view(12, 4), backend=backend),),
-                        "xrw"),
-        "stream_write": (lambda x, r, w, b: stream_write(
-            x.view(12, 4, 20), r[:, :20], b[:48].view(12, 4), torch.cat([w, b, w[:32]]).view(12, 4, 4),
-            backend=backend), "xrwb"),
+        # the widened stream (n = 4, C = 20): x as X, r's first columns as y; in case 1 every token's coefficients
+        # hold one NaN of BAD (one, so that which NaN an output carries does not depend on the order of its sums)
+        "stream_read": (lambda x, r: (stream_read(x.view(12, 4, 20), hp, backend=backend),), "xr"),
+        # X' alone: its gradient meets only the coefficients' NaN (with q's, X''s own NaN joins the same sums)
+        "stream_write": (lambda x, r: stream_write(x.view(12, 4, 20), r[:, :20], hpo, hr, backend=backend)[:1],
+                         "xr"),
+        "stream_write_q": (lambda x, r: stream_write(x.view(12, 4, 20), r[:, :20], hpo, hr, backend=backend), "xr"),
     }
+    hp, hpo, hr = coefficients(case)
     out = {}
     for name, (fn, args) in calls.items():
         ins = [{"x": x0, "r": r0, "w": w0, "b": b0}[k].clone().requires_grad_() for k in args]
