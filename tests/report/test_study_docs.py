@@ -34,8 +34,17 @@ def test_the_two_shard_times_match_the_measured_per_step_times_and_say_what_was_
     # what was run is said, and what was not: depth's results are committed, the other three not
     assert (ROOT / "benchmarks" / "results" / "study" / "depth" / "summary.json").exists()
     assert "`depth` has since been run whole" in text
-    assert "**`frontier`, `long` and `wide` have not been run**" in text
-    for name in ("frontier", "long", "wide"):
+    # frontier is finished over several sittings (its run summaries committed as they finish): the docs say how
+    # far it is, as its committed summary.json has it; long and wide are not run yet
+    frontier = ROOT / "benchmarks" / "results" / "study" / "frontier" / "summary.json"
+    if frontier.exists():
+        study = json.loads(frontier.read_text())
+        done, total = len(study["runs"]), len(study["runs"]) + len(study["missing"])
+        assert (f"{done} of its {total} runs are committed" in text) == bool(study["missing"]), (done, total)
+        assert "**`long` and `wide` have not been run**" in text
+    else:
+        assert "**`frontier`, `long` and `wide` have not been run**" in text
+    for name in ("long", "wide"):
         assert not (ROOT / "benchmarks" / "results" / "study" / name / "summary.json").exists(), name
     assert "for preset in frontier long wide; do" in DOC  # the exact sharded commands for what is left
     assert "--preset $preset --out benchmarks/results/study/$preset --shard 1/2" in DOC

@@ -213,3 +213,9 @@ def test_a_results_directory_committed_before_its_preset_finished_says_so(tmp_pa
            "runs recorded)" in text
     assert "partial: 4 of 6 runs recorded" in page(tmp_path).render("t")
     assert answer(claim, dict(study, missing=[]))["partial"] == ""
+    # a claim none of whose runs is committed yet says that, not that the directory is missing
+    dense = next(c for c in CLAIMS if c.key == "denseformer")
+    assert reproduced(dense, answer(dense, study)) == [
+        ("", NOT_MEASURED, "none of its runs is among those committed in `frontier/` yet -- partial: 4 of 6 runs "
+                           "recorded")]
+    assert "none of its runs is among those committed in `frontier/` yet" in text

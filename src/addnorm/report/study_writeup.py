@@ -162,6 +162,14 @@ def answer(claim: Claim, study: dict | None) -> dict:
             "runs": runs, "calls": calls, "partial": _partial(study)}
 
 
+def _unmeasured_why(claim: Claim, a: dict) -> str:
+    """Why a claim has no measured answer: its results directory is not committed, or (a preset committed before
+    it finished) none of the runs it needs is among those committed yet."""
+    if a.get("partial"):
+        return f"none of its runs is among those committed in `{claim.results}/` yet -- {a['partial']}"
+    return f"no `{claim.results}/` results committed"
+
+
 def _partial(study: dict) -> str:
     """'' for a finished study; else what it holds -- 'partial: 96 of 170 runs recorded' -- for a results
     directory committed before every run of its preset finished (the claims read the runs it holds)."""
@@ -254,7 +262,7 @@ def reproduced(claim: Claim, a: dict) -> list[tuple[str, str, str]]:
     """[(subject, NOT_MEASURED / REPRODUCED / NOT_REPRODUCED, why)]: whether the measured answer agrees with the
     claim (and the published result compared with it) at the study's scale; subject '' for the whole claim."""
     if not a["measured"]:
-        return [("", NOT_MEASURED, f"no `{claim.results}/` results committed")]
+        return [("", NOT_MEASURED, _unmeasured_why(claim, a))]
     if claim.measure == "gain":
         return _gain_reproduced(a["runs"])
     extra = "; it also fails more often than pre-LN, pooled over its settings" if "also fails more" in a["calls"] else ""
@@ -356,8 +364,7 @@ def markdown(results_root: Path, link_root: str = "../benchmarks/results/study")
             a = answer(c, studies[c.results])
             out += [f"**{c.text}**", ""]
             if not a["measured"]:
-                out += [f"- Measured: {a['verdict']} (no `{c.results}/` results committed). To measure it: "
-                        f"`{c.command}`."]
+                out += [f"- Measured: {a['verdict']} ({_unmeasured_why(c, a)}). To measure it: `{c.command}`."]
             else:
                 out += [f"- Measured in `{c.results}/` ({'; '.join(filter(None, (_scale(a), a['partial'])))}): "
                         f"{a['verdict']}."]
@@ -400,7 +407,8 @@ def page(results_root: Path) -> Page:
         a = answer(c, studies[c.results])
         p.add(f"<h2>{html.escape(c.text)}</h2>")
         if not a["measured"]:
-            p.add(f"<p class='note'>Not measured yet: <code>{html.escape(c.command)}</code></p>")
+            p.add(f"<p class='note'>Not measured yet ({html.escape(_unmeasured_why(c, a))}): "
+                  f"<code>{html.escape(c.command)}</code></p>")
         else:
             items = "".join(f"<li>{html.escape(line)}</li>" for line in a["lines"])
             scale = "; ".join(filter(None, (_scale(a), a["partial"])))
