@@ -269,8 +269,11 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
     /* dw1, db1, dw2, db2: scratch rows 0, 1, 2 and 5 (unused by this loop) where not wanted */
     float *restrict a0 = (acc[0] && a->dy) ? acc[0] : sc->r[0], *restrict a1 = (acc[1] && a->dy) ? acc[1] : sc->r[1];
     float *restrict a2 = (acc[2] && a->dy2) ? acc[2] : sc->r[2], *restrict a3 = (acc[3] && a->dy2) ? acc[3] : sc->r[5];
-    const float *restrict w1 = a->w1 ? a->w1 : sc->ones, *restrict w2 = a->w2 ? a->w2 : sc->ones;
-    const float off1 = a->w1 ? a->weight_offset : 0.0f, off2 = a->w2 ? a->weight_offset : 0.0f;
+    /* without dy the first output's weight is a row of zeros: 0 * (w1 + off) would be NaN for an infinite w1,
+     * where that output, not used, contributes nothing */
+    const float *restrict w1 = a->dy ? (a->w1 ? a->w1 : sc->ones) : sc->zeros;
+    const float *restrict w2 = a->w2 ? a->w2 : sc->ones;
+    const float off1 = (a->dy && a->w1) ? a->weight_offset : 0.0f, off2 = a->w2 ? a->weight_offset : 0.0f;
     const uint16_t *zeros16 = (const uint16_t *)sc->zeros;
     for (int64_t r = r0; r < r1; r++) {
         const uint16_t *restrict s = (const uint16_t *)a->s + r * a->s_rs;

@@ -71,13 +71,15 @@ static inline float AN_FN(erf_v)(float u) {
 
 /* erf'(u) = 2/sqrt(pi) exp(-u^2); NaN for a NaN u, where exp_neg's clamp alone would make it exp(-87), a number.
  * Without a select: gcc leaves this loop scalar with any compare-and-select but a plain min or max, so the NaN
- * bits are or-ed in through k = min(max(|u| bits, inf bits) - inf bits, 1): 1 for a NaN, else 0. */
+ * NaN is put in through k = min(max(|u| bits, inf bits) - inf bits, 1): 1 for a NaN, else 0; the NaN put in is
+ * 0x7fc00000 (its low half zero, as the bf16 loops' rounding without a NaN test needs). */
 static inline float AN_FN(erf_slope)(float u) {
     const float e = 1.12837916709551257f * AN_FN(exp_neg)(-u * u);
     const uint32_t t = an_f32_bits(u) & 0x7fffffffu;
     const uint32_t over = (t > 0x7f800000u ? t : 0x7f800000u) - 0x7f800000u;
     const uint32_t k = over < 1u ? over : 1u;
-    return an_bits_f32(an_f32_bits(e) | ((0u - k) & 0x7fc00000u));
+    const uint32_t nan = 0u - k; /* all ones for a NaN: then the default NaN, whose low half is zero */
+    return an_bits_f32((an_f32_bits(e) & ~nan) | (nan & 0x7fc00000u));
 }
 
 /* f(u) and f'(u) of the kind: tanh' = 1 - tanh^2, erf' = 2/sqrt(pi) exp(-u^2) */

@@ -32,9 +32,12 @@ static void AN_FN(axpy)(float *restrict dst, const float *restrict src, float c,
 }
 
 /* One output row of the write in one pass, for a constant n and float32 or bfloat16 storage: each value
- * v = H_post[i] y + sum_j H_res[i, j] X_j (the same sums in the same order as an axpy per term), rounded to the
- * storage dtype, stored, and its square added to q's partial sums (dot's lanes and order): the bits of the axpy,
- * round_row, dot, put_row sequence in one walk over the row instead of n + 4. Returns the row's sum of squares. */
+ * v = H_post[i] y + sum_j H_res[i, j] X_j, rounded to the storage dtype, stored, and its square added to q's partial
+ * sums (dot's lanes and order): the axpy, round_row, dot, put_row sequence in one walk over the row instead of
+ * n + 4. Not bit for bit that sequence: under -fassociative-math gcc regroups the n + 1 terms ((a + b) + (c + d)),
+ * which moves a value by up to an ulp of the largest term (1 + 2^-23 where the sequential sum gives 1); compiled
+ * without that flag these loops kept the order but lost their vectorization (10x slower in bf16: the conversion
+ * helpers were no longer inlined), so the regrouping stays. Returns the row's sum of squares. */
 static inline __attribute__((always_inline)) float AN_FN(stream_write_row)(
     void *restrict dst, const float *const *xs, const float *restrict y, const float *restrict hres_i,
     float hpost_i, int64_t C, const int n, const int bf16, const int nf, int nt, void *restrict tmp) {
@@ -72,7 +75,7 @@ static inline __attribute__((always_inline)) float AN_FN(stream_write_row)(
 }
 
 /* h = sum_i H_pre[i] X_i in one pass over the n rows as stored (xrow: the token's n rows of C), for a constant n
- * and float32 or bfloat16 storage (the axpy sequence's sums and order, rounded once as put_row rounds) */
+ * and float32 or bfloat16 storage, rounded once as put_row rounds (the terms regrouped as in stream_write_row) */
 static inline __attribute__((always_inline)) void AN_FN(stream_read_row)(
     void *restrict dst, const void *xrow, const float *restrict hp, int64_t C, const int n, const int bf16,
     const int nf, int nt, void *restrict tmp) {
@@ -132,7 +135,8 @@ static inline __attribute__((always_inline)) void AN_FN(stream_fwd_fixed)(const 
 /* One pass of the write's backward for a constant n: out = sum_i c[i] g_i (the axpy sequence's sums and order),
  * stored in the storage dtype, and dots[i] = <g_i, v> for each i with dot's lanes and order, where v is the float32
  * row vf or, when vb is given, the bfloat16 row vb read where it lies. dy with its dH_post (v = y), and each dX_j
- * with its dH_res[., j] (v = X_j): n + 1 passes per token where the general loop makes 2n(n + 1). */
+ * with its dH_res[., j] (v = X_j): n + 1 passes per token where the general loop makes 2n(n + 1). The sum's terms
+ * may be regrouped (see stream_write_row); the dots keep dot's lanes and order. */
 static inline __attribute__((always_inline)) void AN_FN(stream_mix_dots)(
     void *restrict dst, float *const *gs, const float *c, int64_t cstride, const float *restrict vf,
     const uint16_t *restrict vb, float *dots, int64_t C, const int n, const int bf16, const int nf, int nt,
