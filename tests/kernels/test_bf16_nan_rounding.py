@@ -163,3 +163,22 @@ def test_the_triton_kernels_put_nans_and_infinities_where_eager_does(tmp_path):
     eager, _ = _torch_side(tmp_path)
     nan_ops, _ = _ops_module(tmp_path)
     _same_specials({case: nan_ops.run("triton", case) for case in (1, 2)}, eager, "triton")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_an_unused_first_output_with_an_infinite_weight_leaves_the_gradient_finite(dtype):
+    """The two-norm parallel form with only the second output used: the first norm's weight, infinite here,
+    must not reach the stream's gradient (0 * inf would make it NaN), as in eager."""
+    from addnorm.fused_functional import parallel_add_layer_norm
+
+    g = torch.Generator().manual_seed(3)
+    x, x2, r = (torch.randn(8, 64, generator=g).to(dtype).requires_grad_() for _ in range(3))
+    w, b, w2, b2 = (torch.randn(64, generator=g) for _ in range(4))
+    w[5] = float("inf")
+    grads = {}
+    for backend in ("cpu", "torch"):
+        y1, y2, s = parallel_add_layer_norm(x, x2, r, 64, w, b, w2, b2, backend=backend)
+        grads[backend] = torch.autograd.grad(y2.float().sum(), [x, x2, r])
+    for ours, eager in zip(grads["cpu"], grads["torch"]):
+        assert ours.isfinite().all() and eager.isfinite().all()
+        torch.testing.assert_close(ours.float(), eager.float(), atol=0.05, rtol=0.05)
