@@ -319,12 +319,9 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
     }
 }
 
-/* ds rounded without the NaN test when the float32 operands (weights, weight_offset, the rows' saved
- * statistics) hold no NaN that would need it (an_f32_to_bf16_nf) */
+/* nf: fused_bwd_rows' verdict on the chunk (ds rounded without the NaN test when no float32 operand needs it) */
 static void AN_FN(fused_bwd_block_bf16)(const an_fbwd_args *a, int64_t r0, int64_t r1, const an_rows *sc,
-                                        float **acc) {
-    const int nf = an_nan_safe(a->w1, a->D) && an_nan_safe(a->w2, a->D) && an_scalar_nan_safe(a->weight_offset) &&
-                   an_nan_safe(a->mean ? a->mean + r0 : NULL, r1 - r0) && an_nan_safe(a->rstd + r0, r1 - r0);
+                                        float **acc, const int nf) {
     const int has2 = a->dy2 != NULL, wantb = acc[1] != NULL || acc[3] != NULL;
 #define AN_FBWD_CASE(NF, H2, WB) \
     if (nf == NF && has2 == H2 && wantb == WB) AN_FN(fused_bwd_block_bf16_body)(a, r0, r1, sc, acc, NF, H2, WB);
@@ -340,10 +337,14 @@ static void AN_FN(fused_bwd_rows)(const an_fbwd_args *a, int64_t r0, int64_t r1,
     const int64_t D = a->D;
     float *acc[4];
     for (int k = 0; k < 4; k++) acc[k] = partial[k] ? sc->r[6 + k] : NULL;
+    /* once per chunk: the NaN verdict over the float32 operands (weights, weight_offset, the saved statistics) */
+    const int nf = a->uniform_bf16 && an_nan_safe(a->w1, D) && an_nan_safe(a->w2, D) &&
+                   an_scalar_nan_safe(a->weight_offset) && an_nan_safe(a->mean ? a->mean + r0 : NULL, r1 - r0) &&
+                   an_nan_safe(a->rstd + r0, r1 - r0);
     for (int64_t b0 = r0; b0 < r1; b0 += AN_BLOCK) {
         const int64_t b1 = b0 + AN_BLOCK < r1 ? b0 + AN_BLOCK : r1;
         for (int k = 0; k < 4; k++) if (acc[k]) memset(acc[k], 0, sizeof(float) * (size_t)D);
-        if (a->uniform_bf16) AN_FN(fused_bwd_block_bf16)(a, b0, b1, sc, acc);
+        if (a->uniform_bf16) AN_FN(fused_bwd_block_bf16)(a, b0, b1, sc, acc, nf);
         else AN_FN(fused_bwd_block)(a, b0, b1, sc, acc);
         for (int k = 0; k < 4; k++)
             if (acc[k]) for (int64_t i = 0; i < D; i++) partial[k][i] += (double)acc[k][i];

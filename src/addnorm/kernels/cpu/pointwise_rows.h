@@ -70,7 +70,7 @@ static inline float AN_FN(erf_v)(float u) {
 }
 
 /* erf'(u) = 2/sqrt(pi) exp(-u^2); NaN for a NaN u, where exp_neg's clamp alone would make it exp(-87), a number.
- * Without a select: gcc leaves this loop scalar with any compare-and-select but a plain min or max, so the NaN
+ * Without a select: gcc leaves this loop scalar with any compare-and-select but a plain min or max, so the
  * NaN is put in through k = min(max(|u| bits, inf bits) - inf bits, 1): 1 for a NaN, else 0; the NaN put in is
  * 0x7fc00000 (its low half zero, as the bf16 loops' rounding without a NaN test needs). */
 static inline float AN_FN(erf_slope)(float u) {
@@ -235,11 +235,10 @@ static inline __attribute__((always_inline)) void AN_FN(pw_bwd_block_bf16_body)(
     }
 }
 
-/* ds rounded without the NaN test when the float32 operands (weight, alpha, shift) hold no NaN that would
- * need it (an_f32_to_bf16_nf) */
+/* nf: pw_bwd_rows' verdict on the call (ds rounded without the NaN test when no float32 operand needs it) */
 static void AN_FN(pw_bwd_block_bf16)(const an_pw_args *a, int64_t b0, int64_t b1, const an_rows *sc, float *bw,
-                                     float *bb, double *d_alpha, double *d_shift) {
-    if (an_nan_safe(a->weight, a->D) && an_scalar_nan_safe(a->alpha) && an_scalar_nan_safe(a->shift))
+                                     float *bb, double *d_alpha, double *d_shift, const int nf) {
+    if (nf)
         AN_FN(pw_bwd_block_bf16_body)(a, b0, b1, sc, bw, bb, d_alpha, d_shift, 1);
     else
         AN_FN(pw_bwd_block_bf16_body)(a, b0, b1, sc, bw, bb, d_alpha, d_shift, 0);
@@ -256,12 +255,14 @@ static void AN_FN(pw_bwd_rows)(const an_pw_args *a, int64_t r0, int64_t r1, cons
     const float al = a->alpha, sh = a->shift;
     double d_alpha = 0.0, d_shift = 0.0;
     const int bf16 = a->sdt == AN_BF16 && a->dydt == AN_BF16 && (a->dres == NULL || a->dresdt == AN_BF16);
+    /* once per chunk: the NaN verdict over the float32 operands (weight, alpha, shift) */
+    const int nf = bf16 && an_nan_safe(a->weight, D) && an_scalar_nan_safe(a->alpha) && an_scalar_nan_safe(a->shift);
     for (int64_t b0 = r0; b0 < r1; b0 += AN_BLOCK) {
         const int64_t b1 = b0 + AN_BLOCK < r1 ? b0 + AN_BLOCK : r1;
         if (bw) memset(bw, 0, sizeof(float) * (size_t)D);
         if (bb) memset(bb, 0, sizeof(float) * (size_t)D);
         if (bf16) {
-            AN_FN(pw_bwd_block_bf16)(a, b0, b1, sc, bw, bb, &d_alpha, &d_shift);
+            AN_FN(pw_bwd_block_bf16)(a, b0, b1, sc, bw, bb, &d_alpha, &d_shift, nf);
         } else
         for (int64_t r = b0; r < b1; r++) {
             const float *s = AN_FN(f32_row)((const char *)a->s + r * D * ses, a->sdt, sc->r[0], D);
