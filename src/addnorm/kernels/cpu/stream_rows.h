@@ -102,7 +102,7 @@ static inline __attribute__((always_inline)) void AN_FN(stream_read_row)(
 }
 
 /* the token loop of the read and the write for a constant n (2 or 4: the widths the papers use) in float32 or
- * bfloat16; 0 when this call is not one of those (the general loop below takes it) */
+ * bfloat16 */
 static inline __attribute__((always_inline)) void AN_FN(stream_fwd_fixed)(const an_stream_args *a, int64_t r0,
                                                                            int64_t r1, const an_rows *sc,
                                                                            const int n, const int bf16,
@@ -132,15 +132,13 @@ static inline __attribute__((always_inline)) void AN_FN(stream_fwd_fixed)(const 
     }
 }
 
-/* One pass of the write's backward for a constant n: out = sum_i c[i] g_i (the axpy sequence's sums and order),
- * stored in the storage dtype, and dots[i] = <g_i, v> for each i with dot's lanes and order, where v is the float32
- * row vf or, when vb is given, the bfloat16 row vb read where it lies. dy with its dH_post (v = y), and each dX_j
- * with its dH_res[., j] (v = X_j): n + 1 passes per token where the general loop makes 2n(n + 1). The sum's terms
- * may be regrouped (see stream_write_row); the dots keep dot's lanes and order. */
+/* One pass of the write's bf16 backward for a constant n: out = sum_i c[i] g_i, stored as bfloat16, and
+ * dots[i] = <g_i, v> for each i with dot's lanes and order, v the bfloat16 row vb read where it lies. dy with its
+ * dH_post (v = y), and each dX_j with its dH_res[., j] (v = X_j): n + 1 passes per token where the general loop
+ * makes 2n(n + 1). The sum's terms may be regrouped (see stream_write_row). */
 static inline __attribute__((always_inline)) void AN_FN(stream_mix_dots)(
-    void *restrict dst, float *const *gs, const float *c, int64_t cstride, const float *restrict vf,
-    const uint16_t *restrict vb, float *dots, int64_t C, const int n, const int bf16, const int nf, int nt,
-    void *restrict tmp) {
+    uint16_t *restrict dst, float *const *gs, const float *c, int64_t cstride, const uint16_t *restrict vb,
+    float *dots, int64_t C, const int n, const int nf, int nt, uint16_t *restrict tmp) {
     const float *restrict g[AN_STREAM_MAX_N];
     float cc[AN_STREAM_MAX_N];
     float acc[AN_STREAM_MAX_N][AN_LANES];
@@ -149,71 +147,63 @@ static inline __attribute__((always_inline)) void AN_FN(stream_mix_dots)(
         cc[i] = c[i * cstride];
         for (int l = 0; l < AN_LANES; l++) acc[i][l] = 0.0f;
     }
-    uint16_t *restrict d16 = (uint16_t *)(nt ? tmp : dst);
-    float *restrict d32 = (float *)(nt ? tmp : dst);
+    uint16_t *restrict d = nt ? tmp : dst;
     int64_t k = 0;
     for (; k + AN_LANES <= C; k += AN_LANES)
         for (int l = 0; l < AN_LANES; l++) {
-            const float v = vb ? an_bf16_to_f32(vb[k + l]) : vf[k + l];
+            const float v = an_bf16_to_f32(vb[k + l]);
             float o = cc[0] * g[0][k + l];
             acc[0][l] += g[0][k + l] * v;
             for (int i = 1; i < n; i++) {
                 o += cc[i] * g[i][k + l];
                 acc[i][l] += g[i][k + l] * v;
             }
-            if (bf16) d16[k + l] = AN_TO_BF16(nf, o);
-            else d32[k + l] = o;
+            d[k + l] = AN_TO_BF16(nf, o);
         }
     for (; k < C; k++) {
-        const float v = vb ? an_bf16_to_f32(vb[k]) : vf[k];
+        const float v = an_bf16_to_f32(vb[k]);
         float o = cc[0] * g[0][k];
         acc[0][0] += g[0][k] * v;
         for (int i = 1; i < n; i++) {
             o += cc[i] * g[i][k];
             acc[i][0] += g[i][k] * v;
         }
-        if (bf16) d16[k] = AN_TO_BF16(nf, o);
-        else d32[k] = o;
+        d[k] = AN_TO_BF16(nf, o);
     }
     for (int i = 0; i < n; i++) dots[i] = AN_FN(hsum)(acc[i]);
-    if (nt) AN_FN(stream_bytes)(dst, tmp, (size_t)C * (bf16 ? 2 : 4));
+    if (nt) AN_FN(stream_bytes)(dst, tmp, (size_t)C * 2);
 }
 
-/* the write's backward for a constant n (2 or 4) and storage (bf16 is the one used): g_i as the general loop forms them,
- * then stream_mix_dots for dy and for each dX_j */
+/* the write's bf16 backward for a constant n (2 or 4): g_i as the general loop forms them, then stream_mix_dots
+ * for dy and for each dX_j */
 static inline __attribute__((always_inline)) void AN_FN(stream_write_bwd_fixed)(const an_stream_args *a, int64_t r0,
                                                                                  int64_t r1, const an_rows *sc,
-                                                                                 const int n, const int bf16,
-                                                                                 const int nf) {
+                                                                                 const int n, const int nf) {
     const int64_t C = a->C;
-    const size_t es = bf16 ? 2 : 4;
-    void *tmp = sc->r[AN_STREAM_MAX_N + 2];
+    uint16_t *tmp = (uint16_t *)sc->r[AN_STREAM_MAX_N + 2];
     float *gs[AN_STREAM_MAX_N];
     float dots[AN_STREAM_MAX_N];
     for (int64_t t = r0; t < r1; t++) {
-        const char *xrow = (const char *)a->x + t * (int64_t)n * C * (int64_t)es;
-        const char *xin = (const char *)a->xin + t * (int64_t)n * C * (int64_t)es;
-        const char *xout = a->xout ? (const char *)a->xout + t * (int64_t)n * C * (int64_t)es : NULL;
+        const uint16_t *xrow = (const uint16_t *)a->x + t * (int64_t)n * C;
+        const uint16_t *xin = (const uint16_t *)a->xin + t * (int64_t)n * C;
+        const uint16_t *xout = a->xout ? (const uint16_t *)a->xout + t * (int64_t)n * C : NULL;
         const float dq = a->dq ? a->dq[t] : 0.0f;
         const float *hpost = a->h_post + t * n, *hres = a->h_res + t * n * n;
         for (int i = 0; i < n; i++) { /* g_i = dX'_i + 2 dq X'_i in scratch row i */
             gs[i] = sc->r[i];
-            AN_FN(load_row)(gs[i], xrow + (size_t)i * (size_t)C * es, C, a->dt);
+            AN_FN(load_row)(gs[i], xrow + (size_t)i * (size_t)C, C, AN_BF16);
             if (xout && dq != 0.0f) {
-                const float *xo = AN_FN(f32_row)(xout + (size_t)i * (size_t)C * es, a->dt,
-                                                 sc->r[AN_STREAM_MAX_N + 3], C);
+                const float *xo = AN_FN(f32_row)(xout + (size_t)i * (size_t)C, AN_BF16, sc->r[AN_STREAM_MAX_N + 3], C);
                 AN_FN(axpy)(gs[i], xo, 2.0f * dq, C, 0);
             }
         }
-        const void *yrow = (const char *)a->y + t * C * (int64_t)es;
-        AN_FN(stream_mix_dots)((char *)a->dy + t * C * (int64_t)es, gs, hpost, 1, (const float *)yrow,
-                               bf16 ? (const uint16_t *)yrow : NULL, dots, C, n, bf16, nf, a->nt, tmp);
+        AN_FN(stream_mix_dots)((uint16_t *)a->dy + t * C, gs, hpost, 1, (const uint16_t *)a->y + t * C, dots, C, n,
+                               nf, a->nt, tmp);
         for (int i = 0; i < n; i++) a->d_post[t * n + i] = dots[i];
-        char *dx = (char *)a->out + t * (int64_t)n * C * (int64_t)es;
+        uint16_t *dx = (uint16_t *)a->out + t * (int64_t)n * C;
         for (int j = 0; j < n; j++) {
-            const void *xj = xin + (size_t)j * (size_t)C * es;
-            AN_FN(stream_mix_dots)(dx + (size_t)j * (size_t)C * es, gs, hres + j, n, (const float *)xj,
-                                   bf16 ? (const uint16_t *)xj : NULL, dots, C, n, bf16, nf, a->nt, tmp);
+            AN_FN(stream_mix_dots)(dx + (size_t)j * (size_t)C, gs, hres + j, n, xin + (size_t)j * (size_t)C, dots,
+                                   C, n, nf, a->nt, tmp);
             for (int i = 0; i < n; i++) a->d_res[t * n * n + i * n + j] = dots[i];
         }
     }
@@ -229,15 +219,17 @@ static int AN_FN(stream_write_bwd_fast)(const an_stream_args *a, int64_t r0, int
     /* the outputs are rounded without the NaN test only when no float32 operand holds a NaN that needs it */
     const int nf = an_nan_safe(a->h_post + r0 * n, T * n) && an_nan_safe(a->h_res + r0 * n * n, T * n * n) &&
                    an_nan_safe(a->dq ? a->dq + r0 : NULL, T);
-#define AN_STREAM_CASE(N, B)                                                                                       \
-    if (nf) AN_FN(stream_write_bwd_fixed)(a, r0, r1, sc, N, B, 1);                                               \
-    else AN_FN(stream_write_bwd_fixed)(a, r0, r1, sc, N, B, 0);
-    if (a->n == 2) { AN_STREAM_CASE(2, 1) }
-    else { AN_STREAM_CASE(4, 1) }
-#undef AN_STREAM_CASE
+    if (a->n == 2) {
+        if (nf) AN_FN(stream_write_bwd_fixed)(a, r0, r1, sc, 2, 1);
+        else AN_FN(stream_write_bwd_fixed)(a, r0, r1, sc, 2, 0);
+    } else {
+        if (nf) AN_FN(stream_write_bwd_fixed)(a, r0, r1, sc, 4, 1);
+        else AN_FN(stream_write_bwd_fixed)(a, r0, r1, sc, 4, 0);
+    }
     return 1;
 }
 
+/* 0 when the call is not one stream_fwd_fixed takes (the general loop in stream_rows takes it) */
 static int AN_FN(stream_fwd_fast)(const an_stream_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
     if ((a->op != AN_STREAM_READ && a->op != AN_STREAM_WRITE) || (a->n != 2 && a->n != 4) ||
         (a->dt != AN_F32 && a->dt != AN_BF16))
