@@ -268,16 +268,15 @@ def _backfill(summary: dict, cfg: RunConfig, data: SplitCorpus, run_dir: Path) -
         summary.update(_convergence(summary["val_curve"]),
                        tokens_seen=summary["steps_done"] * cfg.batch * cfg.seq_len,
                        n_params=sum(p.numel() for p in build_model(cfg).parameters()))
-    lines = None
-    if "grad_profile" not in summary or ("saturation" in summary and "saturation_curve" not in summary) or \
-            ("max_composite_gain_fwd" in summary and "gain_curve" not in summary):
-        lines = read_metrics(run_dir)
-    if lines:
-        summary.setdefault("grad_profile", grad_profile(lines))
-        if "saturation" in summary and _saturation_curve(lines):
-            summary.setdefault("saturation_curve", _saturation_curve(lines))
-        if "max_composite_gain_fwd" in summary and _gain_curve(lines):
-            summary.setdefault("gain_curve", _gain_curve(lines))
+    # (key, what the run measured for it to exist, how it is made from the metrics)
+    curves = [("grad_profile", None, grad_profile), ("saturation_curve", "saturation", _saturation_curve),
+              ("gain_curve", "max_composite_gain_fwd", _gain_curve)]
+    wanted = [(key, make) for key, needs, make in curves if key not in summary and (needs is None or needs in summary)]
+    lines = read_metrics(run_dir) if wanted else []
+    for key, make in wanted:
+        value = make(lines) if lines else None
+        if value:
+            summary[key] = value
     return set(summary) != before
 
 
