@@ -9,7 +9,8 @@ too. The preset's time is then  sum over runs of  steps x per-step + evaluations
 
     OMP_NUM_THREADS=1 python benchmarks/bench_study_presets.py frontier depth long wide mixing dyt
 
-writes benchmarks/results/study_presets.json (one entry per preset, merged with what is there).
+writes benchmarks/results/study_presets.json (one entry per preset, merged with what is there). With ``--reuse``
+the per-step times recorded there for a preset's models are kept and only models new to the preset are timed.
 """
 
 from __future__ import annotations
@@ -51,33 +52,46 @@ def measure(cfg, data) -> dict:
     return {"per_step_s": per_step, "per_eval_s": time.perf_counter() - t}
 
 
-def preset_time(name: str, data) -> dict:
+def form(r) -> str:
+    return r.name().split("-lr")[0] + r.variant_suffix()
+
+
+def preset_time(name: str, data, recorded: dict | None = None) -> dict:
+    """``recorded``: {form: costs} measured before (a grid that only adds runs of models already timed, such as an
+    init axis, is recomputed from them without timing anything); a model not among them is timed."""
     runs = PRESETS[name].runs()
     costs = {}
     for r in runs:
         k = cost_key(r)
         if k not in costs:
+            if recorded and form(r) in recorded:
+                costs[k] = recorded[form(r)]
+                continue
             costs[k] = measure(r, data)
             print(f"{name}: {r.name()}: {costs[k]['per_step_s'] * 1e3:.1f} ms/step", flush=True)
     total = sum(r.steps * costs[cost_key(r)]["per_step_s"] + (r.steps // r.eval_every + 1) *
                 costs[cost_key(r)]["per_eval_s"] for r in runs)
-    forms = [{"form": r.name().split("-lr")[0] + r.variant_suffix(), **costs[cost_key(r)]}
+    forms = [{"form": form(r), **costs[cost_key(r)]}
              for r in {cost_key(r): r for r in runs}.values()]
     return {"runs": len(runs), "steps_per_run": sorted({r.steps for r in runs}), "computed_total_s": total,
             "threads": torch.get_num_threads(), "per_form": forms,
             "note": "computed from measured per-step times, not a run of the preset"}
 
 
-def main(names: list[str]) -> None:
+def main(names: list[str], reuse: bool = False) -> None:
     torch.set_num_threads(1)
     data = load_split()
     results = json.loads(OUT.read_text()) if OUT.exists() else {}
     for name in names:
-        results[name] = preset_time(name, data)
+        recorded = {f["form"]: {k: f[k] for k in ("per_step_s", "per_eval_s")}
+                    for f in results.get(name, {}).get("per_form", [])} if reuse else None
+        results[name] = preset_time(name, data, recorded)
         print(f"{name}: {results[name]['runs']} runs, {results[name]['computed_total_s'] / 3600:.2f} h on one thread",
               flush=True)
         OUT.write_text(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["frontier", "depth", "long", "wide", "mixing", "dyt"])
+    # --reuse: keep the per-step times already recorded for a preset's models, time only the models new to it
+    args = [a for a in sys.argv[1:] if a != "--reuse"]
+    main(args or ["frontier", "depth", "long", "wide", "mixing", "dyt"], reuse="--reuse" in sys.argv[1:])

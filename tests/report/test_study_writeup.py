@@ -219,3 +219,27 @@ def test_a_results_directory_committed_before_its_preset_finished_says_so(tmp_pa
         ("", NOT_MEASURED, "none of its runs is among those committed in `frontier/` yet -- partial: 4 of 6 runs "
                            "recorded")]
     assert "none of its runs is among those committed in `frontier/` yet" in text
+
+
+def test_the_hybridnorm_claims_read_each_init_apart():
+    """HybridNorm's paper trains at Megatron's init ('gpt2'): its loss claim is decided there, the Xavier rows are
+    shown beside it, and failures are pooled per init, never across inits (10/10 failed at Xavier and 0/10 at gpt2
+    pooled would read as 'fails more' for a form that trains at its paper's init)."""
+    pairs = [dict(_pair(p, lr, None, None, None, "no loss to compare (every run failed)", (5, 5, 0, 5)),
+                  init="xavier", fail_p=0.008, fail_call="fails more")
+             for p in ("hybrid", "hybrid_star") for lr in (1e-3, 3e-3)]
+    pairs += [dict(_pair(p, lr, -0.05, -0.08, -0.02, "better", (0, 5, 0, 5)), init="gpt2")
+              for p in ("hybrid", "hybrid_star") for lr in (1e-3, 3e-3)]
+    study = {"runs": [_row("hybrid", init=i) for i in ("xavier", "gpt2")], "pairwise": pairs}
+    loss = answer(_claim("hybridnorm"), study)
+    assert "hybrid, xavier init, lr 0.001: final validation loss minus pre-LN's" in loss["lines"][0]
+    assert loss["calls"] == ["better"] * 4  # the gpt2 rows decide; the Xavier rows' pooled failures are said apart
+    assert reproduced(_claim("hybridnorm"), loss)[0][1] == REPRODUCED
+    stable = answer(_claim("hybridnorm_stable"), study)
+    pooled = [line for line in stable["lines"] if line.startswith("pooled")]
+    assert [line.split(":")[0] for line in pooled] == [
+        "pooled over hybrid's 2 settings", "pooled over hybrid_star's 2 settings",
+        "pooled over hybrid (gpt2 init)'s 2 settings", "pooled over hybrid_star (gpt2 init)'s 2 settings"]
+    assert "failed 10/10 vs pre-LN 0/10" in pooled[0] and "failed 0/10 vs pre-LN 0/10" in pooled[2]
+    verdict = reproduced(_claim("hybridnorm_stable"), stable)[0]
+    assert verdict[1] == NOT_REPRODUCED and "2 of 4" in verdict[2] and "2 contradict" in verdict[2]

@@ -47,10 +47,12 @@ PUBLISHED = {p.key: p for p in (
               (("Pagliardini, Mohtashami, Fleuret and Jaggi, DenseFormer: Enhancing Information Flow in Transformers "
                 "via Depth Weighted Averaging (NeurIPS 2024)", "2402.02622"),)),
     Published("hybridnorm", "HybridNorm (QKV normalization in attention, Post-Norm in the FFN) outperforms both Pre-Norm "
-              "and Post-Norm in dense and Mixture-of-Experts language models", "large-scale dense (1.2B parameters "
-              "among them) and Mixture-of-Experts language models", (0.0, 0.0),
+              "and Post-Norm in dense and Mixture-of-Experts language models", "a 1.2B dense model (16 layers, d_model "
+              "2048, 1T tokens) and a Mixture-of-Experts model of 6.9B parameters (1.3B active, 500B tokens), at "
+              "Megatron's init (output projections scaled by 1/sqrt(2L)), as the released configs set them",
+              (1.2e9, 6.9e9),
               (("Zhuo et al., HybridNorm: Towards Stable and Efficient Transformer Training via Hybrid Normalization "
-                "(2025)", "2503.04598"),)),
+                "(2025)", "2503.04598"),), tokens=(5e11, 1e12)),
     Published("ngpt", "nGPT (every vector normalized to the unit hypersphere) reaches the same accuracy in 4 to 20 times "
               "fewer training steps than GPT, depending on the sequence length", "0.5B and 1B models on OpenWebText, "
               "contexts of 1k to 8k tokens", (0.5e9, 1e9),

@@ -258,13 +258,18 @@ PRESETS = {
         StudyGrid(placements=("pre",), norms=("dyt",), **_DEEP_AXES),
     )),
     # the frontier forms beside the seeds' placements at the paper preset's depth, 5 seeds, two learning rates;
-    # Derf, value residual and DyT with the DyT paper's per-slot alpha as pre-norm variants (170 runs; hours:
+    # Derf, value residual and DyT with the DyT paper's per-slot alpha as pre-norm variants, and HybridNorm at its
+    # paper's init beside pre and post at that init (210 runs; hours:
     # measured per-step times and the sharding command in docs/study.md)
     "frontier": Study((
         StudyGrid(placements=FRONTIER_FORMS, **_FRONTIER_AXES),
         StudyGrid(placements=("pre",), norms=("derf",), **_FRONTIER_AXES),
         StudyGrid(placements=("pre",), value_residuals=(True,), **_FRONTIER_AXES),
         StudyGrid(placements=("pre",), norms=("dyt",), dyt_alphas=(DYT_PAPER_ALPHA,), **_FRONTIER_AXES),
+        # HybridNorm's paper trains with Megatron's init (N(0, 0.02), output projections / sqrt(2L): "gpt2" here);
+        # at Xavier init and 24 layers it plateaus at the unigram loss as post-LN does. pre and post at the same
+        # init are its baselines: pre for the loss, post to tell HybridNorm's own effect from the init's
+        StudyGrid(placements=("pre", "post", "hybrid", "hybrid_star"), inits=("gpt2",), **_FRONTIER_AXES),
     )),
     # where each placement stops training as depth grows (the depth x placement map), 3 seeds
     "depth": StudyGrid(placements=("post", "pre", "deepnorm", "mix", "lns"), depths=(6, 12, 24, 48),
