@@ -58,3 +58,51 @@ def test_unknown_backend_and_bad_normalized_shape():
 def test_x_not_a_tensor():
     with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
         addnorm.layer_norm([1.0, 2.0], 2)
+
+
+@pytest.mark.parametrize("module", [ann.LayerNorm, ann.RMSNorm, ann.DyT, ann.Derf])
+@pytest.mark.parametrize("bad", [[64.7], ["8"], True, 64.0, (True,), "8"])
+def test_modules_refuse_a_normalized_shape_that_is_not_ints(module, bad):
+    """torch.nn.LayerNorm raises for these; int() had truncated 64.7 to 64 and read "8" as 8."""
+    with pytest.raises(TypeError, match="normalized_shape"):
+        module(bad)
+
+
+def test_modules_take_what_torch_takes_as_ints():
+    import numpy as np
+    assert ann.LayerNorm(torch.Size([4, 8])).normalized_shape == (4, 8)
+    assert ann.RMSNorm(np.int64(8)).normalized_shape == (8,)
+    assert ann.LayerNorm(torch.tensor(5)).normalized_shape == (5,)
+    with pytest.raises(ValueError, match="non-negative"):
+        ann.LayerNorm([-1])
+
+
+def test_layer_norm_refuses_eps_none_as_torch_does():
+    """RMSNorm's eps=None is torch's default (the dtype's eps); LayerNorm has no such default: torch raises."""
+    x = torch.randn(2, 8)
+    for call in (lambda: addnorm.layer_norm(x, 8, eps=None), lambda: addnorm.add_layer_norm(x, x, 8, eps=None)):
+        with pytest.raises(TypeError, match="eps must be a float"):
+            call()
+    with pytest.raises(TypeError):
+        torch.nn.functional.layer_norm(x, (8,), eps=None)
+    torch.testing.assert_close(addnorm.rms_norm(x, 8, eps=None), torch.nn.functional.rms_norm(x, (8,)))
+
+
+@pytest.mark.parametrize("backend", ["torch", "cpu"])
+def test_freed_scalars_are_named_not_a_crash(backend):
+    """DyT's alpha is a Parameter: FSDP frees Parameters' storage. It segfaulted on the torch backend."""
+    if backend == "cpu" and not addnorm.cpu_kernel_availability().available:
+        pytest.skip("the compiled CPU kernels are not built")
+    x = torch.randn(2, 8)
+    alpha = torch.nn.Parameter(torch.tensor(0.5))
+    alpha.untyped_storage().resize_(0)
+    with pytest.raises(RuntimeError, match="alpha has 1 elements but its storage has been freed"):
+        addnorm.add_dyt(x, torch.randn(2, 8), alpha, backend=backend)
+    shift = torch.tensor(0.1)
+    shift.untyped_storage().resize_(0)
+    with pytest.raises(RuntimeError, match="shift has 1 elements but its storage has been freed"):
+        addnorm.add_derf(x, None, torch.tensor(0.5), shift, backend=backend)
+    w = torch.nn.Parameter(torch.ones(8))
+    w.untyped_storage().resize_(0)
+    with pytest.raises(RuntimeError, match="weight has 8 elements but its storage has been freed"):
+        addnorm.layer_norm(x, 8, w, backend=backend)

@@ -168,3 +168,18 @@ def test_auto_picks_cpu_kernel_for_float32_and_torch_for_float64():
 def test_cpu_backend_refuses_what_it_cannot_run():
     with pytest.raises(RuntimeError, match="backend='cpu' cannot run this call: x has dtype torch.float64"):
         addnorm.layer_norm(torch.randn(2, 3, dtype=torch.float64), 3, backend="cpu")
+
+
+@pytest.mark.parametrize("backend", ["torch", "cpu"])
+def test_cast_before_weight_with_a_float32_weight_rounds_once(backend):
+    """Llama order with a float32 weight beside bfloat16 activations: the product rounded once, as HF's
+    ``weight * h.to(bf16)`` cast to bf16 gives -- the torch backend had rounded the weight to bf16 first
+    (4001 of 16384 values one bf16 ulp away from the kernels')."""
+    if backend == "cpu" and not addnorm.cpu_kernel_availability().available:
+        pytest.skip("the compiled CPU kernels are not built")
+    g = torch.Generator().manual_seed(0)
+    xb = torch.randn(64, 256, generator=g).bfloat16()
+    wf = torch.randn(256, generator=g) * 0.1 + 1
+    h = xb.float() * torch.rsqrt(xb.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+    want = (wf * h.to(torch.bfloat16)).to(torch.bfloat16)
+    assert torch.equal(addnorm.rms_norm(xb, 256, wf, 1e-6, cast_before_weight=True, backend=backend), want)

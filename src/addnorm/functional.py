@@ -157,7 +157,8 @@ def _check_param(name: str, p, shape: tuple[int, ...], x: torch.Tensor) -> None:
 
 def _check_storage(name: str, t) -> None:
     # a tensor whose storage was freed (FSDP's resize_(0)) has elements but no memory behind them
-    if t is not None and type(t) is torch.Tensor and t.numel() and t.untyped_storage().nbytes() == 0:
+    # (plain tensors and Parameters -- FSDP frees Parameters' storage; other subclasses hold no storage of their own)
+    if t is not None and type(t) in _PLAIN and t.numel() and t.untyped_storage().nbytes() == 0:
         raise RuntimeError(f"{name} has {t.numel()} elements but its storage has been freed "
                            "(untyped_storage().resize_(0)); materialize it before calling addnorm")
 
@@ -311,8 +312,9 @@ def _fast_path_ok(x, residual, D, weight, bias, eps, weight_offset, backend) -> 
         return False
     for p in (weight, bias):
         # plain tensors and Parameters; other subclasses (DTensor, FakeTensor, ...) take the general path
+        # (a freed Parameter -- FSDP's resize_(0) -- has a null data pointer: the general path names it)
         if p is not None and (type(p) not in _PLAIN or p.dtype not in _PARAM_DTYPES or not p.is_cpu
-                              or p.dim() != 1 or p.shape[0] != D or p.is_neg()):
+                              or p.dim() != 1 or p.shape[0] != D or p.is_neg() or not p.data_ptr()):
             return False
     return ((backend or _state.backend) in _KERNEL_BACKENDS and not _functorch_active() and not _dispatch_depth()
             and _tracing_state() is None and availability().available)
@@ -321,7 +323,7 @@ def _fast_path_ok(x, residual, D, weight, bias, eps, weight_offset, backend) -> 
 def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset, cast_before_weight, out,
           residual_out, backend, out_dtype=None, residual_in_fp32=False):
     if out is None and residual_out is None and out_dtype is None and not residual_in_fp32:
-        if eps is None and isinstance(x, torch.Tensor):
+        if eps is None and kind == "rms" and isinstance(x, torch.Tensor):
             eps = _default_rms_eps(x)
         if _fast_path_ok(x, residual, normalized_shape, weight, bias, eps, weight_offset, backend):
             _last["backend"] = "cpu"
@@ -339,7 +341,7 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
     _check_out_dtype(out_dtype)
     if not isinstance(residual_in_fp32, bool):
         raise TypeError(f"residual_in_fp32 must be a bool, got {type(residual_in_fp32).__name__}")
-    if eps is None:
+    if eps is None and kind == "rms":  # RMSNorm: torch's default; LayerNorm refuses None, as torch does
         eps = _default_rms_eps(x)
     eps = _check_eps(eps)
     weight_offset = _finite_real("weight_offset", weight_offset)

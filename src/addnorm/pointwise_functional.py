@@ -59,9 +59,11 @@ _SCALARS = frozenset((torch.Tensor, torch.nn.Parameter))
 def _fast(x, residual, alpha, shift, weight, bias, backend) -> bool:
     """The common call, checked cheaply (Add & Norm's fast-path rules, plus plain one-element CPU scalars);
     anything else is validated in full. Same kernel either way."""
+    # (a freed scalar -- FSDP frees Parameters' storage -- has a null data pointer: the general path names it)
     return (type(alpha) in _SCALARS and alpha.numel() == 1 and alpha.is_cpu and alpha.dtype.is_floating_point
+            and alpha.data_ptr() != 0
             and (shift is None or (type(shift) in _SCALARS and shift.numel() == 1 and shift.is_cpu
-                                   and shift.dtype.is_floating_point))
+                                   and shift.dtype.is_floating_point and shift.data_ptr() != 0))
             and isinstance(x, torch.Tensor) and x.dim() > 0
             and F._fast_path_ok(x, residual, x.shape[-1], weight, bias, 0.0, 0.0, backend))
 
@@ -85,7 +87,8 @@ def _pointwise(kind, x, residual, alpha, shift, weight, bias, backend):
     if shift is not None:
         _scalar("shift", shift, x)
     if not torch.compiler.is_compiling() and not F._functorch_active():
-        for name, t in (("x", x), ("residual", residual), ("weight", weight), ("bias", bias)):
+        for name, t in (("x", x), ("residual", residual), ("weight", weight), ("bias", bias), ("alpha", alpha),
+                        ("shift", shift)):
             F._check_storage(name, t)
     which = F._resolve(backend, x, shape, None)
     F._last["backend"] = which

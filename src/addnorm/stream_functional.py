@@ -15,6 +15,8 @@ from float32 sums (eager's batched matmul rounds the products and the add separa
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from . import functional as F
@@ -112,11 +114,18 @@ def _check_mhc(x, phi, coeffs, perms, eps, iters):
     n, C = x.shape[-2], x.shape[-1]
     if n < 1:
         raise ValueError(f"x must hold at least one stream (..., n >= 1, C), got shape {tuple(x.shape)}")
+    if C < 1:
+        raise ValueError(f"x must have at least one channel (..., n, C >= 1): the RMS of an empty vec(X) is "
+                         f"undefined, got shape {tuple(x.shape)}")
     if perms is not None:
         _tensor("perms", perms)
         if perms.dim() != 3 or tuple(perms.shape[1:]) != (n, n) or perms.shape[0] < 1:
             raise ValueError(f"perms must be (r, {n}, {n}) permutation matrices for x of shape {tuple(x.shape)}, "
                              f"got {tuple(perms.shape)}")
+        # (any (r, n, n) matrices are mixed as given -- mHC-lite's are the n! permutations, and the kernels take
+        # only those; other matrices, doubly stochastic ones say, take the formulas)
+        if not torch.compiler.is_compiling() and not F._functorch_active():
+            F._check_storage("perms", perms)
     r = n * n if perms is None else perms.shape[0]
     _tensor("phi", phi)
     if tuple(phi.shape) != (n * C, 2 * n + r):
@@ -137,8 +146,8 @@ def _check_mhc(x, phi, coeffs, perms, eps, iters):
             raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 0:
         raise ValueError(f"iters must be a non-negative int (Sinkhorn-Knopp rounds), got {iters!r}")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
-        raise ValueError(f"eps must be a non-negative float, got {eps!r}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < math.inf:
+        raise ValueError(f"eps must be a finite non-negative float, got {eps!r}")
     if not torch.compiler.is_compiling() and not F._functorch_active():
         for name, t in (("x", x), ("phi", phi), *coeffs.items()):
             F._check_storage(name, t)

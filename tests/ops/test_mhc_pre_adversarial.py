@@ -394,7 +394,7 @@ EXTREMES = {  # name -> (edit, eps); judged against the float32 formulas: float3
     "inf_a_res": (_set(4, torch.tensor(float("inf"))), EPS),
     "saturated_sigmoids": (lambda a: [a.__setitem__(5, torch.full((3,), -200.0)),
                                       a.__setitem__(6, torch.full((3,), 200.0))], EPS),
-    "eps_inf": (lambda a: None, float("inf")),
+    # eps = inf is refused now, as the norms refuse it (test_bad_eps_and_perms_are_refused_by_name)
     "eps_1e300": (lambda a: None, 1e300),
 }
 
@@ -452,6 +452,8 @@ def test_a_nan_res_logit_with_zero_sinkhorn_rounds(backend):
     # _sk_start) does too: only the NaN entry is NaN (got 1 NaN of 9 per token, expected 9). With iters >= 1 the
     # NaN spreads through the sums anyway, so only iters = 0 differs. Fix: propagate NaN in the max
     # (`mx = (L[e] > mx || L[e] != L[e]) ? L[e] : mx`; in Triton tl.max(..., propagate_nan=tl.PropagateNan.ALL)).
+    # Since then iters = 0 takes no shift at all (M0 = exp(L), eq. 9; see test_zero_rounds_is_exp_of_the_logits):
+    # the NaN stays in its entry on every backend, which is what is compared.
     ins, _ = _make((4,), 3, 8)
     ins[7] = ins[7].clone()
     ins[7][1, 2] = float("nan")
@@ -750,8 +752,11 @@ def test_gpt_mhc_pre_backends_agree_inside_the_model(name, autocast, monkeypatch
         with addnorm.use_backend("torch"):
             res[be] = _step(m, idx, autocast)
     torch.testing.assert_close(res["cpu"][0], res["torch"][0], atol=1e-5, rtol=1e-5)
+    # under bf16 autocast the rest of the model rounds to bf16 (an ulp is 4e-3 relative): one layer's weight
+    # gradient measured 2.3e-4 apart (mhc_lite, the attention's c_proj) on an AVX-512 machine at 1 or 2 threads
+    bound = 1e-3 if autocast else 2e-4
     for k in res["torch"][1]:
-        assert _max_rel(res["cpu"][1][k], res["torch"][1][k]) < 2e-4, k
+        assert _max_rel(res["cpu"][1][k], res["torch"][1][k]) < bound, k
 
 
 def test_formulas_pre_jvp_matches_torch_func_jvp_of_the_spec():
@@ -765,3 +770,54 @@ def test_formulas_pre_jvp_matches_torch_func_jvp_of_the_spec():
         _, want = torch.func.jvp(lambda *a: mf.pre(*a, perms, EPS, iters)[:4], tuple(ins), tuple(tans))
         for a, e in zip(got, want, strict=True):
             torch.testing.assert_close(a, e, atol=1e-10, rtol=1e-9)
+
+
+def _lost_column(backend):
+    """A column whose logits sit 120 below the other's: under the matrix's max its exp underflowed to 0 in float32
+    and the first (column) division made the whole H_res NaN (0 / 0), and its gradients NaN on phi and b_res."""
+    ins, _ = _make((3,), 2, 4)
+    ins[7] = torch.tensor([[0.0, -120.0], [0.0, -120.0]])
+    return ins
+
+
+@pytest.mark.parametrize("backend", KERNELS + ["torch"])
+def test_a_column_far_below_the_others_stays_finite(backend):
+    # Was a defect (fixed): the shift before exp was the matrix's max; it is each column's now (the first round, over
+    # the columns, divides it out exactly), so a column ~104+ below the rest no longer underflows to zeros.
+    ins = [t.requires_grad_() for t in _lost_column(backend)]
+    out = mhc_pre(*ins, backend=backend)
+    ref = mf.pre(*[t.detach().double() for t in ins], None, EPS, ITERS)
+    assert all(torch.isfinite(o).all() for o in out)
+    torch.testing.assert_close(out[3].double(), ref[3], atol=1e-6, rtol=1e-5)
+    grads = torch.autograd.grad(sum(o.float().sum() * (k + 1) for k, o in enumerate(out)), ins)
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize("backend", KERNELS + ["torch"])
+def test_zero_rounds_is_exp_of_the_logits(backend):
+    # Was a defect (fixed): with iters = 0 every backend returned exp(L - max L), not eq. 9's M0 = exp(L) -- the max
+    # shift is only divided out by a round -- and its gradient treated the max as a constant (gradcheck failed).
+    n = 3
+    ins, _ = _make((2,), n, 4)
+    got = mhc_pre(*ins, iters=0, backend=backend)[3]
+    ref = mf.pre(*[t.double() for t in ins], None, EPS, 0)
+    p = ref[4]  # the projection over RMS(vec(X)): the res logits are a_res p[2n:] + b_res
+    want = torch.exp(ins[4].double() * p[..., 2 * n:].unflatten(-1, (n, n)) + ins[7].double())
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+    if backend == "torch":
+        x = ins[0].double().requires_grad_()
+        rest = [t.double() for t in ins[1:]]
+        assert torch.autograd.gradcheck(lambda x: mhc_pre(x, *rest, iters=0, backend=backend)[3], (x,))
+
+
+def test_bad_eps_freed_perms_and_no_channels_are_refused_by_name():
+    ins, perms = _make((2,), 3, 4, lite=True)
+    with pytest.raises(ValueError, match="eps must be a finite"):
+        mhc_pre(*ins, perms=perms, eps=float("inf"))
+    freed = perms.clone()
+    freed.untyped_storage().resize_(0)
+    with pytest.raises(RuntimeError, match="perms has .* storage has been freed"):
+        mhc_pre(*ins, perms=freed)
+    x = torch.randn(2, 3, 0)
+    with pytest.raises(ValueError, match="at least one channel"):
+        mhc_pre(x, torch.zeros(0, 15), *ins[2:])

@@ -19,3 +19,11 @@ def f32(t: torch.Tensor | None) -> torch.Tensor | None:
     """A tensor the kernels read as contiguous float32 (per-token coefficients, their gradients), detached;
     None stays None."""
     return None if t is None else t.detach().to(torch.float32).contiguous()
+
+
+def resolved(*ts):
+    """The tensors with any negative bit applied: a negative view (``torch._neg_view``, a conjugate's imaginary
+    part) holds its values un-negated with a flag the kernels, reading raw memory, cannot see. Every kernel
+    entry takes its tensors through this (forward inputs and backward gradients alike); a copy only where the
+    flag is set."""
+    return tuple(t.resolve_neg() if t is not None and t.is_neg() else t for t in ts)

@@ -35,11 +35,12 @@ def rms_norm(x, normalized_shape, weight, eps: float, weight_offset: float = 0.0
     y = xf * torch.rsqrt(xf.pow(2).mean(dims, keepdim=True) + eps)
     if weight is None:
         return y.to(x.dtype)
-    if cast_before_weight:
-        # Llama order: normalize in float32, cast to the input dtype, then multiply by the weight
-        w = weight.to(x.dtype) if not weight_offset else (weight.to(ct) + weight_offset).to(x.dtype)
-        return (w * y.to(x.dtype)).to(x.dtype)
     w = weight.to(ct) + weight_offset if weight_offset else weight.to(ct)
+    if cast_before_weight:
+        # Llama order: normalize in float32, cast to the input dtype, then multiply by the weight -- the weight as
+        # it is (a float32 weight is not rounded to the input dtype first: one rounding, of the product, as the
+        # kernels and the fused formulas round it and as HF's weight * h.to(dtype) then cast to dtype gives)
+        y = y.to(x.dtype).to(ct)
     return (y * w).to(x.dtype)
 
 

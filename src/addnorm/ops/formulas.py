@@ -47,6 +47,9 @@ def statistics(s: torch.Tensor, kind: str, ndim: int, eps: float, ct: torch.dtyp
     dims = _dims(ndim)
     if kind == "layer":
         mean = sf.mean(dims, keepdim=True)
+        # corrected by the mean deviation (0 in exact arithmetic, and in its gradient): a constant row's mean is
+        # then its value exactly, as torch's Welford moments and the kernels give it, so xhat = 0 there
+        mean = mean + (sf - mean).mean(dims, keepdim=True)
         xc = sf - mean
         rstd = torch.rsqrt((xc * xc).mean(dims, keepdim=True) + eps)
         return sf, mean, rstd, xc * rstd

@@ -35,14 +35,22 @@ def compute_dtype(*ts) -> torch.dtype:
     return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in ts) else torch.float32
 
 
+def _column_max(logits: torch.Tensor, iters: int):
+    """The shift taken before exp: each column's max (a constant: the first round divides it out), or 0 when no
+    round follows."""
+    return logits.amax(dim=-2, keepdim=True).detach() if iters else 0.0
+
+
 def sinkhorn_knopp(logits: torch.Tensor, iters: int) -> torch.Tensor:
     """mHC eq. 9: M0 = exp(logits) (..., n, n); each iteration divides by the column sums, then by the
     row sums (M_t = T_r(T_c(M_{t-1}))). The result's rows sum to 1 exactly, its columns approximately.
 
-    exp is taken after subtracting each matrix's maximum: a constant factor that the first
-    normalization divides out exactly, so the result is the same and exp cannot overflow.
+    exp is taken after subtracting each column's maximum: a factor per column that the first normalization
+    (T_c, over the columns) divides out exactly, so the result is the same, exp cannot overflow, and no column
+    underflows to all zeros (0 / 0) as it did under the matrix's maximum once its logits sat ~104 below it in
+    float32. With no rounds (iters = 0) nothing divides a shift out: M0 = exp(logits) itself, as eq. 9 says.
     """
-    m = torch.exp(logits - logits.amax(dim=(-2, -1), keepdim=True).detach())
+    m = torch.exp(logits - _column_max(logits, iters))
     for _ in range(iters):
         m = m / m.sum(-2, keepdim=True)  # T_c: columns sum to 1
         m = m / m.sum(-1, keepdim=True)  # T_r: rows sum to 1
@@ -122,8 +130,8 @@ def pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pr
 
 
 def _sinkhorn_backward(L, iters, dout):
-    """dL of sinkhorn_knopp(L, iters) from dOut, through every round (the max shift a constant)."""
-    m0 = torch.exp(L - L.amax(dim=(-2, -1), keepdim=True).detach())
+    """dL of sinkhorn_knopp(L, iters) from dOut, through every round (the column max shift a constant)."""
+    m0 = torch.exp(L - _column_max(L, iters))
     m, rounds = m0, []
     for _ in range(iters):
         c = m.sum(-2, keepdim=True)
@@ -198,8 +206,8 @@ def _pre_jvp(primals, tangents, perms, eps, iters):
     t_post = 2 * s_post * (1 - s_post) * t_logits[1]
     if perms is None:
         L, tL = logits[2].unflatten(-1, (n, n)), t_logits[2].unflatten(-1, (n, n))
-        m = torch.exp(L - L.amax(dim=(-2, -1), keepdim=True))
-        tm = m * tL  # the max shift is divided out by the first normalization
+        m = torch.exp(L - _column_max(L, iters))
+        tm = m * tL  # the column max shift is divided out by the first normalization (none without one)
         for _ in range(iters):
             c = m.sum(-2, keepdim=True)
             m = m / c

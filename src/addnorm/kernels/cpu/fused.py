@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from ..rows import as_rows
+from ..rows import as_rows, resolved
 from .library import KIND_CODES, availability, library
 from .ops import _DTYPE, _PARAM_DTYPE, _check_rc, _num_threads, _ptr, _stats_ptrs, empty_rows_like, like, params, spec
 
@@ -62,6 +62,7 @@ def _run_forward(kind, x, a, m, post, params, eps, weight_offset, cast_before_we
 
 def norm_add(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight, out_dtype, want_stats=True):
     """out = residual + Norm(x) in out_dtype (promote(x, residual)); stats float32 (None unless wanted)."""
+    x, residual, weight, bias = resolved(x, residual, weight, bias)
     N = x.numel() // D
     stats = torch.empty(2 if kind == "layer" else 1, N, dtype=torch.float32) if want_stats else None
     out = empty_rows_like(x, out_dtype)
@@ -74,6 +75,7 @@ def norm_add(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before
 def parallel_add_norm(x, x2, residual, weight, bias, weight2, bias2, kind, D, eps, weight_offset, cast_before_weight,
                       two, branches_first, want_stats=True):
     """(y in x's dtype, y2 or None, s in residual's dtype, stats or None)."""
+    x, x2, residual, weight, bias, weight2, bias2 = resolved(x, x2, residual, weight, bias, weight2, bias2)
     N = x.numel() // D
     stats = torch.empty(2 if kind == "layer" else 1, N, dtype=torch.float32) if want_stats else None
     y = empty_rows_like(x)
@@ -95,6 +97,7 @@ def parallel_add_norm(x, x2, residual, weight, bias, weight2, bias2, kind, D, ep
 def parallel_backward(dy, dy2, dres, s, stats, weight, bias, weight2, bias2, kind, D, weight_offset, output_mask):
     """(ds in s's dtype, dweight, dbias, dweight2, dbias2): parameter gradients in their parameters' shapes
     and dtypes, None where not asked for (or the parameter is absent)."""
+    dy, dy2, dres, s, weight, bias, weight2, bias2 = resolved(dy, dy2, dres, s, weight, bias, weight2, bias2)
     N = s.numel() // D
     ps = (weight, bias, weight2, bias2)
     (w1, b1, w2, b2), pcode = _params(ps, D)
@@ -132,6 +135,7 @@ def parallel_backward(dy, dy2, dres, s, stats, weight, bias, weight2, bias2, kin
 
 def norm_add_contiguous(x, residual, weight, bias, kind, eps, weight_offset, cast_before_weight, want_stats):
     """(out, stats or None) for contiguous x and residual of one dtype."""
+    x, residual, weight, bias = resolved(x, residual, weight, bias)
     D = x.shape[-1]
     N = x.numel() // D
     out = empty_rows_like(x)
@@ -152,6 +156,7 @@ def parallel_contiguous(x, x2, residual, weight, bias, weight2, bias2, kind, eps
                         branches_first, want_stats):
     """(y, y2 or None, s, stats or None) for contiguous x, x2 (or None) and residual of one dtype; y2 when
     weight2 or bias2 is given."""
+    x, x2, residual, weight, bias, weight2, bias2 = resolved(x, x2, residual, weight, bias, weight2, bias2)
     D = x.shape[-1]
     N = x.numel() // D
     two = weight2 is not None or bias2 is not None

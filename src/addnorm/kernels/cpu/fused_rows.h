@@ -62,8 +62,10 @@ static void AN_FN(fused_fwd_rows_any)(const an_ffwd_args *a, int64_t r0, int64_t
             src = buf;
         }
         if (a->s_out) AN_FN(put_row)((char *)a->s_out + r * a->s_rs * ses, src, D, a->sdt, a->nt, tmp);
-        const float mean = a->kind == AN_LAYER ? AN_FN(row_sum)(src, D) * inv_d : 0.0f;
-        const float rstd = an_rstd(AN_FN(sq_dev_sum)(src, mean, D) * inv_d, a->eps);
+        float mean = 0.0f;
+        const float rstd = an_rstd(a->kind == AN_LAYER ? AN_FN(layer_moments)(src, D, AN_FN(row_sum)(src, D), &mean)
+                                                         / (float)D
+                                                       : AN_FN(sq_dev_sum)(src, 0.0f, D) * inv_d, a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
         for (int k = 0; k < 2; k++) {
@@ -154,8 +156,10 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
             for (; i < D; i++) { float v = an_bf16_to_f32(x[i]); buf[i] = v; acc[0] += v; }
         }
         if (s_row && a->nt) AN_FN(stream_bytes)(s_row, s16, (size_t)D * 2);
-        const float mean = a->kind == AN_LAYER ? AN_FN(hsum)(acc) * inv_d : 0.0f;
-        const float rstd = an_rstd(AN_FN(sq_dev_sum)(buf, mean, D) * inv_d, a->eps);
+        float mean = 0.0f;
+        const float rstd = an_rstd(a->kind == AN_LAYER ? AN_FN(layer_moments)(buf, D, AN_FN(hsum)(acc), &mean)
+                                                         / (float)D
+                                                       : AN_FN(sq_dev_sum)(buf, 0.0f, D) * inv_d, a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
         for (int k = 0; k < 2; k++) {

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..rows import f32 as _f32
+from ..rows import f32 as _f32, resolved
 from .library import availability, library
 from .ops import _DTYPE, _num_threads, _ptr, empty_rows_like
 
@@ -65,6 +65,7 @@ def _geometry(x, phi, perm_idx, scal, bias):
 
 
 def mhc_pre(x, phi, scal, bias, perm_idx, eps, iters):
+    x, phi, scal, bias, perm_idx = resolved(x, phi, scal, bias, perm_idx)
     x = x.contiguous()
     n, C, N, m, r = _geometry(x, phi, perm_idx, scal, bias)
     lead = x.shape[:-2]
@@ -78,6 +79,8 @@ def mhc_pre(x, phi, scal, bias, perm_idx, eps, iters):
 
 
 def mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd, iters):
+    (dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd) = resolved(
+        dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd)
     x = x.contiguous()
     n, C, N, m, r = _geometry(x, phi, perm_idx, scal, bias)
     phi = _f32(phi)

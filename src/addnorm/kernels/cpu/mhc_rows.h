@@ -155,10 +155,16 @@ static inline float AN_FN(mhc_sigmoid)(float x) { return 1.0f / (1.0f + expf(-x)
  * M0 and each round's column-normalized matrix A and row sums r, column sums c: (1 + iters) n^2 + 2 iters n. */
 static void AN_FN(mhc_sinkhorn)(const float *L, int n, int iters, float *out, float *st) {
     const int nn = n * n;
-    float mx = L[0];
-    for (int e = 1; e < nn; e++) mx = (L[e] > mx || L[e] != L[e]) ? L[e] : mx; /* NaN propagates, as amax */
+    /* exp after each column's max: the first round divides the columns, so the shift cancels exactly, and a
+     * column far below the others cannot underflow to zeros (0 / 0) as under the matrix's max */
+    float mx[AN_STREAM_MAX_N];
+    for (int j = 0; j < n; j++) {
+        float v = L[j];
+        for (int i = 1; i < n; i++) v = (L[i * n + j] > v || L[i * n + j] != L[i * n + j]) ? L[i * n + j] : v;
+        mx[j] = iters ? v : 0.0f; /* NaN propagates, as amax; no round to divide a shift out: exp(L) itself */
+    }
     float M[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
-    for (int e = 0; e < nn; e++) M[e] = expf(L[e] - mx);
+    for (int e = 0; e < nn; e++) M[e] = expf(L[e] - mx[e % n]);
     if (st) memcpy(st, M, sizeof(float) * (size_t)nn);
     for (int it = 0; it < iters; it++) {
         float c[AN_STREAM_MAX_N], r[AN_STREAM_MAX_N];
@@ -207,7 +213,7 @@ static void AN_FN(mhc_sinkhorn_backward)(const float *dout, int n, int iters, co
             for (int i = 0; i < n; i++) G[i * n + j] = (G[i * n + j] - s) / c[j];
         }
     }
-    for (int e = 0; e < nn; e++) dL[e] = G[e] * st[e]; /* M0 = exp(L - max) */
+    for (int e = 0; e < nn; e++) dL[e] = G[e] * st[e]; /* M0 = exp(L - column max) */
 }
 
 /* the coefficient maps of one token: logits (m) -> H_pre, H_post, H_res; st: Sinkhorn's rounds (backward) */

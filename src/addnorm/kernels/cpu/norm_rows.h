@@ -163,6 +163,27 @@ static float AN_FN(sq_dev_sum)(const float *restrict v, float mean, int64_t n) {
     return AN_FN(hsum)(acc);
 }
 
+/* LayerNorm's statistics of a row whose sum is given: from mean0 = sum / n, one pass takes s1 = sum(x - mean0)
+ * (0 but for rounding) and s2 = sum((x - mean0)^2); the mean is corrected by s1 / n and the sum of squared
+ * deviations is s2 - s1^2 / n (Chan, Golub and LeVeque's corrected two-pass algorithm). A constant row gets
+ * its value as its mean exactly and 0 as its variance, as torch's Welford moments do: the rounded sum / n
+ * alone left xhat at a few 1e-3 (eps 1e-5) or +-1 (eps 0, where torch gives NaN) for most widths. A sum of
+ * squares that overflows (finite inputs) is NaN, as torch's is, not 0 (which made every output 0).
+ * Returns the sum of squared deviations; *mean_out the mean. */
+static float AN_FN(layer_moments)(const float *restrict v, int64_t n, float sum, float *mean_out) {
+    const float m = sum / (float)n;
+    float a1[AN_LANES] = {0}, a2[AN_LANES] = {0};
+    int64_t i = 0;
+    for (; i + AN_LANES <= n; i += AN_LANES)
+        for (int j = 0; j < AN_LANES; j++) { float d = v[i + j] - m; a1[j] += d; a2[j] += d * d; }
+    for (; i < n; i++) { float d = v[i] - m; a1[0] += d; a2[0] += d * d; }
+    const float s1 = AN_FN(hsum)(a1), s2 = AN_FN(hsum)(a2);
+    *mean_out = m + s1 / (float)n;
+    const float ss = s2 - s1 * (s1 / (float)n);
+    if (isinf(ss)) return NAN;
+    return ss < 0.0f ? 0.0f : ss;  /* a NaN stays NaN */
+}
+
 /* dst = (src - mean) * rstd * (w + off) + b, each factor optional */
 static void AN_FN(normalize)(float *dst, const float *src, int64_t n, float mean, float rstd, const float *restrict w,
                              const float *restrict b, float off) {
@@ -248,8 +269,9 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
         }
         /* RMSNorm: the sum of squares taken in the first pass (the same sums, in the same order, as a second
          * pass over buf with mean 0 would take) */
-        const float mean = rms ? 0.0f : AN_FN(hsum)(acc) * inv_d;
-        const float rstd = an_rstd((rms ? AN_FN(hsum)(acc) : AN_FN(sq_dev_sum)(buf, mean, D)) * inv_d, a->eps);
+        float mean = 0.0f;
+        const float rstd = an_rstd((rms ? AN_FN(hsum)(acc) * inv_d
+                                        : AN_FN(layer_moments)(buf, D, AN_FN(hsum)(acc), &mean) / (float)D), a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
         uint16_t *restrict dst = a->nt ? o16 : out_row;
@@ -508,9 +530,10 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, const 
         if (a->res_out && !res_done)
             AN_FN(put_row)((char *)a->res_out + r * a->res_out_rs * ses, src, D, a->sdt, a->nt, tmp);
 
-        const float mean = a->kind == AN_LAYER ? sum * inv_d : 0.0f;
-        /* two-pass: the sum of squared deviations, no E[x²]−E[x]² cancellation */
-        const float rstd = an_rstd(AN_FN(sq_dev_sum)(src, mean, D) * inv_d, a->eps);
+        /* two passes: the sum of squared deviations, no E[x²]−E[x]² cancellation */
+        float mean = 0.0f;
+        const float rstd = an_rstd(a->kind == AN_LAYER ? AN_FN(layer_moments)(src, D, sum, &mean) / (float)D
+                                                       : AN_FN(sq_dev_sum)(src, 0.0f, D) * inv_d, a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
 

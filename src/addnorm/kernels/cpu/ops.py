@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..rows import as_rows  # noqa: F401  (callers view their inputs as rows through here)
+from ..rows import resolved
 from . import output_pool
 from .library import DTYPE_CODES, KIND_CODES, availability, library
 
@@ -100,6 +101,7 @@ def forward(kind, x, r, weight, bias, eps, weight_offset, cast_before_weight, ou
     for RMSNorm. Each tensor has its own dtype: the residual (and the sum written to ``res_out``) may be
     float32 beside 16-bit x and out. ``contiguous=True`` says every tensor is (row strides are D).
     """
+    x, r, weight, bias = resolved(x, r, weight, bias)
     p = params(weight, bias, D)
     if contiguous:
         xs = rs = os_ = ros = D
@@ -125,6 +127,7 @@ def backward(kind, dy, s, stats, weight, pcode, weight_offset, dres, dx, want_dw
     dbias or None) in the dtype of ``pcode``. Tensors as in ``forward``; ``weight`` and ``pcode`` as
     ``params`` returned them.
     """
+    dy, s, weight, dres = resolved(dy, s, weight, dres)
     pdt = _PARAM_DTYPE[pcode]
     dw = torch.empty(D, dtype=pdt) if want_dweight else None  # (D,) ints parse faster than a shape tuple
     db = torch.empty(D, dtype=pdt) if want_dbias else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..rows import as_rows
+from ..rows import as_rows, resolved
 from .library import availability, library
 from .ops import _DTYPE, _PARAM_DTYPE, _check_rc, _num_threads, _ptr, empty_rows_like, like, params, spec
 
@@ -23,6 +23,7 @@ def applies(*ts, D: int = 1) -> bool:
 
 
 def forward(x, residual, alpha: float, shift: float, weight, bias, kind, D, want_sum: bool):
+    x, residual, weight, bias = resolved(x, residual, weight, bias)
     N = x.numel() // D
     y = empty_rows_like(x)
     s = empty_rows_like(x, residual.dtype) if residual is not None and want_sum else None
@@ -42,6 +43,7 @@ def forward(x, residual, alpha: float, shift: float, weight, bias, kind, D, want
 
 def backward(dy, dres, s, alpha: float, shift: float, weight, bias, kind, D, mask):
     """mask: (alpha, shift, weight, bias) gradients wanted."""
+    dy, dres, s, weight, bias = resolved(dy, dres, s, weight, bias)
     N = s.numel() // D
     s = s.contiguous()
     ds = empty_rows_like(s)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from ..rows import f32 as _f32
+from ..rows import f32 as _f32, resolved
 from .library import availability, library
 from .ops import _DTYPE, _num_threads, _ptr, empty_rows_like
 
@@ -43,6 +43,7 @@ def _run(op, n, x, y, xin, xout, out, dy, h_pre, h_post, h_res, q, dq, d_pre, d_
 
 
 def stream_read(x, h_pre):
+    x, h_pre = resolved(x, h_pre)
     n, C = x.shape[-2], x.shape[-1]
     x = _c(x)
     N = x.numel() // (n * C)
@@ -52,6 +53,7 @@ def stream_read(x, h_pre):
 
 
 def stream_read_backward(dh, x, h_pre):
+    dh, x, h_pre = resolved(dh, x, h_pre)
     n, C = x.shape[-2], x.shape[-1]
     x, dh = _c(x), _c(dh)
     N = x.numel() // (n * C)
@@ -62,6 +64,7 @@ def stream_read_backward(dh, x, h_pre):
 
 
 def stream_write(x, y, h_post, h_res, want_q: bool):
+    x, y, h_post, h_res = resolved(x, y, h_post, h_res)
     n, C = x.shape[-2], x.shape[-1]
     x, y = _c(x), _c(y)
     N = x.numel() // (n * C)
@@ -72,6 +75,7 @@ def stream_write(x, y, h_post, h_res, want_q: bool):
 
 
 def stream_write_backward(dx2, dq, x, y, x2, h_post, h_res):
+    dx2, dq, x, y, x2, h_post, h_res = resolved(dx2, dq, x, y, x2, h_post, h_res)
     n, C = x.shape[-2], x.shape[-1]
     dx2, x, y = _c(dx2), _c(x), _c(y)
     N = x.numel() // (n * C)

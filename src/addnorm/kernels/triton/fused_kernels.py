@@ -13,7 +13,7 @@ and reduced across programs in float64 by ``kernels.reduce_partials``, as the Ad
 import triton
 import triton.language as tl
 
-from .kernels import _kahan, _load, _rstd, _to
+from .kernels import _centred, _kahan, _load, _rstd, _to, _variance
 
 
 @triton.jit
@@ -53,9 +53,11 @@ def fused_fwd(X, A, M, P, W1, B1, W2, B2, Y, Y2, S, MEAN, RSTD, sx, sa, sm, sp, 
     mean = tl.zeros([ROWS], dtype=tl.float32)
     xc = s
     if IS_LAYER:
-        mean = tl.sum(s, axis=1) / D
-        xc = tl.where(mask, s - mean[:, None], 0.0)
-    rstd = _rstd(tl.sum(xc * xc, axis=1) / D, eps)
+        mean, xc = _centred(s, mask, D)
+        var = _variance(tl.sum(xc * xc, axis=1), D)
+    else:
+        var = tl.sum(xc * xc, axis=1) / D  # RMSNorm: an overflowed sum gives 0, as torch's rms_norm does
+    rstd = _rstd(var, eps)
     xhat = xc * rstd[:, None]
     if STORE_Y:
         y = _norm_out(xhat, W1, B1, cols, cmask, weight_offset, NDT, HAS_W1, HAS_B1, CAST_BEFORE_W, RNE)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..rows import as_rows
+from ..rows import as_rows, resolved
 from .availability import availability
 from .ops import _OPTIONS, MAX_BLOCK, SUPPORTED_DTYPES, _device, _next_pow2, _programs, _reduce
 
@@ -71,6 +71,7 @@ def _forward(kind, X, A, M, post, params, eps, weight_offset, cast_before_weight
 
 
 def norm_add(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight, out_dtype, want_stats=True):
+    x, residual, weight, bias = resolved(x, residual, weight, bias)
     N = x.numel() // D
     stats = torch.empty(2 if kind == "layer" else 1, N, dtype=torch.float32, device=x.device) if want_stats else None
     out = torch.empty(x.shape, dtype=out_dtype, device=x.device)
@@ -82,6 +83,7 @@ def norm_add(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before
 
 def parallel_add_norm(x, x2, residual, weight, bias, weight2, bias2, kind, D, eps, weight_offset, cast_before_weight,
                       two, branches_first, want_stats=True):
+    x, x2, residual, weight, bias, weight2, bias2 = resolved(x, x2, residual, weight, bias, weight2, bias2)
     N = x.numel() // D
     dev = x.device
     stats = torch.empty(2 if kind == "layer" else 1, N, dtype=torch.float32, device=dev) if want_stats else None
@@ -101,6 +103,7 @@ def parallel_add_norm(x, x2, residual, weight, bias, weight2, bias2, kind, D, ep
 
 
 def parallel_backward(dy, dy2, dres, s, stats, weight, bias, weight2, bias2, kind, D, weight_offset, output_mask):
+    dy, dy2, dres, s, weight, bias, weight2, bias2 = resolved(dy, dy2, dres, s, weight, bias, weight2, bias2)
     N = s.numel() // D
     dev = s.device
     ps = (weight, bias, weight2, bias2)

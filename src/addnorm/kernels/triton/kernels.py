@@ -3,7 +3,8 @@
 Same semantics as the CPU kernels and ``addnorm.ops.formulas``, row by row:
 
     s = round_sdt(x + residual)           the stream, in its own dtype (stored when it is returned)
-    mean = sum(s) / D;  var = sum((s - mean)^2) / D      LayerNorm (two passes, as the formulas)
+    mean = sum(s) / D;  var = sum((s - mean)^2) / D      LayerNorm (two passes, the mean corrected by
+                                          the mean deviation: exact for a constant row)
     var = sum(s^2) / D                                    RMSNorm
     rstd = 1 / sqrt(var + eps)            in float64, rounded once to float32
     y = xhat * (weight + weight_offset) + bias            in float32, rounded once to y's dtype
@@ -45,6 +46,24 @@ def _load(P, offs, mask):
 @triton.jit
 def _rstd(var, eps):
     return (1.0 / tl.sqrt(var.to(tl.float64) + eps)).to(tl.float32)
+
+
+@triton.jit
+def _centred(s, mask, D):
+    """LayerNorm's mean of rows in registers and the rows centred on it: sum / D, then corrected by the mean of
+    the deviations from it (0 but for rounding), so that a constant row gets its value as its mean exactly and
+    centres to 0 (as torch's Welford moments do), where the rounded sum / D alone left it a few ulps off."""
+    mean = tl.sum(s, axis=1) / D
+    mean += tl.sum(tl.where(mask, s - mean[:, None], 0.0), axis=1) / D
+    return mean, tl.where(mask, s - mean[:, None], 0.0)
+
+
+@triton.jit
+def _variance(ss, D):
+    """A sum of squares over D as a variance; an overflowed sum (finite inputs) is NaN, as torch's is, not inf
+    (which made every output 0)."""
+    var = ss / D
+    return tl.where(var == float("inf"), float("nan"), var)
 
 
 @triton.jit
@@ -100,9 +119,11 @@ def add_norm_fwd(X, R, W, B, Y, S, MEAN, RSTD, stride_x, stride_r, stride_y, str
         mean = tl.zeros([ROWS], dtype=tl.float32)
         xc = s
         if IS_LAYER:
-            mean = tl.sum(s, axis=1) / D
-            xc = tl.where(mask, s - mean[:, None], 0.0)
-        rstd = _rstd(tl.sum(xc * xc, axis=1) / D, eps)
+            mean, xc = _centred(s, mask, D)
+            var = _variance(tl.sum(xc * xc, axis=1), D)
+        else:
+            var = tl.sum(xc * xc, axis=1) / D  # RMSNorm: an overflowed sum gives 0, as torch's rms_norm does
+        rstd = _rstd(var, eps)
         _affine(xc * rstd[:, None], W, B, Y, ry + cols[None, :], cols, mask, cols < D, weight_offset, HAS_W, HAS_B,
                 CAST_BEFORE_W, RNE)
     else:
@@ -117,15 +138,27 @@ def add_norm_fwd(X, R, W, B, Y, S, MEAN, RSTD, stride_x, stride_r, stride_y, str
                 acc += s * s
         tl.debug_barrier()  # the stream written, before any thread reads it back
         mean = tl.zeros([ROWS], dtype=tl.float32)
-        if IS_LAYER:  # pass 2: the centred sum of squares
+        ss = tl.zeros([ROWS], dtype=tl.float32)
+        if IS_LAYER:  # pass 2: the centred sums, about mean0 = sum / D
             mean = tl.sum(acc, axis=1) / D
             acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
+            acc1 = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
             for c in range(CHUNKS):
                 cols = c * BLOCK + tl.arange(0, BLOCK)
                 mask = rmask[:, None] & (cols < D)[None, :]
                 xc = tl.where(mask, _stream_again(X, S, rx, rs, cols, mask, STORE_S) - mean[:, None], 0.0)
+                acc1 += xc
                 acc += xc * xc
-        rstd = _rstd(tl.sum(acc, axis=1) / D, eps)
+            # the corrected two-pass algorithm (Chan, Golub and LeVeque): the mean moved by the mean deviation
+            # s1 / D, the sum of squares by s1^2 / D -- exact for a constant row, as the CPU kernels are
+            s1 = tl.sum(acc1, axis=1)
+            mean += s1 / D
+            ss = tl.sum(acc, axis=1) - s1 * (s1 / D)
+            ss = tl.where(ss < 0.0, 0.0, ss)
+            var = _variance(ss, D)
+        else:
+            var = tl.sum(acc, axis=1) / D  # RMSNorm: an overflowed sum gives 0, as torch's rms_norm does
+        rstd = _rstd(var, eps)
         for c in range(CHUNKS):  # pass 3: normalize
             cols = c * BLOCK + tl.arange(0, BLOCK)
             mask = rmask[:, None] & (cols < D)[None, :]

@@ -55,8 +55,8 @@ def _sk_round(M, iv, jv):
 
 
 @triton.jit
-def _sk_start(P, BIAS, a_res, t, tmask, m, NS: tl.constexpr, NB: tl.constexpr):
-    """M_0 = exp(L - max L) of the res logits L = a_res p[2n:] + b_res, as (BT, NB, NB) (0 outside n x n), and
+def _sk_start(P, BIAS, a_res, t, tmask, m, iters, NS: tl.constexpr, NB: tl.constexpr):
+    """M_0 = exp(L - max_i L_ij) of the res logits L = a_res p[2n:] + b_res, as (BT, NB, NB) (0 outside n x n), and
     the offsets and mask of H_res's (BT, n, n) entries."""
     i = tl.arange(0, NB)
     j = tl.arange(0, NB)
@@ -66,11 +66,13 @@ def _sk_start(P, BIAS, a_res, t, tmask, m, NS: tl.constexpr, NB: tl.constexpr):
     L = a_res * tl.load(P + t[:, None, None] * m + col[None, :, :], mask=mask, other=0.0) \
         + tl.load(BIAS + col, mask=valid, other=0.0)[None, :, :]
     L = tl.where(valid[None, :, :], L, -float("inf"))
-    mx = tl.max(tl.max(L, axis=2), axis=1)
-    # tl.max skips NaN; the spec's amax does not (a NaN logit makes the whole matrix NaN, even at iters = 0)
-    has_nan = tl.max(tl.max(tl.where(L != L, 1, 0), axis=2), axis=1) > 0
+    # each column's max (the first round divides the columns: the shift cancels, and no column underflows)
+    mx = tl.max(L, axis=1)
+    # tl.max skips NaN; the spec's amax does not (a NaN logit makes its column NaN, then every row)
+    has_nan = tl.max(tl.where(L != L, 1, 0), axis=1) > 0
     mx = tl.where(has_nan, float("nan"), mx)
-    M0 = tl.where(valid[None, :, :], tl.exp(L - mx[:, None, None]), 0.0)
+    mx = tl.where(iters > 0, mx, 0.0)  # no round to divide a shift out: M_0 = exp(L) itself
+    M0 = tl.where(valid[None, :, :], tl.exp(L - mx[:, None, :]), 0.0)
     offs = t[:, None, None] * (NS * NS) + (i[:, None] * NS + j[None, :])[None, :, :]
     return M0, i < NS, j < NS, offs, mask
 
@@ -142,7 +144,7 @@ def mhc_pre_fwd(X, PHI, SCAL, BIAS, PERM, H, HPRE, HPOST, HRES, P, RSTD, N, C, m
         w, E, roffs, rmask = _lite_start(P, BIAS, PERM, tl.load(SCAL + 2), t, tmask, m, m - 2 * NS, NS, NB, RB)
         tl.store(HRES + roffs, tl.sum(w[:, :, None] * E[None, :, :], axis=1), mask=rmask)
     else:
-        M, iv, jv, roffs, rmask = _sk_start(P, BIAS, tl.load(SCAL + 2), t, tmask, m, NS, NB)
+        M, iv, jv, roffs, rmask = _sk_start(P, BIAS, tl.load(SCAL + 2), t, tmask, m, iters, NS, NB)
         for _ in range(iters):
             _a, _c, M, _r = _sk_round(M, iv, jv)
         tl.store(HRES + roffs, M, mask=rmask)
@@ -206,7 +208,7 @@ def mhc_pre_bwd(DH, DHPRE, DHPOST, DHRES, X, PHI, SCAL, BIAS, PERM, P, RSTD, DX,
         dmask = tmask[:, None, None] & ((i < NS)[:, None] & (j < NS)[None, :])[None, :, :]
         dres = tl.zeros([BT, NB, NB], dtype=tl.float32)
         if HAS_DRES:
-            M0, iv, jv, roffs, rmask = _sk_start(P, BIAS, tl.load(SCAL + 2), t, tmask, m, NS, NB)
+            M0, iv, jv, roffs, rmask = _sk_start(P, BIAS, tl.load(SCAL + 2), t, tmask, m, iters, NS, NB)
             G = tl.load(DHRES + roffs, mask=rmask, other=0.0)  # the gradient of M_iters
             for u in range(iters):  # round iters - u: M_{t-1} -> A_t (columns) -> M_t (rows)
                 M = M0

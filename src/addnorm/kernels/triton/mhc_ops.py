@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ..rows import f32 as _f32
+from ..rows import f32 as _f32, resolved
 from .availability import availability
 from .ops import _OPTIONS, SUPPORTED_DTYPES, _device, _next_pow2
 
@@ -76,6 +76,7 @@ def _perm(perm_idx, like):
 
 
 def mhc_pre(x, phi, scal, bias, perm_idx, eps: float, iters: int):
+    x, phi, scal, bias, perm_idx = resolved(x, phi, scal, bias, perm_idx)
     x = x.contiguous()
     n, C, N, m, r = _geometry(x, phi, perm_idx)
     lead = x.shape[:-2]
@@ -102,6 +103,8 @@ def _splits(N: int, kblocks: int, x: torch.Tensor) -> int:
 
 
 def mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd, iters: int):
+    (dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd) = resolved(
+        dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd)
     x = x.contiguous()
     n, C, N, m, r = _geometry(x, phi, perm_idx)
     K = n * C

@@ -15,7 +15,7 @@ import contextlib
 
 import torch
 
-from ..rows import as_rows
+from ..rows import as_rows, resolved
 from .availability import availability
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -73,6 +73,7 @@ def _kernels():
 
 def forward(kind, x, r, weight, bias, eps, weight_offset, cast_before_weight, out, res_out, stats, N, D):
     """One launch over N rows; x, r, out, res_out are (N, D) row views (r, res_out, stats may be None)."""
+    x, r, weight, bias = resolved(x, r, weight, bias)
     k = _kernels()
     w, b = _param(weight, D), _param(bias, D)
     rows, block, chunks, warps = config(N, D)
@@ -108,6 +109,7 @@ def _reduce(partials: torch.Tensor, D: int) -> torch.Tensor:
 def backward(kind, dy, dres, s, stats, weight, weight_offset, ds, dx, want_dweight, want_dbias, N, D):
     """One launch over N rows (row views as in ``forward``), then the deterministic reduction of the
     parameter gradients: returns (dweight, dbias) as (D,) float64, or None where not wanted."""
+    dy, dres, s, weight = resolved(dy, dres, s, weight)
     k = _kernels()
     w = _param(weight, D)
     rows, block, chunks, warps = config(N, D, _BACKWARD_ROWS)

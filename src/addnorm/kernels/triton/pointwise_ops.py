@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..rows import as_rows
+from ..rows import as_rows, resolved
 from .availability import availability
 from .ops import _OPTIONS, MAX_BLOCK, SUPPORTED_DTYPES, _device, _next_pow2, _programs, _reduce
 
@@ -41,6 +41,7 @@ def _p(t, D):
 
 
 def forward(x, residual, alpha, shift, weight, bias, kind, D, want_sum):
+    x, residual, weight, bias = resolved(x, residual, weight, bias)
     N = x.numel() // D
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     s = torch.empty(x.shape, dtype=residual.dtype, device=x.device) if residual is not None and want_sum else None
@@ -60,6 +61,7 @@ def forward(x, residual, alpha, shift, weight, bias, kind, D, want_sum):
 
 
 def backward(dy, dres, s, alpha, shift, weight, bias, kind, D, mask):
+    dy, dres, s, weight, bias = resolved(dy, dres, s, weight, bias)
     N = s.numel() // D
     s = s.contiguous()
     ds = torch.empty_like(s)

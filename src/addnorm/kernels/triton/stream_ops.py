@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..rows import f32 as _f32
+from ..rows import f32 as _f32, resolved
 from .availability import availability
 from .ops import _OPTIONS, MAX_BLOCK, SUPPORTED_DTYPES, _device, _next_pow2
 
@@ -37,6 +37,7 @@ def _launch(name, x, *args, **meta):
 
 
 def stream_read(x, h_pre):
+    x, h_pre = resolved(x, h_pre)
     x = x.contiguous()
     h = torch.empty(x.shape[:-2] + x.shape[-1:], dtype=x.dtype, device=x.device)
     _launch("stream_read", x, x, _f32(h_pre), h)
@@ -44,6 +45,7 @@ def stream_read(x, h_pre):
 
 
 def stream_read_backward(dh, x, h_pre):
+    dh, x, h_pre = resolved(dh, x, h_pre)
     x, dh = x.contiguous(), dh.contiguous()
     dx = torch.empty_like(x)
     d_pre = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
@@ -52,6 +54,7 @@ def stream_read_backward(dh, x, h_pre):
 
 
 def stream_write(x, y, h_post, h_res, want_q: bool):
+    x, y, h_post, h_res = resolved(x, y, h_post, h_res)
     x, y = x.contiguous(), y.contiguous()
     x2 = torch.empty_like(x)
     q = torch.empty(x.shape[:-2], dtype=torch.float32, device=x.device) if want_q else None
@@ -60,6 +63,7 @@ def stream_write(x, y, h_post, h_res, want_q: bool):
 
 
 def stream_write_backward(dx2, dq, x, y, x2, h_post, h_res):
+    dx2, dq, x, y, x2, h_post, h_res = resolved(dx2, dq, x, y, x2, h_post, h_res)
     dx2, x, y = dx2.contiguous(), x.contiguous(), y.contiguous()
     dx, dy = torch.empty_like(x), torch.empty_like(y)
     d_post = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)

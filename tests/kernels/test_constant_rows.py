@@ -1,0 +1,98 @@
+"""A constant row has mean equal to its value and variance 0, exactly: LayerNorm gives exactly the bias.
+
+torch's CPU and CUDA LayerNorm take the moments with Welford's algorithm, which is exact for a constant row. A
+kernel that takes the mean as ``sum * (1/D)`` (or ``sum / D`` of a rounded sum) is a rounding off for most widths
+(1/D is not exact in binary unless D is a power of two), and then xhat = (x - mean) * rstd is a few 1e-3 at eps
+1e-5 -- and +-1 at eps 0, where torch's 0 * inf gives NaN; the weight gradient picks it up too. The kernels
+correct the mean by the mean deviation (Chan, Golub and LeVeque's corrected two-pass algorithm), which makes it
+exact. Checked here for every LayerNorm-computing op, on every instruction-set path of the CPU kernels (each in
+its own process) and on Triton (in the interpreter), in float32, bfloat16 and float16, at widths where 1/D is
+not exact; and a sum of squares that overflows float32 (finite inputs) gives NaN, as torch's does, not zeros.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import addnorm
+
+SCRIPT = r'''
+import json, sys
+import torch
+import addnorm
+from addnorm.fused_functional import layer_norm_add, parallel_add_layer_norm
+
+backend = sys.argv[1]
+bad = []
+for D in (3, 7, 100, 769, 1000):
+    for dt in (torch.float32, torch.bfloat16, torch.float16):
+        for c in (100.0, 0.1, -3.7):
+            g = torch.Generator().manual_seed(D)
+            w = (torch.randn(D, generator=g) + 1).requires_grad_()
+            b = torch.randn(D, generator=g).requires_grad_()
+            x = torch.full((5, D), c, dtype=dt)
+            zero = torch.zeros(5, D, dtype=dt)
+            outs = {
+                "layer_norm": addnorm.layer_norm(x, D, w, b, backend=backend),
+                "add_layer_norm": addnorm.add_layer_norm(x, zero, D, w, b, backend=backend)[0],
+                "layer_norm_add": layer_norm_add(x, zero, D, w, b, backend=backend),
+                "parallel_add_layer_norm": parallel_add_layer_norm(x, None, zero, D, w, b, backend=backend)[0],
+            }
+            for name, y in outs.items():
+                want = b.to(dt)  # xhat = 0: the output is the bias, rounded once to the output's dtype
+                if not torch.equal(y.detach(), want.detach().expand_as(y)):
+                    bad.append(f"{name} {backend} D={D} {dt} c={c}: max |y - b| "
+                               f"{(y.float() - want.float()).abs().max().item():.3g}")
+                if backend == "torch" and name in ("layer_norm", "add_layer_norm"):
+                    continue  # F.layer_norm's own backward: torch's forward is exact here, its dweight is not
+                dw, = torch.autograd.grad(y.float().sum(), w)
+                if dw.abs().max().item() != 0.0:
+                    bad.append(f"{name} {backend} D={D} {dt} c={c}: dweight {dw.abs().max().item():.3g}, not 0")
+            y0 = addnorm.layer_norm(x, D, eps=0.0, backend=backend)
+            if not y0.isnan().all():
+                bad.append(f"layer_norm {backend} D={D} {dt} c={c} eps=0: {y0[0, 0].item()} where torch gives NaN")
+# torch itself gives NaN for the first row and zeros for the second (where its Welford merge meets inf - inf);
+# the kernels give NaN for both: an overflowed variance is no number (the torch backend is torch's answer)
+big = torch.tensor([[1e30, -1e30, 2e30, 0.0], [3e19, -3e19, 1.0, 2.0]])
+for row in big if backend != "torch" else ():
+    if not addnorm.layer_norm(row[None], 4, backend=backend).isnan().all():
+        bad.append(f"layer_norm {backend}: an overflowed variance gave numbers, not NaN")
+    r = addnorm.rms_norm(row[None], 4, backend=backend)  # torch's rms_norm: rsqrt(inf) = 0, zeros
+    if not torch.equal(r, torch.nn.functional.rms_norm(row[None], (4,))):
+        bad.append(f"rms_norm {backend}: overflow gave {r.tolist()}, torch zeros")
+print(json.dumps(bad))
+'''
+
+
+def _run(backend: str, env: dict) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", SCRIPT, backend], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not addnorm.cpu_kernel_availability().available, reason="the compiled CPU kernels are not built")
+@pytest.mark.parametrize("isa", ["baseline", "avx2", "avx512"])
+def test_a_constant_row_gives_exactly_the_bias_on_every_isa(isa):
+    assert _run("cpu", dict(os.environ, ADDNORM_CPU_ISA=isa, OMP_NUM_THREADS="1")) == []
+
+
+def test_a_constant_row_gives_exactly_the_bias_on_the_torch_backend():
+    assert _run("torch", dict(os.environ)) == []
+
+
+def test_a_constant_row_gives_exactly_the_bias_on_triton():
+    pytest.importorskip("triton", reason="Triton is not installed (pip install -e '.[gpu]'; CI installs it)")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    assert _run("triton", env) == []
+
+
+def test_torch_layer_norm_is_exact_on_a_constant_row_too():
+    """The behaviour matched: torch's own LayerNorm gives exactly the bias (and NaN at eps 0)."""
+    x, b = torch.full((2, 1000), 0.1), torch.randn(1000)
+    assert torch.equal(torch.nn.functional.layer_norm(x, (1000,), None, b), b.expand(2, 1000))
+    assert torch.nn.functional.layer_norm(x, (1000,), eps=0.0).isnan().all()
