@@ -32,16 +32,29 @@ def test_the_rewrite_keeps_what_the_layer_computes(layer, plain_tensor):
             assert (_out(m, ids) - _out(ref, ids)).abs().max() <= 1e-5, (layer.__name__, batch)
 
 
-def test_the_probe_compares_a_model_that_returns_a_plain_tensor():
-    class Wrong(E.PreNorm):  # the rewrite cannot see that this layer's sum is not what it returns
-        def forward(self, x):
-            return x + self.fc(self.norm(x)) * 0
-
+def test_the_probe_compares_a_model_that_returns_a_plain_tensor(monkeypatch):
+    import addnorm.interop.patch as P
     m = E.Model(E.PreNorm, plain_tensor=True)
-    m.layers[0].__class__ = Wrong
-    m.layers[0].forward = lambda x, _m=m.layers[0]: E.PreNorm.forward(_m, x)  # patched: differs from its class
+    want = m(torch.randint(0, E.V, (2, 5), generator=torch.Generator().manual_seed(0)))
+    # a rewritten forward that computes something else: the probe must see it and undo the patch
+    monkeypatch.setattr(P, "_rewritten_forward", lambda layer, *a, **k: type(layer).forward(layer, *a, **k) * 0)
     with pytest.raises(NotImplementedError, match="changed the model's outputs"):
         patch_hf_model(m)
+    assert all("forward" not in mod.__dict__ for mod in m.modules())
+    torch.testing.assert_close(m(torch.randint(0, E.V, (2, 5), generator=torch.Generator().manual_seed(0))), want)
+
+
+def test_a_forward_some_other_code_put_on_the_instance_is_left_alone():
+    """A module whose instance holds its own forward (not addnorm's, not an accelerate hook) keeps it: replacing it
+    would drop whatever that wrapper does, and unpatching would have popped it."""
+    m = E.Model(E.PreNorm, plain_tensor=True)
+    theirs = lambda x, _m=m.layers[0]: E.PreNorm.forward(_m, x) * 2  # noqa: E731
+    m.layers[0].forward = theirs
+    ids = torch.randint(0, E.V, (2, 5), generator=torch.Generator().manual_seed(0))
+    want = m(ids)
+    patch_hf_model(m)
+    assert m.layers[0].__dict__["forward"] is theirs
+    torch.testing.assert_close(m(ids), want)
 
 
 def test_a_detached_layer_output_gets_no_gradient_through_the_hand_off():
@@ -114,3 +127,103 @@ def test_a_function_monkeypatched_in_the_layers_module_is_seen(monkeypatch):
     ids = torch.randint(0, E.V, (2, 5), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert (m(ids).logits - ref(ids).logits).abs().max() <= 1e-5
+
+
+def _steered_llama():
+    """A Llama whose decoder layers are a user's subclass: super().forward() plus a steering vector."""
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    class SteeredLayer(LlamaDecoderLayer):
+        def __init__(self, config, idx):
+            super().__init__(config, idx)
+            self.register_buffer("steer", torch.zeros(config.hidden_size))
+
+        def forward(self, hidden_states, *args, **kwargs):
+            return super().forward(hidden_states, *args, **kwargs) + self.steer
+
+    ref = build("Llama")
+    for i, layer in enumerate(ref.model.layers):
+        new = SteeredLayer(ref.config, i)
+        new.load_state_dict(layer.state_dict(), strict=False)
+        ref.model.layers[i] = new
+    return ref.eval()
+
+
+def test_a_subclass_that_calls_super_forward_keeps_what_it_adds():
+    """Found by review: its forward cannot be rewritten (super() needs the closure), and the structure's generic
+    forward stood in for it, dropping the steering vector (0.50 on the logits once it was set after patching)."""
+    ref = _steered_llama()
+    m = patch_hf_model(copy.deepcopy(ref))
+    for x in (ref, m):
+        x.model.layers[0].steer.fill_(1.0)
+    with torch.no_grad():
+        torch.testing.assert_close(m(IDX).logits, ref(IDX).logits, atol=1e-5, rtol=1e-5)
+    assert "forward" not in m.model.layers[0].__dict__  # its own forward; its norms are patched
+    assert m._addnorm_patched["norms"] > 0
+
+
+def test_accelerate_hooks_survive_patching_and_unpatching():
+    """accelerate's add_hook_to_module puts its wrapper in the instance's forward (device_map relies on it): the patch
+    had overwritten it and unpatch_hf_model popped it, for good."""
+    hooks = pytest.importorskip("accelerate.hooks", reason="accelerate not installed")
+    from addnorm.interop import unpatch_hf_model
+    calls = []
+
+    class Count(hooks.ModelHook):
+        def pre_forward(self, module, *args, **kwargs):
+            calls.append(type(module).__name__)
+            return args, kwargs
+
+    ref = build("Llama")
+    m = copy.deepcopy(ref)
+    for layer in m.model.layers:
+        hooks.add_hook_to_module(layer, Count())
+    hooks.add_hook_to_module(m.model.norm, Count())
+    patch_hf_model(m)
+    calls.clear()
+    with torch.no_grad():
+        torch.testing.assert_close(m(IDX).logits, ref(IDX).logits, atol=1e-5, rtol=1e-5)
+    assert len(calls) == len(m.model.layers) + 1
+    assert m._addnorm_patched["fused_adds"] > 0  # the layers are patched, inside their hooks
+    unpatch_hf_model(m)
+    calls.clear()
+    with torch.no_grad():
+        torch.testing.assert_close(m(IDX).logits, ref(IDX).logits, atol=1e-5, rtol=1e-5)
+    assert len(calls) == len(m.model.layers) + 1
+    assert "_addnorm_old_forward" not in m.model.layers[0].__dict__
+
+
+def test_group_norm_is_not_taken_for_a_layer_norm():
+    """GroupNorm(1, C) acts as a LayerNorm on a 2-D probe but normalizes (C, L) together: patched, an (N, C, L)
+    input with L == C was normalized over L alone (7.4 off); PoolFormer's GroupNorm subclass too."""
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv1d(8, 8, 3, padding=1)
+            self.gn = torch.nn.GroupNorm(1, 8)
+            self.ln = torch.nn.LayerNorm(8)
+
+        def forward(self, x):
+            return self.ln(self.gn(self.conv(x)))
+
+    torch.manual_seed(0)
+    net = Net()
+    torch.nn.init.normal_(net.gn.weight)
+    torch.nn.init.normal_(net.gn.bias)
+    x = torch.randn(2, 8, 8)
+    want = net(x)
+    patch_hf_model(net)
+    assert "forward" not in net.gn.__dict__ and "forward" in net.ln.__dict__
+    torch.testing.assert_close(net(x), want)
+
+
+def test_a_sequence_classifier_without_a_pad_token_can_be_patched():
+    """HF refuses batches > 1 without a pad token; the patch's probe ran two rows, so the patch (verify or not) failed."""
+    cfg = build("Llama").config
+    cfg.pad_token_id = None
+    torch.manual_seed(0)
+    ref = T.LlamaForSequenceClassification(cfg).eval()
+    m = patch_hf_model(copy.deepcopy(ref))
+    with torch.no_grad():
+        torch.testing.assert_close(m(IDX[:1]).logits, ref(IDX[:1]).logits, atol=1e-5, rtol=1e-5)

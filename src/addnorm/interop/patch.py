@@ -183,8 +183,14 @@ def _plan(layer: nn.Module) -> LayerPlan | str | None:
 
 def _is_norm(module: nn.Module) -> bool:
     """A leaf that may be a norm (the probe decides): torch's norms, or a leaf named like one."""
+    # GroupNorm(1, C) behaves as a LayerNorm on a 2-D probe but normalizes (C, L) together, BatchNorm and
+    # InstanceNorm other dims again: never taken for one, whatever their class is called (PoolFormerGroupNorm)
+    if isinstance(module, nn.GroupNorm | nn.modules.batchnorm._NormBase | nn.LocalResponseNorm | nn.CrossMapLRN2d):
+        return False
+    name = type(module).__name__.lower()
     return (not any(True for _ in module.children())
-            and (isinstance(module, nn.LayerNorm | nn.RMSNorm) or type(module).__name__.lower().endswith("norm")))
+            and (isinstance(module, nn.LayerNorm | nn.RMSNorm)
+                 or (name.endswith("norm") and not any(k in name for k in ("groupnorm", "batchnorm", "instancenorm")))))
 
 
 def _norm_forward(norm: nn.Module, x, *args, **kwargs):
@@ -299,6 +305,8 @@ def _layers(model: nn.Module, norms: list):
                 sites = frozenset(n for n, m in layer.named_children() if id(m) in conv)
                 if rewrite_forward(type(layer), sites) is not None:
                     plan = sites
+                elif plan is not None and not _library_forward(layer):
+                    plan = None  # its own forward kept (its norms are still patched)
         if plan is not None:
             found.append((name, layer, plan, None))
         for child_name, child in layer.named_children():  # BLOOM's attention and MLP, MPT's FFN add inside
@@ -308,6 +316,35 @@ def _layers(model: nn.Module, norms: list):
             elif getattr(child, "_addnorm_sites", None) is not None:
                 found.append((f"{name}.{child_name}", child, child._addnorm_sites, layer))
     return found
+
+
+def _library_forward(layer: nn.Module) -> bool:
+    """Whether the forward a layer runs is a library's own (HF's, addnorm's). A structure's generic forward stands in
+    only for those: a subclass that overrides forward -- super().forward() plus a steering vector, a drop-path --
+    cannot be rewritten (its super() needs the closure), and the generic forward would silently drop what it adds."""
+    owner = next((c for c in type(layer).__mro__ if "forward" in c.__dict__), None)
+    return owner is not None and owner.__module__.split(".")[0] in ("transformers", "addnorm")
+
+
+def _install(module: nn.Module, fn) -> bool:
+    """Put ``fn`` in as the module's forward; False (nothing done) where the instance already holds a forward of
+    its own that is not addnorm's -- a wrapper some other library put there. accelerate's hooks
+    (``add_hook_to_module``: ``forward`` calls the hook around ``_old_forward``; ``device_map`` placement relies
+    on them) are kept: ``fn`` goes in as ``_old_forward``, inside the hook."""
+    fn._addnorm_installed = True  # what unpatching takes out again
+    own = module.__dict__.get("forward")
+    if own is None:
+        module.forward = fn
+        return True
+    if hasattr(module, "_hf_hook") and "_old_forward" in module.__dict__:
+        module.__dict__.setdefault("_addnorm_old_forward", module.__dict__["_old_forward"])
+        module._old_forward = fn
+        return True
+    return False
+
+
+def _installable(module: nn.Module) -> bool:
+    return "forward" not in module.__dict__ or (hasattr(module, "_hf_hook") and "_old_forward" in module.__dict__)
 
 
 def _parameters(fn) -> tuple:
@@ -357,21 +394,22 @@ def patch_hf_model(model: nn.Module, *, verify: bool = True) -> nn.Module:
         raise ValueError(f"{type(model).__name__} has no decoder layer or norm addnorm can patch; supported: "
                          f"{_SUPPORTED}")
     new_layers = [(m, p, owner) for _, m, p, owner in layers
-                  if getattr(m, "_addnorm_plan", None) is None and getattr(m, "_addnorm_sites", None) is None]
-    new_norms = [(m, c) for m, c in norms if getattr(m, "_addnorm_convention", None) is None]
+                  if getattr(m, "_addnorm_plan", None) is None and getattr(m, "_addnorm_sites", None) is None
+                  and _installable(m)]
+    new_norms = [(m, c) for m, c in norms if getattr(m, "_addnorm_convention", None) is None and _installable(m)]
     before = _probe_outputs(model) if verify and (new_layers or new_norms) else None
     for module, plan, owner in new_layers:
         if isinstance(plan, LayerPlan):
             module._addnorm_plan = plan
-            module.forward = functools.partial(_structure_forward, module)
+            _install(module, functools.partial(_structure_forward, module))
         else:
             module._addnorm_sites = plan
-            module.forward = functools.partial(_rewritten_forward, module)
+            _install(module, functools.partial(_rewritten_forward, module))
         if owner is not None:  # a rewritten child checkpoints with its decoder layer
             module.__dict__["_addnorm_layer"] = owner
     for module, conv in new_norms:
         module._addnorm_convention = conv
-        module.forward = functools.partial(_norm_forward, module)
+        _install(module, functools.partial(_norm_forward, module))
     problem = None
     try:
         if new_layers:
@@ -411,9 +449,13 @@ def _find_readers(model: nn.Module, layers, norms) -> None:
 
 
 def _unpatch_module(module: nn.Module) -> None:
-    for attr in ("forward", "_addnorm_plan", "_addnorm_convention", "_addnorm_sites", "_addnorm_readers",
-                 "_addnorm_layer"):
-        module.__dict__.pop(attr, None)
+    d = module.__dict__
+    if "_addnorm_old_forward" in d:  # inside an accelerate hook: its _old_forward back, the hook kept
+        d["_old_forward"] = d.pop("_addnorm_old_forward")
+    elif getattr(d.get("forward"), "_addnorm_installed", False):
+        del d["forward"]
+    for attr in ("_addnorm_plan", "_addnorm_convention", "_addnorm_sites", "_addnorm_readers", "_addnorm_layer"):
+        d.pop(attr, None)
     handoff.drop(module)
 
 
@@ -435,7 +477,9 @@ def _probe_outputs(model: nn.Module):
         device = next(model.parameters()).device
     except StopIteration:
         return None
-    ids = torch.randint(0, vocab, (2, 6), generator=torch.Generator().manual_seed(0)).to(device)
+    # two rows, unless the model cannot take them: a sequence classifier with no pad token refuses batches > 1
+    rows = 1 if getattr(config, "pad_token_id", 0) is None else 2
+    ids = torch.randint(0, vocab, (rows, 6), generator=torch.Generator().manual_seed(0)).to(device)
     modes = [(m, m.training) for m in model.modules()]  # each module's own mode, restored as it was
     model.eval()
     try:
