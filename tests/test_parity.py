@@ -183,3 +183,30 @@ def test_cast_before_weight_with_a_float32_weight_rounds_once(backend):
     h = xb.float() * torch.rsqrt(xb.float().pow(2).mean(-1, keepdim=True) + 1e-6)
     want = (wf * h.to(torch.bfloat16)).to(torch.bfloat16)
     assert torch.equal(addnorm.rms_norm(xb, 256, wf, 1e-6, cast_before_weight=True, backend=backend), want)
+
+
+@pytest.mark.parametrize("backend", ["torch", "cpu", "triton"])
+def test_cast_before_weight_rounds_to_the_inputs_dtype_not_the_outputs(backend, monkeypatch):
+    """HF's Llama/Qwen3 RMSNorm returns ``weight * h.to(input_dtype)``: with a float32 weight beside bfloat16
+    activations (autocast, float32 master weights) the output is float32 and h is still rounded to bfloat16 first.
+    With out_dtype=float32 the kernels and formulas rounded h to the output's dtype (no rounding at all): Qwen3's
+    q_norm/k_norm came out 2-4e-3 off HF's logits under autocast. The add + norm form rounds h to the stream's
+    dtype (what the norm reads)."""
+    if backend == "triton":
+        pytest.importorskip("triton", reason="Triton is not installed (pip install -e '.[gpu]'; CI installs it)")
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    elif backend == "cpu" and not addnorm.cpu_kernel_availability().available:
+        pytest.skip("the compiled CPU kernels are not built")
+    g = torch.Generator().manual_seed(1)
+    xb, rb = torch.randn(16, 64, generator=g).bfloat16(), torch.randn(16, 64, generator=g).bfloat16()
+    wf = torch.randn(64, generator=g) * 0.1 + 1
+
+    def hf(hs):
+        h = hs.float() * torch.rsqrt(hs.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+        return wf * h.to(hs.dtype)  # float32: the weight's dtype wins the promotion
+
+    y = addnorm.rms_norm(xb, 64, wf, 1e-6, cast_before_weight=True, out_dtype=torch.float32, backend=backend)
+    assert y.dtype == torch.float32 and torch.equal(y, hf(xb))
+    y, s = addnorm.add_rms_norm(xb, rb, 64, wf, 1e-6, cast_before_weight=True, out_dtype=torch.float32,
+                                backend=backend)
+    assert torch.equal(s, xb + rb) and torch.equal(y, hf(xb + rb))

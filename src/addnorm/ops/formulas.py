@@ -80,8 +80,8 @@ def forward(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_befo
     ct = compute_dtype(x, s)
     _, mean, rstd, xhat = statistics(s, kind, ndim, eps, ct)
     w = scale(weight, weight_offset, ct)
-    if cast_before_weight:  # Llama order: xhat rounded to the output dtype, then the weight
-        xhat = xhat.to(odt).to(ct)
+    if cast_before_weight:  # Llama order: xhat rounded to the dtype of what the norm reads (HF's
+        xhat = xhat.to(s.dtype).to(ct)  # weight * h.to(input_dtype)), then the weight
     y = xhat if w is None else xhat * w
     if bias is not None:
         y = y + bias.to(ct)
@@ -130,7 +130,7 @@ def jvp(s, weight, kind, ndim, eps, weight_offset, cast_before_weight, out_dtype
         if w is not None:
             ty = ty * w
     if tw is not None:
-        xh = xhat.to(out_dtype).to(ct) if cast_before_weight else xhat
+        xh = xhat.to(s.dtype).to(ct) if cast_before_weight else xhat
         ty = xh * tw.to(ct) if ty is None else ty + xh * tw.to(ct)
     if tb is not None:
         ty = tb.to(ct).expand_as(xhat) if ty is None else ty + tb.to(ct)

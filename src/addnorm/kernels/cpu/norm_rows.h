@@ -537,10 +537,11 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, const 
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
 
-        if (a->cast_before_weight && !f32) {
-            /* Llama order: xhat cast to the output dtype first, then multiplied by the weight */
+        if (a->cast_before_weight && a->sdt != AN_F32) {
+            /* Llama order: xhat cast to the dtype of what the norm reads (x, or the stream x + r) first -- HF's
+             * weight * h.to(input_dtype) -- then multiplied by the weight, rounded once more to the output dtype */
             AN_FN(normalize)(tmp, src, D, mean, rstd, NULL, NULL, 0.0f);
-            AN_FN(round_row)(tmp, D, a->odt);
+            AN_FN(round_row)(tmp, D, a->sdt);
             AN_FN(normalize)(tmp, tmp, D, 0.0f, 1.0f, a->weight, a->bias, a->weight_offset);
             AN_FN(put_row)(out_row, tmp, D, a->odt, a->nt, buf);
         } else if (f32 && !a->nt) {

@@ -7,7 +7,7 @@ import torch
 
 from ..rows import as_rows, resolved
 from .availability import availability
-from .ops import _OPTIONS, MAX_BLOCK, SUPPORTED_DTYPES, _device, _next_pow2, _programs, _reduce
+from .ops import _OPTIONS, MAX_BLOCK, SUPPORTED_DTYPES, _device, _next_pow2, _programs, _reduce, _tl_dtype
 
 _GPU_TILE = 4096
 _INTERPRETER_TILE = 16384
@@ -39,12 +39,6 @@ def _config(N: int, D: int, max_rows: int | None = None):
 
 def _p(t, D):
     return None if t is None else t.detach().reshape(D).contiguous()
-
-
-def _tl_dtype(dt: torch.dtype):
-    import triton.language as tl
-
-    return {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[dt]
 
 
 def _forward(kind, X, A, M, post, params, eps, weight_offset, cast_before_weight, amdt, ndt, y, y2, s, stats, N, D):

@@ -8,7 +8,7 @@ Same semantics as the CPU kernels and ``addnorm.ops.formulas``, row by row:
     var = sum(s^2) / D                                    RMSNorm
     rstd = 1 / sqrt(var + eps)            in float64, rounded once to float32
     y = xhat * (weight + weight_offset) + bias            in float32, rounded once to y's dtype
-                                          (cast_before_weight: xhat rounded to y's dtype first)
+                                          (cast_before_weight: xhat rounded to the stream's dtype first)
 
 Programs work on tiles of ROWS rows x BLOCK columns (several short rows at once; one row of up to
 BLOCK elements). A row that fits in one block (``CHUNKS == 1``) is held in registers; a longer one is
@@ -68,11 +68,11 @@ def _variance(ss, D):
 
 @triton.jit
 def _affine(xhat, W, B, Y, offs_y, cols, mask, cmask, weight_offset, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-            CAST_BEFORE_W: tl.constexpr, RNE: tl.constexpr):
+            CAST_BEFORE_W: tl.constexpr, SDT: tl.constexpr, RNE: tl.constexpr):
     """y = xhat * (weight + offset) + bias, stored in Y's dtype."""
     y = xhat
-    if CAST_BEFORE_W:  # Llama's order: the normalized row in the output dtype, then the weight
-        y = _to(y, Y.dtype.element_ty, RNE).to(tl.float32)
+    if CAST_BEFORE_W:  # Llama's order: the normalized row in the dtype of what the norm reads, then the weight
+        y = _to(y, SDT, RNE).to(tl.float32)
     if HAS_W:
         y = y * (_load(W, cols, cmask) + weight_offset)[None, :]
     if HAS_B:
@@ -106,7 +106,7 @@ def _stream_again(X, S, rx, rs, cols, mask, STORE_S: tl.constexpr):
 @triton.jit
 def add_norm_fwd(X, R, W, B, Y, S, MEAN, RSTD, stride_x, stride_r, stride_y, stride_s, N, D, eps, weight_offset,
                  IS_LAYER: tl.constexpr, HAS_R: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-                 STORE_S: tl.constexpr, STORE_STATS: tl.constexpr, CAST_BEFORE_W: tl.constexpr,
+                 STORE_S: tl.constexpr, STORE_STATS: tl.constexpr, CAST_BEFORE_W: tl.constexpr, SDT: tl.constexpr,
                  ROWS: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, RNE: tl.constexpr):
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)  # int64: rows * stride may pass 2**31
     rmask = rows < N
@@ -125,7 +125,7 @@ def add_norm_fwd(X, R, W, B, Y, S, MEAN, RSTD, stride_x, stride_r, stride_y, str
             var = tl.sum(xc * xc, axis=1) / D  # RMSNorm: an overflowed sum gives 0, as torch's rms_norm does
         rstd = _rstd(var, eps)
         _affine(xc * rstd[:, None], W, B, Y, ry + cols[None, :], cols, mask, cols < D, weight_offset, HAS_W, HAS_B,
-                CAST_BEFORE_W, RNE)
+                CAST_BEFORE_W, SDT, RNE)
     else:
         acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
         for c in range(CHUNKS):  # pass 1: the stream (written once), its sum or sum of squares
@@ -164,7 +164,7 @@ def add_norm_fwd(X, R, W, B, Y, S, MEAN, RSTD, stride_x, stride_r, stride_y, str
             mask = rmask[:, None] & (cols < D)[None, :]
             s = _stream_again(X, S, rx, rs, cols, mask, STORE_S)
             _affine((s - mean[:, None]) * rstd[:, None], W, B, Y, ry + cols[None, :], cols, mask, cols < D,
-                    weight_offset, HAS_W, HAS_B, CAST_BEFORE_W, RNE)
+                    weight_offset, HAS_W, HAS_B, CAST_BEFORE_W, SDT, RNE)
     if STORE_STATS:
         tl.store(RSTD + rows, rstd, mask=rmask)
         if IS_LAYER:

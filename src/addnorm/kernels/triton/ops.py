@@ -71,6 +71,12 @@ def _kernels():
     return kernels
 
 
+def _tl_dtype(dt: torch.dtype):
+    import triton.language as tl
+
+    return {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[dt]
+
+
 def forward(kind, x, r, weight, bias, eps, weight_offset, cast_before_weight, out, res_out, stats, N, D):
     """One launch over N rows; x, r, out, res_out are (N, D) row views (r, res_out, stats may be None)."""
     x, r, weight, bias = resolved(x, r, weight, bias)
@@ -88,7 +94,8 @@ def forward(kind, x, r, weight, bias, eps, weight_offset, cast_before_weight, ou
             N, D, float(eps), float(weight_offset),
             IS_LAYER=layer, HAS_R=r is not None, HAS_W=w is not None, HAS_B=b is not None,
             STORE_S=res_out is not None, STORE_STATS=stats is not None, CAST_BEFORE_W=bool(cast_before_weight),
-            ROWS=rows, BLOCK=block, CHUNKS=chunks, RNE=availability().interpreted, num_warps=warps, **_OPTIONS)
+            SDT=_tl_dtype((x if res_out is None else res_out).dtype), ROWS=rows, BLOCK=block, CHUNKS=chunks,
+            RNE=availability().interpreted, num_warps=warps, **_OPTIONS)
 
 
 def _programs(tiles: int, t: torch.Tensor) -> int:
