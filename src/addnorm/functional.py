@@ -312,12 +312,14 @@ def _fast_path_ok(x, residual, D, weight, bias, eps, weight_offset, backend) -> 
         return False
     for p in (weight, bias):
         # plain tensors and Parameters; other subclasses (DTensor, FakeTensor, ...) take the general path
-        # (a freed Parameter -- FSDP's resize_(0) -- has a null data pointer: the general path names it)
         if p is not None and (type(p) not in _PLAIN or p.dtype not in _PARAM_DTYPES or not p.is_cpu
-                              or p.dim() != 1 or p.shape[0] != D or p.is_neg() or not p.data_ptr()):
+                              or p.dim() != 1 or p.shape[0] != D or p.is_neg()):
             return False
+    # (a freed Parameter -- FSDP's resize_(0) -- has a null data pointer: the general path names it; asked last,
+    # once no transform's wrapper, which has no storage, can be here)
     return ((backend or _state.backend) in _KERNEL_BACKENDS and not _functorch_active() and not _dispatch_depth()
-            and _tracing_state() is None and availability().available)
+            and _tracing_state() is None and availability().available
+            and (weight is None or weight.data_ptr() != 0) and (bias is None or bias.data_ptr() != 0))
 
 
 def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset, cast_before_weight, out,

@@ -59,13 +59,14 @@ _SCALARS = frozenset((torch.Tensor, torch.nn.Parameter))
 def _fast(x, residual, alpha, shift, weight, bias, backend) -> bool:
     """The common call, checked cheaply (Add & Norm's fast-path rules, plus plain one-element CPU scalars);
     anything else is validated in full. Same kernel either way."""
-    # (a freed scalar -- FSDP frees Parameters' storage -- has a null data pointer: the general path names it)
+    # (a freed scalar -- FSDP frees Parameters' storage -- has a null data pointer: the general path names it;
+    # asked last, after _fast_path_ok has refused compiled code, which cannot read pointers)
     return (type(alpha) in _SCALARS and alpha.numel() == 1 and alpha.is_cpu and alpha.dtype.is_floating_point
-            and alpha.data_ptr() != 0
             and (shift is None or (type(shift) in _SCALARS and shift.numel() == 1 and shift.is_cpu
-                                   and shift.dtype.is_floating_point and shift.data_ptr() != 0))
+                                   and shift.dtype.is_floating_point))
             and isinstance(x, torch.Tensor) and x.dim() > 0
-            and F._fast_path_ok(x, residual, x.shape[-1], weight, bias, 0.0, 0.0, backend))
+            and F._fast_path_ok(x, residual, x.shape[-1], weight, bias, 0.0, 0.0, backend)
+            and alpha.data_ptr() != 0 and (shift is None or shift.data_ptr() != 0))
 
 
 def _pointwise(kind, x, residual, alpha, shift, weight, bias, backend):

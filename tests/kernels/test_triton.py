@@ -186,6 +186,7 @@ def test_addnorm_works_without_triton_installed():
 
 COMPILE = """
 import triton
+import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from addnorm.kernels.triton import kernels as K
@@ -204,7 +205,8 @@ BWD = dict(DY="*bf16", DRES="*fp32", S="*fp32", MEAN="*fp32", RSTD="*fp32", W="*
 for cc in (80, 90):
     for layer, rows, chunks in ((True, 1, 1), (False, 4, 1), (True, 1, 3), (False, 2, 2)):
         compile(K.add_norm_fwd, FWD, dict(IS_LAYER=layer, HAS_R=True, HAS_W=True, HAS_B=layer, STORE_S=True,
-                STORE_STATS=True, CAST_BEFORE_W=not layer, ROWS=rows, BLOCK=1024, CHUNKS=chunks, RNE=False), cc)
+                STORE_STATS=True, CAST_BEFORE_W=not layer, SDT=tl.float32, ROWS=rows, BLOCK=1024, CHUNKS=chunks,
+                RNE=False), cc)
         compile(K.add_norm_bwd, BWD, dict(IS_LAYER=layer, HAS_DRES=True, HAS_W=True, WANT_DW=True, WANT_DB=layer,
                 STORE_DX=True, ROWS=rows, BLOCK=1024, CHUNKS=chunks, RNE=False), cc)
     compile(K.reduce_partials, dict(P="*fp32", OUT="*fp64", P_ROWS="i32", D="i32"), dict(BLOCK=256), cc)
