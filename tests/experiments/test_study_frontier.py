@@ -122,14 +122,17 @@ def test_tensorboard_without_the_package_names_the_option(monkeypatch, tmp_path,
 
 def test_the_frontier_preset_puts_every_form_beside_the_seeds_placements_with_5_seeds():
     runs = PRESETS["frontier"].runs()
-    assert len(runs) == len(set(runs)) == 170
-    forms = {(r.placement, r.norm, r.value_residual, r.dyt_alpha) for r in runs}
+    assert len(runs) == len(set(runs)) == 210
+    # HybridNorm at its paper's init (Megatron's: "gpt2"), with pre and post at that init as its baselines
+    assert {(r.placement, r.lr) for r in runs if r.init == "gpt2"} == {
+        (p, lr) for p in ("pre", "post", "hybrid", "hybrid_star") for lr in (1e-3, 3e-3)}
+    forms = {(r.placement, r.norm, r.value_residual, r.dyt_alpha, r.init) for r in runs}
     assert {p for p, *_ in forms} == set(FRONTIER) | {"pre", "post", "sandwich", "deepnorm", "mix", "layerscale"}
     assert set(FRONTIER_FORMS) >= set(FRONTIER)
-    assert ("pre", "derf", False, 0.5) in forms and ("pre", "layer", True, 0.5) in forms
-    assert ("pre", "dyt", False, DYT_PAPER_ALPHA) in forms
+    assert ("pre", "derf", False, 0.5, "xavier") in forms and ("pre", "layer", True, 0.5, "xavier") in forms
+    assert ("pre", "dyt", False, DYT_PAPER_ALPHA, "xavier") in forms
     for form in forms:
-        seeds = sorted(r.seed for r in runs if (r.placement, r.norm, r.value_residual, r.dyt_alpha) == form
+        seeds = sorted(r.seed for r in runs if (r.placement, r.norm, r.value_residual, r.dyt_alpha, r.init) == form
                        and r.lr == 1e-3)
         assert seeds == [0, 1, 2, 3, 4]
 
