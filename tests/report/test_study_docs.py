@@ -48,3 +48,33 @@ def test_the_two_shard_times_match_the_measured_per_step_times_and_say_what_was_
         assert not (ROOT / "benchmarks" / "results" / "study" / name / "summary.json").exists(), name
     assert "for preset in frontier long wide; do" in DOC  # the exact sharded commands for what is left
     assert "--preset $preset --out benchmarks/results/study/$preset --shard 1/2" in DOC
+
+
+def test_the_hybridnorm_table_is_what_the_committed_runs_hold():
+    """docs/study.md's HybridNorm table, recomputed from the committed frontier run summaries."""
+    from addnorm.report.study_stats import bootstrap_mean
+
+    runs_dir = ROOT / "benchmarks" / "results" / "study" / "frontier" / "runs"
+    rows: dict = {}
+    for f in runs_dir.glob("*/summary.json"):
+        s = json.loads(f.read_text())
+        c = s["config"]
+        if c["placement"] in ("pre", "post", "hybrid", "hybrid_star") and c["norm"] == "layer" \
+                and not c.get("value_residual"):
+            rows.setdefault((c["init"], c["lr"], c["placement"]), []).append(s)
+
+    def cell(rs):
+        ok = [r["final_val_loss"] for r in rs if not r["failed"]]
+        if len(ok) >= 2:
+            b = bootstrap_mean(ok)
+            loss = f"{b.mean:.3f} [{b.low:.3f}, {b.high:.3f}]"
+        else:
+            loss = f"{ok[0]:.3f} (one run)" if ok else "—"
+        return f"{loss}; failed {sum(r['failed'] for r in rs)}/{len(rs)}"
+
+    table = DOC[DOC.index("<!-- hybridnorm-table:start -->"):DOC.index("<!-- hybridnorm-table:end -->")]
+    for init in ("xavier", "gpt2"):
+        for lr in (0.001, 0.003):
+            line = f"| {init} | {lr:g} | " + " | ".join(cell(rows[(init, lr, p)])
+                                                        for p in ("pre", "post", "hybrid", "hybrid_star")) + " |"
+            assert line in table, line
