@@ -26,4 +26,7 @@ def resolved(*ts):
     part) holds its values un-negated with a flag the kernels, reading raw memory, cannot see. Every kernel
     entry takes its tensors through this (forward inputs and backward gradients alike); a copy only where the
     flag is set."""
-    return tuple(t.resolve_neg() if t is not None and t.is_neg() else t for t in ts)
+    for t in ts:  # the common case (no flag anywhere) returns the arguments as they came, nothing built
+        if t is not None and t.is_neg():
+            return tuple(u.resolve_neg() if u is not None and u.is_neg() else u for u in ts)
+    return ts
