@@ -87,7 +87,8 @@ def scale_gap(p: Published, n_params: int | tuple[int, int] | None, tokens: int 
     out = f"Paper's scale: {p.scale}"
     lo, hi = (n_params, n_params) if isinstance(n_params, int | float) else (n_params or (None, None))
     if lo and p.params[1]:
-        mine = f"{lo / 1e6:.2g}M" if lo == hi else f"{lo / 1e6:.2g}M–{hi / 1e6:.2g}M"
+        a_, b_ = f"{lo / 1e6:.2g}M", f"{hi / 1e6:.2g}M"
+        mine = a_ if a_ == b_ else f"{a_}–{b_}"  # one number where the range rounds to one
         out += f"; its models are {_ratio(p.params[0] / hi, p.params[1] / lo)} the study's {mine} parameters"
     if tokens and p.tokens:
         out += f"; its budgets are {_ratio(p.tokens[0] / tokens, p.tokens[1] / tokens)} the study's {tokens:,} tokens"

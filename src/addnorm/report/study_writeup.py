@@ -345,10 +345,14 @@ def _scale(a: dict) -> str:
     if not a["n_params"]:
         return ""
     lo, hi = a["n_params"]
-    params = f"{lo / 1e6:.2g}M" if lo == hi else f"{lo / 1e6:.2g}M–{hi / 1e6:.2g}M"
+
+    def span(a_: str, b_: str) -> str:  # one number where the range rounds to one (QKV norms add a few weights)
+        return a_ if a_ == b_ else f"{a_}–{b_}"
+
+    params = span(f"{lo / 1e6:.2g}M", f"{hi / 1e6:.2g}M")
     out = f"{params} parameters"
     if a["tokens"]:
-        per = f"{a['tokens'] / hi:.2g}" if lo == hi else f"{a['tokens'] / hi:.2g}–{a['tokens'] / lo:.2g}"
+        per = span(f"{a['tokens'] / hi:.2g}", f"{a['tokens'] / lo:.2g}")
         out += f", {tokens_text(a['tokens'])} tokens, {per} tokens per parameter"
     return out
 
