@@ -46,6 +46,7 @@ import torch
 import torch.autograd.forward_ad as _fwad
 
 from .kernels import torch_ref
+from .kernels.rows import resolved
 from .kernels.cpu import SUPPORTED_DTYPES as _CPU_DTYPES
 from .kernels.cpu import availability
 from .kernels.triton import availability as triton_availability
@@ -352,9 +353,9 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
         for name, t in (("x", x), ("residual", residual), ("weight", weight), ("bias", bias), ("out", out),
                         ("residual_out", residual_out)):
             _check_storage(name, t)
-        # negative views (torch._neg_view) keep their sign in a flag the kernels cannot see
-        x, residual, weight, bias = (t if t is None or not t.is_neg() else t.resolve_neg()
-                                     for t in (x, residual, weight, bias))
+        # negative views resolved before the out= buffers are checked against them (the kernels resolve their
+        # inputs again at their entry, which costs nothing once resolved)
+        x, residual, weight, bias = resolved(x, residual, weight, bias)
     has_sum = formulas.returns_sum(x, residual, residual_in_fp32)
     if out is not None or residual_out is not None:
         if _needs_autograd(x, residual, weight, bias):

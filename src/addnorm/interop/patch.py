@@ -326,25 +326,22 @@ def _library_forward(layer: nn.Module) -> bool:
     return owner is not None and owner.__module__.split(".")[0] in ("transformers", "addnorm")
 
 
-def _install(module: nn.Module, fn) -> bool:
-    """Put ``fn`` in as the module's forward; False (nothing done) where the instance already holds a forward of
-    its own that is not addnorm's -- a wrapper some other library put there. accelerate's hooks
-    (``add_hook_to_module``: ``forward`` calls the hook around ``_old_forward``; ``device_map`` placement relies
-    on them) are kept: ``fn`` goes in as ``_old_forward``, inside the hook."""
+def _installable(module: nn.Module) -> bool:
+    """Whether addnorm may put its forward in: not where the instance already holds a forward of its own -- a
+    wrapper some other library put there -- except accelerate's hooks (``add_hook_to_module``: ``forward`` calls
+    the hook around ``_old_forward``; ``device_map`` placement relies on them), which addnorm goes inside."""
+    return "forward" not in module.__dict__ or (hasattr(module, "_hf_hook") and "_old_forward" in module.__dict__)
+
+
+def _install(module: nn.Module, fn) -> None:
+    """Put ``fn`` in as the forward of a module ``_installable`` admitted: the instance's forward, or inside an
+    accelerate hook its ``_old_forward`` (the hook's own kept, for unpatching)."""
     fn._addnorm_installed = True  # what unpatching takes out again
-    own = module.__dict__.get("forward")
-    if own is None:
-        module.forward = fn
-        return True
-    if hasattr(module, "_hf_hook") and "_old_forward" in module.__dict__:
+    if "forward" in module.__dict__:
         module.__dict__.setdefault("_addnorm_old_forward", module.__dict__["_old_forward"])
         module._old_forward = fn
-        return True
-    return False
-
-
-def _installable(module: nn.Module) -> bool:
-    return "forward" not in module.__dict__ or (hasattr(module, "_hf_hook") and "_old_forward" in module.__dict__)
+    else:
+        module.forward = fn
 
 
 def _parameters(fn) -> tuple:

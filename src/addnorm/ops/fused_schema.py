@@ -23,7 +23,7 @@ import torch
 from ..kernels.cpu import fused as _cpu
 from ..kernels.triton import fused_ops as _triton
 from . import fused_formulas
-from .schema import LIB, _none, _resolved, _row_size
+from .schema import LIB, _none, _row_size
 
 LIB.define(
     "norm_add(Tensor x, Tensor residual, Tensor? weight, Tensor? bias, str kind, int ndim, float eps, "
@@ -61,7 +61,6 @@ def _norm_add_formulas(x, residual, weight, bias, kind, ndim, eps, weight_offset
 def _norm_add_on(kernels):
     def impl(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight):
         D = _row_size(x, ndim)
-        x, residual, weight, bias = _resolved(x, residual, weight, bias)
         if not kernels.applies(x, residual, weight, bias, D=D):
             return _norm_add_formulas(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight)
         return kernels.norm_add(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight,
@@ -99,7 +98,6 @@ def _parallel_on(kernels):
     def impl(x, x2, residual, weight, bias, weight2, bias2, kind, ndim, eps, weight_offset, cast_before_weight, two,
              branches_first):
         D = _row_size(x, ndim)
-        x, x2, residual, weight, bias, weight2, bias2 = _resolved(x, x2, residual, weight, bias, weight2, bias2)
         if not kernels.applies(x, x2, residual, weight, bias, weight2, bias2, D=D):
             return _parallel_formulas(x, x2, residual, weight, bias, weight2, bias2, kind, ndim, eps, weight_offset,
                                       cast_before_weight, two, branches_first)
@@ -138,7 +136,6 @@ def _parallel_backward_formulas(dy, dy2, dres, s, stats, weight, bias, weight2, 
 def _parallel_backward_on(kernels):
     def impl(dy, dy2, dres, s, stats, weight, bias, weight2, bias2, kind, ndim, eps, weight_offset, output_mask):
         D = _row_size(s, ndim)
-        dy, dy2, dres, s, weight, weight2 = _resolved(dy, dy2, dres, s, weight, weight2)
         if ((dy is None and dy2 is None) or stats.dtype != torch.float32
                 or not kernels.applies(dy, dy2, dres, s, weight, bias, weight2, bias2, D=D)):
             return _parallel_backward_formulas(dy, dy2, dres, s, stats, weight, bias, weight2, bias2, kind, ndim, eps,

@@ -64,11 +64,6 @@ def _forward_formulas(x, residual, weight, bias, kind, ndim, eps, weight_offset,
     return y.contiguous(), s, stats.contiguous()
 
 
-def _resolved(*ts):
-    # negative views (torch._neg_view) keep their sign in a flag the kernels cannot see
-    return tuple(t if t is None or not t.is_neg() else t.resolve_neg() for t in ts)
-
-
 def _forward_on(kernels):
     """The forward implementation on a kernel family (``kernels.cpu.ops`` or ``kernels.triton.ops``): its
     kernels where they take the call, else the formulas."""
@@ -76,7 +71,6 @@ def _forward_on(kernels):
     def forward(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight, out_dtype,
                 residual_in_fp32):
         D = _row_size(x, ndim)
-        x, residual, weight, bias = _resolved(x, residual, weight, bias)
         if not kernels.applies(x, residual, out_dtype, D):
             return _forward_formulas(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight,
                                      out_dtype, residual_in_fp32)
@@ -126,7 +120,6 @@ def _backward_on(kernels):
 
     def backward(dy, dres, s, stats, weight, bias, kind, ndim, eps, weight_offset, x_dtype, output_mask):
         D = _row_size(s, ndim)
-        dy, dres, s, weight = _resolved(dy, dres, s, weight)
         if not (kernels.applies(s, dy, None, D) and stats.dtype == torch.float32):
             return _backward_formulas(dy, dres, s, stats, weight, bias, kind, ndim, eps, weight_offset, x_dtype,
                                       output_mask)

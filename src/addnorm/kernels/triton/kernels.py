@@ -138,7 +138,6 @@ def add_norm_fwd(X, R, W, B, Y, S, MEAN, RSTD, stride_x, stride_r, stride_y, str
                 acc += s * s
         tl.debug_barrier()  # the stream written, before any thread reads it back
         mean = tl.zeros([ROWS], dtype=tl.float32)
-        ss = tl.zeros([ROWS], dtype=tl.float32)
         if IS_LAYER:  # pass 2: the centred sums, about mean0 = sum / D
             mean = tl.sum(acc, axis=1) / D
             acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
