@@ -74,12 +74,18 @@ def eager_inference(x, residual, weight, bias, kind, eps, weight_offset, cast_be
     return out, s
 
 
-def differentiable_backward() -> bool:
+_has_storage = torch._C._has_storage
+
+
+def differentiable_backward(*grads) -> bool:
     """Whether a backward must run as torch ops rather than on the kernels: under create_graph=True (it is itself
-    differentiated), or inside a forward-mode AD level (a Hessian-vector product taken forward-over-reverse: the
+    differentiated), inside a forward-mode AD level (a Hessian-vector product taken forward-over-reverse: the
     tangents of the saved tensors and the incoming gradients must reach the result, and the kernels read primal
-    values only -- they would drop them silently)."""
-    return torch.is_grad_enabled() or _fwad._current_level >= 0
+    values only -- they would drop them silently), or when an incoming gradient (``grads``) has no storage: a
+    batch of gradients under ``autograd.grad(..., is_grads_batched=True)`` (a vmap wrapper) or a functorch
+    transform over the backward, which torch ops batch or transform and the kernels cannot read."""
+    return torch.is_grad_enabled() or _fwad._current_level >= 0 or any(
+        g is not None and not _has_storage(g) for g in grads)
 
 
 def direct_subclass(name, base, forward_impl, backward_impl, doc=None):
@@ -144,7 +150,7 @@ class AddNorm(torch.autograd.Function):
             if dres is None:
                 return (None,) * 11
             ds, dx, dw, db = _zero_grads(dres, x_dtype, w, b, want_w, want_b)
-        elif differentiable_backward():  # create_graph=True or tangents: torch ops, themselves differentiable
+        elif differentiable_backward(dy, dres):  # create_graph=True or tangents: torch ops, themselves differentiable
             ds, dx, dw, db = formulas.backward(dy, dres, saved, w, b, kind, ndim, eps, off, x_dtype,
                                                (True, want_w, want_b))
         else:  # the operator, or (eager, nothing tracing) the forward's implementation without the dispatcher
@@ -235,7 +241,7 @@ class EagerAddNorm(torch.autograd.Function):
             if dres is None:
                 return (None,) * 8
             ds, _, dw, db = _zero_grads(dres, saved.dtype, w, b, want_w, want_b)
-        elif differentiable_backward():  # create_graph=True or tangents: torch ops, themselves differentiable
+        elif differentiable_backward(dy, dres):  # create_graph=True or tangents: torch ops, themselves differentiable
             ds, _, dw, db = formulas.backward(dy, dres, saved, w, b, kind, 1, eps, off, saved.dtype,
                                               (True, want_w, want_b))
         elif type(dy) is torch.Tensor and not _dispatch_depth():  # a traced backward sees fake tensors or a mode

@@ -59,7 +59,7 @@ class NormAdd(torch.autograd.Function):
         want_w, want_b = w is not None and needs[2], b is not None and needs[3]
         dx = dw = db = None
         if needs[0] or want_w or want_b:
-            if differentiable_backward():
+            if differentiable_backward(dout):
                 dx, _, dw, db = formulas.backward(dout, None, x, w, b, kind, ndim, eps, off, x.dtype,
                                                   (True, want_w, want_b))
             else:
@@ -122,7 +122,7 @@ class ParallelAddNorm(torch.autograd.Function):
                 b2 is not None and needs[6]]
         if dy is None and dy2 is None:
             ds, grads = dres, [torch.zeros_like(p) if m else None for p, m in zip((w, b, w2, b2), mask, strict=True)]
-        elif differentiable_backward():
+        elif differentiable_backward(dy, dy2, dres):
             ds, *grads = fused_formulas.parallel_backward(dy, dy2, dres, s, w, b, w2, b2, kind, ndim, eps, off, mask)
         else:
             direct = ctx.direct is not None and type(dy if dy is not None else dy2) is torch.Tensor
@@ -199,7 +199,7 @@ class EagerNormAdd(torch.autograd.Function):
         x, stats, w, b = ctx.saved_tensors
         needs = ctx.needs_input_grad
         want_w, want_b = w is not None and needs[2], b is not None and needs[3]
-        if differentiable_backward():
+        if differentiable_backward(dout):
             dx, _, dw, db = formulas.backward(dout, None, x, w, b, kind, 1, eps, off, x.dtype, (True, want_w, want_b))
         elif type(dout) is torch.Tensor:  # the host call itself, as EagerAddNorm's backward makes it
             D = x.shape[-1]
@@ -254,7 +254,7 @@ class EagerParallelAddNorm(torch.autograd.Function):
                 b2 is not None and needs[6]]
         if dy is None and dy2 is None:
             ds, grads = dres, [torch.zeros_like(p) if m else None for p, m in zip((w, b, w2, b2), mask, strict=True)]
-        elif differentiable_backward():
+        elif differentiable_backward(dy, dy2, dres):
             ds, *grads = fused_formulas.parallel_backward(dy, dy2, dres, s, w, b, w2, b2, kind, 1, eps, off, mask)
         elif type(dy if dy is not None else dy2) is torch.Tensor:
             ds, *grads = _cpu_fused.parallel_backward(dy, dy2, dres, s, stats, w, b, w2, b2, kind, s.shape[-1], off,

@@ -41,7 +41,7 @@ class MhcPre(torch.autograd.Function):
         if dh is None and dh_pre is None and dh_post is None and dh_res is None:
             return (None,) * 11
         *ts, p, rstd = ctx.saved_tensors
-        if differentiable_backward():  # double backward, or tangents to carry: the formulas (torch ops)
+        if differentiable_backward(dh, dh_pre, dh_post, dh_res):  # double backward, or tangents to carry: the formulas (torch ops)
             gs = mf.pre_backward(dh, dh_pre, dh_post, dh_res, *ts, ctx.perms, ctx.eps, ctx.iters)
         else:
             bwd = ctx.direct if ctx.direct is not None and (dh is None or type(dh) is torch.Tensor) else _pre_backward

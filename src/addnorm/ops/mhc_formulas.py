@@ -87,7 +87,7 @@ def coefficients(p, n, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, iters)
     pre_, post_, res_ = _logits(p, n, (a_pre, a_post, a_res), (b_pre, b_post, b_res))
     h_pre, h_post = torch.sigmoid(pre_), 2 * torch.sigmoid(post_)
     if perms is None:
-        h_res = sinkhorn_knopp(res_.unflatten(-1, (n, n)), iters)
+        h_res = sinkhorn_knopp(_split_last(res_, n, n), iters)
     else:
         h_res = permutation_mix(res_, perms)
     return h_pre, h_post, h_res
@@ -118,6 +118,12 @@ def _pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
     h_pre, h_post, h_res = coefficients(p, x.size(-2), *c, perms, iters)
     h = (h_pre.unsqueeze(-1) * X).sum(-2).to(x.dtype)
     return h, h_pre, h_post, h_res, p, rstd
+
+
+def _split_last(t, a, b):
+    """The last dim of t as (a, b): a reshape rather than ``unflatten``, which the vmap of
+    ``autograd.grad(..., is_grads_batched=True)`` cannot batch."""
+    return t.reshape(*t.shape[:-1], a, b)
 
 
 def pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
@@ -165,7 +171,7 @@ def _pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_p
     if dh_res is None:
         dl.append(torch.zeros_like(logits[2]))
     elif perms is None:
-        dl.append(_sinkhorn_backward(logits[2].unflatten(-1, (n, n)), iters, dh_res.to(ct)).flatten(-2))
+        dl.append(_sinkhorn_backward(_split_last(logits[2], n, n), iters, dh_res.to(ct)).flatten(-2))
     else:
         w = torch.softmax(logits[2], dim=-1)
         dw = torch.einsum("...ij,kij->...k", dh_res.to(ct), perms.to(ct))
@@ -173,7 +179,7 @@ def _pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_p
     dp = torch.cat([a[i] * dl[i] for i in range(3)], -1)
     dz = dp * rstd.unsqueeze(-1)
     dv = dz @ phi.to(ct).transpose(0, 1) - ((rstd * rstd / K) * (dp * p).sum(-1)).unsqueeze(-1) * v
-    dx = dv.unflatten(-1, (n, x.size(-1)))
+    dx = _split_last(dv, n, x.size(-1))
     if dh is not None:
         dx = dx + s_pre.unsqueeze(-1) * dh.to(ct).unsqueeze(-2)
     dphi = v.reshape(-1, K).transpose(0, 1) @ dz.reshape(-1, p.size(-1))
@@ -205,7 +211,7 @@ def _pre_jvp(primals, tangents, perms, eps, iters):
     t_pre = s_pre * (1 - s_pre) * t_logits[0]
     t_post = 2 * s_post * (1 - s_post) * t_logits[1]
     if perms is None:
-        L, tL = logits[2].unflatten(-1, (n, n)), t_logits[2].unflatten(-1, (n, n))
+        L, tL = _split_last(logits[2], n, n), _split_last(t_logits[2], n, n)
         m = torch.exp(L - _column_max(L, iters))
         tm = m * tL  # the column max shift is divided out by the first normalization (none without one)
         for _ in range(iters):

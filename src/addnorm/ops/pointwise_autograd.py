@@ -47,7 +47,7 @@ class PointwiseNorm(torch.autograd.Function):
                 return (None,) * 7
             ds, grads = dres, [torch.zeros_like(p) if m else None for p, m in zip((alpha, shift, w, b), mask,
                                                                                    strict=True)]
-        elif differentiable_backward():
+        elif differentiable_backward(dy, dres):
             ds, *grads = pf.backward(dy, dres, s, alpha, shift, w, b, kind, mask)
         else:
             bwd = ctx.direct if ctx.direct is not None and type(dy) is torch.Tensor else _op_backward

@@ -36,7 +36,7 @@ class StreamRead(torch.autograd.Function):
         if dh is None:
             return None, None
         x, h_pre = ctx.saved_tensors
-        if differentiable_backward():
+        if differentiable_backward(dh):
             dx, d = sf.read_backward(dh, x, h_pre)
         else:
             dx, d = (ctx.direct if ctx.direct is not None and type(dh) is torch.Tensor else _read_backward)(dh, x,
@@ -69,7 +69,7 @@ class StreamWrite(torch.autograd.Function):
         if dx2 is None and dq is None:
             return None, None, None, None
         x, y, h_post, h_res, x2 = ctx.saved_tensors
-        if differentiable_backward() or dx2 is None:
+        if differentiable_backward(dx2, dq) or dx2 is None:
             return sf.write_backward(dx2, dq, x, y, x2, h_post, h_res)
         bwd = ctx.direct if ctx.direct is not None and type(dx2) is torch.Tensor else _write_backward
         return tuple(bwd(dx2, dq, x, y, x2, h_post, h_res))
