@@ -23,11 +23,15 @@ bench: $(STAMP)
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py src/addnorm/kernels/cpu/addnorm_cpu.c src/addnorm/kernels/cpu/norm_rows.h src/addnorm/kernels/cpu/fused_rows.h src/addnorm/kernels/cpu/stream_rows.h src/addnorm/kernels/cpu/mhc_rows.h src/addnorm/kernels/cpu/pointwise_rows.h
+$(STAMP): pyproject.toml setup.py src/addnorm/kernels/cpu/autograd_nodes.cpp src/addnorm/kernels/cpu/addnorm_cpu.c src/addnorm/kernels/cpu/norm_rows.h src/addnorm/kernels/cpu/fused_rows.h src/addnorm/kernels/cpu/stream_rows.h src/addnorm/kernels/cpu/mhc_rows.h src/addnorm/kernels/cpu/pointwise_rows.h
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH)
 	$(PY) -m pip install --quiet -e '.[test,hf]'
+	@# the eager fast path's C++ autograd nodes, built against the torch just installed (ninja drives the
+	@# compiler); without a C++ compiler addnorm still works, on its Python nodes
+	$(PY) -m pip install --quiet ninja
+	$(PY) -m addnorm.kernels.cpu.build_nodes --optional
 	@# the report's browser test needs Chromium: Debian's package, when we may install it
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
 	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \

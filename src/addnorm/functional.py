@@ -52,6 +52,9 @@ from .kernels.cpu import availability
 from .kernels.triton import availability as triton_availability
 from .kernels.triton import ops as _triton
 from .ops import DirectAddNorm, EagerAddNorm, TritonAddNorm, direct_forward, eager_inference, formulas, plain
+from .ops.native_nodes import KIND as _KIND
+from .ops.native_nodes import MAX_NUMEL as _NODES_MAX
+from .ops.native_nodes import NODES as _NODES
 
 __all__ = [
     "layer_norm",
@@ -331,7 +334,13 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
         if _fast_path_ok(x, residual, normalized_shape, weight, bias, eps, weight_offset, backend):
             _last["backend"] = "cpu"
             if _needs_autograd(x, residual, weight, bias):
+                if _NODES is not None and _fwad._current_level < 0 and x.numel() < _NODES_MAX:  # the C++ node
+                    return _NODES.add_norm(x, residual, weight, bias, _KIND[kind], eps, float(weight_offset),
+                                           bool(cast_before_weight))
                 return _C_APPLY(x, residual, weight, bias, kind, eps, float(weight_offset), bool(cast_before_weight))
+            if _NODES is not None and x.numel() < _NODES_MAX:
+                return _NODES.add_norm_inference(x, residual, weight, bias, _KIND[kind], eps, float(weight_offset),
+                                                 bool(cast_before_weight))
             return eager_inference(x, residual, weight, bias, kind, eps, float(weight_offset), bool(cast_before_weight))
     shape = _normalized_shape(normalized_shape)
     if getattr(x, "is_nested", False):

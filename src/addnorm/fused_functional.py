@@ -29,6 +29,9 @@ from .ops.autograd import c_apply as _c_apply
 from .ops.fused_autograd import (DirectNormAdd, DirectParallelAddNorm, EagerNormAdd, EagerParallelAddNorm,
                                  TritonNormAdd, TritonParallelAddNorm)
 from .ops.fused_schema import norm_add_cpu, norm_add_triton, parallel_cpu, parallel_triton
+from .ops.native_nodes import KIND as _KIND
+from .ops.native_nodes import MAX_NUMEL as _NODES_MAX
+from .ops.native_nodes import NODES as _NODES
 
 __all__ = ["layer_norm_add", "rms_norm_add", "parallel_add_layer_norm", "parallel_add_rms_norm"]
 
@@ -85,6 +88,9 @@ def _norm_add(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_b
         if not _needs(x, residual, weight, bias):
             return _cpu.norm_add_contiguous(x, residual, weight, bias, kind, eps, float(weight_offset),
                                             bool(cast_before_weight), False)[0]
+        if _NODES is not None and F._fwad._current_level < 0 and x.numel() < _NODES_MAX:  # the C++ node
+            return _NODES.norm_add(x, residual, weight, bias, _KIND[kind], eps, float(weight_offset),
+                                   bool(cast_before_weight))
         return _EAGER_NORM_ADD(x, residual, weight, bias, kind, eps, float(weight_offset), bool(cast_before_weight))
     shape, eps, weight_offset = _common(x, residual, shape, (("weight", weight), ("bias", bias)), eps, weight_offset,
                                         kind)
@@ -126,6 +132,9 @@ def _parallel(kind, x, x2, residual, shape, weight, bias, weight2, bias2, eps, w
             and x.dim() > 0):
         F._last["backend"] = "cpu"
         if _needs(x, x2, residual, weight, bias, weight2, bias2):
+            if _NODES is not None and F._fwad._current_level < 0 and x.numel() < _NODES_MAX:  # the C++ node
+                return _NODES.parallel(x, x2, residual, weight, bias, weight2, bias2, _KIND[kind], eps,
+                                       float(weight_offset), bool(cast_before_weight), branches_first)
             y, y2, s = _EAGER_PARALLEL(x, x2, residual, weight, bias, weight2, bias2, kind, eps, float(weight_offset),
                                        bool(cast_before_weight), branches_first)
             return y, (y2 if weight2 is not None or bias2 is not None else None), s

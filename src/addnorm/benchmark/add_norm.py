@@ -232,6 +232,8 @@ def _method_fn(method, kind, n, d, dt_name, mode, compiled: dict):
 
 def conditions(allocator: str) -> dict:
     from ..kernels.cpu import availability
+    from ..kernels.cpu import nodes
+    from ..ops import native_nodes  # noqa: F401  (loads the C++ nodes, so that their status is known)
 
     av = availability()
     return {
@@ -244,6 +246,7 @@ def conditions(allocator: str) -> dict:
         "allocator": allocator,
         "addnorm_cpu_kernel": av.available,
         "addnorm_isa": av.isa,
+        "addnorm_cpp_nodes": nodes.status(),
     }
 
 

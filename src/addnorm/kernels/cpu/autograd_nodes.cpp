@@ -1,0 +1,451 @@
+// The eager fast path's autograd nodes in C++: Add & Norm, norm-then-add and the parallel residual.
+//
+// At 64 x 768 (one decode step) the kernels take a few microseconds and a Python torch.autograd.Function
+// around them costs more than the whole of eager PyTorch's C++ nodes. These nodes call the same C kernels
+// (addnorm_cpu.c, through the function pointers that init() is given) with the same arguments as the
+// Python nodes in addnorm.ops (EagerAddNorm, EagerNormAdd, EagerParallelAddNorm), so their results are the
+// same bits. Every backward that is not the plain case -- create_graph=True, a forward-AD level, a torch
+// dispatch mode, an incoming gradient that is a subclass, batched or otherwise wrapped, only the residual
+// output used -- is handed to the Python node's own backward (the `fallback` given to init()), so every
+// rule those follow holds here too.
+//
+// Built against torch's C++ ABI by `python -m addnorm.kernels.cpu.build_nodes` (make setup does it); where
+// it is not built or does not load, the Python nodes run instead (addnorm.kernels.cpu.nodes says why).
+
+#include <torch/extension.h>
+#include <torch/csrc/autograd/forward_grad.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+
+#include <new>
+#include <typeinfo>
+
+namespace {
+
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+typedef int (*fwd_t)(int, int, int, int, int, int64_t, int64_t, const void *, int64_t, const void *, int64_t,
+                     const void *, const void *, int, float, float, int, void *, int64_t, void *, int64_t, float *,
+                     float *, int);
+typedef int (*bwd_t)(int, int, int, int, int64_t, int64_t, const void *, int64_t, const void *, int64_t,
+                     const float *, const float *, const void *, int, float, const void *, int64_t, void *, int64_t,
+                     void *, int64_t, void *, void *, int);
+typedef int (*ffwd_t)(int, int, int, int, int, int, int, int, int, int, int64_t, int64_t, const void *, int64_t,
+                      const void *, int64_t, const void *, int64_t, const void *, int64_t, const void *, const void *,
+                      const void *, const void *, int, float, float, void *, int64_t, void *, int64_t, void *,
+                      int64_t, float *, float *, int);
+typedef int (*fbwd_t)(int, int, int, int, int, int, int64_t, int64_t, const void *, int64_t, const float *,
+                      const float *, const void *, int64_t, const void *, int64_t, const void *, const void *, int,
+                      float, const void *, int64_t, void *, int64_t, void *, void *, void *, void *, int);
+
+fwd_t k_forward = nullptr;
+bwd_t k_backward = nullptr;
+ffwd_t k_fused_forward = nullptr;
+fbwd_t k_fused_backward = nullptr;
+py::object *fallback = nullptr;  // never freed: it lives as long as the process
+
+enum Op { ADD_NORM = 0, NORM_ADD = 1, PARALLEL = 2 };
+
+// the kernels' dtype codes (addnorm.kernels.cpu.library.DTYPE_CODES)
+int code(const Tensor &t) {
+    switch (t.scalar_type()) {
+        case at::kFloat: return 0;
+        case at::kBFloat16: return 1;
+        case at::kHalf: return 2;
+        default: TORCH_CHECK(false, "addnorm: the CPU kernels take float32, bfloat16 and float16, got ",
+                             t.scalar_type());
+    }
+}
+
+at::ScalarType param_type(int pcode) {
+    return pcode == 0 ? at::kFloat : pcode == 1 ? at::kBFloat16 : at::kHalf;
+}
+
+const void *ptr(const Tensor &t) { return t.defined() ? t.data_ptr() : nullptr; }
+void *mptr(const Tensor &t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+void check_rc(int rc, const char *what) {
+    if (rc == 0) return;
+    if (rc == -1) throw std::bad_alloc();
+    TORCH_CHECK_VALUE(false, "addnorm CPU ", what,
+                      ": a tensor with elements has no storage (was its storage freed, e.g. by "
+                      "untyped_storage().resize_(0)?)");
+}
+
+// The parameters as the kernels read them (ops.params / fused._params): as they are where all present ones are
+// contiguous and share one kernel dtype, else float32 copies; the code of the dtype read.
+int read_params(std::vector<Tensor> &ps, int64_t D) {
+    int pcode = -1;
+    bool as_is = true;
+    for (auto &p : ps) {
+        if (!p.defined()) continue;
+        auto st = p.scalar_type();
+        int c = st == at::kFloat ? 0 : st == at::kBFloat16 ? 1 : st == at::kHalf ? 2 : -2;
+        if (c < 0 || !p.is_contiguous() || (pcode >= 0 && c != pcode)) as_is = false;
+        if (pcode < 0) pcode = c;
+    }
+    if (pcode == -1) return 0;  // none present
+    if (as_is) return pcode;
+    for (auto &p : ps)
+        if (p.defined()) p = p.detach().reshape({D}).to(at::kFloat).contiguous();
+    return 0;
+}
+
+// A parameter gradient in the parameter's own shape and dtype (ops.like / ops.spec).
+Tensor like(const Tensor &g, const Tensor &param, const Tensor &as_read) {
+    if (!g.defined()) return g;
+    if (as_read.is_same(param) && param.dim() == 1) return g;
+    return g.view(param.sizes()).to(param.scalar_type());
+}
+
+// Whether an incoming gradient can go to the kernels: a plain dense CPU tensor (no subclass, no functorch or
+// functionalization wrapper) of the expected dtype. Undefined ones are absent gradients.
+bool plain_grad(const Tensor &g, at::ScalarType st) {
+    if (!g.defined()) return true;
+    const c10::TensorImpl *impl = g.unsafeGetTensorImpl();
+    return typeid(*impl) == typeid(c10::TensorImpl) && !g.key_set().has(c10::DispatchKey::Python) &&
+           g.device().is_cpu() && g.layout() == at::kStrided && g.scalar_type() == st && !g.is_neg() &&
+           !g.is_conj();
+}
+
+// What the Python nodes' `differentiable_backward()` and their dispatch-mode checks ask, in C++.
+bool plain_backward() {
+    return !at::GradMode::is_enabled() && !torch::autograd::ForwardADLevel::try_get_by_idx(0) &&
+           c10::impl::TorchDispatchModeTLS::stack_len() == 0;
+}
+
+Tensor rows(const Tensor &g) { return g.defined() && !g.is_contiguous() ? g.contiguous() : g; }
+
+// Whether input `pos` (its place in the forward's arguments) needs a gradient. Autograd numbers only the
+// tensors that were given (an absent std::optional has no edge): forward records which were, as a bit mask.
+bool need(AutogradContext *ctx, int pos) {
+    int64_t given = ctx->saved_data["given"].toInt();
+    if (!((given >> pos) & 1)) return false;
+    size_t edge = 0;
+    for (int i = 0; i < pos; i++) edge += (given >> i) & 1;
+    return ctx->needs_input_grad(edge);
+}
+
+int64_t given(std::initializer_list<bool> present) {
+    int64_t m = 0, i = 0;
+    for (bool p : present) m |= (int64_t)p << i++;
+    return m;
+}
+
+std::vector<bool> needs(AutogradContext *ctx, size_t n) {
+    std::vector<bool> v(n);
+    for (size_t i = 0; i < n; i++) v[i] = need(ctx, (int)i);
+    return v;
+}
+
+// The Python node's backward, for every case but the plain one.
+variable_list python_backward(int op, AutogradContext *ctx, const variable_list &grads, size_t n_inputs) {
+    py::gil_scoped_acquire gil;
+    py::list saved, gs, need, extra;
+    for (auto &t : ctx->get_saved_variables()) saved.append(t.defined() ? py::cast(t) : py::none());
+    for (auto &t : grads) gs.append(t.defined() ? py::cast(t) : py::none());
+    for (auto b : needs(ctx, n_inputs)) need.append(py::bool_(b));
+    py::dict meta;
+    for (auto &kv : ctx->saved_data) {
+        const auto &v = kv.second;
+        if (v.isInt()) meta[py::str(kv.first)] = py::int_(v.toInt());
+        else if (v.isDouble()) meta[py::str(kv.first)] = py::float_(v.toDouble());
+        else if (v.isBool()) meta[py::str(kv.first)] = py::bool_(v.toBool());
+        else if (v.isTensor()) meta[py::str(kv.first)] = v.toTensor().defined() ? py::cast(v.toTensor()) : py::none();
+    }
+    py::object out = (*fallback)(op, saved, gs, need, meta);
+    variable_list result;
+    for (auto item : out) result.push_back(item.is_none() ? Tensor() : item.cast<Tensor>());
+    return result;
+}
+
+int nthreads() { return at::get_num_threads(); }
+
+using OptT = std::optional<Tensor>;
+Tensor opt(const OptT &t) { return t.has_value() ? *t : Tensor(); }
+
+// ---------------------------------------------------------------- Add & Norm: (y, s or None) = norm(x + residual)
+struct AddNormOut {
+    Tensor out, s, stats;
+    std::vector<Tensor> read;  // the parameters as the kernel read them
+    int pcode;
+};
+
+// One kernel call (ops.forward with contiguous tensors); statistics only where a backward will need them.
+AddNormOut add_norm_forward(const Tensor &x, const Tensor &residual, const Tensor &weight, const Tensor &bias,
+                            int64_t kind, double eps, double weight_offset, bool cbw, bool want_stats) {
+    int64_t D = x.size(-1), N = x.numel() / D;
+    AddNormOut r;
+    if (want_stats) r.stats = torch::empty({kind == 0 ? 2 : 1, N}, x.options().dtype(at::kFloat));
+    r.out = torch::empty_like(x, at::MemoryFormat::Contiguous);
+    if (residual.defined()) r.s = torch::empty_like(x, at::MemoryFormat::Contiguous);
+    r.read = {weight, bias};
+    r.pcode = read_params(r.read, D);
+    int c = code(x);
+    float *st = want_stats ? r.stats.data_ptr<float>() : nullptr;
+    check_rc(k_forward((int)kind, c, c, c, c, N, D, x.data_ptr(), D, ptr(residual), D, ptr(r.read[0]),
+                       ptr(r.read[1]), r.pcode, (float)weight_offset, (float)eps, (int)cbw, r.out.data_ptr(), D,
+                       mptr(r.s), D, kind == 0 ? st : nullptr, kind == 0 && st ? st + N : st, nthreads()),
+             "forward");
+    return r;
+}
+
+struct AddNormNode : public torch::autograd::Function<AddNormNode> {
+    // absent tensors are std::optional: an undefined Tensor argument has no device for autograd to ask about
+    static variable_list forward(AutogradContext *ctx, Tensor x, OptT residual_, OptT weight_, OptT bias_,
+                                 int64_t kind, double eps, double weight_offset, bool cbw) {
+        Tensor residual = opt(residual_), weight = opt(weight_), bias = opt(bias_);
+        ctx->set_materialize_grads(false);
+        AddNormOut r = add_norm_forward(x, residual, weight, bias, kind, eps, weight_offset, cbw, true);
+        const Tensor &out = r.out, &s = r.s, &stats = r.stats;
+        const int pcode = r.pcode;
+        const std::vector<Tensor> &ps = r.read;
+        ctx->save_for_backward({s.defined() ? s : x, stats, weight, bias});
+        ctx->saved_data["kind"] = kind;
+        ctx->saved_data["eps"] = eps;
+        ctx->saved_data["off"] = weight_offset;
+        ctx->saved_data["cbw"] = cbw;
+        ctx->saved_data["has_res"] = residual.defined();
+        ctx->saved_data["given"] = given({true, residual.defined(), weight.defined(), bias.defined()});
+        ctx->saved_data["pcode"] = (int64_t)pcode;
+        ctx->saved_data["w_read"] = ps[0];
+        ctx->saved_data["b_read"] = ps[1];
+        if (!s.defined()) return {out};  // an undefined output has no device: a plain norm has one output
+        return {out, s};
+    }
+
+    static variable_list backward(AutogradContext *ctx, variable_list grads) {
+        auto saved = ctx->get_saved_variables();
+        const Tensor &sv = saved[0];
+        Tensor dy = grads[0], dres = grads.size() > 1 ? grads[1] : Tensor();
+        if (!dy.defined() && !dres.defined()) return variable_list(8);
+        if (!dy.defined() || !plain_backward() || !plain_grad(dy, sv.scalar_type()) ||
+            !plain_grad(dres, sv.scalar_type()))
+            return python_backward(ADD_NORM, ctx, grads, 8);
+        const Tensor &stats = saved[1], &w = saved[2], &b = saved[3];
+        int kind = (int)ctx->saved_data["kind"].toInt();
+        int pcode = (int)ctx->saved_data["pcode"].toInt();
+        Tensor w_read = ctx->saved_data["w_read"].toTensor(), b_read = ctx->saved_data["b_read"].toTensor();
+        bool want_w = w.defined() && need(ctx, 2), want_b = b.defined() && need(ctx, 3);
+        dy = rows(dy);
+        dres = rows(dres);
+        int64_t D = sv.size(-1), N = sv.numel() / D;
+        auto ds = torch::empty_like(sv, at::MemoryFormat::Contiguous);
+        auto popt = sv.options().dtype(param_type(pcode));
+        Tensor dw = want_w ? torch::empty({D}, popt) : Tensor(), db = want_b ? torch::empty({D}, popt) : Tensor();
+        const float *st = stats.data_ptr<float>();
+        int c = code(sv);
+        check_rc(k_backward(kind, code(dy), c, c, N, D, dy.data_ptr(), D, sv.data_ptr(), D, kind == 0 ? st : nullptr,
+                            kind == 0 ? st + N : st, ptr(w_read), pcode, (float)ctx->saved_data["off"].toDouble(),
+                            ptr(dres), D, ds.data_ptr(), D, nullptr, 0, mptr(dw), mptr(db), nthreads()),
+                 "backward");
+        bool has_res = ctx->saved_data["has_res"].toBool();
+        return {ds, has_res ? ds : Tensor(), like(dw, w, w_read), like(db, b, b_read), Tensor(), Tensor(), Tensor(),
+                Tensor()};
+    }
+};
+
+// ---------------------------------------------------------------- norm-then-add: residual + norm(x)
+struct NormAddNode : public torch::autograd::Function<NormAddNode> {
+    static Tensor forward(AutogradContext *ctx, Tensor x, Tensor residual, OptT weight_, OptT bias_, int64_t kind,
+                          double eps, double weight_offset, bool cbw) {
+        Tensor weight = opt(weight_), bias = opt(bias_);
+        ctx->set_materialize_grads(false);
+        int64_t D = x.size(-1), N = x.numel() / D;
+        auto stats = torch::empty({kind == 0 ? 2 : 1, N}, x.options().dtype(at::kFloat));
+        auto out = torch::empty_like(x, at::MemoryFormat::Contiguous);
+        std::vector<Tensor> ps{weight, bias};
+        int pcode = read_params(ps, D);
+        int c = code(x);
+        float *st = stats.data_ptr<float>();
+        check_rc(k_fused_forward((int)kind, (int)cbw, c, 0, 0, c, c, c, c, c, N, D, x.data_ptr(), D, nullptr, 0,
+                                 nullptr, 0, residual.data_ptr(), D, ptr(ps[0]), ptr(ps[1]), nullptr, nullptr, pcode,
+                                 (float)weight_offset, (float)eps, out.data_ptr(), D, nullptr, 0, nullptr, 0,
+                                 kind == 0 ? st : nullptr, kind == 0 ? st + N : st, nthreads()),
+                 "fused forward");
+        ctx->save_for_backward({x, stats, weight, bias});
+        ctx->saved_data["given"] = given({true, true, weight.defined(), bias.defined()});
+        ctx->saved_data["kind"] = kind;
+        ctx->saved_data["eps"] = eps;
+        ctx->saved_data["off"] = weight_offset;
+        ctx->saved_data["cbw"] = cbw;
+        ctx->saved_data["pcode"] = (int64_t)pcode;
+        ctx->saved_data["w_read"] = ps[0];
+        ctx->saved_data["b_read"] = ps[1];
+        return out;
+    }
+
+    static variable_list backward(AutogradContext *ctx, variable_list grads) {
+        auto saved = ctx->get_saved_variables();
+        const Tensor &x = saved[0];
+        Tensor dout = grads[0];
+        if (!dout.defined()) return variable_list(8);
+        if (!plain_backward() || !plain_grad(dout, x.scalar_type())) return python_backward(NORM_ADD, ctx, grads, 8);
+        const Tensor &stats = saved[1], &w = saved[2], &b = saved[3];
+        int kind = (int)ctx->saved_data["kind"].toInt();
+        int pcode = (int)ctx->saved_data["pcode"].toInt();
+        Tensor w_read = ctx->saved_data["w_read"].toTensor(), b_read = ctx->saved_data["b_read"].toTensor();
+        bool want_w = w.defined() && need(ctx, 2), want_b = b.defined() && need(ctx, 3);
+        Tensor dy = rows(dout);
+        int64_t D = x.size(-1), N = x.numel() / D;
+        auto dx = torch::empty_like(x, at::MemoryFormat::Contiguous);
+        auto popt = x.options().dtype(param_type(pcode));
+        Tensor dw = want_w ? torch::empty({D}, popt) : Tensor(), db = want_b ? torch::empty({D}, popt) : Tensor();
+        const float *st = stats.data_ptr<float>();
+        int c = code(x);
+        check_rc(k_backward(kind, code(dy), c, c, N, D, dy.data_ptr(), D, x.data_ptr(), D, kind == 0 ? st : nullptr,
+                            kind == 0 ? st + N : st, ptr(w_read), pcode, (float)ctx->saved_data["off"].toDouble(),
+                            nullptr, 0, dx.data_ptr(), D, nullptr, 0, mptr(dw), mptr(db), nthreads()),
+                 "backward");
+        return {dx, need(ctx, 1) ? dout : Tensor(), like(dw, w, w_read), like(db, b, b_read), Tensor(),
+                Tensor(), Tensor(), Tensor()};
+    }
+};
+
+// ---------------------------------------------------------------- the parallel residual: s = residual + x + x2
+struct ParallelNode : public torch::autograd::Function<ParallelNode> {
+    static variable_list forward(AutogradContext *ctx, Tensor x, OptT x2_, Tensor residual, OptT weight_,
+                                 OptT bias_, OptT weight2_, OptT bias2_, int64_t kind, double eps,
+                                 double weight_offset, bool cbw, bool branches_first) {
+        Tensor x2 = opt(x2_), weight = opt(weight_), bias = opt(bias_), weight2 = opt(weight2_), bias2 = opt(bias2_);
+        ctx->set_materialize_grads(false);
+        int64_t D = x.size(-1), N = x.numel() / D;
+        bool two = weight2.defined() || bias2.defined();
+        auto stats = torch::empty({kind == 0 ? 2 : 1, N}, x.options().dtype(at::kFloat));
+        auto y = torch::empty_like(x, at::MemoryFormat::Contiguous);
+        Tensor y2 = two ? torch::empty_like(x, at::MemoryFormat::Contiguous) : Tensor();
+        auto s = torch::empty_like(x, at::MemoryFormat::Contiguous);
+        std::vector<Tensor> ps{weight, bias, two ? weight2 : Tensor(), two ? bias2 : Tensor()};
+        int pcode = read_params(ps, D);
+        // the kernel forms X + round(A + M): the eager order mapped onto it (fused.parallel_contiguous)
+        Tensor X, A, M;
+        if (!x2.defined()) { X = residual; A = x; }
+        else if (branches_first) { X = residual; A = x; M = x2; }
+        else { X = x2; A = residual; M = x; }
+        int c = code(x);
+        float *st = stats.data_ptr<float>();
+        check_rc(k_fused_forward((int)kind, (int)cbw, c, c, c, c, c, 0, c, c, N, D, X.data_ptr(), D, A.data_ptr(), D,
+                                 ptr(M), D, nullptr, 0, ptr(ps[0]), ptr(ps[1]), ptr(ps[2]), ptr(ps[3]), pcode,
+                                 (float)weight_offset, (float)eps, y.data_ptr(), D, mptr(y2), D, s.data_ptr(), D,
+                                 kind == 0 ? st : nullptr, kind == 0 ? st + N : st, nthreads()),
+                 "fused forward");
+        if (!two) {
+            y2 = x.new_empty({0});
+            ctx->mark_non_differentiable({y2});
+        }
+        ctx->save_for_backward({s, stats, weight, bias, weight2, bias2});
+        ctx->saved_data["kind"] = kind;
+        ctx->saved_data["eps"] = eps;
+        ctx->saved_data["off"] = weight_offset;
+        ctx->saved_data["cbw"] = cbw;
+        ctx->saved_data["two"] = two;
+        ctx->saved_data["has_x2"] = x2.defined();
+        ctx->saved_data["given"] = given({true, x2.defined(), true, weight.defined(), bias.defined(),
+                                          weight2.defined(), bias2.defined()});
+        ctx->saved_data["pcode"] = (int64_t)pcode;
+        for (int k = 0; k < 4; k++) ctx->saved_data["read" + std::to_string(k)] = ps[k];
+        return {y, y2, s};
+    }
+
+    static variable_list backward(AutogradContext *ctx, variable_list grads) {
+        auto saved = ctx->get_saved_variables();
+        const Tensor &s = saved[0];
+        bool two = ctx->saved_data["two"].toBool();
+        Tensor dy = grads[0], dy2 = two ? grads[1] : Tensor(), dres = grads[2];
+        if (!dy.defined() && !dy2.defined() && !dres.defined()) return variable_list(12);
+        auto st_ = s.scalar_type();
+        if ((!dy.defined() && !dy2.defined()) || !plain_backward() || !plain_grad(dy, st_) || !plain_grad(dy2, st_) ||
+            !plain_grad(dres, st_))
+            return python_backward(PARALLEL, ctx, grads, 12);
+        const Tensor &stats = saved[1];
+        const Tensor params[4] = {saved[2], saved[3], saved[4], saved[5]};
+        Tensor read[4];
+        for (int k = 0; k < 4; k++) read[k] = ctx->saved_data["read" + std::to_string(k)].toTensor();
+        int kind = (int)ctx->saved_data["kind"].toInt();
+        int pcode = (int)ctx->saved_data["pcode"].toInt();
+        dy = rows(dy);
+        dy2 = rows(dy2);
+        dres = rows(dres);
+        int64_t D = s.size(-1), N = s.numel() / D;
+        auto popt = s.options().dtype(param_type(pcode));
+        Tensor g[4];
+        for (int k = 0; k < 4; k++) {
+            bool has_dy = k < 2 ? dy.defined() : dy2.defined();
+            if (params[k].defined() && need(ctx, 3 + k) && has_dy) g[k] = torch::empty({D}, popt);
+        }
+        auto ds = torch::empty_like(s, at::MemoryFormat::Contiguous);
+        const float *st = stats.data_ptr<float>();
+        int c = code(s);
+        check_rc(k_fused_backward(kind, c, dy.defined() ? code(dy) : 0, dy2.defined() ? code(dy2) : 0,
+                                  dres.defined() ? code(dres) : 0, c, N, D, s.data_ptr(), D,
+                                  kind == 0 ? st : nullptr, kind == 0 ? st + N : st, ptr(dy), D, ptr(dy2), D,
+                                  ptr(read[0]), ptr(read[2]), pcode, (float)ctx->saved_data["off"].toDouble(),
+                                  ptr(dres), D, ds.data_ptr(), D, mptr(g[0]), mptr(g[1]), mptr(g[2]), mptr(g[3]),
+                                  nthreads()),
+                 "fused backward");
+        variable_list out{need(ctx, 0) ? ds : Tensor(),
+                          need(ctx, 1) && ctx->saved_data["has_x2"].toBool() ? ds : Tensor(),
+                          need(ctx, 2) ? ds : Tensor()};
+        for (int k = 0; k < 4; k++) {
+            if (!g[k].defined())
+                out.push_back(params[k].defined() && need(ctx, 3 + k) ? torch::zeros_like(params[k])
+                                                                                   : Tensor());
+            else
+                out.push_back(like(g[k], params[k], read[k]));
+        }
+        for (int k = 0; k < 5; k++) out.push_back(Tensor());
+        return out;
+    }
+};
+
+py::tuple add_norm(const Tensor &x, const std::optional<Tensor> &residual, const std::optional<Tensor> &weight,
+                   const std::optional<Tensor> &bias, int64_t kind, double eps, double weight_offset, bool cbw) {
+    auto r = AddNormNode::apply(x, residual, weight, bias, kind, eps, weight_offset, cbw);
+    return py::make_tuple(r[0], r.size() > 1 ? py::cast(r[1]) : py::none());
+}
+
+// Inference (no graph): the kernel call and nothing else, no statistics.
+py::tuple add_norm_inference(const Tensor &x, const std::optional<Tensor> &residual, const std::optional<Tensor> &weight,
+                             const std::optional<Tensor> &bias, int64_t kind, double eps, double weight_offset,
+                             bool cbw) {
+    AddNormOut r = add_norm_forward(x, opt(residual), opt(weight), opt(bias), kind, eps, weight_offset, cbw, false);
+    return py::make_tuple(r.out, r.s.defined() ? py::cast(r.s) : py::none());
+}
+
+Tensor norm_add(const Tensor &x, const Tensor &residual, const std::optional<Tensor> &weight,
+                const std::optional<Tensor> &bias, int64_t kind, double eps, double weight_offset, bool cbw) {
+    return NormAddNode::apply(x, residual, weight, bias, kind, eps, weight_offset, cbw);
+}
+
+py::tuple parallel(const Tensor &x, const std::optional<Tensor> &x2, const Tensor &residual,
+                   const std::optional<Tensor> &weight, const std::optional<Tensor> &bias,
+                   const std::optional<Tensor> &weight2, const std::optional<Tensor> &bias2, int64_t kind, double eps,
+                   double weight_offset, bool cbw, bool branches_first) {
+    auto r = ParallelNode::apply(x, x2, residual, weight, bias, weight2, bias2, kind, eps,
+                                 weight_offset, cbw, branches_first);
+    bool two = weight2.has_value() || bias2.has_value();
+    return py::make_tuple(r[0], two ? py::cast(r[1]) : py::none(), r[2]);
+}
+
+void init(uintptr_t forward, uintptr_t backward, uintptr_t fused_forward, uintptr_t fused_backward,
+          py::object python_fallback) {
+    k_forward = (fwd_t)forward;
+    k_backward = (bwd_t)backward;
+    k_fused_forward = (ffwd_t)fused_forward;
+    k_fused_backward = (fbwd_t)fused_backward;
+    if (fallback == nullptr) fallback = new py::object();
+    *fallback = std::move(python_fallback);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.doc() = "addnorm's eager fast-path autograd nodes (C++), calling the C kernels of _addnorm_cpu";
+    m.def("init", &init);
+    m.def("add_norm", &add_norm);
+    m.def("add_norm_inference", &add_norm_inference);
+    m.def("norm_add", &norm_add);
+    m.def("parallel", &parallel);
+    m.attr("torch_version") = TORCH_VERSION;
+}

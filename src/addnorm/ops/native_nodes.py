@@ -1,0 +1,52 @@
+"""The C++ autograd nodes of the eager fast path (``kernels/cpu/autograd_nodes.cpp``), and the Python
+backward they hand every case but the plain one.
+
+``NODES`` is the loaded module, or None where it is not built (``addnorm.kernels.cpu.nodes.status()`` says
+why): the callers then use the Python nodes, ``EagerAddNorm``, ``EagerNormAdd`` and ``EagerParallelAddNorm``,
+whose backward is also what runs here under create_graph=True, a forward-AD level, a dispatch mode, or an
+incoming gradient that is not a plain CPU tensor. ``MAX_NUMEL``: the C++ nodes allocate with torch; larger
+outputs come from the output pool (``kernels.cpu.output_pool``) through the Python nodes, and at those sizes
+the per-call cost is a small part of the kernel's time anyway.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from ..kernels.cpu import nodes as _nodes
+from ..kernels.cpu import ops as _cpu
+from .autograd import EagerAddNorm
+from .fused_autograd import EagerNormAdd, EagerParallelAddNorm
+
+KIND = {"layer": 0, "rms": 1}
+_KIND_NAME = ("layer", "rms")
+MAX_NUMEL = _cpu._POOL_MIN_NUMEL
+
+
+def _backward(op, saved, grads, needs, meta):
+    """The Python node's backward for a C++ node's context: (op, saved tensors, incoming gradients, needs, the
+    node's scalars) -> one gradient (or None) per input."""
+    kind = _KIND_NAME[meta["kind"]]
+    ctx = SimpleNamespace(saved_tensors=tuple(saved), needs_input_grad=tuple(needs))
+    if op == 0:
+        sv, _, w, b = saved
+        D = sv.shape[-1]
+        ctx.w_read = meta["w_read"]
+        ctx.meta = (kind, sv.numel() // D, D, meta["eps"], meta["off"], meta["cbw"], meta["has_res"], meta["pcode"],
+                    _cpu.spec(w, meta["w_read"]), _cpu.spec(b, meta["b_read"]))
+        return list(EagerAddNorm.backward(ctx, *grads, *[None] * (2 - len(grads))))  # a plain norm: one output
+    if op == 1:
+        _, _, w, b = saved
+        ctx.meta = (kind, meta["eps"], meta["off"], meta["cbw"])
+        ctx.params = (meta["w_read"], meta["pcode"], _cpu.spec(w, meta["w_read"]), _cpu.spec(b, meta["b_read"]))
+        return list(EagerNormAdd.backward(ctx, *grads))
+    ctx.meta = (kind, meta["eps"], meta["off"], meta["cbw"], meta["two"], meta["has_x2"])
+    return list(EagerParallelAddNorm.backward(ctx, *grads))
+
+
+def _load():
+    mod = _nodes.load(_backward)
+    return None if isinstance(mod, str) else mod
+
+
+NODES = _load()

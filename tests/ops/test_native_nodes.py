@@ -1,0 +1,287 @@
+"""The eager fast path's C++ autograd nodes (``kernels/cpu/autograd_nodes.cpp``) against its Python nodes
+(``EagerAddNorm``, ``EagerNormAdd``, ``EagerParallelAddNorm``): the same outputs and gradients, to the bit and in
+the same dtypes, for every argument combination the fast path takes, which inputs need a gradient and which
+outputs are used; and the cases the C++ nodes hand to the Python backward (create_graph, a forward-AD level, a
+dispatch mode, batched gradients, the residual output alone) answered as the Python nodes answer them."""
+
+import itertools
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.autograd.forward_ad as fwAD
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import addnorm
+import addnorm.functional as A
+import addnorm.fused_functional as B
+from addnorm.kernels.cpu import nodes
+from addnorm.ops import native_nodes
+
+NODES = native_nodes.NODES
+NOT_BUILT = f"the C++ autograd nodes are not loaded here: {nodes.status()}; make setup builds them, CI runs these"
+pytestmark = pytest.mark.skipif(NODES is None, reason=NOT_BUILT)
+D = 24
+
+
+def test_ci_builds_the_nodes():
+    if os.environ.get("CI"):
+        assert NODES is not None, nodes.status()
+    assert nodes.status().startswith("loaded")
+
+
+class _Use:
+    """Call through the C++ nodes (True) or the Python nodes (False)."""
+
+    def __init__(self, on):
+        self.on = on
+
+    def __enter__(self):
+        A._NODES = B._NODES = NODES if self.on else None
+
+    def __exit__(self, *exc):
+        A._NODES = B._NODES = NODES
+
+
+def _forms(kind, two, x2_given, branches_first, cbw, off):
+    """name -> (fn(x, x2, r, w, b, w2, b2) -> tuple of outputs, which of (x, x2, r, w, b, w2, b2) it reads)."""
+    rms = kind == "rms"
+    return {
+        "add_norm": (lambda x, x2, r, w, b, w2, b2: (
+            addnorm.add_rms_norm(x, r, D, w, cast_before_weight=cbw, weight_offset=off) if rms
+            else addnorm.add_layer_norm(x, r, D, w, b, weight_offset=off)), (0, 2, 3) if rms else (0, 2, 3, 4)),
+        "norm": (lambda x, x2, r, w, b, w2, b2: (
+            (addnorm.rms_norm(x, D, w, cast_before_weight=cbw, weight_offset=off),) if rms
+            else (addnorm.layer_norm(x, D, w, b, weight_offset=off),)), (0, 3) if rms else (0, 3, 4)),
+        "norm_add": (lambda x, x2, r, w, b, w2, b2: (
+            (addnorm.rms_norm_add(x, r, D, w, cast_before_weight=cbw, weight_offset=off),) if rms
+            else (addnorm.layer_norm_add(x, r, D, w, b, weight_offset=off),)), (0, 2, 3) if rms else (0, 2, 3, 4)),
+        "parallel": (lambda x, x2, r, w, b, w2, b2: tuple(o for o in (
+            addnorm.parallel_add_rms_norm(x, x2 if x2_given else None, r, D, w, w2 if two else None,
+                                          cast_before_weight=cbw, weight_offset=off, branches_first=branches_first)
+            if rms else addnorm.parallel_add_layer_norm(x, x2 if x2_given else None, r, D, w, b,
+                                                        w2 if two else None, b2 if two else None, weight_offset=off,
+                                                        branches_first=branches_first)) if o is not None),
+                     tuple(i for i in (0, 1 if x2_given else None, 2, 3, None if rms else 4, 5 if two else None,
+                                       None if rms or not two else 6) if i is not None)),
+    }
+
+
+def _run(fn, reads, tensors, grad_mask, out_mask, ups):
+    ins = [t.clone().requires_grad_(bool(i in reads and grad_mask[i])) for i, t in enumerate(tensors)]
+    outs = fn(*ins)
+    used = [(o, u) for k, (o, u) in enumerate(zip(outs, ups)) if out_mask[k % len(out_mask)]]
+    wrt = [ins[i] for i in reads if grad_mask[i]]
+    if not wrt or not used:
+        return outs, ()
+    grads = torch.autograd.grad([o for o, _ in used], wrt, [u.to(o.dtype) for o, u in used], allow_unused=True)
+    return outs, grads
+
+
+def _same(a, b):
+    if a is None or b is None:
+        return a is None and b is None
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+
+
+CASES = list(itertools.product(
+    ("layer", "rms"), (torch.float32, torch.bfloat16, torch.float16), ("same", torch.float32, torch.float64)))
+
+
+@pytest.mark.parametrize("kind,dt,pdt", CASES)
+def test_cpp_nodes_match_python_nodes_bit_for_bit(kind, dt, pdt):
+    g = torch.Generator().manual_seed(0)
+    pdt = dt if pdt == "same" else pdt
+    x, x2, r = (torch.randn(5, 3, D, generator=g).to(dt) for _ in range(3))
+    w, b, w2, b2 = ((1 + 0.2 * torch.randn(D, generator=g)).to(pdt) for _ in range(4))
+    ups = [torch.randn(5, 3, D, generator=g) for _ in range(3)]
+    tensors = (x, x2, r, w, b, w2, b2)
+    checked = 0
+    for two, x2_given, bf, cbw, off in [(True, True, True, False, 0.0), (False, True, False, True, 1.0),
+                                        (False, False, True, False, 0.0), (True, False, False, True, 0.5)]:
+        for name, (fn, reads) in _forms(kind, two, x2_given, bf, cbw, off).items():
+            for grad_mask in [(1,) * 7, (1, 0, 0, 0, 1, 0, 1), (0, 1, 1, 1, 0, 1, 0), (0, 0, 0, 1, 1, 1, 1)]:
+                for out_mask in [(1, 1, 1), (1, 0, 0), (0, 1, 1), (0, 0, 1)]:
+                    with _Use(True):
+                        o1, g1 = _run(fn, reads, tensors, grad_mask, out_mask, ups)
+                    assert all(type(o.grad_fn).__name__ == "CppFunction" for o in o1 if o.grad_fn is not None)
+                    with _Use(False):
+                        o0, g0 = _run(fn, reads, tensors, grad_mask, out_mask, ups)
+                    where = (name, two, x2_given, bf, cbw, off, grad_mask, out_mask)
+                    assert len(o1) == len(o0) and all(_same(a, c) for a, c in zip(o1, o0)), where
+                    assert len(g1) == len(g0) and all(_same(a, c) for a, c in zip(g1, g0)), where
+                    checked += 1
+    assert checked == 4 * 4 * 4 * 4
+
+
+def _penalty(fn, x, w):
+    (gx,) = torch.autograd.grad(fn(x, w).square().sum(), x, create_graph=True)
+    return torch.autograd.grad(gx.square().sum(), (x, w))
+
+
+FNS = {
+    "add_layer_norm": lambda x, w: addnorm.add_layer_norm(x, x.detach() * 0.5, D, w)[0],
+    "layer_norm": lambda x, w: addnorm.layer_norm(x, D, w),
+    "rms_norm_add": lambda x, w: addnorm.rms_norm_add(x, x.detach() * 0.5, D, w),
+    "parallel_add_layer_norm": lambda x, w: addnorm.parallel_add_layer_norm(x, x * 2, x.detach(), D, w, None, w * 2)[1],
+}
+
+
+@pytest.mark.parametrize("op", list(FNS))
+def test_create_graph_double_backward_matches(op):
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(4, D, generator=g), 1 + 0.1 * torch.randn(D, generator=g)
+    res = []
+    for on in (True, False):
+        with _Use(on):
+            res.append(_penalty(FNS[op], x.clone().requires_grad_(), w.clone().requires_grad_()))
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    ref = _penalty(lambda x, w: _torch_ref(op, x, w), x64, w64)
+    for a, c, r in zip(*res, ref):
+        assert torch.equal(a, c)
+        torch.testing.assert_close(a.double(), r, atol=1e-4, rtol=1e-4)
+
+
+def _torch_ref(op, x, w):
+    ln = torch.nn.functional.layer_norm
+    if op == "add_layer_norm":
+        return ln(x + x.detach() * 0.5, (D,), w)
+    if op == "layer_norm":
+        return ln(x, (D,), w)
+    if op == "rms_norm_add":
+        return x.detach() * 0.5 + torch.nn.functional.rms_norm(x, (D,), w, eps=torch.finfo(torch.float32).eps)
+    return ln(x * 2 + x + x.detach(), (D,), w * 2)
+
+
+@pytest.mark.parametrize("op", list(FNS))
+def test_batched_gradients(op):
+    """autograd.grad(..., is_grads_batched=True) runs the backward under vmap: the incoming gradients have no
+    storage, so the kernels must not read them (they did: "Cannot access data pointer")."""
+    g = torch.Generator().manual_seed(2)
+    x, w = torch.randn(3, D, generator=g), 1 + 0.1 * torch.randn(D, generator=g)
+    v = torch.randn(6, 3, D, generator=g)
+    xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+    ref = torch.autograd.grad(_torch_ref(op, xr, wr), (xr, wr), v.double(), is_grads_batched=True)
+    for on in (True, False):
+        with _Use(on):
+            xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+            got = torch.autograd.grad(FNS[op](xg, wg), (xg, wg), v, is_grads_batched=True)
+        for a, r in zip(got, ref):
+            torch.testing.assert_close(a.double(), r, atol=1e-4, rtol=1e-4)
+
+
+def test_forward_ad_level_opened_after_the_forward():
+    """The forward ran outside any dual level (the C++ node), the backward inside one with a dual incoming
+    gradient: its tangent must reach the result (the Python backward's torch ops carry it)."""
+    g = torch.Generator().manual_seed(3)
+    x, r, w = torch.randn(3, D, generator=g), torch.randn(3, D, generator=g), 1 + 0.1 * torch.randn(D, generator=g)
+    u, tu = torch.randn(3, D, generator=g), torch.randn(3, D, generator=g)
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+    y = addnorm.layer_norm_add(xg, r, D, wg)
+    with fwAD.dual_level():
+        (gx,) = torch.autograd.grad(y, xg, fwAD.make_dual(u, tu))
+        tangent = fwAD.unpack_dual(gx).tangent
+    x64 = x.double().requires_grad_()
+    y64 = r.double() + torch.nn.functional.layer_norm(x64, (D,), w.double())
+    (ref,) = torch.autograd.grad(y64, x64, tu.double())  # linear in the incoming gradient
+    assert tangent is not None
+    torch.testing.assert_close(tangent.double(), ref, atol=1e-5, rtol=1e-5)
+
+
+class _Count(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_dispatch_mode_sees_the_backward_as_the_operator():
+    """A dispatch mode active during backward (as a tracer's is) gets the operators, not a hidden kernel call."""
+    g = torch.Generator().manual_seed(4)
+    x, r = torch.randn(3, D, generator=g, requires_grad=True), torch.randn(3, D, generator=g, requires_grad=True)
+    w = torch.ones(D, requires_grad=True)
+    y, _ = addnorm.add_layer_norm(x, r, D, w)
+    ref = torch.autograd.grad(y.sum(), (x, w), retain_graph=True)
+    mode = _Count()
+    with mode:
+        got = torch.autograd.grad(y.sum(), (x, w))
+    assert any("addnorm" in op for op in mode.ops), mode.ops
+    for a, c in zip(got, ref):
+        torch.testing.assert_close(a, c)
+
+
+def test_saved_tensor_hooks_and_version_checks_apply():
+    g = torch.Generator().manual_seed(5)
+    x, r = torch.randn(3, D, generator=g), torch.randn(3, D, generator=g)
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        xg = x.clone().requires_grad_()
+        y = addnorm.layer_norm_add(xg, r, D)
+    assert packed, "saved_tensors_hooks did not see the node's saved tensors"
+    y.sum().backward()
+    h = torch.randn(3, D, generator=g, requires_grad=True) * 1
+    y = addnorm.layer_norm(h, D)
+    h.add_(1)  # modifies a tensor the node saved
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+def test_retain_graph_twice_and_residual_output_only():
+    g = torch.Generator().manual_seed(6)
+    x, r, w = torch.randn(3, D, generator=g), torch.randn(3, D, generator=g), torch.randn(D, generator=g)
+    res = []
+    for on in (True, False):
+        with _Use(on):
+            xg, rg, wg = (t.clone().requires_grad_() for t in (x, r, w))
+            y, s = addnorm.add_layer_norm(xg, rg, D, wg)
+            a = torch.autograd.grad(y.sum(), (xg, wg), retain_graph=True)
+            b = torch.autograd.grad(y.sum(), (xg, wg), retain_graph=True)
+            c = torch.autograd.grad(s.sum(), (xg, rg, wg), allow_unused=True)
+            res.append((a, b, c))
+    for one, other in zip(*res):
+        assert all(_same(p, q) for p, q in zip(one, other))
+    assert all(torch.equal(p, q) for p, q in zip(res[0][0], res[0][1]))
+
+
+def test_large_calls_use_the_python_nodes_and_the_pool():
+    """Outputs of >= MAX_NUMEL elements come from the output pool through the Python nodes."""
+    n = native_nodes.MAX_NUMEL // 256 + 1
+    x = torch.randn(n, 256, requires_grad=True)
+    y = addnorm.layer_norm(x, 256)
+    assert type(y.grad_fn).__name__ == "EagerAddNormBackward"
+    small = addnorm.layer_norm(torch.randn(4, 256, requires_grad=True), 256)
+    assert type(small.grad_fn).__name__ == "CppFunction"
+
+
+def test_turned_off_by_the_environment():
+    code = "import addnorm; from addnorm.kernels.cpu import nodes; from addnorm.ops import native_nodes as n; " \
+           "print(n.NODES is None, nodes.status())"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ADDNORM_CPP_NODES": "0"},
+                         capture_output=True, text=True, check=True).stdout
+    assert out.startswith("True turned off by ADDNORM_CPP_NODES=0"), out
+
+
+@pytest.mark.parametrize("kind,dt,pdt", CASES)
+def test_inference_entry_matches_the_python_path(kind, dt, pdt):
+    g = torch.Generator().manual_seed(7)
+    pdt = dt if pdt == "same" else pdt
+    x, r = torch.randn(4, 2, D, generator=g).to(dt), torch.randn(4, 2, D, generator=g).to(dt)
+    w, b = (1 + 0.2 * torch.randn(D, generator=g)).to(pdt), (0.1 * torch.randn(D, generator=g)).to(pdt)
+    calls = {
+        "add": lambda: (addnorm.add_rms_norm(x, r, D, w, cast_before_weight=True, weight_offset=0.5) if kind == "rms"
+                        else addnorm.add_layer_norm(x, r, D, w, b, weight_offset=0.5)),
+        "plain": lambda: ((addnorm.rms_norm(x, D, w),) if kind == "rms" else (addnorm.layer_norm(x, D, None, b),)),
+        "no params": lambda: (addnorm.add_rms_norm(x, r, D) if kind == "rms" else addnorm.add_layer_norm(x, r, D)),
+    }
+    for name, call in calls.items():
+        with torch.no_grad():
+            with _Use(True):
+                one = call()
+            with _Use(False):
+                other = call()
+        assert all(_same(a, c) for a, c in zip(one, other)), name
