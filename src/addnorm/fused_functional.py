@@ -86,6 +86,9 @@ def _norm_add(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_b
     if residual is not None and F._fast_path_ok(x, residual, shape, weight, bias, eps, weight_offset, backend):
         F._last["backend"] = "cpu"
         if not _needs(x, residual, weight, bias):
+            if _NODES is not None and x.numel() < _NODES_MAX:
+                return _NODES.norm_add_inference(x, residual, weight, bias, _KIND[kind], eps, float(weight_offset),
+                                                 bool(cast_before_weight))
             return _cpu.norm_add_contiguous(x, residual, weight, bias, kind, eps, float(weight_offset),
                                             bool(cast_before_weight), False)[0]
         if _NODES is not None and F._fwad._current_level < 0 and x.numel() < _NODES_MAX:  # the C++ node
@@ -138,6 +141,9 @@ def _parallel(kind, x, x2, residual, shape, weight, bias, weight2, bias2, eps, w
             y, y2, s = _EAGER_PARALLEL(x, x2, residual, weight, bias, weight2, bias2, kind, eps, float(weight_offset),
                                        bool(cast_before_weight), branches_first)
             return y, (y2 if weight2 is not None or bias2 is not None else None), s
+        if _NODES is not None and x.numel() < _NODES_MAX:
+            return _NODES.parallel_inference(x, x2, residual, weight, bias, weight2, bias2, _KIND[kind], eps,
+                                             float(weight_offset), bool(cast_before_weight), branches_first)
         y, y2, s, _ = _cpu.parallel_contiguous(x, x2, residual, weight, bias, weight2, bias2, kind, eps,
                                                float(weight_offset), bool(cast_before_weight), branches_first, False)
         return y, y2, s

@@ -285,3 +285,34 @@ def test_inference_entry_matches_the_python_path(kind, dt, pdt):
             with _Use(False):
                 other = call()
         assert all(_same(a, c) for a, c in zip(one, other)), name
+
+
+@pytest.mark.parametrize("kind,dt,pdt", CASES)
+def test_fused_inference_entries_match_the_python_path(kind, dt, pdt):
+    g = torch.Generator().manual_seed(8)
+    pdt = dt if pdt == "same" else pdt
+    x, x2, r = (torch.randn(3, 5, D, generator=g).to(dt) for _ in range(3))
+    w, b, w2, b2 = ((1 + 0.2 * torch.randn(D, generator=g)).to(pdt) for _ in range(4))
+    tensors = (x, x2, r, w, b, w2, b2)
+    for two, x2_given, bf, cbw, off in [(True, True, True, False, 0.0), (False, True, False, True, 1.0),
+                                        (False, False, True, False, 0.0), (True, False, False, True, 0.5)]:
+        for name, (fn, _) in _forms(kind, two, x2_given, bf, cbw, off).items():
+            with torch.no_grad():
+                with _Use(True):
+                    one = fn(*tensors)
+                with _Use(False):
+                    other = fn(*tensors)
+            assert len(one) == len(other) and all(_same(a, c) for a, c in zip(one, other)), (name, two, x2_given)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("which", ["x", "residual"])
+def test_freed_storage_is_named(which, grad):
+    calls = [lambda x, r: addnorm.add_layer_norm(x, r, 8), lambda x, r: addnorm.layer_norm_add(x, r, 8),
+             lambda x, r: addnorm.parallel_add_layer_norm(x, x.detach(), r, 8)]
+    for call in calls:
+        x, r = torch.randn(3, 8), torch.randn(3, 8)
+        (x if which == "x" else r).untyped_storage().resize_(0)
+        x.requires_grad_(grad)
+        with pytest.raises(ValueError, match="no storage"):
+            call(x, r)

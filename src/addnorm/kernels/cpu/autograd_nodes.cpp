@@ -62,7 +62,16 @@ at::ScalarType param_type(int pcode) {
     return pcode == 0 ? at::kFloat : pcode == 1 ? at::kBFloat16 : at::kHalf;
 }
 
-const void *ptr(const Tensor &t) { return t.defined() ? t.data_ptr() : nullptr; }
+// The data of an optional tensor (null: absent). A tensor with elements whose storage was freed has a null
+// pointer, which the kernels would take for an absent residual or parameter: refused (ops._ptr).
+const void *ptr(const Tensor &t) {
+    if (!t.defined()) return nullptr;
+    const void *p = t.data_ptr();
+    TORCH_CHECK_VALUE(p != nullptr || t.numel() == 0,
+                      "addnorm CPU kernels: a tensor with elements has no storage (was its storage freed, e.g. by "
+                      "untyped_storage().resize_(0)?)");
+    return p;
+}
 void *mptr(const Tensor &t) { return t.defined() ? t.data_ptr() : nullptr; }
 
 void check_rc(int rc, const char *what) {
@@ -167,7 +176,7 @@ Tensor opt(const OptT &t) { return t.has_value() ? *t : Tensor(); }
 
 // ---------------------------------------------------------------- Add & Norm: (y, s or None) = norm(x + residual)
 struct AddNormOut {
-    Tensor out, s, stats;
+    Tensor out, y2, s, stats;  // y2: the parallel residual's second norm
     std::vector<Tensor> read;  // the parameters as the kernel read them
     int pcode;
 };
@@ -184,7 +193,7 @@ AddNormOut add_norm_forward(const Tensor &x, const Tensor &residual, const Tenso
     r.pcode = read_params(r.read, D);
     int c = code(x);
     float *st = want_stats ? r.stats.data_ptr<float>() : nullptr;
-    check_rc(k_forward((int)kind, c, c, c, c, N, D, x.data_ptr(), D, ptr(residual), D, ptr(r.read[0]),
+    check_rc(k_forward((int)kind, c, c, c, c, N, D, ptr(x), D, ptr(residual), D, ptr(r.read[0]),
                        ptr(r.read[1]), r.pcode, (float)weight_offset, (float)eps, (int)cbw, r.out.data_ptr(), D,
                        mptr(r.s), D, kind == 0 ? st : nullptr, kind == 0 && st ? st + N : st, nthreads()),
              "forward");
@@ -236,7 +245,7 @@ struct AddNormNode : public torch::autograd::Function<AddNormNode> {
         Tensor dw = want_w ? torch::empty({D}, popt) : Tensor(), db = want_b ? torch::empty({D}, popt) : Tensor();
         const float *st = stats.data_ptr<float>();
         int c = code(sv);
-        check_rc(k_backward(kind, code(dy), c, c, N, D, dy.data_ptr(), D, sv.data_ptr(), D, kind == 0 ? st : nullptr,
+        check_rc(k_backward(kind, code(dy), c, c, N, D, ptr(dy), D, ptr(sv), D, kind == 0 ? st : nullptr,
                             kind == 0 ? st + N : st, ptr(w_read), pcode, (float)ctx->saved_data["off"].toDouble(),
                             ptr(dres), D, ds.data_ptr(), D, nullptr, 0, mptr(dw), mptr(db), nthreads()),
                  "backward");
@@ -247,23 +256,33 @@ struct AddNormNode : public torch::autograd::Function<AddNormNode> {
 };
 
 // ---------------------------------------------------------------- norm-then-add: residual + norm(x)
+AddNormOut norm_add_forward(const Tensor &x, const Tensor &residual, const Tensor &weight, const Tensor &bias,
+                            int64_t kind, double eps, double weight_offset, bool cbw, bool want_stats) {
+    int64_t D = x.size(-1), N = x.numel() / D;
+    AddNormOut r;
+    if (want_stats) r.stats = torch::empty({kind == 0 ? 2 : 1, N}, x.options().dtype(at::kFloat));
+    r.out = torch::empty_like(x, at::MemoryFormat::Contiguous);
+    r.read = {weight, bias};
+    r.pcode = read_params(r.read, D);
+    int c = code(x);
+    float *st = want_stats ? r.stats.data_ptr<float>() : nullptr;
+    check_rc(k_fused_forward((int)kind, (int)cbw, c, 0, 0, c, c, c, c, c, N, D, ptr(x), D, nullptr, 0, nullptr,
+                             0, ptr(residual), D, ptr(r.read[0]), ptr(r.read[1]), nullptr, nullptr, r.pcode,
+                             (float)weight_offset, (float)eps, r.out.data_ptr(), D, nullptr, 0, nullptr, 0,
+                             kind == 0 ? st : nullptr, kind == 0 && st ? st + N : st, nthreads()),
+             "fused forward");
+    return r;
+}
+
 struct NormAddNode : public torch::autograd::Function<NormAddNode> {
     static Tensor forward(AutogradContext *ctx, Tensor x, Tensor residual, OptT weight_, OptT bias_, int64_t kind,
                           double eps, double weight_offset, bool cbw) {
         Tensor weight = opt(weight_), bias = opt(bias_);
         ctx->set_materialize_grads(false);
-        int64_t D = x.size(-1), N = x.numel() / D;
-        auto stats = torch::empty({kind == 0 ? 2 : 1, N}, x.options().dtype(at::kFloat));
-        auto out = torch::empty_like(x, at::MemoryFormat::Contiguous);
-        std::vector<Tensor> ps{weight, bias};
-        int pcode = read_params(ps, D);
-        int c = code(x);
-        float *st = stats.data_ptr<float>();
-        check_rc(k_fused_forward((int)kind, (int)cbw, c, 0, 0, c, c, c, c, c, N, D, x.data_ptr(), D, nullptr, 0,
-                                 nullptr, 0, residual.data_ptr(), D, ptr(ps[0]), ptr(ps[1]), nullptr, nullptr, pcode,
-                                 (float)weight_offset, (float)eps, out.data_ptr(), D, nullptr, 0, nullptr, 0,
-                                 kind == 0 ? st : nullptr, kind == 0 ? st + N : st, nthreads()),
-                 "fused forward");
+        AddNormOut r = norm_add_forward(x, residual, weight, bias, kind, eps, weight_offset, cbw, true);
+        const Tensor &out = r.out, &stats = r.stats;
+        const int pcode = r.pcode;
+        const std::vector<Tensor> &ps = r.read;
         ctx->save_for_backward({x, stats, weight, bias});
         ctx->saved_data["given"] = given({true, true, weight.defined(), bias.defined()});
         ctx->saved_data["kind"] = kind;
@@ -294,7 +313,7 @@ struct NormAddNode : public torch::autograd::Function<NormAddNode> {
         Tensor dw = want_w ? torch::empty({D}, popt) : Tensor(), db = want_b ? torch::empty({D}, popt) : Tensor();
         const float *st = stats.data_ptr<float>();
         int c = code(x);
-        check_rc(k_backward(kind, code(dy), c, c, N, D, dy.data_ptr(), D, x.data_ptr(), D, kind == 0 ? st : nullptr,
+        check_rc(k_backward(kind, code(dy), c, c, N, D, ptr(dy), D, ptr(x), D, kind == 0 ? st : nullptr,
                             kind == 0 ? st + N : st, ptr(w_read), pcode, (float)ctx->saved_data["off"].toDouble(),
                             nullptr, 0, dx.data_ptr(), D, nullptr, 0, mptr(dw), mptr(db), nthreads()),
                  "backward");
@@ -304,32 +323,45 @@ struct NormAddNode : public torch::autograd::Function<NormAddNode> {
 };
 
 // ---------------------------------------------------------------- the parallel residual: s = residual + x + x2
+AddNormOut parallel_forward(const Tensor &x, const Tensor &x2, const Tensor &residual, const Tensor &weight,
+                            const Tensor &bias, const Tensor &weight2, const Tensor &bias2, int64_t kind, double eps,
+                            double weight_offset, bool cbw, bool branches_first, bool want_stats) {
+    int64_t D = x.size(-1), N = x.numel() / D;
+    bool two = weight2.defined() || bias2.defined();
+    AddNormOut r;
+    if (want_stats) r.stats = torch::empty({kind == 0 ? 2 : 1, N}, x.options().dtype(at::kFloat));
+    r.out = torch::empty_like(x, at::MemoryFormat::Contiguous);
+    if (two) r.y2 = torch::empty_like(x, at::MemoryFormat::Contiguous);
+    r.s = torch::empty_like(x, at::MemoryFormat::Contiguous);
+    r.read = {weight, bias, two ? weight2 : Tensor(), two ? bias2 : Tensor()};
+    r.pcode = read_params(r.read, D);
+    // the kernel forms X + round(A + M): the eager order mapped onto it (fused.parallel_contiguous)
+    Tensor X, A, M;
+    if (!x2.defined()) { X = residual; A = x; }
+    else if (branches_first) { X = residual; A = x; M = x2; }
+    else { X = x2; A = residual; M = x; }
+    int c = code(x);
+    float *st = want_stats ? r.stats.data_ptr<float>() : nullptr;
+    check_rc(k_fused_forward((int)kind, (int)cbw, c, c, c, c, c, 0, c, c, N, D, ptr(X), D, ptr(A), D,
+                             ptr(M), D, nullptr, 0, ptr(r.read[0]), ptr(r.read[1]), ptr(r.read[2]), ptr(r.read[3]),
+                             r.pcode, (float)weight_offset, (float)eps, r.out.data_ptr(), D, mptr(r.y2), D,
+                             r.s.data_ptr(), D, kind == 0 ? st : nullptr, kind == 0 && st ? st + N : st, nthreads()),
+             "fused forward");
+    return r;
+}
+
 struct ParallelNode : public torch::autograd::Function<ParallelNode> {
     static variable_list forward(AutogradContext *ctx, Tensor x, OptT x2_, Tensor residual, OptT weight_,
                                  OptT bias_, OptT weight2_, OptT bias2_, int64_t kind, double eps,
                                  double weight_offset, bool cbw, bool branches_first) {
         Tensor x2 = opt(x2_), weight = opt(weight_), bias = opt(bias_), weight2 = opt(weight2_), bias2 = opt(bias2_);
         ctx->set_materialize_grads(false);
-        int64_t D = x.size(-1), N = x.numel() / D;
         bool two = weight2.defined() || bias2.defined();
-        auto stats = torch::empty({kind == 0 ? 2 : 1, N}, x.options().dtype(at::kFloat));
-        auto y = torch::empty_like(x, at::MemoryFormat::Contiguous);
-        Tensor y2 = two ? torch::empty_like(x, at::MemoryFormat::Contiguous) : Tensor();
-        auto s = torch::empty_like(x, at::MemoryFormat::Contiguous);
-        std::vector<Tensor> ps{weight, bias, two ? weight2 : Tensor(), two ? bias2 : Tensor()};
-        int pcode = read_params(ps, D);
-        // the kernel forms X + round(A + M): the eager order mapped onto it (fused.parallel_contiguous)
-        Tensor X, A, M;
-        if (!x2.defined()) { X = residual; A = x; }
-        else if (branches_first) { X = residual; A = x; M = x2; }
-        else { X = x2; A = residual; M = x; }
-        int c = code(x);
-        float *st = stats.data_ptr<float>();
-        check_rc(k_fused_forward((int)kind, (int)cbw, c, c, c, c, c, 0, c, c, N, D, X.data_ptr(), D, A.data_ptr(), D,
-                                 ptr(M), D, nullptr, 0, ptr(ps[0]), ptr(ps[1]), ptr(ps[2]), ptr(ps[3]), pcode,
-                                 (float)weight_offset, (float)eps, y.data_ptr(), D, mptr(y2), D, s.data_ptr(), D,
-                                 kind == 0 ? st : nullptr, kind == 0 ? st + N : st, nthreads()),
-                 "fused forward");
+        AddNormOut r = parallel_forward(x, x2, residual, weight, bias, weight2, bias2, kind, eps, weight_offset, cbw,
+                                        branches_first, true);
+        Tensor y = r.out, y2 = r.y2, s = r.s, stats = r.stats;
+        const int pcode = r.pcode;
+        const std::vector<Tensor> &ps = r.read;
         if (!two) {
             y2 = x.new_empty({0});
             ctx->mark_non_differentiable({y2});
@@ -378,7 +410,7 @@ struct ParallelNode : public torch::autograd::Function<ParallelNode> {
         const float *st = stats.data_ptr<float>();
         int c = code(s);
         check_rc(k_fused_backward(kind, c, dy.defined() ? code(dy) : 0, dy2.defined() ? code(dy2) : 0,
-                                  dres.defined() ? code(dres) : 0, c, N, D, s.data_ptr(), D,
+                                  dres.defined() ? code(dres) : 0, c, N, D, ptr(s), D,
                                   kind == 0 ? st : nullptr, kind == 0 ? st + N : st, ptr(dy), D, ptr(dy2), D,
                                   ptr(read[0]), ptr(read[2]), pcode, (float)ctx->saved_data["off"].toDouble(),
                                   ptr(dres), D, ds.data_ptr(), D, mptr(g[0]), mptr(g[1]), mptr(g[2]), mptr(g[3]),
@@ -413,6 +445,20 @@ py::tuple add_norm_inference(const Tensor &x, const std::optional<Tensor> &resid
     return py::make_tuple(r.out, r.s.defined() ? py::cast(r.s) : py::none());
 }
 
+Tensor norm_add_inference(const Tensor &x, const Tensor &residual, const std::optional<Tensor> &weight,
+                          const std::optional<Tensor> &bias, int64_t kind, double eps, double weight_offset, bool cbw) {
+    return norm_add_forward(x, residual, opt(weight), opt(bias), kind, eps, weight_offset, cbw, false).out;
+}
+
+py::tuple parallel_inference(const Tensor &x, const std::optional<Tensor> &x2, const Tensor &residual,
+                             const std::optional<Tensor> &weight, const std::optional<Tensor> &bias,
+                             const std::optional<Tensor> &weight2, const std::optional<Tensor> &bias2, int64_t kind,
+                             double eps, double weight_offset, bool cbw, bool branches_first) {
+    AddNormOut r = parallel_forward(x, opt(x2), residual, opt(weight), opt(bias), opt(weight2), opt(bias2), kind, eps,
+                                    weight_offset, cbw, branches_first, false);
+    return py::make_tuple(r.out, r.y2.defined() ? py::cast(r.y2) : py::none(), r.s);
+}
+
 Tensor norm_add(const Tensor &x, const Tensor &residual, const std::optional<Tensor> &weight,
                 const std::optional<Tensor> &bias, int64_t kind, double eps, double weight_offset, bool cbw) {
     return NormAddNode::apply(x, residual, weight, bias, kind, eps, weight_offset, cbw);
@@ -445,6 +491,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("init", &init);
     m.def("add_norm", &add_norm);
     m.def("add_norm_inference", &add_norm_inference);
+    m.def("norm_add_inference", &norm_add_inference);
+    m.def("parallel_inference", &parallel_inference);
     m.def("norm_add", &norm_add);
     m.def("parallel", &parallel);
     m.attr("torch_version") = TORCH_VERSION;
