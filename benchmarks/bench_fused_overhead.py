@@ -1,6 +1,9 @@
 """Where the time of a small call goes (64 x 768 float32, the size of one decode step): the fused forms'
 C kernel alone, the host call around it, the public function (validation and the backend decision), and a
-training step of the unit (forward + autograd.grad), beside eager PyTorch doing the same.
+training step of the unit (forward + autograd.grad), beside eager PyTorch doing the same. The public
+function's rows are timed twice: on the C++ autograd nodes and entries (``kernels/cpu/autograd_nodes.cpp``,
+the default where they are built), and on the Python path they replace ("python path" rows: the Python
+autograd nodes, and the Python host calls for inference).
 
     python benchmarks/bench_fused_overhead.py [--threads 2]
 
@@ -17,11 +20,14 @@ import torch
 import torch.nn.functional as F
 
 import addnorm
+import addnorm.functional as A
+import addnorm.fused_functional as B
 from addnorm.benchmark.add_norm import conditions
 from addnorm.benchmark.timing import measure_interleaved
 from addnorm.kernels.cpu import fused as host
 from addnorm.kernels.cpu import mhc as mhc_host
 from addnorm.ops import mhc_formulas
+from addnorm.ops.native_nodes import NODES
 from addnorm.kernels.cpu.library import library
 from addnorm.kernels.cpu.ops import _num_threads
 from addnorm.store import atomic_write_text
@@ -69,7 +75,28 @@ def _cases():
         h, _, hpo, hr = fn(Xg, phig, *cg)[:4]
         torch.autograd.grad((h, hpo, hr), [Xg, phig, *cg], mhc_ups)
 
-    return {
+    def python_nodes(fn):  # the same call with the C++ nodes switched off
+        def run():
+            A._NODES = B._NODES = None
+            try:
+                return fn()
+            finally:
+                A._NODES = B._NODES = NODES
+
+        return run
+
+    def eager_an(x, r, w, b):
+        s = x + r
+        return F.layer_norm(s, (D,), w, b), s
+
+    an = {
+        "add_layer_norm (inference)": lambda: addnorm.add_layer_norm(x, r, D, w, b),
+        "eager (inference)": lambda: eager_an(x, r, w, b),
+        "add_layer_norm fwd+bwd": lambda: step(lambda *a: addnorm.add_layer_norm(a[0], a[1], D, *a[2:]),
+                                                (xg, rg, wg, bg), 2),
+        "eager fwd+bwd": lambda: step(eager_an, (xg, rg, wg, bg), 2),
+    }
+    cases = {
         "mhc_pre": {
             "host call (C kernel)": lambda: mhc_host.mhc_pre(X, phi, scal, bias, None, 1e-6, 20),
             "mhc_pre (inference)": lambda: addnorm.mhc_pre(X, phi, *coeffs),
@@ -98,7 +125,14 @@ def _cases():
                                                                                           b2g), 3),
             "eager fwd+bwd": lambda: step(eager_par, (xg, x2g, rg, wg, bg, w2g, b2g), 3),
         },
+        "add_norm": an,
     }
+    if NODES is not None:  # the public rows again, on the Python nodes, timed in the same interleaving
+        for op in ("norm_add", "parallel2", "add_norm"):
+            for name in [m for m in cases[op] if m.startswith(("layer_norm_add", "parallel_add", "add_layer"))]:
+                cases[op][name.replace(" (", " python path (").replace(" fwd+bwd", " python path fwd+bwd")] = \
+                    python_nodes(cases[op][name])
+    return cases
 
 
 def main(argv=None) -> int:

@@ -274,6 +274,7 @@ if torch.cuda.is_available():
 _functorch_active = torch._C._are_functorch_transforms_active
 _dispatch_depth = torch._C._len_torch_dispatch_stack
 _tracing_state = torch._C._get_tracing_state
+_is_compiling = torch.compiler.is_compiling
 
 
 def _needs_grad(x, residual, weight, bias) -> bool:
@@ -326,11 +327,26 @@ def _fast_path_ok(x, residual, D, weight, bias, eps, weight_offset, backend) -> 
             and (weight is None or weight.data_ptr() != 0) and (bias is None or bias.data_ptr() != 0))
 
 
+def _cpp_fast_ok(backend) -> bool:
+    """What the C++ fast entries leave to Python: no compiler, transform, dispatch mode or tracer, a kernel
+    backend. (They check the tensors themselves, as ``_fast_path_ok`` does.)"""
+    return (not _is_compiling() and not _functorch_active() and not _dispatch_depth() and _tracing_state() is None
+            and (backend or _state.backend) in _KERNEL_BACKENDS and availability().available)
+
+
 def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset, cast_before_weight, out,
           residual_out, backend, out_dtype=None, residual_in_fp32=False):
+    if out_dtype is not None and type(x) is torch.Tensor and out_dtype == x.dtype:
+        out_dtype = None  # the same output (HF's patch asks for the input's dtype): the fast path may take it
     if out is None and residual_out is None and out_dtype is None and not residual_in_fp32:
         if eps is None and kind == "rms" and isinstance(x, torch.Tensor):
             eps = _default_rms_eps(x)
+        if _NODES is not None and _cpp_fast_ok(backend):  # the checks and the call in one C++ call
+            r = _NODES.fast_add_norm(x, residual, normalized_shape, weight, bias, eps, weight_offset, _KIND[kind],
+                                     bool(cast_before_weight))
+            if r is not None:
+                _last["backend"] = "cpu"
+                return r
         if _fast_path_ok(x, residual, normalized_shape, weight, bias, eps, weight_offset, backend):
             _last["backend"] = "cpu"
             if _needs_autograd(x, residual, weight, bias):

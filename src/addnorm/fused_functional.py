@@ -83,6 +83,12 @@ def _needs(*ts) -> bool:
 def _norm_add(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_before_weight, backend):
     if eps is None and kind == "rms" and isinstance(x, torch.Tensor):
         eps = F._default_rms_eps(x)
+    if _NODES is not None and F._cpp_fast_ok(backend):  # the checks and the call in one C++ call
+        out = _NODES.fast_norm_add(x, residual, shape, weight, bias, eps, weight_offset, _KIND[kind],
+                                   bool(cast_before_weight))
+        if out is not None:
+            F._last["backend"] = "cpu"
+            return out
     if residual is not None and F._fast_path_ok(x, residual, shape, weight, bias, eps, weight_offset, backend):
         F._last["backend"] = "cpu"
         if not _needs(x, residual, weight, bias):
@@ -128,6 +134,12 @@ def _parallel(kind, x, x2, residual, shape, weight, bias, weight2, bias2, eps, w
               branches_first, backend):
     if eps is None and kind == "rms" and isinstance(x, torch.Tensor):
         eps = F._default_rms_eps(x)
+    if _NODES is not None and F._cpp_fast_ok(backend):  # the checks and the call in one C++ call
+        out = _NODES.fast_parallel(x, x2, residual, shape, weight, bias, weight2, bias2, eps, weight_offset,
+                                   _KIND[kind], bool(cast_before_weight), branches_first)
+        if out is not None:
+            F._last["backend"] = "cpu"
+            return out
     # residual=None passes _fast_path_ok (Add & Norm takes it) but not here: it must reach _common's TypeError
     if (type(branches_first) is bool and residual is not None
             and F._fast_path_ok(x, residual, shape, weight, bias, eps, weight_offset, backend)

@@ -231,3 +231,19 @@ def test_frontier_placements_train_in_the_study_runner(data, tmp_path, placement
         m.load_state_dict(torch.load(tmp_path / "checkpoint.pt", weights_only=True)["model"])
         torch.testing.assert_close(m.wte.weight.norm(dim=1), torch.ones(256))
         torch.testing.assert_close(m.h[0].attn.c_proj.weight.norm(dim=0), torch.ones(32))
+
+
+def test_a_single_hard_batch_is_not_a_spike_in_a_run_trained_until_flat():
+    """Near the loss floor one hard batch is 1.5x the mean (long's seed-0 runs, step 7555); a run trained until its
+    curve flattens is stopped only when the jump persists. Fixed-length runs keep the one-step rule."""
+    from addnorm.experiments.study.runner import SPIKE_PERSIST, _failure
+
+    flat = [1.15] * 30
+    one_batch = flat + [1.88]
+    assert _failure(one_batch) == "spike"
+    assert _failure(one_batch, SPIKE_PERSIST) is None
+    assert _failure(one_batch + [1.15] * 4, SPIKE_PERSIST) is None
+    diverged = flat + [1.88] * SPIKE_PERSIST
+    assert _failure(diverged, SPIKE_PERSIST) == "spike"
+    assert _failure(flat + [1.88] * (SPIKE_PERSIST - 1), SPIKE_PERSIST) is None
+    assert _failure(flat + [float("nan")], SPIKE_PERSIST) == "nan"

@@ -316,3 +316,122 @@ def test_freed_storage_is_named(which, grad):
         x.requires_grad_(grad)
         with pytest.raises(ValueError, match="no storage"):
             call(x, r)
+
+
+def test_a_build_from_another_version_is_refused_not_imported(monkeypatch):
+    """A stale build (the .cpp changed, the .so did not) must never break `import addnorm`: it is refused, saying
+    why, and the Python nodes run."""
+    before = nodes._MODULE
+    monkeypatch.setattr(nodes, "ABI", nodes.ABI + 1)
+    try:
+        assert "another version of addnorm" in nodes.load(native_nodes._backward, native_nodes.MAX_NUMEL)
+    finally:
+        monkeypatch.undo()
+        assert nodes.load(native_nodes._backward, native_nodes.MAX_NUMEL) is NODES
+        assert nodes._MODULE is before
+
+
+def test_non_reentrant_checkpoint_unpacks_once():
+    """Every backward the C++ nodes hand to Python reads the saved tensors once: non-reentrant checkpointing (HF's
+    default) refuses a second unpack, and unpack hooks (offloading) must run once per saved tensor."""
+    from torch.utils.checkpoint import checkpoint
+
+    g = torch.Generator().manual_seed(9)
+    x, r, w = torch.randn(4, D, generator=g), torch.randn(4, D, generator=g), torch.randn(D, generator=g)
+    for on in (True, False):
+        with _Use(on):
+            xg, rg, wg = (t.clone().requires_grad_() for t in (x, r, w))
+            out = checkpoint(lambda a, c: addnorm.add_layer_norm(a, c, D, wg)[0], xg, rg, use_reentrant=False)
+            (gx,) = torch.autograd.grad(out.pow(2).sum(), xg, create_graph=True)  # the Python backward
+            s = checkpoint(lambda a, c: addnorm.parallel_add_rms_norm(a, None, c, D, wg)[2], xg, rg,
+                           use_reentrant=False)
+            s.sum().backward()  # only the stream used: the Python backward
+            counts = {"pack": 0, "unpack": 0}
+
+            def pack(t):
+                counts["pack"] += 1
+                return t
+
+            def unpack(t):
+                counts["unpack"] += 1
+                return t
+
+            with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+                y, s = addnorm.add_rms_norm(xg, rg, D, wg)
+            s.sum().backward()
+            assert counts["unpack"] == counts["pack"] > 0, (on, counts)
+
+
+def test_storage_freed_between_forward_and_backward_is_named():
+    g = torch.Generator().manual_seed(10)
+    x, w = torch.randn(4, D, generator=g, requires_grad=True), torch.nn.Parameter(torch.randn(D, generator=g))
+    y = addnorm.rms_norm(x, D, w)
+    w.untyped_storage().resize_(0)  # an FSDP-style reshard that is not undone before backward
+    with pytest.raises(ValueError, match="no storage"):
+        torch.autograd.grad(y.sum(), x)
+    r = torch.randn(4, D, generator=g, requires_grad=True)
+    y, s = addnorm.add_layer_norm(x, r, D)
+    dres = torch.ones(4, D)
+    dres.untyped_storage().resize_(0)
+    with pytest.raises(ValueError, match="no storage"):
+        torch.autograd.backward([y, s], [torch.ones(4, D), dres])
+
+
+class _Sub(torch.Tensor):
+    pass
+
+
+def test_subclass_incoming_gradient_keeps_its_type_as_the_python_nodes_do():
+    g = torch.Generator().manual_seed(11)
+    x, r, w = torch.randn(3, D, generator=g), torch.randn(3, D, generator=g), torch.randn(D, generator=g)
+    up = torch.randn(3, D, generator=g).as_subclass(_Sub)
+    res = []
+    for on in (True, False):
+        with _Use(on):
+            xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+            res.append(torch.autograd.grad(addnorm.rms_norm_add(xg, r, D, wg), (xg, wg), up))
+    for a, c in zip(*res):
+        assert type(a) is type(c)
+        torch.testing.assert_close(a.as_subclass(torch.Tensor), c.as_subclass(torch.Tensor), rtol=0, atol=0)
+
+
+def test_modules_and_the_hf_convention_reach_the_nodes():
+    """The modules pass normalized_shape as a tuple and HF's patch passes out_dtype = the input's dtype: both are
+    the fast path's call (they had taken the general path, with its Python autograd node)."""
+    from addnorm.nn import AddLayerNorm
+
+    m = AddLayerNorm(D)
+    x, r = torch.randn(3, D, requires_grad=True), torch.randn(3, D)
+    y, s = m(x, r)
+    assert type(y.grad_fn).__name__ == "CppFunction"
+    y2, _ = addnorm.add_rms_norm(x, r, (D,), out_dtype=torch.float32)
+    assert type(y2.grad_fn).__name__ == "CppFunction"
+    with _Use(False):
+        y0, s0 = m(x, r)
+    assert type(y0.grad_fn).__name__ != "CppFunction"
+    assert torch.equal(y, y0) and torch.equal(s, s0)
+    torch.testing.assert_close(y, torch.nn.functional.layer_norm(x + r, (D,)))
+
+
+def test_unpack_hook_handing_back_another_layout():
+    """An unpack hook may return a saved tensor in another memory layout (same values): the kernels read rows, so
+    the backward makes it contiguous first (it read the transposed strides as rows)."""
+    g = torch.Generator().manual_seed(12)
+    x, r, w = torch.randn(6, D, generator=g), torch.randn(6, D, generator=g), torch.randn(D, generator=g)
+
+    def relayout(t):
+        return t.t().contiguous().t() if t.dim() == 2 else t
+
+    for on in (True, False):
+        with _Use(on):
+            res = []
+            for hooks in (False, True):
+                xg, rg, wg = (t.clone().requires_grad_() for t in (x, r, w))
+                with torch.autograd.graph.saved_tensors_hooks(lambda t: t, relayout if hooks else (lambda t: t)):
+                    y, s = addnorm.add_layer_norm(xg, rg, D, wg)
+                    o = addnorm.layer_norm_add(xg, rg, D, wg)
+                    p = addnorm.parallel_add_layer_norm(xg, None, rg, D, wg)[0]
+                res.append(torch.autograd.grad((y.sum() + s.square().sum() + o.square().sum() + p.square().sum()),
+                                               (xg, rg, wg)))
+            for a, c in zip(*res):
+                assert torch.equal(a, c), on

@@ -45,7 +45,7 @@ def _backward(op, saved, grads, needs, meta):
 
 
 def _load():
-    mod = _nodes.load(_backward)
+    mod = _nodes.load(_backward, MAX_NUMEL)
     return None if isinstance(mod, str) else mod
 
 

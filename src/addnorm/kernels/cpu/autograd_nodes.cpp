@@ -14,8 +14,11 @@
 
 #include <torch/extension.h>
 #include <torch/csrc/autograd/forward_grad.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/Exceptions.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 
+#include <cmath>
 #include <new>
 #include <typeinfo>
 
@@ -62,25 +65,41 @@ at::ScalarType param_type(int pcode) {
     return pcode == 0 ? at::kFloat : pcode == 1 ? at::kBFloat16 : at::kHalf;
 }
 
+// A kernel's return code as the Python host calls raise it (ops._check_rc): ValueError for a freed storage,
+// MemoryError for scratch memory, raised as those Python exceptions both in forward (called from Python) and in
+// backward (called by the autograd engine, which passes a Python error on as it is).
+void check_rc(int rc, const char *what) {
+    if (rc == 0) return;
+    py::gil_scoped_acquire gil;
+    if (rc == -1)
+        PyErr_Format(PyExc_MemoryError, "addnorm CPU %s kernel could not allocate its scratch rows", what);
+    else
+        PyErr_Format(PyExc_ValueError, "addnorm CPU %s: a tensor with elements has no storage (was its storage freed, "
+                     "e.g. by untyped_storage().resize_(0)?)", what);
+    throw python_error();
+}
+
+// The kernel runs without the GIL where its caller holds it (the forward, called from Python), so other Python
+// threads run meanwhile, as they do beside torch's own ops; the backward runs on autograd's side, without it.
+struct NoGil {
+    PyThreadState *state = nullptr;
+    NoGil() {
+        if (PyGILState_Check()) state = PyEval_SaveThread();
+    }
+    ~NoGil() {
+        if (state) PyEval_RestoreThread(state);
+    }
+};
+
 // The data of an optional tensor (null: absent). A tensor with elements whose storage was freed has a null
 // pointer, which the kernels would take for an absent residual or parameter: refused (ops._ptr).
 const void *ptr(const Tensor &t) {
     if (!t.defined()) return nullptr;
     const void *p = t.data_ptr();
-    TORCH_CHECK_VALUE(p != nullptr || t.numel() == 0,
-                      "addnorm CPU kernels: a tensor with elements has no storage (was its storage freed, e.g. by "
-                      "untyped_storage().resize_(0)?)");
+    if (p == nullptr && t.numel() != 0) check_rc(-2, "kernels");
     return p;
 }
 void *mptr(const Tensor &t) { return t.defined() ? t.data_ptr() : nullptr; }
-
-void check_rc(int rc, const char *what) {
-    if (rc == 0) return;
-    if (rc == -1) throw std::bad_alloc();
-    TORCH_CHECK_VALUE(false, "addnorm CPU ", what,
-                      ": a tensor with elements has no storage (was its storage freed, e.g. by "
-                      "untyped_storage().resize_(0)?)");
-}
 
 // The parameters as the kernels read them (ops.params / fused._params): as they are where all present ones are
 // contiguous and share one kernel dtype, else float32 copies; the code of the dtype read.
@@ -113,6 +132,10 @@ Tensor like(const Tensor &g, const Tensor &param, const Tensor &as_read) {
 bool plain_grad(const Tensor &g, at::ScalarType st) {
     if (!g.defined()) return true;
     const c10::TensorImpl *impl = g.unsafeGetTensorImpl();
+    // a Python subclass (with __torch_function__ only, it has no Python dispatch key) keeps its type through the
+    // Python node's backward: its Python object's type says what it is
+    PyObject *obj = impl->pyobj_slot()->load_pyobj();
+    if (obj != nullptr && Py_TYPE(obj) != (PyTypeObject *)THPVariableClass) return false;
     return typeid(*impl) == typeid(c10::TensorImpl) && !g.key_set().has(c10::DispatchKey::Python) &&
            g.device().is_cpu() && g.layout() == at::kStrided && g.scalar_type() == st && !g.is_neg() &&
            !g.is_conj();
@@ -125,6 +148,13 @@ bool plain_backward() {
 }
 
 Tensor rows(const Tensor &g) { return g.defined() && !g.is_contiguous() ? g.contiguous() : g; }
+
+// The saved tensors, unpacked once, contiguous (an unpack hook may hand back another layout).
+variable_list saved_rows(AutogradContext *ctx) {
+    variable_list saved = ctx->get_saved_variables();
+    for (auto &t : saved) t = rows(t);
+    return saved;
+}
 
 // Whether input `pos` (its place in the forward's arguments) needs a gradient. Autograd numbers only the
 // tensors that were given (an absent std::optional has no edge): forward records which were, as a bit mask.
@@ -149,10 +179,13 @@ std::vector<bool> needs(AutogradContext *ctx, size_t n) {
 }
 
 // The Python node's backward, for every case but the plain one.
-variable_list python_backward(int op, AutogradContext *ctx, const variable_list &grads, size_t n_inputs) {
+// `saved`: the saved tensors as the caller already unpacked them -- unpacking twice would run saved-tensor hooks
+// twice, which non-reentrant checkpointing refuses.
+variable_list python_backward(int op, AutogradContext *ctx, const variable_list &saved_ts, const variable_list &grads,
+                              size_t n_inputs) {
     py::gil_scoped_acquire gil;
-    py::list saved, gs, need, extra;
-    for (auto &t : ctx->get_saved_variables()) saved.append(t.defined() ? py::cast(t) : py::none());
+    py::list saved, gs, need;
+    for (auto &t : saved_ts) saved.append(t.defined() ? py::cast(t) : py::none());
     for (auto &t : grads) gs.append(t.defined() ? py::cast(t) : py::none());
     for (auto b : needs(ctx, n_inputs)) need.append(py::bool_(b));
     py::dict meta;
@@ -193,10 +226,14 @@ AddNormOut add_norm_forward(const Tensor &x, const Tensor &residual, const Tenso
     r.pcode = read_params(r.read, D);
     int c = code(x);
     float *st = want_stats ? r.stats.data_ptr<float>() : nullptr;
-    check_rc(k_forward((int)kind, c, c, c, c, N, D, ptr(x), D, ptr(residual), D, ptr(r.read[0]),
+    int rc;
+    {
+        NoGil released;
+        rc = k_forward((int)kind, c, c, c, c, N, D, ptr(x), D, ptr(residual), D, ptr(r.read[0]),
                        ptr(r.read[1]), r.pcode, (float)weight_offset, (float)eps, (int)cbw, r.out.data_ptr(), D,
-                       mptr(r.s), D, kind == 0 ? st : nullptr, kind == 0 && st ? st + N : st, nthreads()),
-             "forward");
+                       mptr(r.s), D, kind == 0 ? st : nullptr, kind == 0 && st ? st + N : st, nthreads());
+    }
+    check_rc(rc, "forward");
     return r;
 }
 
@@ -225,13 +262,13 @@ struct AddNormNode : public torch::autograd::Function<AddNormNode> {
     }
 
     static variable_list backward(AutogradContext *ctx, variable_list grads) {
-        auto saved = ctx->get_saved_variables();
+        auto saved = saved_rows(ctx);
         const Tensor &sv = saved[0];
         Tensor dy = grads[0], dres = grads.size() > 1 ? grads[1] : Tensor();
         if (!dy.defined() && !dres.defined()) return variable_list(8);
         if (!dy.defined() || !plain_backward() || !plain_grad(dy, sv.scalar_type()) ||
             !plain_grad(dres, sv.scalar_type()))
-            return python_backward(ADD_NORM, ctx, grads, 8);
+            return python_backward(ADD_NORM, ctx, saved, grads, 8);
         const Tensor &stats = saved[1], &w = saved[2], &b = saved[3];
         int kind = (int)ctx->saved_data["kind"].toInt();
         int pcode = (int)ctx->saved_data["pcode"].toInt();
@@ -243,7 +280,7 @@ struct AddNormNode : public torch::autograd::Function<AddNormNode> {
         auto ds = torch::empty_like(sv, at::MemoryFormat::Contiguous);
         auto popt = sv.options().dtype(param_type(pcode));
         Tensor dw = want_w ? torch::empty({D}, popt) : Tensor(), db = want_b ? torch::empty({D}, popt) : Tensor();
-        const float *st = stats.data_ptr<float>();
+        const float *st = static_cast<const float *>(ptr(stats));
         int c = code(sv);
         check_rc(k_backward(kind, code(dy), c, c, N, D, ptr(dy), D, ptr(sv), D, kind == 0 ? st : nullptr,
                             kind == 0 ? st + N : st, ptr(w_read), pcode, (float)ctx->saved_data["off"].toDouble(),
@@ -266,11 +303,15 @@ AddNormOut norm_add_forward(const Tensor &x, const Tensor &residual, const Tenso
     r.pcode = read_params(r.read, D);
     int c = code(x);
     float *st = want_stats ? r.stats.data_ptr<float>() : nullptr;
-    check_rc(k_fused_forward((int)kind, (int)cbw, c, 0, 0, c, c, c, c, c, N, D, ptr(x), D, nullptr, 0, nullptr,
+    int rc;
+    {
+        NoGil released;
+        rc = k_fused_forward((int)kind, (int)cbw, c, 0, 0, c, c, c, c, c, N, D, ptr(x), D, nullptr, 0, nullptr,
                              0, ptr(residual), D, ptr(r.read[0]), ptr(r.read[1]), nullptr, nullptr, r.pcode,
                              (float)weight_offset, (float)eps, r.out.data_ptr(), D, nullptr, 0, nullptr, 0,
-                             kind == 0 ? st : nullptr, kind == 0 && st ? st + N : st, nthreads()),
-             "fused forward");
+                             kind == 0 ? st : nullptr, kind == 0 && st ? st + N : st, nthreads());
+    }
+    check_rc(rc, "fused forward");
     return r;
 }
 
@@ -296,11 +337,11 @@ struct NormAddNode : public torch::autograd::Function<NormAddNode> {
     }
 
     static variable_list backward(AutogradContext *ctx, variable_list grads) {
-        auto saved = ctx->get_saved_variables();
+        auto saved = saved_rows(ctx);
         const Tensor &x = saved[0];
         Tensor dout = grads[0];
         if (!dout.defined()) return variable_list(8);
-        if (!plain_backward() || !plain_grad(dout, x.scalar_type())) return python_backward(NORM_ADD, ctx, grads, 8);
+        if (!plain_backward() || !plain_grad(dout, x.scalar_type())) return python_backward(NORM_ADD, ctx, saved, grads, 8);
         const Tensor &stats = saved[1], &w = saved[2], &b = saved[3];
         int kind = (int)ctx->saved_data["kind"].toInt();
         int pcode = (int)ctx->saved_data["pcode"].toInt();
@@ -311,7 +352,7 @@ struct NormAddNode : public torch::autograd::Function<NormAddNode> {
         auto dx = torch::empty_like(x, at::MemoryFormat::Contiguous);
         auto popt = x.options().dtype(param_type(pcode));
         Tensor dw = want_w ? torch::empty({D}, popt) : Tensor(), db = want_b ? torch::empty({D}, popt) : Tensor();
-        const float *st = stats.data_ptr<float>();
+        const float *st = static_cast<const float *>(ptr(stats));
         int c = code(x);
         check_rc(k_backward(kind, code(dy), c, c, N, D, ptr(dy), D, ptr(x), D, kind == 0 ? st : nullptr,
                             kind == 0 ? st + N : st, ptr(w_read), pcode, (float)ctx->saved_data["off"].toDouble(),
@@ -342,11 +383,15 @@ AddNormOut parallel_forward(const Tensor &x, const Tensor &x2, const Tensor &res
     else { X = x2; A = residual; M = x; }
     int c = code(x);
     float *st = want_stats ? r.stats.data_ptr<float>() : nullptr;
-    check_rc(k_fused_forward((int)kind, (int)cbw, c, c, c, c, c, 0, c, c, N, D, ptr(X), D, ptr(A), D,
+    int rc;
+    {
+        NoGil released;
+        rc = k_fused_forward((int)kind, (int)cbw, c, c, c, c, c, 0, c, c, N, D, ptr(X), D, ptr(A), D,
                              ptr(M), D, nullptr, 0, ptr(r.read[0]), ptr(r.read[1]), ptr(r.read[2]), ptr(r.read[3]),
                              r.pcode, (float)weight_offset, (float)eps, r.out.data_ptr(), D, mptr(r.y2), D,
-                             r.s.data_ptr(), D, kind == 0 ? st : nullptr, kind == 0 && st ? st + N : st, nthreads()),
-             "fused forward");
+                             r.s.data_ptr(), D, kind == 0 ? st : nullptr, kind == 0 && st ? st + N : st, nthreads());
+    }
+    check_rc(rc, "fused forward");
     return r;
 }
 
@@ -381,7 +426,7 @@ struct ParallelNode : public torch::autograd::Function<ParallelNode> {
     }
 
     static variable_list backward(AutogradContext *ctx, variable_list grads) {
-        auto saved = ctx->get_saved_variables();
+        auto saved = saved_rows(ctx);
         const Tensor &s = saved[0];
         bool two = ctx->saved_data["two"].toBool();
         Tensor dy = grads[0], dy2 = two ? grads[1] : Tensor(), dres = grads[2];
@@ -389,7 +434,7 @@ struct ParallelNode : public torch::autograd::Function<ParallelNode> {
         auto st_ = s.scalar_type();
         if ((!dy.defined() && !dy2.defined()) || !plain_backward() || !plain_grad(dy, st_) || !plain_grad(dy2, st_) ||
             !plain_grad(dres, st_))
-            return python_backward(PARALLEL, ctx, grads, 12);
+            return python_backward(PARALLEL, ctx, saved, grads, 12);
         const Tensor &stats = saved[1];
         const Tensor params[4] = {saved[2], saved[3], saved[4], saved[5]};
         Tensor read[4];
@@ -407,7 +452,7 @@ struct ParallelNode : public torch::autograd::Function<ParallelNode> {
             if (params[k].defined() && need(ctx, 3 + k) && has_dy) g[k] = torch::empty({D}, popt);
         }
         auto ds = torch::empty_like(s, at::MemoryFormat::Contiguous);
-        const float *st = stats.data_ptr<float>();
+        const float *st = static_cast<const float *>(ptr(stats));
         int c = code(s);
         check_rc(k_fused_backward(kind, c, dy.defined() ? code(dy) : 0, dy2.defined() ? code(dy2) : 0,
                                   dres.defined() ? code(dres) : 0, c, N, D, ptr(s), D,
@@ -474,8 +519,124 @@ py::tuple parallel(const Tensor &x, const std::optional<Tensor> &x2, const Tenso
     return py::make_tuple(r[0], two ? py::cast(r[1]) : py::none(), r[2]);
 }
 
+// ---------------------------------------------------------------- the eager fast path's checks and call, in one
+// functional._fast_path_ok's tensor checks (the caller has asked the rest: no compiler, transform, dispatch mode or
+// tracer, a kernel backend), then the node or the inference entry. Returns None where the fast path does not
+// apply (the caller then takes its general path, which validates fully), or inside a forward-AD level (the Python
+// node carries tangents). Written for speed: in Python these checks cost ~3 us, a quarter of a 64 x 768 call.
+int64_t max_numel = 0;
+
+bool plain_tensor(PyObject *o) { return Py_TYPE(o) == (PyTypeObject *)THPVariableClass; }
+
+bool kernel_dtype(at::ScalarType st) { return st == at::kFloat || st == at::kBFloat16 || st == at::kHalf; }
+
+// x (and an optional second tensor of its shape and dtype) and 1-D parameters of D elements
+bool fast_tensors(PyObject *xo, PyObject *ro, PyObject *Do, PyObject *wo, PyObject *bo, PyObject *epso,
+                  PyObject *offo) {
+    if (PyTuple_Check(Do) && PyTuple_GET_SIZE(Do) == 1) Do = PyTuple_GET_ITEM(Do, 0);  // (D,), torch.Size([D])
+    if (!plain_tensor(xo) || !PyLong_CheckExact(Do) || !PyFloat_CheckExact(epso)) return false;
+    if (!(PyFloat_CheckExact(offo) || PyLong_CheckExact(offo))) return false;
+    double eps = PyFloat_AS_DOUBLE(epso);
+    double off = PyFloat_CheckExact(offo) ? PyFloat_AS_DOUBLE(offo) : PyLong_AsDouble(offo);
+    if (PyErr_Occurred()) { PyErr_Clear(); return false; }
+    if (!(eps >= 0.0 && eps < INFINITY) || !std::isfinite(off)) return false;
+    int overflow = 0;
+    long long D = PyLong_AsLongLongAndOverflow(Do, &overflow);
+    if (overflow || D <= 0) return false;
+    const Tensor &x = THPVariable_Unpack(xo);
+    auto st = x.scalar_type();
+    if (!kernel_dtype(st) || !x.is_cpu() || x.is_nested() || x.layout() != at::kStrided || !x.is_contiguous() ||
+        x.dim() == 0 || x.size(-1) != D || x.is_neg() || x.numel() >= max_numel)
+        return false;
+    if (ro != Py_None) {
+        if (!plain_tensor(ro)) return false;
+        const Tensor &r = THPVariable_Unpack(ro);
+        if (r.scalar_type() != st || !r.is_cpu() || r.layout() != at::kStrided || !r.is_contiguous() ||
+            r.sizes() != x.sizes() || r.is_neg())
+            return false;
+    }
+    for (PyObject *po : {wo, bo}) {
+        if (po == Py_None) continue;
+        if (!THPVariable_CheckExact(po)) return false;  // Tensor or Parameter, no other subclass
+        const Tensor &p = THPVariable_Unpack(po);
+        auto pt = p.scalar_type();
+        if (!(kernel_dtype(pt) || pt == at::kDouble) || !p.is_cpu() || p.layout() != at::kStrided || p.dim() != 1 ||
+            p.size(0) != D || p.is_neg() || p.data_ptr() == nullptr)
+            return false;
+    }
+    return true;
+}
+
+Tensor unpack(PyObject *o) { return o == Py_None ? Tensor() : THPVariable_Unpack(o); }
+
+// 1: the node, 0: inference, -1: not here (a forward-AD level: the Python node)
+int route(std::initializer_list<PyObject *> ts) {
+    bool grad = false;
+    if (at::GradMode::is_enabled())
+        for (PyObject *o : ts)
+            if (o != Py_None && THPVariable_Unpack(o).requires_grad()) { grad = true; break; }
+    if (torch::autograd::ForwardADLevel::try_get_by_idx(0)) return -1;
+    return grad ? 1 : 0;
+}
+
+py::object fast_add_norm(py::handle x, py::handle residual, py::handle D, py::handle weight, py::handle bias,
+                         py::handle eps, py::handle off, int64_t kind, bool cbw) {
+    if (!fast_tensors(x.ptr(), residual.ptr(), D.ptr(), weight.ptr(), bias.ptr(), eps.ptr(), off.ptr()))
+        return py::none();
+    int how = route({x.ptr(), residual.ptr(), weight.ptr(), bias.ptr()});
+    if (how < 0) return py::none();
+    double e = PyFloat_AS_DOUBLE(eps.ptr()), o = py::cast<double>(off);
+    Tensor xt = unpack(x.ptr()), rt = unpack(residual.ptr()), wt = unpack(weight.ptr()), bt = unpack(bias.ptr());
+    if (how == 0) {
+        AddNormOut r = add_norm_forward(xt, rt, wt, bt, kind, e, o, cbw, false);
+        return py::make_tuple(r.out, r.s.defined() ? py::cast(r.s) : py::none());
+    }
+    auto r = AddNormNode::apply(xt, rt.defined() ? OptT(rt) : OptT(), wt.defined() ? OptT(wt) : OptT(),
+                                bt.defined() ? OptT(bt) : OptT(), kind, e, o, cbw);
+    return py::make_tuple(r[0], r.size() > 1 ? py::cast(r[1]) : py::none());
+}
+
+py::object fast_norm_add(py::handle x, py::handle residual, py::handle D, py::handle weight, py::handle bias,
+                         py::handle eps, py::handle off, int64_t kind, bool cbw) {
+    if (residual.is_none() ||
+        !fast_tensors(x.ptr(), residual.ptr(), D.ptr(), weight.ptr(), bias.ptr(), eps.ptr(), off.ptr()))
+        return py::none();
+    int how = route({x.ptr(), residual.ptr(), weight.ptr(), bias.ptr()});
+    if (how < 0) return py::none();
+    double e = PyFloat_AS_DOUBLE(eps.ptr()), o = py::cast<double>(off);
+    Tensor xt = unpack(x.ptr()), rt = unpack(residual.ptr()), wt = unpack(weight.ptr()), bt = unpack(bias.ptr());
+    if (how == 0) return py::cast(norm_add_forward(xt, rt, wt, bt, kind, e, o, cbw, false).out);
+    return py::cast(NormAddNode::apply(xt, rt, wt.defined() ? OptT(wt) : OptT(), bt.defined() ? OptT(bt) : OptT(),
+                                       kind, e, o, cbw));
+}
+
+py::object fast_parallel(py::handle x, py::handle x2, py::handle residual, py::handle D, py::handle weight,
+                         py::handle bias, py::handle weight2, py::handle bias2, py::handle eps, py::handle off,
+                         int64_t kind, bool cbw, py::handle branches_first) {
+    if (residual.is_none() || !PyBool_Check(branches_first.ptr()) ||
+        !fast_tensors(x.ptr(), residual.ptr(), D.ptr(), weight.ptr(), bias.ptr(), eps.ptr(), off.ptr()) ||
+        !fast_tensors(x.ptr(), x2.ptr(), D.ptr(), weight2.ptr(), bias2.ptr(), eps.ptr(), off.ptr()))
+        return py::none();
+    int how = route({x.ptr(), x2.ptr(), residual.ptr(), weight.ptr(), bias.ptr(), weight2.ptr(), bias2.ptr()});
+    if (how < 0) return py::none();
+    double e = PyFloat_AS_DOUBLE(eps.ptr()), o = py::cast<double>(off);
+    bool bf = branches_first.ptr() == Py_True;
+    Tensor xt = unpack(x.ptr()), x2t = unpack(x2.ptr()), rt = unpack(residual.ptr()), wt = unpack(weight.ptr()),
+           bt = unpack(bias.ptr()), w2t = unpack(weight2.ptr()), b2t = unpack(bias2.ptr());
+    bool two = w2t.defined() || b2t.defined();
+    if (how == 0) {
+        AddNormOut r = parallel_forward(xt, x2t, rt, wt, bt, w2t, b2t, kind, e, o, cbw, bf, false);
+        return py::make_tuple(r.out, two ? py::cast(r.y2) : py::none(), r.s);
+    }
+    auto maybe = [](const Tensor &t) { return t.defined() ? OptT(t) : OptT(); };
+    auto r = ParallelNode::apply(xt, maybe(x2t), rt, maybe(wt), maybe(bt), maybe(w2t), maybe(b2t), kind, e, o, cbw,
+                                 bf);
+    return py::make_tuple(r[0], two ? py::cast(r[1]) : py::none(), r[2]);
+}
+
 void init(uintptr_t forward, uintptr_t backward, uintptr_t fused_forward, uintptr_t fused_backward,
-          py::object python_fallback) {
+          py::object python_fallback, int64_t max_fast_numel) {
+    max_numel = max_fast_numel;
     k_forward = (fwd_t)forward;
     k_backward = (bwd_t)backward;
     k_fused_forward = (ffwd_t)fused_forward;
@@ -491,9 +652,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("init", &init);
     m.def("add_norm", &add_norm);
     m.def("add_norm_inference", &add_norm_inference);
+    m.def("fast_add_norm", &fast_add_norm);
+    m.def("fast_norm_add", &fast_norm_add);
+    m.def("fast_parallel", &fast_parallel);
     m.def("norm_add_inference", &norm_add_inference);
     m.def("parallel_inference", &parallel_inference);
     m.def("norm_add", &norm_add);
     m.def("parallel", &parallel);
     m.attr("torch_version") = TORCH_VERSION;
+    m.attr("abi") = 4;  // nodes.ABI: raised with every change to the functions above
 }

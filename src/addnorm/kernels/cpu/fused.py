@@ -98,6 +98,7 @@ def parallel_backward(dy, dy2, dres, s, stats, weight, bias, weight2, bias2, kin
     """(ds in s's dtype, dweight, dbias, dweight2, dbias2): parameter gradients in their parameters' shapes
     and dtypes, None where not asked for (or the parameter is absent)."""
     dy, dy2, dres, s, weight, bias, weight2, bias2 = resolved(dy, dy2, dres, s, weight, bias, weight2, bias2)
+    stats = stats.contiguous()  # a saved tensor an unpack hook may have handed back in another layout
     N = s.numel() // D
     ps = (weight, bias, weight2, bias2)
     (w1, b1, w2, b2), pcode = _params(ps, D)

@@ -26,6 +26,7 @@ NAME = "_addnorm_nodes"
 SOURCE = Path(__file__).with_name("autograd_nodes.cpp")
 TARGET = Path(__file__).with_name(NAME + ".so")
 
+ABI = 4  # autograd_nodes.cpp's `abi`: raised with every change to the functions this file and its callers use
 _MODULE = None  # the loaded module, or the reason it is not
 _FALLBACK = None
 
@@ -34,9 +35,10 @@ def _torch_release() -> str:
     return torch.__version__.split("+")[0]
 
 
-def load(fallback):
+def load(fallback, max_numel: int):
     """The initialised module, or a string saying why there is none. ``fallback(op, saved, grads, needs, meta)``
-    is the Python nodes' backward, which the C++ nodes hand every case but the plain one."""
+    is the Python nodes' backward, which the C++ nodes hand every case but the plain one; the fast entries take
+    calls of fewer than ``max_numel`` elements."""
     global _MODULE, _FALLBACK
     _FALLBACK = fallback
     if os.environ.get("ADDNORM_CPP_NODES", "1") == "0":
@@ -53,6 +55,10 @@ def load(fallback):
     except ImportError as e:
         _MODULE = f"{TARGET.name} does not load ({e}); rebuild it with `python -m addnorm.kernels.cpu.build_nodes`"
         return _MODULE
+    if getattr(mod, "abi", None) != ABI:
+        _MODULE = (f"{TARGET.name} is from another version of addnorm (interface {getattr(mod, 'abi', None)}, this "
+                   f"one needs {ABI}): rebuild it with `python -m addnorm.kernels.cpu.build_nodes`")
+        return _MODULE
     if mod.torch_version != _torch_release():
         _MODULE = (f"{TARGET.name} was built for torch {mod.torch_version}, this is {_torch_release()}: rebuild it "
                    "with `python -m addnorm.kernels.cpu.build_nodes`")
@@ -60,7 +66,11 @@ def load(fallback):
     so = ctypes.CDLL(library().path)  # the already-loaded kernel library: its C entry points
     addr = [ctypes.cast(getattr(so, f), ctypes.c_void_p).value for f in (
         "addnorm_forward", "addnorm_backward", "addnorm_fused_forward", "addnorm_fused_backward")]
-    mod.init(*addr, fallback)
+    try:
+        mod.init(*addr, fallback, int(max_numel))
+    except Exception as e:  # a build that does not fit this code must never break `import addnorm`
+        _MODULE = f"{TARGET.name} does not initialise ({type(e).__name__}: {e}); rebuild it"
+        return _MODULE
     _MODULE = mod
     return mod
 

@@ -55,9 +55,10 @@ def _stats_ptrs(stats: torch.Tensor | None, kind: str, N: int) -> tuple[int | No
     """(mean, rstd) pointers into the stats tensor: rows (mean, rstd) for LayerNorm, (rstd,) for RMSNorm."""
     if stats is None:
         return None, None
+    p = _ptr(stats)  # a freed stats tensor (a saved tensor the user freed) is named, not read at address 4 N
     if kind == "layer":
-        return stats.data_ptr(), stats.data_ptr() + 4 * N
-    return None, stats.data_ptr()
+        return p, (p + 4 * N if p else p)
+    return None, p
 
 
 def params(weight: torch.Tensor | None, bias: torch.Tensor | None, D: int):
@@ -128,6 +129,10 @@ def backward(kind, dy, s, stats, weight, pcode, weight_offset, dres, dx, want_dw
     ``params`` returned them.
     """
     dy, s, weight, dres = resolved(dy, s, weight, dres)
+    if stats is not None and not stats.is_contiguous():  # a saved tensor an unpack hook handed back in another layout
+        stats = stats.contiguous()
+    if not s.is_contiguous():
+        s = s.contiguous() if contiguous else as_rows(s, D)
     pdt = _PARAM_DTYPE[pcode]
     dw = torch.empty(D, dtype=pdt) if want_dweight else None  # (D,) ints parse faster than a shape tuple
     db = torch.empty(D, dtype=pdt) if want_dbias else None
