@@ -11,9 +11,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_docs_show_the_committed_fused_forms_results():
     docs = (ROOT / "docs" / "performance.md").read_text()
-    for sub in ("", "avx2/"):
+    for sub in ("", "avx2/", "small_calls/", "small_calls/avx2/"):
         result = json.loads((ROOT / "benchmarks" / "results" / f"{sub}fused_forms_tuned.json").read_text())
         table = markdown([OpRow(**r) for r in result["rows"]])
         assert table in docs, f"docs/performance.md is not the committed {sub}fused_forms_tuned.json"
     block = json.loads((ROOT / "benchmarks" / "results" / "mhc_block.json").read_text())
     assert "\n".join(block["table"][2:]) in docs
+
+
+def test_docs_show_the_committed_small_call_add_norm_results():
+    from addnorm.benchmark.report import markdown_table
+
+    docs = (ROOT / "docs" / "performance.md").read_text()
+    for sub in ("", "avx2/"):
+        result = json.loads((ROOT / "benchmarks" / "results" / "small_calls" / sub / "add_norm_tuned.json").read_text())
+        assert markdown_table(result["rows"]) in docs, f"docs/performance.md lacks small_calls/{sub}add_norm_tuned"
