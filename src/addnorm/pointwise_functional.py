@@ -16,6 +16,7 @@ from .ops import plain
 from .ops.autograd import c_apply as _c_apply
 from .ops import pointwise_formulas as pf
 from .ops.pointwise_autograd import DirectPointwiseNorm, TritonPointwiseNorm
+from .ops.native_nodes import NODES as _NODES
 from .ops.pointwise_schema import CPU, TRITON
 
 __all__ = ["add_dyt", "add_derf"]
@@ -23,6 +24,7 @@ __all__ = ["add_dyt", "add_derf"]
 
 
 
+_PW_KIND = {"dyt": 0, "derf": 1}  # kernels.cpu.pointwise.KINDS
 _APPLY = {"cpu": _c_apply(DirectPointwiseNorm), "triton": _c_apply(TritonPointwiseNorm)}
 _INFER = {"cpu": CPU[0], "triton": TRITON[0]}
 
@@ -70,6 +72,11 @@ def _fast(x, residual, alpha, shift, weight, bias, backend) -> bool:
 
 
 def _pointwise(kind, x, residual, alpha, shift, weight, bias, backend):
+    if _NODES is not None and F._cpp_fast_ok(backend):  # inference: the checks and the call in one C++ call
+        out = _NODES.fast_pointwise_inference(x, residual, alpha, shift, weight, bias, _PW_KIND[kind])
+        if out is not None:
+            F._last["backend"] = "cpu"
+            return out
     if _fast(x, residual, alpha, shift, weight, bias, backend):
         F._last["backend"] = "cpu"
         args = (x, residual, alpha, shift, weight, bias, kind)

@@ -435,3 +435,44 @@ def test_unpack_hook_handing_back_another_layout():
                                                (xg, rg, wg)))
             for a, c in zip(*res):
                 assert torch.equal(a, c), on
+
+
+def _set_pointwise(on):
+    import addnorm.pointwise_functional as P
+
+    P._NODES = NODES if on else None
+
+
+class _UsePW(_Use):
+    def __enter__(self):
+        super().__enter__()
+        _set_pointwise(self.on)
+
+    def __exit__(self, *exc):
+        super().__exit__(*exc)
+        _set_pointwise(True)
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16, torch.float16])
+def test_pointwise_inference_entry_matches_the_python_path(dt):
+    """DyT / Derf inference through the C++ entry: the same bits as the Python path, alpha and shift read as
+    float32 whatever their dtype."""
+    from addnorm.pointwise_functional import add_derf, add_dyt
+
+    g = torch.Generator().manual_seed(13)
+    x, r = torch.randn(4, 3, D, generator=g).to(dt), torch.randn(4, 3, D, generator=g).to(dt)
+    w, b = (1 + 0.2 * torch.randn(D, generator=g)).to(dt), (0.1 * torch.randn(D, generator=g)).to(torch.float32)
+    cases = [
+        lambda a, s: add_dyt(x, r, a, w, b), lambda a, s: add_dyt(x, None, a), lambda a, s: add_derf(x, r, a, s, w),
+        lambda a, s: add_derf(x, None, a, None, None, b),
+    ]
+    for adt in (torch.float32, torch.float64, torch.bfloat16):
+        a, sh = torch.tensor(0.73, dtype=adt), torch.tensor(-0.21, dtype=adt)
+        for k, call in enumerate(cases):
+            with torch.no_grad():
+                with _UsePW(True):
+                    one = call(a, sh)
+                with _UsePW(False):
+                    other = call(a, sh)
+            assert all(_same(p, q) for p, q in zip(one, other)), (k, adt)
+            assert one[1] is x or k % 2 == 0  # no residual: the stream is x itself

@@ -42,7 +42,11 @@ typedef int (*fbwd_t)(int, int, int, int, int, int, int64_t, int64_t, const void
                       const float *, const void *, int64_t, const void *, int64_t, const void *, const void *, int,
                       float, const void *, int64_t, void *, int64_t, void *, void *, void *, void *, int);
 
+typedef int (*pwf_t)(int, int, int, int, int, int64_t, int64_t, const void *, int64_t, const void *, int64_t,
+                     const void *, const void *, int, float, float, void *, void *, int);
+
 fwd_t k_forward = nullptr;
+pwf_t k_pointwise_forward = nullptr;
 bwd_t k_backward = nullptr;
 ffwd_t k_fused_forward = nullptr;
 fbwd_t k_fused_backward = nullptr;
@@ -530,6 +534,8 @@ bool plain_tensor(PyObject *o) { return Py_TYPE(o) == (PyTypeObject *)THPVariabl
 
 bool kernel_dtype(at::ScalarType st) { return st == at::kFloat || st == at::kBFloat16 || st == at::kHalf; }
 
+bool fast_core(PyObject *xo, PyObject *ro, long long D, PyObject *wo, PyObject *bo);
+
 // x (and an optional second tensor of its shape and dtype) and 1-D parameters of D elements
 bool fast_tensors(PyObject *xo, PyObject *ro, PyObject *Do, PyObject *wo, PyObject *bo, PyObject *epso,
                   PyObject *offo) {
@@ -543,6 +549,12 @@ bool fast_tensors(PyObject *xo, PyObject *ro, PyObject *Do, PyObject *wo, PyObje
     int overflow = 0;
     long long D = PyLong_AsLongLongAndOverflow(Do, &overflow);
     if (overflow || D <= 0) return false;
+    return fast_core(xo, ro, D, wo, bo);
+}
+
+// the tensors' part of the checks: x of kernel dtype, contiguous, rows of D; an optional second tensor like it;
+// 1-D parameters of D elements (Tensor or Parameter)
+bool fast_core(PyObject *xo, PyObject *ro, long long D, PyObject *wo, PyObject *bo) {
     const Tensor &x = THPVariable_Unpack(xo);
     auto st = x.scalar_type();
     if (!kernel_dtype(st) || !x.is_cpu() || x.is_nested() || x.layout() != at::kStrided || !x.is_contiguous() ||
@@ -634,9 +646,46 @@ py::object fast_parallel(py::handle x, py::handle x2, py::handle residual, py::h
     return py::make_tuple(r[0], two ? py::cast(r[1]) : py::none(), r[2]);
 }
 
+// DyT / Derf of x + residual, inference only (their autograd node is the Python one): (y, s or x), or None
+// where the fast path does not apply (pointwise_functional._fast's rules) or a gradient is wanted.
+bool pw_scalar(PyObject *o) {
+    if (o == Py_None) return true;
+    if (!THPVariable_CheckExact(o)) return false;
+    const Tensor &t = THPVariable_Unpack(o);
+    return t.numel() == 1 && t.is_cpu() && t.is_floating_point() && t.layout() == at::kStrided &&
+           t.data_ptr() != nullptr;
+}
+
+py::object fast_pointwise_inference(py::handle x, py::handle residual, py::handle alpha, py::handle shift,
+                                    py::handle weight, py::handle bias, int64_t kind) {
+    PyObject *xo = x.ptr();
+    if (!plain_tensor(xo) || alpha.is_none() || !pw_scalar(alpha.ptr()) || !pw_scalar(shift.ptr())) return py::none();
+    const Tensor &xt = THPVariable_Unpack(xo);
+    if (xt.dim() == 0 || !fast_core(xo, residual.ptr(), xt.size(-1), weight.ptr(), bias.ptr())) return py::none();
+    if (route({xo, residual.ptr(), alpha.ptr(), shift.ptr(), weight.ptr(), bias.ptr()}) != 0) return py::none();
+    Tensor rt = unpack(residual.ptr());
+    std::vector<Tensor> ps{unpack(weight.ptr()), unpack(bias.ptr())};
+    int64_t D = xt.size(-1), N = xt.numel() / D;
+    int pcode = read_params(ps, D);
+    // alpha and shift as pointwise_schema._scalar reads them: float32 values
+    float a = THPVariable_Unpack(alpha.ptr()).to(at::kFloat).item<float>();
+    float sh = shift.is_none() ? 0.0f : THPVariable_Unpack(shift.ptr()).to(at::kFloat).item<float>();
+    auto y = torch::empty_like(xt, at::MemoryFormat::Contiguous);
+    Tensor st = rt.defined() ? torch::empty_like(xt, at::MemoryFormat::Contiguous) : Tensor();
+    int c = code(xt), rc;
+    {
+        NoGil released;
+        rc = k_pointwise_forward((int)kind, c, rt.defined() ? c : 0, c, c, N, D, ptr(xt), D, ptr(rt), D, ptr(ps[0]),
+                                 ptr(ps[1]), pcode, a, sh, y.data_ptr(), mptr(st), nthreads());
+    }
+    check_rc(rc, "pointwise forward");
+    return py::make_tuple(y, rt.defined() ? py::cast(st) : py::reinterpret_borrow<py::object>(x));
+}
+
 void init(uintptr_t forward, uintptr_t backward, uintptr_t fused_forward, uintptr_t fused_backward,
-          py::object python_fallback, int64_t max_fast_numel) {
+          uintptr_t pointwise_forward, py::object python_fallback, int64_t max_fast_numel) {
     max_numel = max_fast_numel;
+    k_pointwise_forward = (pwf_t)pointwise_forward;
     k_forward = (fwd_t)forward;
     k_backward = (bwd_t)backward;
     k_fused_forward = (ffwd_t)fused_forward;
@@ -655,10 +704,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("fast_add_norm", &fast_add_norm);
     m.def("fast_norm_add", &fast_norm_add);
     m.def("fast_parallel", &fast_parallel);
+    m.def("fast_pointwise_inference", &fast_pointwise_inference);
     m.def("norm_add_inference", &norm_add_inference);
     m.def("parallel_inference", &parallel_inference);
     m.def("norm_add", &norm_add);
     m.def("parallel", &parallel);
     m.attr("torch_version") = TORCH_VERSION;
-    m.attr("abi") = 4;  // nodes.ABI: raised with every change to the functions above
+    m.attr("abi") = 5;  // nodes.ABI: raised with every change to the functions above
 }
