@@ -35,13 +35,14 @@ def test_the_two_shard_times_match_the_measured_per_step_times_and_say_what_was_
     assert (ROOT / "benchmarks" / "results" / "study" / "depth" / "summary.json").exists()
     assert "`depth` has since been run whole" in text
     # frontier is finished over several sittings (its run summaries committed as they finish): the docs say how
-    # far it is, as its committed summary.json has it; long and wide are not run yet
+    # far it is, as its committed summary.json has it; long is partly run (its run summaries committed, its
+    # merged summary.json not written until it finishes), wide not at all
     frontier = ROOT / "benchmarks" / "results" / "study" / "frontier" / "summary.json"
     if frontier.exists():
         study = json.loads(frontier.read_text())
         done, total = len(study["runs"]), len(study["runs"]) + len(study["missing"])
         assert (f"{done} of its {total} runs are committed" in text) == bool(study["missing"]), (done, total)
-        assert "**`long` and `wide` have not been run**" in text
+        assert "**`wide` has not been run**" in text and "**`long` is partly run:" in text
     else:
         assert "**`frontier`, `long` and `wide` have not been run**" in text
     for name in ("long", "wide"):
@@ -78,3 +79,45 @@ def test_the_hybridnorm_table_is_what_the_committed_runs_hold():
             line = f"| {init} | {lr:g} | " + " | ".join(cell(rows[(init, lr, p)])
                                                         for p in ("pre", "post", "hybrid", "hybrid_star")) + " |"
             assert line in table, line
+
+
+LONG_ORDER = ("post", "pre", "sandwich", "deepnorm", "mix", "layerscale", "lns", "mhc", "pre dyt")
+
+
+def long_table() -> str:
+    """docs/study.md's `long` table, from the committed run summaries (however many there are)."""
+    runs_dir = ROOT / "benchmarks" / "results" / "study" / "long" / "runs"
+    rows: dict = {}
+    for f in sorted(runs_dir.glob("*/summary.json")):
+        s = json.loads(f.read_text())
+        c = s["config"]
+        name = c["placement"] + (" dyt" if c["norm"] == "dyt" else "")
+        rows.setdefault(name, []).append(s)
+    lines = ["| placement | runs recorded (of 3) | failed | flattened | steps | tokens seen | tokens / parameter | "
+             "final validation loss (runs that trained) |", "|---|---|---|---|---|---|---|---|"]
+    for name in LONG_ORDER:
+        rs = rows.get(name, [])
+        if not rs:
+            lines.append(f"| {name} | 0 | — | — | — | — | — | not run yet |")
+            continue
+        ok = [r["final_val_loss"] for r in rs if not r["failed"]]
+        loss = (f"{sum(ok) / len(ok):.3f} (min {min(ok):.3f}, max {max(ok):.3f})" if len(ok) > 1
+                else f"{ok[0]:.3f}" if ok else "—")
+        steps = sorted({r["steps_done"] for r in rs})
+        tokens = sorted({r["tokens_seen"] for r in rs})
+        tpp = sorted({round(r["tokens_seen"] / r["n_params"], 1) for r in rs})
+        lines.append(f"| {name} | {len(rs)} | {sum(r['failed'] for r in rs)} | {sum(bool(r['flattened']) for r in rs)} | "
+                     f"{', '.join(map(str, steps))} | {', '.join(f'{t / 1e6:.2f}M' for t in tokens)} | "
+                     f"{', '.join(f'{t:g}' for t in tpp)} | {loss} |")
+    return "\n".join(lines)
+
+
+def test_the_long_table_is_what_the_committed_runs_hold():
+    start, end = "<!-- long-table:start -->\n", "\n<!-- long-table:end -->"
+    assert DOC[DOC.index(start) + len(start):DOC.index(end)] == long_table()
+    done = len(list((ROOT / "benchmarks" / "results" / "study" / "long" / "runs").glob("*/summary.json")))
+    assert f"**`long` is partly run: {done} of its 27 runs are committed**" in " ".join(DOC.split())
+
+
+if __name__ == "__main__":
+    print(long_table())
