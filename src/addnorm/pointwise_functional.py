@@ -72,8 +72,8 @@ def _fast(x, residual, alpha, shift, weight, bias, backend) -> bool:
 
 
 def _pointwise(kind, x, residual, alpha, shift, weight, bias, backend):
-    if _NODES is not None and F._cpp_fast_ok(backend):  # inference: the checks and the call in one C++ call
-        out = _NODES.fast_pointwise_inference(x, residual, alpha, shift, weight, bias, _PW_KIND[kind])
+    if _NODES is not None and F._cpp_fast_ok(backend):  # the checks and the call (or the C++ node) in one C++ call
+        out = _NODES.fast_pointwise(x, residual, alpha, shift, weight, bias, _PW_KIND[kind])
         if out is not None:
             F._last["backend"] = "cpu"
             return out

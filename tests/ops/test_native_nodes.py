@@ -476,3 +476,66 @@ def test_pointwise_inference_entry_matches_the_python_path(dt):
                     other = call(a, sh)
             assert all(_same(p, q) for p, q in zip(one, other)), (k, adt)
             assert one[1] is x or k % 2 == 0  # no residual: the stream is x itself
+
+
+@pytest.mark.parametrize("kind", ["dyt", "derf"])
+@pytest.mark.parametrize("dt,pdt", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
+                                    (torch.bfloat16, torch.float32), (torch.float16, torch.float64)])
+def test_pointwise_node_matches_the_python_node_bit_for_bit(kind, dt, pdt):
+    """DyT / Derf with the add: the C++ node against the Python node (PointwiseNorm), outputs and gradients to the
+    bit, for which inputs need gradients (x, residual, alpha, shift, weight, bias) and which outputs are used."""
+    from addnorm.pointwise_functional import add_derf, add_dyt
+
+    g = torch.Generator().manual_seed(14)
+    x, r = torch.randn(5, 2, D, generator=g).to(dt), torch.randn(5, 2, D, generator=g).to(dt)
+    w, b = (1 + 0.2 * torch.randn(D, generator=g)).to(pdt), (0.1 * torch.randn(D, generator=g)).to(pdt)
+    a, sh = torch.tensor(0.6, dtype=pdt), torch.tensor(-0.2, dtype=pdt)
+    ups = [torch.randn(5, 2, D, generator=g).to(dt) for _ in range(2)]
+
+    def call(x, r, a, sh, w, b, has_res, has_shift, has_params):
+        r = r if has_res else None
+        p = (w, b) if has_params else (None, None)
+        if kind == "dyt":
+            return add_dyt(x, r, a, *p)
+        return add_derf(x, r, a, sh if has_shift else None, *p)
+
+    for has_res, has_shift, has_params in itertools.product((True, False), repeat=3):
+        for grad_mask in [(1,) * 6, (1, 0, 1, 0, 1, 0), (0, 1, 0, 1, 0, 1), (0, 0, 1, 1, 1, 1)]:
+            for out_mask in [(1, 1), (1, 0), (0, 1)]:
+                res = []
+                for on in (True, False):
+                    with _UsePW(on):
+                        ins = [t.clone().requires_grad_(bool(m)) for t, m in zip((x, r, a, sh, w, b), grad_mask)]
+                        outs = call(*ins, has_res, has_shift, has_params)
+                        if on and pdt is not torch.float64:  # float64 parameters: torch ops, the Python node
+                            assert outs[0].grad_fn is None or type(outs[0].grad_fn).__name__ == "CppFunction"
+                        used = [(o, u) for o, u, m in zip(outs, ups, out_mask) if m and o.requires_grad]
+                        wrt = [t for t in ins if t.requires_grad]
+                        grads = (torch.autograd.grad([o for o, _ in used], wrt, [u for _, u in used], allow_unused=True)
+                                 if used and wrt else ())
+                        res.append((outs, grads))
+                (o1, g1), (o0, g0) = res
+                where = (has_res, has_shift, has_params, grad_mask, out_mask)
+                assert all(_same(p, q) for p, q in zip(o1, o0)), where
+                assert len(g1) == len(g0) and all(_same(p, q) for p, q in zip(g1, g0)), where
+
+
+@pytest.mark.parametrize("kind", ["dyt", "derf"])
+def test_pointwise_node_hands_double_backward_and_batched_gradients_to_python(kind):
+    from addnorm.pointwise_functional import add_derf, add_dyt
+
+    g = torch.Generator().manual_seed(15)
+    x0, r0 = torch.randn(3, D, generator=g), torch.randn(3, D, generator=g)
+    a0 = torch.tensor(0.7)
+    fn = (lambda x, r, a: add_dyt(x, r, a)[0]) if kind == "dyt" else (lambda x, r, a: add_derf(x, r, a, None)[0])
+    res = []
+    for on in (True, False):
+        with _UsePW(on):
+            x, a = x0.clone().requires_grad_(), a0.clone().requires_grad_()
+            (gx,) = torch.autograd.grad(fn(x, r0, a).square().sum(), x, create_graph=True)
+            hv = torch.autograd.grad(gx.square().sum(), (x, a))
+            v = torch.randn(4, 3, D, generator=torch.Generator().manual_seed(16))
+            gb = torch.autograd.grad(fn(x, r0, a), (x, a), v, is_grads_batched=True)
+            res.append((*hv, *gb))
+    for p, q in zip(*res):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-6)

@@ -17,16 +17,19 @@ from ..kernels.cpu import nodes as _nodes
 from ..kernels.cpu import ops as _cpu
 from .autograd import EagerAddNorm
 from .fused_autograd import EagerNormAdd, EagerParallelAddNorm
+from .pointwise_autograd import DirectPointwiseNorm
+from .pointwise_schema import CPU as PW_CPU
 
 KIND = {"layer": 0, "rms": 1}
 _KIND_NAME = ("layer", "rms")
+_PW_NAME = ("dyt", "derf")  # kernels.cpu.pointwise.KINDS
 MAX_NUMEL = _cpu._POOL_MIN_NUMEL
 
 
 def _backward(op, saved, grads, needs, meta):
     """The Python node's backward for a C++ node's context: (op, saved tensors, incoming gradients, needs, the
     node's scalars) -> one gradient (or None) per input."""
-    kind = _KIND_NAME[meta["kind"]]
+    kind = _KIND_NAME[meta["kind"]] if op != 3 else None
     ctx = SimpleNamespace(saved_tensors=tuple(saved), needs_input_grad=tuple(needs))
     if op == 0:
         sv, _, w, b = saved
@@ -40,8 +43,12 @@ def _backward(op, saved, grads, needs, meta):
         ctx.meta = (kind, meta["eps"], meta["off"], meta["cbw"])
         ctx.params = (meta["w_read"], meta["pcode"], _cpu.spec(w, meta["w_read"]), _cpu.spec(b, meta["b_read"]))
         return list(EagerNormAdd.backward(ctx, *grads))
-    ctx.meta = (kind, meta["eps"], meta["off"], meta["cbw"], meta["two"], meta["has_x2"])
-    return list(EagerParallelAddNorm.backward(ctx, *grads))
+    if op == 2:
+        ctx.meta = (kind, meta["eps"], meta["off"], meta["cbw"], meta["two"], meta["has_x2"])
+        return list(EagerParallelAddNorm.backward(ctx, *grads))
+    ctx.meta = (_PW_NAME[meta["kind"]], meta["has_res"], saved[0].dtype)
+    ctx.direct = PW_CPU[1]
+    return list(DirectPointwiseNorm.backward(ctx, *grads, *[None] * (2 - len(grads))))
 
 
 def _load():

@@ -42,17 +42,20 @@ typedef int (*fbwd_t)(int, int, int, int, int, int, int64_t, int64_t, const void
                       const float *, const void *, int64_t, const void *, int64_t, const void *, const void *, int,
                       float, const void *, int64_t, void *, int64_t, void *, void *, void *, void *, int);
 
+typedef int (*pwb_t)(int, int, int, int, int64_t, int64_t, const void *, const void *, int64_t, const void *,
+                     int64_t, const void *, int, float, float, void *, void *, void *, double *, int);
 typedef int (*pwf_t)(int, int, int, int, int, int64_t, int64_t, const void *, int64_t, const void *, int64_t,
                      const void *, const void *, int, float, float, void *, void *, int);
 
 fwd_t k_forward = nullptr;
 pwf_t k_pointwise_forward = nullptr;
+pwb_t k_pointwise_backward = nullptr;
 bwd_t k_backward = nullptr;
 ffwd_t k_fused_forward = nullptr;
 fbwd_t k_fused_backward = nullptr;
 py::object *fallback = nullptr;  // never freed: it lives as long as the process
 
-enum Op { ADD_NORM = 0, NORM_ADD = 1, PARALLEL = 2 };
+enum Op { ADD_NORM = 0, NORM_ADD = 1, PARALLEL = 2, POINTWISE = 3 };
 
 // the kernels' dtype codes (addnorm.kernels.cpu.library.DTYPE_CODES)
 int code(const Tensor &t) {
@@ -534,7 +537,7 @@ bool plain_tensor(PyObject *o) { return Py_TYPE(o) == (PyTypeObject *)THPVariabl
 
 bool kernel_dtype(at::ScalarType st) { return st == at::kFloat || st == at::kBFloat16 || st == at::kHalf; }
 
-bool fast_core(PyObject *xo, PyObject *ro, long long D, PyObject *wo, PyObject *bo);
+bool fast_core(PyObject *xo, PyObject *ro, long long D, PyObject *wo, PyObject *bo, bool f64_params = true);
 
 // x (and an optional second tensor of its shape and dtype) and 1-D parameters of D elements
 bool fast_tensors(PyObject *xo, PyObject *ro, PyObject *Do, PyObject *wo, PyObject *bo, PyObject *epso,
@@ -553,8 +556,9 @@ bool fast_tensors(PyObject *xo, PyObject *ro, PyObject *Do, PyObject *wo, PyObje
 }
 
 // the tensors' part of the checks: x of kernel dtype, contiguous, rows of D; an optional second tensor like it;
-// 1-D parameters of D elements (Tensor or Parameter)
-bool fast_core(PyObject *xo, PyObject *ro, long long D, PyObject *wo, PyObject *bo) {
+// 1-D parameters of D elements (Tensor or Parameter); float64 ones only with f64_params (the norm forms read them as
+// float32 copies; DyT / Derf compute with torch ops then, pointwise_schema's `applies`)
+bool fast_core(PyObject *xo, PyObject *ro, long long D, PyObject *wo, PyObject *bo, bool f64_params) {
     const Tensor &x = THPVariable_Unpack(xo);
     auto st = x.scalar_type();
     if (!kernel_dtype(st) || !x.is_cpu() || x.is_nested() || x.layout() != at::kStrided || !x.is_contiguous() ||
@@ -572,7 +576,7 @@ bool fast_core(PyObject *xo, PyObject *ro, long long D, PyObject *wo, PyObject *
         if (!THPVariable_CheckExact(po)) return false;  // Tensor or Parameter, no other subclass
         const Tensor &p = THPVariable_Unpack(po);
         auto pt = p.scalar_type();
-        if (!(kernel_dtype(pt) || pt == at::kDouble) || !p.is_cpu() || p.layout() != at::kStrided || p.dim() != 1 ||
+        if (!(kernel_dtype(pt) || (f64_params && pt == at::kDouble)) || !p.is_cpu() || p.layout() != at::kStrided || p.dim() != 1 ||
             p.size(0) != D || p.is_neg() || p.data_ptr() == nullptr)
             return false;
     }
@@ -646,8 +650,93 @@ py::object fast_parallel(py::handle x, py::handle x2, py::handle residual, py::h
     return py::make_tuple(r[0], two ? py::cast(r[1]) : py::none(), r[2]);
 }
 
-// DyT / Derf of x + residual, inference only (their autograd node is the Python one): (y, s or x), or None
-// where the fast path does not apply (pointwise_functional._fast's rules) or a gradient is wanted.
+// One DyT / Derf forward (pointwise.forward): y, and s = x + residual where there is a residual.
+struct PointwiseOut {
+    Tensor y, s;
+    std::vector<Tensor> read;
+    int pcode;
+};
+
+PointwiseOut pointwise_forward(const Tensor &x, const Tensor &residual, float alpha, float shift, const Tensor &weight,
+                               const Tensor &bias, int64_t kind) {
+    PointwiseOut r;
+    int64_t D = x.size(-1), N = x.numel() / D;
+    r.read = {weight, bias};
+    r.pcode = read_params(r.read, D);
+    r.y = torch::empty_like(x, at::MemoryFormat::Contiguous);
+    if (residual.defined()) r.s = torch::empty_like(x, at::MemoryFormat::Contiguous);
+    int c = code(x), rc;
+    {
+        NoGil released;
+        rc = k_pointwise_forward((int)kind, c, residual.defined() ? c : 0, c, c, N, D, ptr(x), D, ptr(residual), D,
+                                 ptr(r.read[0]), ptr(r.read[1]), r.pcode, alpha, shift, r.y.data_ptr(), mptr(r.s),
+                                 nthreads());
+    }
+    check_rc(rc, "pointwise forward");
+    return r;
+}
+
+// alpha and shift as pointwise_schema._scalar reads them: float32 values
+float scalar_value(const Tensor &t) { return t.defined() ? t.to(at::kFloat).item<float>() : 0.0f; }
+
+// (x, residual, alpha, shift, weight, bias, kind) -> (y) or (y, s); the Python node is PointwiseNorm
+struct PointwiseNode : public torch::autograd::Function<PointwiseNode> {
+    static variable_list forward(AutogradContext *ctx, Tensor x, OptT residual_, Tensor alpha, OptT shift_,
+                                 OptT weight_, OptT bias_, int64_t kind) {
+        Tensor residual = opt(residual_), shift = opt(shift_), weight = opt(weight_), bias = opt(bias_);
+        ctx->set_materialize_grads(false);
+        float a = scalar_value(alpha), sh = scalar_value(shift);
+        PointwiseOut r = pointwise_forward(x, residual, a, sh, weight, bias, kind);
+        ctx->save_for_backward({r.s.defined() ? r.s : x, alpha, shift, weight, bias});
+        ctx->saved_data["kind"] = kind;
+        ctx->saved_data["has_res"] = residual.defined();
+        ctx->saved_data["given"] = given({true, residual.defined(), true, shift.defined(), weight.defined(),
+                                          bias.defined()});
+        ctx->saved_data["pcode"] = (int64_t)r.pcode;
+        ctx->saved_data["w_read"] = r.read[0];
+        ctx->saved_data["b_read"] = r.read[1];
+        ctx->saved_data["alpha_f"] = (double)a;
+        ctx->saved_data["shift_f"] = (double)sh;
+        if (!r.s.defined()) return {r.y};
+        return {r.y, r.s};
+    }
+
+    static variable_list backward(AutogradContext *ctx, variable_list grads) {
+        auto saved = saved_rows(ctx);
+        const Tensor &sv = saved[0];
+        Tensor dy = grads[0], dres = grads.size() > 1 ? grads[1] : Tensor();
+        if (!dy.defined() && !dres.defined()) return variable_list(7);
+        if (!dy.defined() || !plain_backward() || !plain_grad(dy, sv.scalar_type()) ||
+            !plain_grad(dres, sv.scalar_type()))
+            return python_backward(POINTWISE, ctx, saved, grads, 7);
+        const Tensor &alpha = saved[1], &shift = saved[2], &w = saved[3], &b = saved[4];
+        bool want_a = need(ctx, 2), want_sh = shift.defined() && need(ctx, 3);
+        bool want_w = w.defined() && need(ctx, 4), want_b = b.defined() && need(ctx, 5);
+        int pcode = (int)ctx->saved_data["pcode"].toInt();
+        Tensor w_read = ctx->saved_data["w_read"].toTensor(), b_read = ctx->saved_data["b_read"].toTensor();
+        dy = rows(dy);
+        dres = rows(dres);
+        int64_t D = sv.size(-1), N = sv.numel() / D;
+        auto ds = torch::empty_like(sv, at::MemoryFormat::Contiguous);
+        auto popt = sv.options().dtype(param_type(pcode));
+        Tensor dw = want_w ? torch::empty({D}, popt) : Tensor(), db = want_b ? torch::empty({D}, popt) : Tensor();
+        Tensor scal = want_a || want_sh ? torch::zeros({2}, sv.options().dtype(at::kDouble)) : Tensor();
+        int c = code(sv);
+        check_rc(k_pointwise_backward((int)ctx->saved_data["kind"].toInt(), c, code(dy), dres.defined() ? code(dres) : 0,
+                                      N, D, ptr(sv), ptr(dy), D, ptr(dres), D, ptr(w_read), pcode,
+                                      (float)ctx->saved_data["alpha_f"].toDouble(),
+                                      (float)ctx->saved_data["shift_f"].toDouble(), ds.data_ptr(), mptr(dw),
+                                      mptr(db), scal.defined() ? scal.data_ptr<double>() : nullptr, nthreads()),
+                 "pointwise backward");
+        Tensor da = want_a ? scal[0].to(alpha.scalar_type()).reshape(alpha.sizes()) : Tensor();
+        Tensor dsh = want_sh ? scal[1].to(shift.scalar_type()).reshape(shift.sizes()) : Tensor();
+        bool has_res = ctx->saved_data["has_res"].toBool();
+        return {ds, has_res ? ds : Tensor(), da, dsh, like(dw, w, w_read), like(db, b, b_read), Tensor()};
+    }
+};
+
+// DyT / Derf of x + residual: (y, s or x), or None where the fast path does not apply (pointwise_functional._fast's
+// rules) or inside a forward-AD level (the Python node carries tangents).
 bool pw_scalar(PyObject *o) {
     if (o == Py_None) return true;
     if (!THPVariable_CheckExact(o)) return false;
@@ -656,36 +745,33 @@ bool pw_scalar(PyObject *o) {
            t.data_ptr() != nullptr;
 }
 
-py::object fast_pointwise_inference(py::handle x, py::handle residual, py::handle alpha, py::handle shift,
-                                    py::handle weight, py::handle bias, int64_t kind) {
+py::object fast_pointwise(py::handle x, py::handle residual, py::handle alpha, py::handle shift, py::handle weight,
+                          py::handle bias, int64_t kind) {
     PyObject *xo = x.ptr();
     if (!plain_tensor(xo) || alpha.is_none() || !pw_scalar(alpha.ptr()) || !pw_scalar(shift.ptr())) return py::none();
     const Tensor &xt = THPVariable_Unpack(xo);
-    if (xt.dim() == 0 || !fast_core(xo, residual.ptr(), xt.size(-1), weight.ptr(), bias.ptr())) return py::none();
-    if (route({xo, residual.ptr(), alpha.ptr(), shift.ptr(), weight.ptr(), bias.ptr()}) != 0) return py::none();
-    Tensor rt = unpack(residual.ptr());
-    std::vector<Tensor> ps{unpack(weight.ptr()), unpack(bias.ptr())};
-    int64_t D = xt.size(-1), N = xt.numel() / D;
-    int pcode = read_params(ps, D);
-    // alpha and shift as pointwise_schema._scalar reads them: float32 values
-    float a = THPVariable_Unpack(alpha.ptr()).to(at::kFloat).item<float>();
-    float sh = shift.is_none() ? 0.0f : THPVariable_Unpack(shift.ptr()).to(at::kFloat).item<float>();
-    auto y = torch::empty_like(xt, at::MemoryFormat::Contiguous);
-    Tensor st = rt.defined() ? torch::empty_like(xt, at::MemoryFormat::Contiguous) : Tensor();
-    int c = code(xt), rc;
-    {
-        NoGil released;
-        rc = k_pointwise_forward((int)kind, c, rt.defined() ? c : 0, c, c, N, D, ptr(xt), D, ptr(rt), D, ptr(ps[0]),
-                                 ptr(ps[1]), pcode, a, sh, y.data_ptr(), mptr(st), nthreads());
+    if (xt.dim() == 0 || !fast_core(xo, residual.ptr(), xt.size(-1), weight.ptr(), bias.ptr(), false))
+        return py::none();
+    int how = route({xo, residual.ptr(), alpha.ptr(), shift.ptr(), weight.ptr(), bias.ptr()});
+    if (how < 0) return py::none();
+    Tensor rt = unpack(residual.ptr()), at_ = unpack(alpha.ptr()), st = unpack(shift.ptr());
+    Tensor wt = unpack(weight.ptr()), bt = unpack(bias.ptr());
+    py::object stream = py::reinterpret_borrow<py::object>(x);
+    if (how == 0) {
+        PointwiseOut r = pointwise_forward(xt, rt, scalar_value(at_), scalar_value(st), wt, bt, kind);
+        return py::make_tuple(r.y, rt.defined() ? py::cast(r.s) : stream);
     }
-    check_rc(rc, "pointwise forward");
-    return py::make_tuple(y, rt.defined() ? py::cast(st) : py::reinterpret_borrow<py::object>(x));
+    auto maybe = [](const Tensor &t) { return t.defined() ? OptT(t) : OptT(); };
+    auto r = PointwiseNode::apply(xt, maybe(rt), at_, maybe(st), maybe(wt), maybe(bt), kind);
+    return py::make_tuple(r[0], r.size() > 1 ? py::cast(r[1]) : stream);
 }
 
 void init(uintptr_t forward, uintptr_t backward, uintptr_t fused_forward, uintptr_t fused_backward,
-          uintptr_t pointwise_forward, py::object python_fallback, int64_t max_fast_numel) {
+          uintptr_t pointwise_forward, uintptr_t pointwise_backward, py::object python_fallback,
+          int64_t max_fast_numel) {
     max_numel = max_fast_numel;
     k_pointwise_forward = (pwf_t)pointwise_forward;
+    k_pointwise_backward = (pwb_t)pointwise_backward;
     k_forward = (fwd_t)forward;
     k_backward = (bwd_t)backward;
     k_fused_forward = (ffwd_t)fused_forward;
@@ -704,11 +790,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("fast_add_norm", &fast_add_norm);
     m.def("fast_norm_add", &fast_norm_add);
     m.def("fast_parallel", &fast_parallel);
-    m.def("fast_pointwise_inference", &fast_pointwise_inference);
+    m.def("fast_pointwise", &fast_pointwise);
     m.def("norm_add_inference", &norm_add_inference);
     m.def("parallel_inference", &parallel_inference);
     m.def("norm_add", &norm_add);
     m.def("parallel", &parallel);
     m.attr("torch_version") = TORCH_VERSION;
-    m.attr("abi") = 5;  // nodes.ABI: raised with every change to the functions above
+    m.attr("abi") = 6;  // nodes.ABI: raised with every change to the functions above
 }
