@@ -322,30 +322,41 @@ def _fast_path_ok(x, residual, D, weight, bias, eps, weight_offset, backend) -> 
             return False
     # (a freed Parameter -- FSDP's resize_(0) -- has a null data pointer: the general path names it; asked last,
     # once no transform's wrapper, which has no storage, can be here)
-    return ((backend or _state.backend) in _KERNEL_BACKENDS and not _functorch_active() and not _dispatch_depth()
+    return ((backend is None or type(backend) is str) and (backend or _state.backend) in _KERNEL_BACKENDS
+            and not _functorch_active() and not _dispatch_depth()
             and _tracing_state() is None and availability().available
             and (weight is None or weight.data_ptr() != 0) and (bias is None or bias.data_ptr() != 0))
+
+
+def _flag(name: str, v) -> bool:
+    """A bool option given as a bool, an int or a NumPy bool; anything else is named."""
+    if isinstance(v, (bool, int)) or type(v).__name__ == "bool_":
+        return bool(v)
+    raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
 
 
 def _cpp_fast_ok(backend) -> bool:
     """What the C++ fast entries leave to Python: no compiler, transform, dispatch mode or tracer, a kernel
     backend. (They check the tensors themselves, as ``_fast_path_ok`` does.)"""
-    return (not _is_compiling() and not _functorch_active() and not _dispatch_depth() and _tracing_state() is None
-            and (backend or _state.backend) in _KERNEL_BACKENDS and availability().available)
+    return ((backend is None or type(backend) is str) and not _is_compiling() and not _functorch_active()
+            and not _dispatch_depth() and _tracing_state() is None and (backend or _state.backend) in _KERNEL_BACKENDS
+            and availability().available)
 
 
 def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset, cast_before_weight, out,
           residual_out, backend, out_dtype=None, residual_in_fp32=False):
+    if type(cast_before_weight) is not bool:
+        cast_before_weight = _flag("cast_before_weight", cast_before_weight)
     if out_dtype is not None and type(x) is torch.Tensor and out_dtype == x.dtype:
         out_dtype = None  # the same output (HF's patch asks for the input's dtype): the fast path may take it
     if out is None and residual_out is None and out_dtype is None and not residual_in_fp32:
         if eps is None and kind == "rms" and isinstance(x, torch.Tensor):
             eps = _default_rms_eps(x)
-        if _NODES is not None and _cpp_fast_ok(backend):  # the checks and the call in one C++ call
+        if _NODES is not None and type(cast_before_weight) is bool and _cpp_fast_ok(backend):  # checks and call in C++
+            _last["backend"] = "cpu"  # (where it declines, the general path below says which backend ran)
             r = _NODES.fast_add_norm(x, residual, normalized_shape, weight, bias, eps, weight_offset, _KIND[kind],
-                                     bool(cast_before_weight))
+                                     cast_before_weight)
             if r is not None:
-                _last["backend"] = "cpu"
                 return r
         if _fast_path_ok(x, residual, normalized_shape, weight, bias, eps, weight_offset, backend):
             _last["backend"] = "cpu"

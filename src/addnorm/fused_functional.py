@@ -81,13 +81,15 @@ def _needs(*ts) -> bool:
 
 
 def _norm_add(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_before_weight, backend):
+    if type(cast_before_weight) is not bool:
+        cast_before_weight = F._flag("cast_before_weight", cast_before_weight)
     if eps is None and kind == "rms" and isinstance(x, torch.Tensor):
         eps = F._default_rms_eps(x)
-    if _NODES is not None and F._cpp_fast_ok(backend):  # the checks and the call in one C++ call
+    if _NODES is not None and type(cast_before_weight) is bool and F._cpp_fast_ok(backend):  # checks and call in C++
+        F._last["backend"] = "cpu"  # (where it declines, the path below says which backend ran)
         out = _NODES.fast_norm_add(x, residual, shape, weight, bias, eps, weight_offset, _KIND[kind],
-                                   bool(cast_before_weight))
+                                   cast_before_weight)
         if out is not None:
-            F._last["backend"] = "cpu"
             return out
     if residual is not None and F._fast_path_ok(x, residual, shape, weight, bias, eps, weight_offset, backend):
         F._last["backend"] = "cpu"
@@ -132,13 +134,15 @@ def rms_norm_add(x, residual, normalized_shape, weight=None, eps: float | None =
 
 def _parallel(kind, x, x2, residual, shape, weight, bias, weight2, bias2, eps, weight_offset, cast_before_weight,
               branches_first, backend):
+    if type(cast_before_weight) is not bool:
+        cast_before_weight = F._flag("cast_before_weight", cast_before_weight)
     if eps is None and kind == "rms" and isinstance(x, torch.Tensor):
         eps = F._default_rms_eps(x)
-    if _NODES is not None and F._cpp_fast_ok(backend):  # the checks and the call in one C++ call
+    if _NODES is not None and type(cast_before_weight) is bool and F._cpp_fast_ok(backend):  # checks and call in C++
+        F._last["backend"] = "cpu"  # (where it declines, the path below says which backend ran)
         out = _NODES.fast_parallel(x, x2, residual, shape, weight, bias, weight2, bias2, eps, weight_offset,
-                                   _KIND[kind], bool(cast_before_weight), branches_first)
+                                   _KIND[kind], cast_before_weight, branches_first)
         if out is not None:
-            F._last["backend"] = "cpu"
             return out
     # residual=None passes _fast_path_ok (Add & Norm takes it) but not here: it must reach _common's TypeError
     if (type(branches_first) is bool and residual is not None

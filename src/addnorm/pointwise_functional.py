@@ -73,9 +73,9 @@ def _fast(x, residual, alpha, shift, weight, bias, backend) -> bool:
 
 def _pointwise(kind, x, residual, alpha, shift, weight, bias, backend):
     if _NODES is not None and F._cpp_fast_ok(backend):  # the checks and the call (or the C++ node) in one C++ call
+        F._last["backend"] = "cpu"  # (where it declines, the path below says which backend ran)
         out = _NODES.fast_pointwise(x, residual, alpha, shift, weight, bias, _PW_KIND[kind])
         if out is not None:
-            F._last["backend"] = "cpu"
             return out
     if _fast(x, residual, alpha, shift, weight, bias, backend):
         F._last["backend"] = "cpu"

@@ -539,3 +539,31 @@ def test_pointwise_node_hands_double_backward_and_batched_gradients_to_python(ki
             res.append((*hv, *gb))
     for p, q in zip(*res):
         torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-6)
+
+
+def test_review_round_two_cases():
+    """From the second review of the fast entries: each had crashed, errored or differed."""
+    from addnorm.pointwise_functional import add_derf, add_dyt
+
+    # rows of zero elements: DyT/Derf crashed the process (SIGFPE, N = numel / 0); now the general path's answer
+    for fn in (lambda x: add_dyt(x, None, torch.tensor(0.5)), lambda x: add_derf(x, x.clone(), torch.tensor(0.5), None)):
+        for grad in (False, True):
+            y, s = fn(torch.randn(3, 0, requires_grad=grad))
+            assert y.shape == (3, 0)
+    # a default-device context (meta) must not move the CPU kernels' scratch tensors off the CPU
+    x, w = torch.randn(2, 64, requires_grad=True), torch.randn(64)
+    big = torch.randn(native_nodes.MAX_NUMEL // 64 + 1, 64, requires_grad=True)
+    with torch.device("meta"):
+        for shape in (64, (64,), [64]):
+            addnorm.layer_norm(x, shape, w).sum().backward()
+            addnorm.layer_norm_add(x.detach(), x.detach(), shape, w)
+            addnorm.parallel_add_rms_norm(x.detach(), None, x.detach(), shape, w)
+        addnorm.layer_norm(big, 64, w).sum().backward()  # the Python node and the output pool
+    # [D] takes the same node as (D,) and D
+    names = {type(addnorm.layer_norm(x, s, w).grad_fn).__name__ for s in (64, (64,), [64], torch.Size([64]))}
+    assert names == {"CppFunction"}, names
+    # bad option types are named by the general path, not by the C++ entry's argument conversion
+    with pytest.raises(TypeError):
+        addnorm.add_rms_norm(x, x.detach(), 64, w, cast_before_weight=torch.ones(2))
+    with pytest.raises((TypeError, ValueError), match="backend"):
+        addnorm.layer_norm(x, 64, w, backend=["cpu"])

@@ -217,7 +217,7 @@ class EagerAddNorm(torch.autograd.Function):
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None, not a tensor of zeros
         D = x.shape[-1]
         N = x.numel() // D
-        stats = torch.empty(2 if kind == "layer" else 1, N, dtype=torch.float32)
+        stats = torch.empty(2 if kind == "layer" else 1, N, device="cpu", dtype=torch.float32)
         out = _cpu.empty_rows_like(x)
         s = None if residual is None else _cpu.empty_rows_like(x)
         p = _cpu.forward(kind, x, residual, weight, bias, eps, weight_offset, cast_before_weight, out, s, stats, N,

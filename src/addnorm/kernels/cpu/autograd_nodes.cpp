@@ -543,6 +543,7 @@ bool fast_core(PyObject *xo, PyObject *ro, long long D, PyObject *wo, PyObject *
 bool fast_tensors(PyObject *xo, PyObject *ro, PyObject *Do, PyObject *wo, PyObject *bo, PyObject *epso,
                   PyObject *offo) {
     if (PyTuple_Check(Do) && PyTuple_GET_SIZE(Do) == 1) Do = PyTuple_GET_ITEM(Do, 0);  // (D,), torch.Size([D])
+    else if (PyList_Check(Do) && PyList_GET_SIZE(Do) == 1) Do = PyList_GET_ITEM(Do, 0);  // [D]
     if (!plain_tensor(xo) || !PyLong_CheckExact(Do) || !PyFloat_CheckExact(epso)) return false;
     if (!(PyFloat_CheckExact(offo) || PyLong_CheckExact(offo))) return false;
     double eps = PyFloat_AS_DOUBLE(epso);
@@ -559,6 +560,7 @@ bool fast_tensors(PyObject *xo, PyObject *ro, PyObject *Do, PyObject *wo, PyObje
 // 1-D parameters of D elements (Tensor or Parameter); float64 ones only with f64_params (the norm forms read them as
 // float32 copies; DyT / Derf compute with torch ops then, pointwise_schema's `applies`)
 bool fast_core(PyObject *xo, PyObject *ro, long long D, PyObject *wo, PyObject *bo, bool f64_params) {
+    if (D <= 0) return false;  // empty rows: the general path (N = numel / D)
     const Tensor &x = THPVariable_Unpack(xo);
     auto st = x.scalar_type();
     if (!kernel_dtype(st) || !x.is_cpu() || x.is_nested() || x.layout() != at::kStrided || !x.is_contiguous() ||

@@ -64,7 +64,7 @@ def norm_add(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before
     """out = residual + Norm(x) in out_dtype (promote(x, residual)); stats float32 (None unless wanted)."""
     x, residual, weight, bias = resolved(x, residual, weight, bias)
     N = x.numel() // D
-    stats = torch.empty(2 if kind == "layer" else 1, N, dtype=torch.float32) if want_stats else None
+    stats = torch.empty(2 if kind == "layer" else 1, N, device="cpu", dtype=torch.float32) if want_stats else None
     out = empty_rows_like(x, out_dtype)
     if N:
         _run_forward(kind, x, None, None, residual, _params((weight, bias, None, None), D), eps, weight_offset,
@@ -77,7 +77,7 @@ def parallel_add_norm(x, x2, residual, weight, bias, weight2, bias2, kind, D, ep
     """(y in x's dtype, y2 or None, s in residual's dtype, stats or None)."""
     x, x2, residual, weight, bias, weight2, bias2 = resolved(x, x2, residual, weight, bias, weight2, bias2)
     N = x.numel() // D
-    stats = torch.empty(2 if kind == "layer" else 1, N, dtype=torch.float32) if want_stats else None
+    stats = torch.empty(2 if kind == "layer" else 1, N, device="cpu", dtype=torch.float32) if want_stats else None
     y = empty_rows_like(x)
     y2 = empty_rows_like(x) if two else None
     s = empty_rows_like(residual)
@@ -105,7 +105,7 @@ def parallel_backward(dy, dy2, dres, s, stats, weight, bias, weight2, bias2, kin
     want = [p is not None and bool(mk) and d is not None
             for p, mk, d in zip(ps, output_mask, (dy, dy, dy2, dy2), strict=True)]
     pdt = _PARAM_DTYPE[pcode]
-    grads = [torch.empty(D, dtype=pdt) if w else None for w in want]
+    grads = [torch.empty(D, device="cpu", dtype=pdt) if w else None for w in want]
     ds = empty_rows_like(s)
     sr = as_rows(s, D)
     dyr, dy2r, dresr = (None if t is None else as_rows(t, D) for t in (dy, dy2, dres))
@@ -140,7 +140,7 @@ def norm_add_contiguous(x, residual, weight, bias, kind, eps, weight_offset, cas
     D = x.shape[-1]
     N = x.numel() // D
     out = empty_rows_like(x)
-    stats = torch.empty(2 if kind == "layer" else 1, N, dtype=torch.float32) if want_stats else None
+    stats = torch.empty(2 if kind == "layer" else 1, N, device="cpu", dtype=torch.float32) if want_stats else None
     w, b, pcode = params(weight, bias, D)
     code = _DTYPE[x.dtype]
     mean, rstd = _stats_ptrs(stats, kind, N)
@@ -164,7 +164,7 @@ def parallel_contiguous(x, x2, residual, weight, bias, weight2, bias2, kind, eps
     y = empty_rows_like(x)
     y2 = empty_rows_like(x) if two else None
     s = empty_rows_like(x)
-    stats = torch.empty(2 if kind == "layer" else 1, N, dtype=torch.float32) if want_stats else None
+    stats = torch.empty(2 if kind == "layer" else 1, N, device="cpu", dtype=torch.float32) if want_stats else None
     (w1, b1, w2, b2), pcode = _params((weight, bias, weight2, bias2), D)
     code = _DTYPE[x.dtype]
     if x2 is None:

@@ -69,8 +69,8 @@ def mhc_pre(x, phi, scal, bias, perm_idx, eps, iters):
     x = x.contiguous()
     n, C, N, m, r = _geometry(x, phi, perm_idx, scal, bias)
     lead = x.shape[:-2]
-    f = dict(dtype=torch.float32)
-    h = torch.empty(lead + (C,), dtype=x.dtype)
+    f = dict(device="cpu", dtype=torch.float32)
+    h = torch.empty(lead + (C,), device="cpu", dtype=x.dtype)
     h_pre, h_post = torch.empty(lead + (n,), **f), torch.empty(lead + (n,), **f)
     h_res, p, rstd = torch.empty(lead + (n, n), **f), torch.empty(lead + (m,), **f), torch.empty(lead, **f)
     _run(FWD, x, n, C, N, m, r, iters, _f32(phi), None, _f32(scal), _f32(bias), perm_idx, eps,
@@ -85,8 +85,8 @@ def mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, 
     n, C, N, m, r = _geometry(x, phi, perm_idx, scal, bias)
     phi = _f32(phi)
     dx = empty_rows_like(x)
-    dlogits = torch.empty(x.shape[:-2] + (m,), dtype=torch.float32)
-    dphi = torch.empty(phi.shape, dtype=torch.float32)
+    dlogits = torch.empty(x.shape[:-2] + (m,), device="cpu", dtype=torch.float32)
+    dphi = torch.empty(phi.shape, device="cpu", dtype=torch.float32)
     dh = None if dh is None else dh.to(x.dtype).contiguous()
     _run(BWD, x, n, C, N, m, r, iters, phi, phi.t().contiguous(), _f32(scal), _f32(bias), perm_idx, 0.0,
          (None,) * 6, (dh, _f32(dh_pre), _f32(dh_post), _f32(dh_res), _f32(p), _f32(rstd), dx, dlogits, dphi))

@@ -32,7 +32,7 @@ def empty_rows_like(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.
     if t.numel() >= _POOL_MIN_NUMEL:  # one int compare on the small-call path
         return output_pool.empty(t.shape, dtype or t.dtype)
     if dtype is not None and dtype != t.dtype:
-        return torch.empty(t.shape, dtype=dtype)
+        return torch.empty(t.shape, device="cpu", dtype=dtype)
     return torch.empty_like(t) if t.is_contiguous() else torch.empty_like(t, memory_format=torch.contiguous_format)
 
 
@@ -134,8 +134,8 @@ def backward(kind, dy, s, stats, weight, pcode, weight_offset, dres, dx, want_dw
     if not s.is_contiguous():
         s = s.contiguous() if contiguous else as_rows(s, D)
     pdt = _PARAM_DTYPE[pcode]
-    dw = torch.empty(D, dtype=pdt) if want_dweight else None  # (D,) ints parse faster than a shape tuple
-    db = torch.empty(D, dtype=pdt) if want_dbias else None
+    dw = torch.empty(D, device="cpu", dtype=pdt) if want_dweight else None  # (D,) ints parse faster than a shape tuple
+    db = torch.empty(D, device="cpu", dtype=pdt) if want_dbias else None
     if contiguous:
         dys = ss = drs = dxs = D
     else:
@@ -181,7 +181,7 @@ def add_norm(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before
     """Forward: y (x's shape, out_dtype), s (x's shape, sum_dtype; None when sum_dtype is None), stats
     (float32; None unless wanted: inference needs none)."""
     N = x.numel() // D
-    stats = torch.empty(2 if kind == "layer" else 1, N, dtype=torch.float32) if want_stats else None
+    stats = torch.empty(2 if kind == "layer" else 1, N, device="cpu", dtype=torch.float32) if want_stats else None
     out = empty_rows_like(x, out_dtype)
     s = None if sum_dtype is None else empty_rows_like(x, sum_dtype)
     contiguous = x.is_contiguous() and (residual is None or residual.is_contiguous())

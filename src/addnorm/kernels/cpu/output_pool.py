@@ -99,4 +99,4 @@ POOL = OutputPool()
 def empty(shape, dtype: torch.dtype) -> torch.Tensor:
     """A contiguous uninitialised CPU tensor: from the pool when large, else from torch."""
     t = POOL.empty(shape, dtype)
-    return torch.empty(shape, dtype=dtype) if t is None else t
+    return torch.empty(shape, device="cpu", dtype=dtype) if t is None else t

@@ -49,9 +49,9 @@ def backward(dy, dres, s, alpha: float, shift: float, weight, bias, kind, D, mas
     ds = empty_rows_like(s)
     w, b, pcode = params(weight, bias, D)
     pdt = _PARAM_DTYPE[pcode]
-    dw = torch.empty(D, dtype=pdt) if weight is not None and mask[2] else None
-    db = torch.empty(D, dtype=pdt) if bias is not None and mask[3] else None
-    scal = torch.zeros(2, dtype=torch.float64) if mask[0] or mask[1] else None
+    dw = torch.empty(D, device="cpu", dtype=pdt) if weight is not None and mask[2] else None
+    db = torch.empty(D, device="cpu", dtype=pdt) if bias is not None and mask[3] else None
+    scal = torch.zeros(2, device="cpu", dtype=torch.float64) if mask[0] or mask[1] else None
     dyr = as_rows(dy, D) if N else dy
     dresr = None if dres is None else (as_rows(dres, D) if N else dres)
     rc = library().pointwise_backward(

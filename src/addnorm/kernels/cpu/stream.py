@@ -47,7 +47,7 @@ def stream_read(x, h_pre):
     n, C = x.shape[-2], x.shape[-1]
     x = _c(x)
     N = x.numel() // (n * C)
-    h = torch.empty(x.shape[:-2] + (C,), dtype=x.dtype)
+    h = torch.empty(x.shape[:-2] + (C,), device="cpu", dtype=x.dtype)
     _run(READ, n, x, None, None, None, h, None, _f32(h_pre), None, None, None, None, None, None, None, N, C)
     return h
 
@@ -58,7 +58,7 @@ def stream_read_backward(dh, x, h_pre):
     x, dh = _c(x), _c(dh)
     N = x.numel() // (n * C)
     dx = empty_rows_like(x)
-    d_pre = torch.empty(x.shape[:-1], dtype=torch.float32)
+    d_pre = torch.empty(x.shape[:-1], device="cpu", dtype=torch.float32)
     _run(READ_BWD, n, x, dh, None, None, dx, None, _f32(h_pre), None, None, None, None, d_pre, None, None, N, C)
     return dx, d_pre
 
@@ -69,7 +69,7 @@ def stream_write(x, y, h_post, h_res, want_q: bool):
     x, y = _c(x), _c(y)
     N = x.numel() // (n * C)
     x2 = empty_rows_like(x)
-    q = torch.empty(x.shape[:-2], dtype=torch.float32) if want_q else None
+    q = torch.empty(x.shape[:-2], device="cpu", dtype=torch.float32) if want_q else None
     _run(WRITE, n, x, y, None, None, x2, None, None, _f32(h_post), _f32(h_res), q, None, None, None, None, N, C)
     return x2, q
 
@@ -81,8 +81,8 @@ def stream_write_backward(dx2, dq, x, y, x2, h_post, h_res):
     N = x.numel() // (n * C)
     dx = empty_rows_like(x)
     dy = empty_rows_like(y)
-    d_post = torch.empty(x.shape[:-1], dtype=torch.float32)
-    d_res = torch.empty(x.shape[:-1] + (n,), dtype=torch.float32)
+    d_post = torch.empty(x.shape[:-1], device="cpu", dtype=torch.float32)
+    d_res = torch.empty(x.shape[:-1] + (n,), device="cpu", dtype=torch.float32)
     _run(WRITE_BWD, n, dx2, y, x, None if dq is None else _c(x2), dx, dy, None, _f32(h_post), _f32(h_res), None,
          _f32(dq), None, d_post, d_res, N, C)
     return dx, dy, d_post, d_res
