@@ -234,8 +234,8 @@ def test_frontier_placements_train_in_the_study_runner(data, tmp_path, placement
 
 
 def test_a_single_hard_batch_is_not_a_spike_in_a_run_trained_until_flat():
-    """Near the loss floor one hard batch is 1.5x the mean (long's seed-0 runs, step 7555); a run trained until its
-    curve flattens is stopped only when the jump persists. Fixed-length runs keep the one-step rule."""
+    """Near the loss floor one hard batch is 1.5x the mean (long's post and sandwich seed-0 runs, step 7555); a run
+    trained until its curve flattens is stopped only when the jump persists. Fixed-length runs keep the one-step rule."""
     from addnorm.experiments.study.runner import SPIKE_PERSIST, _failure
 
     flat = [1.15] * 30
