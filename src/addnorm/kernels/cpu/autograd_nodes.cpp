@@ -154,6 +154,15 @@ bool plain_backward() {
            c10::impl::TorchDispatchModeTLS::stack_len() == 0;
 }
 
+// The plain backward (plain_backward) with incoming gradients the kernels can read (plain_grad): the one case the
+// C++ nodes compute themselves; every other goes to the Python node's backward.
+bool kernel_backward(at::ScalarType st, std::initializer_list<Tensor> grads) {
+    if (!plain_backward()) return false;
+    for (const Tensor &g : grads)
+        if (!plain_grad(g, st)) return false;
+    return true;
+}
+
 Tensor rows(const Tensor &g) { return g.defined() && !g.is_contiguous() ? g.contiguous() : g; }
 
 // The saved tensors, unpacked once, contiguous (an unpack hook may hand back another layout).
@@ -273,8 +282,7 @@ struct AddNormNode : public torch::autograd::Function<AddNormNode> {
         const Tensor &sv = saved[0];
         Tensor dy = grads[0], dres = grads.size() > 1 ? grads[1] : Tensor();
         if (!dy.defined() && !dres.defined()) return variable_list(8);
-        if (!dy.defined() || !plain_backward() || !plain_grad(dy, sv.scalar_type()) ||
-            !plain_grad(dres, sv.scalar_type()))
+        if (!dy.defined() || !kernel_backward(sv.scalar_type(), {dy, dres}))
             return python_backward(ADD_NORM, ctx, saved, grads, 8);
         const Tensor &stats = saved[1], &w = saved[2], &b = saved[3];
         int kind = (int)ctx->saved_data["kind"].toInt();
@@ -348,7 +356,7 @@ struct NormAddNode : public torch::autograd::Function<NormAddNode> {
         const Tensor &x = saved[0];
         Tensor dout = grads[0];
         if (!dout.defined()) return variable_list(8);
-        if (!plain_backward() || !plain_grad(dout, x.scalar_type())) return python_backward(NORM_ADD, ctx, saved, grads, 8);
+        if (!kernel_backward(x.scalar_type(), {dout})) return python_backward(NORM_ADD, ctx, saved, grads, 8);
         const Tensor &stats = saved[1], &w = saved[2], &b = saved[3];
         int kind = (int)ctx->saved_data["kind"].toInt();
         int pcode = (int)ctx->saved_data["pcode"].toInt();
@@ -438,9 +446,7 @@ struct ParallelNode : public torch::autograd::Function<ParallelNode> {
         bool two = ctx->saved_data["two"].toBool();
         Tensor dy = grads[0], dy2 = two ? grads[1] : Tensor(), dres = grads[2];
         if (!dy.defined() && !dy2.defined() && !dres.defined()) return variable_list(12);
-        auto st_ = s.scalar_type();
-        if ((!dy.defined() && !dy2.defined()) || !plain_backward() || !plain_grad(dy, st_) || !plain_grad(dy2, st_) ||
-            !plain_grad(dres, st_))
+        if ((!dy.defined() && !dy2.defined()) || !kernel_backward(s.scalar_type(), {dy, dy2, dres}))
             return python_backward(PARALLEL, ctx, saved, grads, 12);
         const Tensor &stats = saved[1];
         const Tensor params[4] = {saved[2], saved[3], saved[4], saved[5]};
@@ -708,8 +714,7 @@ struct PointwiseNode : public torch::autograd::Function<PointwiseNode> {
         const Tensor &sv = saved[0];
         Tensor dy = grads[0], dres = grads.size() > 1 ? grads[1] : Tensor();
         if (!dy.defined() && !dres.defined()) return variable_list(7);
-        if (!dy.defined() || !plain_backward() || !plain_grad(dy, sv.scalar_type()) ||
-            !plain_grad(dres, sv.scalar_type()))
+        if (!dy.defined() || !kernel_backward(sv.scalar_type(), {dy, dres}))
             return python_backward(POINTWISE, ctx, saved, grads, 7);
         const Tensor &alpha = saved[1], &shift = saved[2], &w = saved[3], &b = saved[4];
         bool want_a = need(ctx, 2), want_sh = shift.defined() && need(ctx, 3);
