@@ -8,8 +8,8 @@
  *
  * f and f' are computed branch-free so that gcc vectorizes them (libm's tanhf / erff do not): exp by
  * range reduction and a degree-6 polynomial (Cephes' expf, ~1 ulp), tanh from exp with an odd polynomial
- * near 0 (Cephes' tanhf), erf from the Chebyshev fit of erfc in Numerical Recipes (relative error below
- * 1.2e-7) with its Taylor series below 0.5. Included per instruction set after norm_rows.h.
+ * near 0 (Cephes' tanhf), erf from two polynomial fits (below 1 and from 1 to 3.92, see erf_v). Included per
+ * instruction set after norm_rows.h.
  */
 
 #define AN_CAT2(a, b) a##b
@@ -50,23 +50,48 @@ static inline float AN_FN(tanh_v)(float u) {
     return u != u ? u : r; /* NaN stays NaN (a negative NaN's pattern is clamped above) */
 }
 
-/* erf(u) */
+/* erf(u), within 1.5 ulp, with neither exp nor a division: two polynomials in |u|, both computed
+ * (branch-free, so that gcc vectorizes the loop) and one selected, then u's sign put on.
+ *   |u| < 1:   erf = a + a S(a^2) (a = |u|),  S a degree-6 fit of erf(a)/a - 1 (relative error 1.2e-9); adding
+ *              the exact a last keeps the rounding of S's terms below one ulp
+ *   |u| >= 1:  erf = B(min(a, 3.92) - 2.46),  B a degree-14 fit on [1, 3.92] (absolute error 6.6e-9); past 3.92
+ *              erf rounds to 1 in float
+ * The coefficients are least-squares fits driven to the minimax error by Lawson's reweighting, in float64,
+ * then rounded to float: benchmarks/fit_erf.py derives them and measures this evaluation's error, and
+ * tests/kernels/test_erf_ulp.py holds the kernels to it. The build's -fassociative-math would rewrite
+ * a S + a as a (S + 1) and fold the 1 into S's constant, which rounds S near 1.13 and costs two more ulp: a
+ * is spelled two ways (fabs and the bit pattern) so that gcc does not see the common factor. The clamp
+ * compares bit patterns (a >= 0), as exp_neg's does, so that the loop stays vectorized. */
 static inline float AN_FN(erf_v)(float u) {
-    float a = __builtin_fabsf(u);
-    float z = u * u;
-    /* 2/sqrt(pi) (u - u^3/3 + u^5/10 - u^7/42 + u^9/216 - u^11/1320 + u^13/9360) */
-    float small = u * 1.12837916709551257f *
-                  (1.0f + z * (-1.0f / 3 + z * (1.0f / 10 + z * (-1.0f / 42 + z * (1.0f / 216 + z * (-1.0f / 1320
-                  + z * (1.0f / 9360)))))));
-    float t = 1.0f / (1.0f + 0.5f * a);
-    float poly = -1.26551223f + t * (1.00002368f + t * (0.37409196f + t * (0.09678418f + t * (-0.18628806f
-                 + t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f
-                 + t * 0.17087277f))))))));
-    float erfc = t * AN_FN(exp_neg)(-z + poly);
-    float big = 1.0f - erfc;
-    big = u < 0.0f ? -big : big;
-    float r = a < 0.5f ? small : big;
-    return u != u ? u : r;
+    const uint32_t ui = an_f32_bits(u), ai = ui & 0x7fffffffu, sign = ui ^ ai, lim = 0x407AE148u; /* 3.92f */
+    const float a = an_bits_f32(ai), z = u * u;
+    float s = 7.853892021e-05f;
+    s = s * z - 8.010203601e-04f;
+    s = s * z + 5.188329145e-03f;
+    s = s * z - 2.685381286e-02f;
+    s = s * z + 1.128358543e-01f;
+    s = s * z - 3.761262596e-01f;
+    s = s * z + 1.283791661e-01f;
+    const float small = __builtin_fabsf(u) * s + a;
+    const float t = an_bits_f32(ai > lim ? lim : ai) - 2.46f;
+    float b = 1.090815203e-06f;
+    b = b * t + 1.064034265e-07f;
+    b = b * t - 1.730688200e-05f;
+    b = b * t + 2.462631892e-05f;
+    b = b * t + 7.576047938e-05f;
+    b = b * t - 2.994046663e-04f;
+    b = b * t + 3.559847537e-04f;
+    b = b * t + 4.590614990e-04f;
+    b = b * t - 2.937226323e-03f;
+    b = b * t + 6.799712311e-03f;
+    b = b * t - 9.914168157e-03f;
+    b = b * t + 9.832412936e-03f;
+    b = b * t - 6.534521934e-03f;
+    b = b * t + 2.656240482e-03f;
+    b = b * t + 9.994966388e-01f;
+    b = b < 1.0f ? b : 1.0f;
+    const float r = a < 1.0f ? small : b;
+    return u != u ? u : an_bits_f32(an_f32_bits(r) | sign);
 }
 
 /* erf'(u) = 2/sqrt(pi) exp(-u^2); NaN for a NaN u, where exp_neg's clamp alone would make it exp(-87), a number.
