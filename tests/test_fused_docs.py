@@ -15,6 +15,8 @@ def test_docs_show_the_committed_fused_forms_results():
         result = json.loads((ROOT / "benchmarks" / "results" / f"{sub}fused_forms_tuned.json").read_text())
         table = markdown([OpRow(**r) for r in result["rows"]])
         assert table in docs, f"docs/performance.md is not the committed {sub}fused_forms_tuned.json"
+    ab = (ROOT / "benchmarks" / "results" / "erf" / "ab" / "ab.md").read_text().split("\n\n", 1)[1].rstrip("\n")
+    assert ab in docs, "docs/performance.md is not the committed erf/ab/ab.md"
     block = json.loads((ROOT / "benchmarks" / "results" / "mhc_block.json").read_text())
     assert "\n".join(block["table"][2:]) in docs
 

@@ -262,6 +262,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,prefer-vector-width=512")
 #define AN_SFX _avx512
 #define AN_F16C 1
+#define AN_MAD(a, b, c) __builtin_fmaf((a), (b), (c))
 #define AN_STREAM_BYTES 64
 #include "norm_rows.h"
 #include "fused_rows.h"
@@ -270,11 +271,13 @@ static inline uint16_t an_f32_to_f16(float f) {
 #include "pointwise_rows.h"
 #undef AN_STREAM_BYTES
 #undef AN_SFX
+#undef AN_MAD
 #pragma GCC pop_options
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 #define AN_SFX _avx2
+#define AN_MAD(a, b, c) __builtin_fmaf((a), (b), (c))
 #define AN_STREAM_BYTES 32
 #include "norm_rows.h"
 #include "fused_rows.h"
@@ -284,10 +287,12 @@ static inline uint16_t an_f32_to_f16(float f) {
 #undef AN_STREAM_BYTES
 #undef AN_SFX
 #undef AN_F16C
+#undef AN_MAD
 #pragma GCC pop_options
 #endif
 
 #define AN_SFX _base
+#define AN_MAD(a, b, c) ((a) * (b) + (c))
 #include "norm_rows.h"
 #include "fused_rows.h"
 #include "stream_rows.h"
