@@ -1,6 +1,7 @@
 """The study, v2: the frontier forms and their options in the grid, the presets, the flattening rule, the per-slot
 saturation and mixing-gain probes, resume after SIGKILL with all of them on, and TensorBoard logging."""
 
+import dataclasses
 import json
 import math
 import os
@@ -167,6 +168,12 @@ def test_the_flattening_rule_by_hand():
                     < 0.01)
     noisy = [(100 * i, 2.0) for i in range(1, 10)] + [(1000, 2.5)]  # one bad evaluation: the best still counts
     assert improvement(noisy) == 0.0 and flatten_step(noisy) == 1000
+    # on the unigram plateau a level curve has not flattened: it has not started (long's DyT seeds left it late)
+    assert flatten_step(noisy, plateau=2.0) is None and flatten_step(noisy, plateau=2.01) == 1000
+    leaves = [(100 * i, 3.2) for i in range(1, 12)] + [(100 * i, 1.5) for i in range(12, 40)]
+    assert flatten_step(leaves[:11]) == 1000 and flatten_step(leaves[:11], plateau=3.1) is None
+    assert flatten_step(leaves, plateau=3.1) == min(s for s, _ in leaves if s * 0.8 >= 1200)  # flat once 1.5 is
+    #                                                                       the best of the window's first 80 %
 
 
 # ---- the probes
@@ -250,36 +257,54 @@ FLAT = dict(TINY, steps=60, eval_every=2, checkpoint_every=4, lr=1e-7, placement
             dyt_alpha=DYT_PAPER_ALPHA, until_flat=True)
 
 
+def _below_plateau(data):
+    """The corpus with its unigram plateau raised above any loss: every curve counts as having left it."""
+    return dataclasses.replace(data, unigram_nats=1e9)
+
+
 def test_until_flat_stops_at_the_first_flat_evaluation(data, tmp_path):
-    s = train_run(RunConfig(**FLAT), data, tmp_path)
+    s = train_run(RunConfig(**FLAT), _below_plateau(data), tmp_path)
     # lr 1e-7: nothing moves, so the 10th evaluation (20 steps) is the first the rule may judge, and it is flat
     assert s["stopped_flat"] and s["flattened"] and s["flatten_step"] == 20 and s["steps_done"] == 20
-    assert s["failure"] == "plateau" and len(_lines(tmp_path)) == 20  # flat at the unigram plateau: a failure
+    assert s["failure"] is None and len(_lines(tmp_path)) == 20
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["step"] == 20
     evals = [m for m in _lines(tmp_path) if "val_loss" in m]
     assert all(set(m["saturation"]) == {"attn", "mlp", "final"} and "composite_gain_fwd" in m for m in evals)
     assert set(s["saturation"]) == {"attn", "mlp", "final"} and s["alpha"]["attn"] == pytest.approx(0.8, abs=1e-4)
-    capped = train_run(RunConfig(**{**FLAT, "until_flat": False}), data, tmp_path / "capped")
+    capped = train_run(RunConfig(**{**FLAT, "until_flat": False}), _below_plateau(data), tmp_path / "capped")
     assert capped["steps_done"] == 60 and capped["flattened"] and capped["flatten_step"] == 20
+
+
+def test_until_flat_does_not_stop_a_run_on_the_unigram_plateau(data, tmp_path):
+    """The same level curve, but at the real plateau: the run trains to its cap and fails as a plateau there."""
+    s = train_run(RunConfig(**FLAT), data, tmp_path)
+    assert s["final_val_loss"] >= data.unigram_nats
+    assert not s["stopped_flat"] and not s["flattened"] and s["flatten_step"] is None and s["steps_done"] == 60
+    assert s["failure"] == "plateau"
 
 
 @pytest.mark.parametrize("kill_at", [13, 19])  # mid-way between checkpoints; at the flat step, before the summary
 def test_resume_after_sigkill_with_the_probes_and_the_stopping_rule_is_bit_identical(data, tmp_path, kill_at):
     cfg = dict(FLAT, lr=3e-3) if kill_at == 13 else FLAT  # lr 3e-3: a run that trains (probes change), no stop
-    whole = train_run(RunConfig(**cfg), data, tmp_path / "whole")
+    raise_plateau = kill_at == 19  # the level run stops at its 20th step only off the plateau (see flat.py)
+    used = _below_plateau(data) if raise_plateau else data
+    whole = train_run(RunConfig(**cfg), used, tmp_path / "whole")
     code = f"""
-        import os, signal
+        import dataclasses, os, signal
         from addnorm.experiments.study import RunConfig, train_run
         from addnorm.experiments.study.data import load_split
         def die(step):
             if step == {kill_at}:
                 os.kill(os.getpid(), signal.SIGKILL)
-        train_run(RunConfig(**{cfg!r}), load_split(max_bytes=1 << 20), {str(tmp_path / "cut")!r}, on_step=die)
+        data = load_split(max_bytes=1 << 20)
+        if {raise_plateau!r}:
+            data = dataclasses.replace(data, unigram_nats=1e9)
+        train_run(RunConfig(**{cfg!r}), data, {str(tmp_path / "cut")!r}, on_step=die)
     """
     p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
     assert p.returncode == -signal.SIGKILL, p.stderr
     assert not (tmp_path / "cut" / "summary.json").exists()
-    resumed = train_run(RunConfig(**cfg), data, tmp_path / "cut")
+    resumed = train_run(RunConfig(**cfg), used, tmp_path / "cut")
     assert _lines(tmp_path / "cut") == _lines(tmp_path / "whole")
     for k in ("final_val_loss", "steps_done", "flattened", "flatten_step", "stopped_flat", "saturation",
               "max_composite_gain_fwd", "max_composite_gain_bwd"):

@@ -8,6 +8,11 @@ of the steps improved on the best before them by less than 1 %:
 judged only from the ``MIN_EVALS``-th evaluation on (earlier, 20 % of the steps holds too few evaluations to
 tell a plateau from noise), and only where an evaluation lies at or before 0.8 t. The best, not the last, value:
 one noisy evaluation neither stops a run nor keeps it going.
+
+A curve that has not yet gone below ``plateau`` (the corpus's unigram loss: the model has learned nothing past
+byte frequencies) has not flattened, however level it is: it is on the plateau, and runs leave it late. In
+``long`` two pre-norm DyT seeds sat on it for 700-800 steps and then trained to 1.82-1.85 nats; the third was
+stopped at step 1000 as "flat" by the rule without this condition, and so never had the chance.
 """
 
 from __future__ import annotations
@@ -34,10 +39,13 @@ def improvement(curve: list[tuple[int, float]]) -> float | None:
     return (ref - min(everything)) / ref if ref > 0 else 0.0
 
 
-def flatten_step(curve: list[tuple[int, float]]) -> int | None:
-    """The steps done at the first evaluation where the curve had flattened, or None."""
+def flatten_step(curve: list[tuple[int, float]], plateau: float = math.inf) -> int | None:
+    """The steps done at the first evaluation where the curve had flattened below ``plateau``, or None."""
+    best = math.inf
     for i in range(len(curve)):
+        if math.isfinite(curve[i][1]):
+            best = min(best, curve[i][1])
         gain = improvement(curve[:i + 1])
-        if gain is not None and gain < MIN_GAIN:
+        if gain is not None and gain < MIN_GAIN and best < plateau:
             return curve[i][0]
     return None

@@ -220,9 +220,10 @@ def _val_curve(lines) -> list[tuple[int, float]]:
     return [(m["step"] + 1, m["val_loss"]) for m in lines if "val_loss" in m]
 
 
-def _convergence(val_curve: list) -> dict:
-    """Whether and when the validation curve (the summary's (step, loss) pairs) flattened (flat.py's rule)."""
-    at = flatten_step([(s + 1, v) for s, v in val_curve])
+def _convergence(val_curve: list, plateau: float) -> dict:
+    """Whether and when the validation curve (the summary's (step, loss) pairs) flattened below ``plateau``, the
+    unigram loss (flat.py's rule)."""
+    at = flatten_step([(s + 1, v) for s, v in val_curve], plateau)
     return {"flattened": at is not None, "flatten_step": at}
 
 
@@ -272,7 +273,7 @@ def _backfill(summary: dict, cfg: RunConfig, data: SplitCorpus, run_dir: Path) -
     if "final_train_split_loss" not in summary and (run_dir / "checkpoint.pt").exists():
         summary.update(_train_split_from_checkpoint(cfg, data, run_dir, summary))
     if "flattened" not in summary:
-        summary.update(_convergence(summary["val_curve"]),
+        summary.update(_convergence(summary["val_curve"], data.unigram_nats),
                        tokens_seen=summary["steps_done"] * cfg.batch * cfg.seq_len,
                        n_params=sum(p.numel() for p in build_model(cfg).parameters()))
     # (key, what the run measured for it to exist, how it is made from the metrics)
@@ -357,7 +358,8 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
     stats = _StreamStats(model)
     persist = SPIKE_PERSIST if cfg.until_flat else 1
     failure, t0 = (_failure(losses, persist) if losses else None), time.perf_counter()  # a failure before the crash stands
-    flat = cfg.until_flat and flatten_step(curve) is not None  # so does a flattening: the run had stopped
+    # so does a flattening: the run had stopped (not on the unigram plateau: see flat.py)
+    flat = cfg.until_flat and flatten_step(curve, data.unigram_nats) is not None
     model.train()
     loop_t0 = time.perf_counter()
     try:
@@ -401,7 +403,7 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
                     if probe_x is not None:
                         line.update(probe(model, probe_x.to(device)))
                     curve.append((step + 1, line["val_loss"]))
-                    flat = cfg.until_flat and flatten_step(curve) is not None
+                    flat = cfg.until_flat and flatten_step(curve, data.unigram_nats) is not None
                 log.write(json.dumps(line) + "\n")
                 log.flush()
                 if writer is not None:
@@ -434,7 +436,7 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
                "data_digest": data.digest,
                "steps_done": len(losses), "final_train_loss": losses[-1] if losses else float("nan"),
                "final_val_loss": final_val, **gap, "val_curve": vals, "failed": failure is not None, "failure": failure,
-               **_convergence(vals), "stopped_flat": bool(flat),
+               **_convergence(vals, data.unigram_nats), "stopped_flat": bool(flat),
                "tokens_seen": len(losses) * cfg.batch * cfg.seq_len,
                "n_params": sum(p.numel() for p in model.parameters()), **_probe_summary(lines),
                "grad_profile": grad_profile(lines),
