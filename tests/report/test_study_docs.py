@@ -8,6 +8,7 @@ from pathlib import Path
 from addnorm.experiments.study.config import PRESETS
 
 ROOT = Path(__file__).resolve().parents[2]
+STUDY = ROOT / "benchmarks" / "results" / "study"
 DOC = (ROOT / "docs" / "study.md").read_text(encoding="utf-8")
 
 
@@ -42,11 +43,17 @@ def test_the_two_shard_times_match_the_measured_per_step_times_and_say_what_was_
         study = json.loads(frontier.read_text())
         done, total = len(study["runs"]), len(study["runs"]) + len(study["missing"])
         assert (f"{done} of its {total} runs are committed" in text) == bool(study["missing"]), (done, total)
-        assert "**`wide` has not been run**" in text and "**`long` is partly run:" in text
     else:
         assert "**`frontier`, `long` and `wide` have not been run**" in text
-    for name in ("long", "wide"):
-        assert not (ROOT / "benchmarks" / "results" / "study" / name / "summary.json").exists(), name
+    # long is run whole and reported; wide is partly run (its finished runs' summaries committed, no report yet)
+    long = json.loads((STUDY / "long" / "summary.json").read_text())
+    assert len(long["runs"]) == 27 and not long["missing"] and "`long` has been run whole" in text
+    wide_done = len(list((STUDY / "wide" / "runs").glob("*/summary.json")))
+    assert not (STUDY / "wide" / "summary.json").exists()
+    if wide_done:
+        assert f"**`wide` is partly run: {wide_done} of its 24 runs are committed**" in text
+    else:
+        assert "**`wide` has not been run**" in text
     assert "for preset in frontier long wide; do" in DOC  # the exact sharded commands for what is left
     assert "--preset $preset --out benchmarks/results/study/$preset --shard 1/2" in DOC
 
@@ -82,42 +89,56 @@ def test_the_hybridnorm_table_is_what_the_committed_runs_hold():
 
 
 LONG_ORDER = ("post", "pre", "sandwich", "deepnorm", "mix", "layerscale", "lns", "mhc", "pre dyt")
+WIDE_ORDER = ("post", "pre", "sandwich", "deepnorm", "mix", "layerscale", "lns", "mhc")
 
 
-def long_table() -> str:
-    """docs/study.md's `long` table, from the committed run summaries (however many there are)."""
-    runs_dir = ROOT / "benchmarks" / "results" / "study" / "long" / "runs"
+def long_table(results: Path = STUDY / "long", order: tuple[str, ...] = LONG_ORDER) -> str:
+    """docs/study.md's `long` (or `wide`) table, from the committed run summaries (however many there are), with
+    the difference from pre-LN and its call from the preset's summary.json once the preset has been reported."""
     rows: dict = {}
-    for f in sorted(runs_dir.glob("*/summary.json")):
+    for f in sorted((results / "runs").glob("*/summary.json")):
         s = json.loads(f.read_text())
         c = s["config"]
         name = c["placement"] + (" dyt" if c["norm"] == "dyt" else "")
         rows.setdefault(name, []).append(s)
+    report = results / "summary.json"
+    pairs = {}
+    if report.exists():
+        for d in json.loads(report.read_text())["pairwise"]:
+            pairs[d["placement"] + (" dyt" if d["norm"] == "dyt" else "")] = d
     lines = ["| placement | runs recorded (of 3) | failed | flattened | steps | tokens seen | tokens / parameter | "
-             "final validation loss (runs that trained) |", "|---|---|---|---|---|---|---|---|"]
-    for name in LONG_ORDER:
+             "final validation loss (runs that trained) | minus pre-LN's [95 % interval] |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name in order:
         rs = rows.get(name, [])
         if not rs:
-            lines.append(f"| {name} | 0 | — | — | — | — | — | not run yet |")
+            lines.append(f"| {name} | 0 | — | — | — | — | — | not run yet | — |")
             continue
         ok = [r["final_val_loss"] for r in rs if not r["failed"]]
         loss = (f"{sum(ok) / len(ok):.3f} (min {min(ok):.3f}, max {max(ok):.3f})" if len(ok) > 1
                 else f"{ok[0]:.3f}" if ok else "—")
+        d = pairs.get(name)
+        diff = ("(the baseline)" if name == "pre" else
+                f"{d['diff_mean']:+.3f} [{d['diff_low']:+.3f}, {d['diff_high']:+.3f}]: {d['call']}"
+                if d is not None and d["diff_low"] is not None else "—")
         steps = sorted({r["steps_done"] for r in rs})
         tokens = sorted({r["tokens_seen"] for r in rs})
         tpp = sorted({round(r["tokens_seen"] / r["n_params"], 1) for r in rs})
         lines.append(f"| {name} | {len(rs)} | {sum(r['failed'] for r in rs)} | {sum(bool(r['flattened']) for r in rs)} | "
                      f"{', '.join(map(str, steps))} | {', '.join(f'{t / 1e6:.2f}M' for t in tokens)} | "
-                     f"{', '.join(f'{t:g}' for t in tpp)} | {loss} |")
+                     f"{', '.join(f'{t:g}' for t in tpp)} | {loss} | {diff} |")
     return "\n".join(lines)
 
 
-def test_the_long_table_is_what_the_committed_runs_hold():
+def test_the_long_and_wide_tables_are_what_the_committed_runs_hold():
     start, end = "<!-- long-table:start -->\n", "\n<!-- long-table:end -->"
     assert DOC[DOC.index(start) + len(start):DOC.index(end)] == long_table()
-    done = len(list((ROOT / "benchmarks" / "results" / "study" / "long" / "runs").glob("*/summary.json")))
-    assert f"**`long` is partly run: {done} of its 27 runs are committed**" in " ".join(DOC.split())
+    if list((STUDY / "wide" / "runs").glob("*/summary.json")):
+        start, end = "<!-- wide-table:start -->\n", "\n<!-- wide-table:end -->"
+        assert DOC[DOC.index(start) + len(start):DOC.index(end)] == long_table(STUDY / "wide", WIDE_ORDER)
 
 
 if __name__ == "__main__":
     print(long_table())
+    print()
+    print(long_table(STUDY / "wide", WIDE_ORDER))

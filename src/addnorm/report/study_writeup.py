@@ -49,6 +49,7 @@ class Claim:
 _FAILS = ("fails more",)
 _DEPTH = "addnorm study --preset depth --out benchmarks/results/study/depth"
 _FRONTIER = "addnorm study --preset frontier --out benchmarks/results/study/frontier"
+_LONG = "addnorm study --preset long --out benchmarks/results/study/long"
 CLAIMS = (
     Claim("post_unstable", "Pre-norm trains more stably than post-norm in a deep network.", "seed", "paper24",
           "failures", (("placement", "post"),), "warmup_lr_failures.png", ("post_diverges",), _PAPER,
@@ -98,6 +99,15 @@ CLAIMS = (
           "val_loss_vs_lr.png", ("derf",), _FRONTIER, ("better",), ("worse", "fails more")),
     Claim("dyt_budget", "DyT in place of LayerNorm helps at a small token budget.", "frontier", "paper24", "loss",
           (("norm", "dyt"),), "val_loss_vs_lr.png", ("dyt_budget",), _PAPER, ("better",), ("worse", "fails more")),
+    # `long`: the same claims 20 times further (10,000 steps against 500, at 6 layers), trained until flat
+    Claim("mixln_long", "Mix-LN ends below pre-LN at a 20 times longer token budget.", "frontier", "long", "loss",
+          (("placement", "mix"),), "val_loss_curves.png", ("mixln_1b",), _LONG, ("better",), ("worse",)),
+    Claim("lns_long", "LayerNorm Scaling ends below pre-LN at a 20 times longer token budget.", "frontier", "long",
+          "loss", (("placement", "lns"),), "val_loss_curves.png", ("lns_beats_pre",), _LONG, ("better",), ("worse",)),
+    Claim("mhc_long", "mHC (4 streams) ends below pre-LN at a 20 times longer token budget.", "frontier", "long",
+          "loss", (("placement", "mhc"),), "val_loss_curves.png", (), _LONG, ("better",), ("worse", "fails more")),
+    Claim("dyt_long", "DyT in place of LayerNorm hurts at a larger token budget.", "frontier", "long", "loss",
+          (("norm", "dyt"),), "val_loss_curves.png", ("dyt_budget",), _LONG, ("worse", "fails more"), ("better",)),
 )
 
 METHOD = ("every interval is a 95 % percentile bootstrap over seeds, and a loss or gap difference is called only "
