@@ -123,7 +123,7 @@ def long_table(results: Path = STUDY / "long", order: tuple[str, ...] = LONG_ORD
                 if d is not None and d["diff_low"] is not None else "—")
         steps = sorted({r["steps_done"] for r in rs})
         tokens = sorted({r["tokens_seen"] for r in rs})
-        tpp = sorted({round(r["tokens_seen"] / r["n_params"], 1) for r in rs})
+        tpp = sorted({float(f'{r["tokens_seen"] / r["n_params"]:.3g}') for r in rs})
         lines.append(f"| {name} | {len(rs)} | {sum(r['failed'] for r in rs)} | {sum(bool(r['flattened']) for r in rs)} | "
                      f"{', '.join(map(str, steps))} | {', '.join(f'{t / 1e6:.2f}M' for t in tokens)} | "
                      f"{', '.join(f'{t:g}' for t in tpp)} | {loss} | {diff} |")

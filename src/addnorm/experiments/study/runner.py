@@ -202,8 +202,8 @@ def _failure(losses: list[float], persist: int = 1) -> str | None:
     """"nan", "spike" (the last ``persist`` losses each above SPIKE_FACTOR x the mean of the SPIKE_WINDOW steps
     before them) or None. ``persist`` is 1 for the fixed-length presets, whose runs are judged early in training,
     and SPIKE_PERSIST for runs trained until their curve flattens: near the loss floor a single hard batch is 1.5x
-    the mean (in ``long``, the post and sandwich seed-0 runs met one at step 7555, post's 1.88 against ~1.15, its
-    gradient norm ordinary and validation unmoved), which is data, not divergence."""
+    the mean (in ``long``, the post and sandwich seed-0 runs met one at their 7,556th step, post's 1.88 against a
+    20-step mean of 1.225, its gradient norm ordinary and validation unmoved), which is data, not divergence."""
     loss = losses[-1]
     if not math.isfinite(loss):
         return "nan"
