@@ -174,6 +174,12 @@ def test_the_flattening_rule_by_hand():
     assert flatten_step(leaves[:11]) == 1000 and flatten_step(leaves[:11], plateau=3.1) is None
     assert flatten_step(leaves, plateau=3.1) == min(s for s, _ in leaves if s * 0.8 >= 1200)  # flat once 1.5 is
     #                                                                       the best of the window's first 80 %
+    # below the plateau once, then back on it: on the plateau (the last 20 % decides), until it leaves again
+    dips = [(100, 3.24), (200, 3.10)] + [(100 * i, 3.24) for i in range(3, 16)]
+    assert flatten_step(dips) == 1000 and flatten_step(dips, plateau=3.14) is None
+    assert flatten_step(dips + [(1600, 3.0), (1700, 3.0)], plateau=3.14) is None  # 3.0 in the window, not flat yet
+    # a NaN evaluation in the window: not judged flat
+    assert flatten_step(noisy[:9] + [(1000, math.nan)]) is None and flatten_step(noisy[:9] + [(1000, 2.0)]) == 1000
 
 
 # ---- the probes

@@ -9,8 +9,10 @@ judged only from the ``MIN_EVALS``-th evaluation on (earlier, 20 % of the steps 
 tell a plateau from noise), and only where an evaluation lies at or before 0.8 t. The best, not the last, value:
 one noisy evaluation neither stops a run nor keeps it going.
 
-A curve that has not yet gone below ``plateau`` (the corpus's unigram loss: the model has learned nothing past
-byte frequencies) has not flattened, however level it is: it is on the plateau, and runs leave it late. In
+A curve whose last 20 % of the steps has not gone below ``plateau`` (the corpus's unigram loss: the model has
+learned nothing past byte frequencies) has not flattened, however level it is: it is on the plateau, and runs
+leave it late. (The last 20 %, not the whole curve: a run that dipped below the plateau early and went back onto
+it is on the plateau.) A NaN evaluation in that window leaves the curve unjudged: it is not flat. In
 ``long`` two pre-norm DyT seeds sat just above it (3.24 nats, the unigram loss 3.14) for 700 steps and then
 trained to 1.82-1.85 nats; the third was stopped at step 1000 as "flat" by the rule without this condition, and
 resumed under it, left the plateau after step 1000 and trained to 1.94.
@@ -40,13 +42,19 @@ def improvement(curve: list[tuple[int, float]]) -> float | None:
     return (ref - min(everything)) / ref if ref > 0 else 0.0
 
 
+def _window(curve: list[tuple[int, float]]) -> list[float]:
+    """The losses of the evaluations in the last ``WINDOW`` of the steps of ``curve``."""
+    cut = (1.0 - WINDOW) * curve[-1][0]
+    return [v for s, v in curve if s > cut]
+
+
 def flatten_step(curve: list[tuple[int, float]], plateau: float = math.inf) -> int | None:
     """The steps done at the first evaluation where the curve had flattened below ``plateau``, or None."""
-    best = math.inf
     for i in range(len(curve)):
-        if math.isfinite(curve[i][1]):
-            best = min(best, curve[i][1])
         gain = improvement(curve[:i + 1])
-        if gain is not None and gain < MIN_GAIN and best < plateau:
+        if gain is None or gain >= MIN_GAIN:
+            continue
+        window = _window(curve[:i + 1])
+        if all(math.isfinite(v) for v in window) and min(window) < plateau:
             return curve[i][0]
     return None

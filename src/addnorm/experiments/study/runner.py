@@ -428,6 +428,8 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
     lines = read_metrics(run_dir)
     vals = [(m["step"], m["val_loss"]) for m in lines if "val_loss" in m]
     final_val = evaluate(model, data, cfg) if failure != "nan" else float("nan")
+    if failure is None and not math.isfinite(final_val):  # finite training losses, a model that gives NaN on text
+        failure = "nan"
     if failure is None and final_val >= data.unigram_nats:
         failure = "plateau"
     gap = train_eval_gap(model, data, cfg) if failure != "nan" else {}
