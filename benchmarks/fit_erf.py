@@ -7,8 +7,9 @@ and measure the error of evaluating them in float32 as the kernels do.
 Each fit is a weighted least-squares fit on Chebyshev points, its weights updated by Lawson's rule (w <- w |r|)
 until the largest residual stops falling: a linear minimax approximation without a Remez exchange. The
 coefficients are then rounded to float32 and the polynomials evaluated in float32 with every product and sum
-rounded separately (the kernels are built with -ffp-contract=off: no fused multiply-add), over a dense grid and
-the small numbers, against math.erf. Run: ``python benchmarks/fit_erf.py`` (a few seconds; NumPy only).
+rounded separately, as the baseline build does (the AVX2 and AVX-512 builds fuse each step into one FMA, which
+rounds once: tests/kernels/test_erf_ulp.py measures both), over a dense grid and the small numbers, against
+math.erf. Run: ``python benchmarks/fit_erf.py`` (a few seconds; NumPy only).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def horner32(coef: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 
 def evaluate(u: np.ndarray, s_coef: np.ndarray, b_coef: np.ndarray) -> np.ndarray:
-    """The kernel's erf_v in float32, operation by operation."""
+    """The kernel's erf_v in float32, operation by operation, as the baseline build (no FMA) runs it."""
     a = np.abs(u).astype(f32)
     small = (a * horner32(s_coef, (u * u).astype(f32))).astype(f32) + a
     b = np.minimum(horner32(b_coef, (np.minimum(a, f32(TOP)) - f32(MID)).astype(f32)), f32(1))

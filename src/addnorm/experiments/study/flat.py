@@ -27,25 +27,22 @@ MIN_GAIN = 0.01  # less than 1 % better over that window: flat
 MIN_EVALS = 10
 
 
+def _split(curve: list[tuple[int, float]]) -> tuple[list[float], list[float]]:
+    """The losses of ``curve`` before and within its last ``WINDOW`` of the steps (NaNs kept)."""
+    cut = (1.0 - WINDOW) * curve[-1][0]
+    return [v for s, v in curve if s <= cut], [v for s, v in curve if s > cut]
+
+
 def improvement(curve: list[tuple[int, float]]) -> float | None:
     """The relative improvement of the best loss over the last ``WINDOW`` of the steps of ``curve`` (pairs
     (steps done, validation loss), in order), or None where it cannot be judged yet."""
     if len(curve) < MIN_EVALS:
         return None
-    t = curve[-1][0]
-    cut = (1.0 - WINDOW) * t
-    before = [v for s, v in curve if s <= cut and math.isfinite(v)]
-    everything = [v for _, v in curve if math.isfinite(v)]
-    if not before or not everything:
+    before, window = (list(filter(math.isfinite, part)) for part in _split(curve))
+    if not before:
         return None
     ref = min(before)
-    return (ref - min(everything)) / ref if ref > 0 else 0.0
-
-
-def _window(curve: list[tuple[int, float]]) -> list[float]:
-    """The losses of the evaluations in the last ``WINDOW`` of the steps of ``curve``."""
-    cut = (1.0 - WINDOW) * curve[-1][0]
-    return [v for s, v in curve if s > cut]
+    return (ref - min(before + window)) / ref if ref > 0 else 0.0
 
 
 def flatten_step(curve: list[tuple[int, float]], plateau: float = math.inf) -> int | None:
@@ -54,7 +51,7 @@ def flatten_step(curve: list[tuple[int, float]], plateau: float = math.inf) -> i
         gain = improvement(curve[:i + 1])
         if gain is None or gain >= MIN_GAIN:
             continue
-        window = _window(curve[:i + 1])
+        window = _split(curve[:i + 1])[1]
         if all(math.isfinite(v) for v in window) and min(window) < plateau:
             return curve[i][0]
     return None
