@@ -28,14 +28,25 @@ RUN = "import sys; from addnorm.cli.main import main; sys.exit(main())"
 
 
 def bench_once(src: str, isa: str, args) -> dict[tuple, float]:
-    """{(op, dtype, shape, mode): median ms} of one ``addnorm bench`` run from ``src``."""
+    """{(op, norm, dtype, shape, mode): median ms} of one ``addnorm bench`` run from ``src`` (Add & Norm's rows,
+    written to their own file, carry no op: theirs is add_norm)."""
     with tempfile.TemporaryDirectory() as out:
         env = dict(os.environ, PYTHONPATH=src, ADDNORM_CPU_ISA=isa)
         cmd = [sys.executable, "-c", RUN, "bench", "--ops", args.ops, "--shapes", args.shapes, "--dtypes", args.dtypes,
                "--modes", args.modes, "--methods", "addnorm", "--allocator", "current", "--out", out]
         subprocess.run(cmd, env=env, check=True, capture_output=True, cwd=src)
-        rows = json.loads((Path(out) / "fused_forms_current.json").read_text())["rows"]
-    return {(r["op"], r["dtype"], f"{r['rows']}x{r['hidden']}", r["mode"]): r["median_ms"] for r in rows}
+        rows = [r for f in sorted(Path(out).glob("*_current.json")) for r in json.loads(f.read_text())["rows"]]
+    return {(r.get("op", "add_norm"), r["kind"], r["dtype"], f"{r['rows']}x{r['hidden']}", r["mode"]): r["median_ms"]
+            for r in rows if r["method"] == "addnorm"}
+
+
+def markdown(label_a: str, label_b: str, rounds: int, rows: list[dict]) -> str:
+    lines = [f"A: {label_a}; B: {label_b}; medians of {rounds} alternating rounds", "",
+             "| path | op | norm | dtype | shape | mode | A ms (median) | B ms (median) | B time / A time |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['isa']} | {r['op']} | {r['kind']} | {r['dtype']} | {r['shape'].replace('x', '×')} | {r['mode']} | "
+              f"{r['a_median_ms']:.3f} | {r['b_median_ms']:.3f} | {r['b_over_a']:.2f} |" for r in rows]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -60,20 +71,16 @@ def main() -> None:
                     runs.setdefault((isa, *cell), {"a": [], "b": []})[label].append(ms)
                 print(f"{isa} round {r + 1} {label} done", flush=True)
     rows = []
-    for (isa, op, dtype, shape, mode), v in runs.items():
+    for (isa, op, kind, dtype, shape, mode), v in runs.items():
         a, b = statistics.median(v["a"]), statistics.median(v["b"])
-        rows.append(dict(isa=isa, op=op, dtype=dtype, shape=shape, mode=mode, a_ms=v["a"], b_ms=v["b"],
+        rows.append(dict(isa=isa, op=op, kind=kind, dtype=dtype, shape=shape, mode=mode, a_ms=v["a"], b_ms=v["b"],
                          a_median_ms=a, b_median_ms=b, b_over_a=b / a))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ab.json").write_text(json.dumps({"a": label_a, "b": label_b, "rounds": args.rounds, "rows": rows},
                                                  indent=1))
-    lines = [f"A: {label_a}; B: {label_b}; medians of {args.rounds} alternating rounds", "",
-             "| path | op | dtype | shape | mode | A ms (median) | B ms (median) | B time / A time |",
-             "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['isa']} | {r['op']} | {r['dtype']} | {r['shape'].replace('x', '×')} | {r['mode']} | "
-              f"{r['a_median_ms']:.3f} | {r['b_median_ms']:.3f} | {r['b_over_a']:.2f} |" for r in rows]
-    (args.out / "ab.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    text = markdown(label_a, label_b, args.rounds, rows)
+    (args.out / "ab.md").write_text(text)
+    print(text, end="")
 
 
 if __name__ == "__main__":
