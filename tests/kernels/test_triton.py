@@ -209,7 +209,9 @@ for cc in (80, 90):
                 RNE=False), cc)
         compile(K.add_norm_bwd, BWD, dict(IS_LAYER=layer, HAS_DRES=True, HAS_W=True, WANT_DW=True, WANT_DB=layer,
                 STORE_DX=True, ROWS=rows, BLOCK=1024, CHUNKS=chunks, RNE=False), cc)
-    compile(K.reduce_partials, dict(P="*fp32", OUT="*fp64", P_ROWS="i32", D="i32"), dict(BLOCK=256), cc)
+    for block, rows in ((256, 1), (64, 8), (64, 32)):
+        compile(K.reduce_partials, dict(P="*fp32", OUT="*fp64", P_ROWS="i32", D="i32"), dict(BLOCK=block, ROWS=rows),
+                cc)
 print("compiled")
 """
 

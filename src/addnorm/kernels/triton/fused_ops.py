@@ -7,11 +7,8 @@ import torch
 
 from ..rows import as_rows, resolved
 from .availability import availability
-from .ops import _OPTIONS, MAX_BLOCK, SUPPORTED_DTYPES, _device, _next_pow2, _programs, _reduce, _tl_dtype
-
-_GPU_TILE = 4096
-_INTERPRETER_TILE = 16384
-_BACKWARD_ROWS = 16
+from .ops import (_OPTIONS, MAX_BLOCK, SUPPORTED_DTYPES, _device, _programs, _reduce, _tl_dtype, backward_rows,
+                  config)
 
 
 def applies(*ts, D: int = 1) -> bool:
@@ -31,10 +28,8 @@ def _k():
 
 
 def _config(N: int, D: int, max_rows: int | None = None):
-    block = _next_pow2(D)
-    tile = _INTERPRETER_TILE if availability().interpreted else _GPU_TILE
-    rows = min(max(tile // block, 1), _next_pow2(max(N, 1)), max_rows or tile)
-    return rows, block, min(max(rows * block // 256, 1), 16)
+    rows, block, _, nw = config(N, D, max_rows)  # D <= MAX_BLOCK here: one chunk
+    return rows, block, nw
 
 
 def _p(t, D):
@@ -106,7 +101,7 @@ def parallel_backward(dy, dy2, dres, s, stats, weight, bias, weight2, bias2, kin
     ds = torch.empty(s.shape, dtype=s.dtype, device=dev)
     sums = [None] * 4
     if N:
-        rows, block, warps = _config(N, D, _BACKWARD_ROWS)
+        rows, block, warps = _config(N, D, backward_rows())
         programs = _programs(-(-N // rows), s)
         per_program = -(-N // programs)
         programs = -(-N // per_program)

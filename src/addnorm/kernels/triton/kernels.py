@@ -268,14 +268,18 @@ def add_norm_bwd(DY, DRES, S, MEAN, RSTD, W, DS, DX, DWP, DBP, stride_dy, stride
 
 
 @triton.jit
-def reduce_partials(P, OUT, P_ROWS, D, BLOCK: tl.constexpr):
-    """OUT[j] = sum over programs p, in order, of P[p, j], in float64 (OUT is float64: the host rounds it
-    once to the parameter's dtype)."""
+def reduce_partials(P, OUT, P_ROWS, D, BLOCK: tl.constexpr, ROWS: tl.constexpr):
+    """OUT[j] = sum over programs p of P[p, j] in float64, in a fixed order: ROWS rows of partials at a time,
+    summed as a tree, the groups added in program order (OUT is float64: the host rounds it once to the
+    parameter's dtype). ROWS > 1 loads several rows per step: a short reduction over many programs is
+    latency-bound one row at a time."""
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < D
     acc = tl.zeros([BLOCK], dtype=tl.float64)
-    ptrs = P + cols
-    for _ in range(P_ROWS):
-        acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float64)
-        ptrs += D  # pointer arithmetic: 64-bit however many programs
+    r = tl.arange(0, ROWS)
+    ptrs = P + r[:, None].to(tl.int64) * D + cols[None, :]
+    for start in range(0, P_ROWS, ROWS):
+        m = ((start + r) < P_ROWS)[:, None] & mask[None, :]
+        acc += tl.sum(tl.load(ptrs, mask=m, other=0.0).to(tl.float64), axis=0)
+        ptrs += ROWS * D  # pointer arithmetic: 64-bit however many programs
     tl.store(OUT + cols, acc, mask=mask)

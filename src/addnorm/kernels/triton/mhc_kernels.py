@@ -78,10 +78,9 @@ def _sk_start(P, BIAS, a_res, t, tmask, m, iters, NS: tl.constexpr, NB: tl.const
 
 
 @triton.jit
-def _lite_start(P, BIAS, PERM, a_res, t, tmask, m, r_count, NS: tl.constexpr, NB: tl.constexpr,
-                RB: tl.constexpr):
-    """mHC-lite: w = softmax(a_res p[2n:] + b_res) as (BT, RB), the one-hot E (RB, NB*NB) with
-    E[k, i NB + j] = [perm_idx[k, i] == j], and the offsets and mask of H_res's entries (BT, NB*NB)."""
+def _lite_start(P, BIAS, a_res, t, tmask, m, r_count, NS: tl.constexpr, NB: tl.constexpr, RB: tl.constexpr):
+    """mHC-lite: w = softmax(a_res p[2n:] + b_res) as (BT, RB), and the offsets and mask of H_res's entries
+    (BT, NB*NB)."""
     k = tl.arange(0, RB)
     kv = k < r_count
     L = a_res * tl.load(P + t[:, None] * m + 2 * NS + k[None, :], mask=tmask[:, None] & kv[None, :], other=0.0) \
@@ -93,11 +92,23 @@ def _lite_start(P, BIAS, PERM, a_res, t, tmask, m, r_count, NS: tl.constexpr, NB
     i = ij // NB
     j = ij % NB
     ijv = (i < NS) & (j < NS)
-    emask = kv[:, None] & ijv[None, :]
-    perm = tl.load(PERM + k[:, None] * NS + i[None, :], mask=emask, other=-1)
-    E = tl.where(emask & (perm == j[None, :]), 1.0, 0.0)
     offs = t[:, None] * (NS * NS) + (i * NS + j)[None, :]
-    return w, E, offs, tmask[:, None] & ijv[None, :]
+    return w, offs, tmask[:, None] & ijv[None, :]
+
+
+@triton.jit
+def _perm_onehot(PERM, kk, NS: tl.constexpr, NB: tl.constexpr):
+    """Permutation kk's matrix, flat (NB*NB,): 1 at (i, perm_idx[kk, i]), 0 elsewhere and outside n x n. The mix
+    and its backward walk the permutations one at a time on 2-D tiles. The (BT, RB, NB*NB) broadcast-and-reduce
+    this replaces gave H_res rows summing to 0.9998 on an H200 (Triton 3.6; p itself was right to 2e-6), where
+    the interpreter gave 1; this form passes the interpreter and compiles for sm_80/sm_90, but has not yet run
+    on a GPU."""
+    ij = tl.arange(0, NB * NB)
+    i = ij // NB
+    j = ij % NB
+    ijv = (i < NS) & (j < NS)
+    perm = tl.load(PERM + kk * NS + i, mask=ijv, other=-1)
+    return tl.where(ijv & (perm == j), 1.0, 0.0)
 
 
 @triton.jit
@@ -141,8 +152,12 @@ def mhc_pre_fwd(X, PHI, SCAL, BIAS, PERM, H, HPRE, HPOST, HRES, P, RSTD, N, C, m
     tl.store(HPOST + goffs, hpost, mask=gmask)
     # H_res
     if LITE:
-        w, E, roffs, rmask = _lite_start(P, BIAS, PERM, tl.load(SCAL + 2), t, tmask, m, m - 2 * NS, NS, NB, RB)
-        tl.store(HRES + roffs, tl.sum(w[:, :, None] * E[None, :, :], axis=1), mask=rmask)
+        w, roffs, rmask = _lite_start(P, BIAS, tl.load(SCAL + 2), t, tmask, m, m - 2 * NS, NS, NB, RB)
+        k = tl.arange(0, RB)
+        hres = tl.zeros([BT, NB * NB], dtype=tl.float32)
+        for kk in range(0, m - 2 * NS):  # H_res = sum_k w_k P_k, in k's order
+            hres += _col(w, k, kk)[:, None] * _perm_onehot(PERM, kk, NS, NB)[None, :]
+        tl.store(HRES + roffs, hres, mask=rmask)
     else:
         M, iv, jv, roffs, rmask = _sk_start(P, BIAS, tl.load(SCAL + 2), t, tmask, m, iters, NS, NB)
         for _ in range(iters):
@@ -196,9 +211,12 @@ def mhc_pre_bwd(DH, DHPRE, DHPOST, DHRES, X, PHI, SCAL, BIAS, PERM, P, RSTD, DX,
         kmask = tmask[:, None] & (k < m - 2 * NS)[None, :]
         dres = tl.zeros([BT, RB], dtype=tl.float32)
         if HAS_DRES:
-            w, E, roffs, rmask = _lite_start(P, BIAS, PERM, tl.load(SCAL + 2), t, tmask, m, m - 2 * NS, NS, NB,
-                                             RB)
-            dw = tl.sum(tl.load(DHRES + roffs, mask=rmask, other=0.0)[:, None, :] * E[None, :, :], axis=2)
+            w, roffs, rmask = _lite_start(P, BIAS, tl.load(SCAL + 2), t, tmask, m, m - 2 * NS, NS, NB, RB)
+            G = tl.load(DHRES + roffs, mask=rmask, other=0.0)
+            dw = tl.zeros([BT, RB], dtype=tl.float32)
+            for kk in range(0, m - 2 * NS):  # dw_k = <dH_res, P_k>
+                dwk = tl.sum(G * _perm_onehot(PERM, kk, NS, NB)[None, :], axis=1)
+                dw = tl.where(k[None, :] == kk, dwk[:, None], dw)
             dres = w * (dw - tl.sum(w * dw, axis=1)[:, None])
         tl.store(DL + t[:, None] * m + 2 * NS + k[None, :], dres, mask=kmask)
     else:

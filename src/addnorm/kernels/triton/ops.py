@@ -12,6 +12,7 @@ stream beside 16-bit x, an out dtype of its own).
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 
@@ -20,10 +21,60 @@ from .availability import availability
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_BLOCK = 16384  # elements of a row held at once; longer rows are walked in chunks of this many
-_GPU_TILE = 4096  # elements per program tile on a GPU: short rows are taken several at a time
 _INTERPRETER_TILE = 16384  # the interpreter's cost is per operation, not per element: big tiles
+# Launch parameters on a GPU, read at each launch (module attributes: benchmarks/tune_gpu.py sweeps them and
+# docs/performance.md gives what it measured for each)
+_GPU_TILE = 4096  # elements per program tile: short rows are taken several at a time
+_ELEMS_PER_WARP = 256  # a tile of E elements runs on E / this many warps (at least 1, at most 16)
+# Add & Norm's backward: fewer warps (more registers per thread) and fewer programs than the forward's rule. On
+# an H200 the sweep put (1024, 2) at 0.88 of (256, 4)'s time (geometric mean of 12 cells), 0.45 at bf16
+# LayerNorm 32768 x 2048 (docs/performance.md, "Launch parameters on a GPU")
+_BACKWARD_ELEMS_PER_WARP = 1024
 _BACKWARD_ROWS = 16  # at most this many rows per backward tile: a tile's column sums are plain float32 sums
-_REDUCE_BLOCK = 256
+_PROGRAMS_PER_SM = 2  # backward programs (each one row of weight-gradient partials) per multiprocessor
+_REDUCE_BLOCK = 256  # columns of the partials per reduction program
+_REDUCE_ROWS = 1  # partial rows the reduction loads at a time
+LAUNCH_PARAMS = {"tile": "_GPU_TILE", "elems_per_warp": "_ELEMS_PER_WARP",
+                 "backward_elems_per_warp": "_BACKWARD_ELEMS_PER_WARP", "backward_rows": "_BACKWARD_ROWS",
+                 "programs_per_sm": "_PROGRAMS_PER_SM", "reduce_block": "_REDUCE_BLOCK", "reduce_rows": "_REDUCE_ROWS"}
+
+
+def parse_launch(text: str) -> dict[str, int]:
+    """``name=value,...`` of LAUNCH_PARAMS' names (ADDNORM_TRITON_LAUNCH's format) -> {name: value}: powers of two
+    (the kernels' tiles are), refused by name otherwise."""
+    out = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        name, _, value = item.partition("=")
+        if name not in LAUNCH_PARAMS:
+            raise ValueError(f"ADDNORM_TRITON_LAUNCH: unknown parameter {name!r}; valid: {', '.join(LAUNCH_PARAMS)}")
+        try:
+            v = int(value)
+        except ValueError:
+            raise ValueError(f"ADDNORM_TRITON_LAUNCH: {name} must be an integer, got {value!r}") from None
+        if v < 1 or v & (v - 1):
+            raise ValueError(f"ADDNORM_TRITON_LAUNCH: {name} must be a power of two >= 1, got {v}")
+        out[name] = v
+    return out
+
+
+def set_launch(**params: int) -> dict[str, int]:
+    """Set launch parameters (LAUNCH_PARAMS' names); returns the previous values, for restoring them."""
+    g = globals()
+    old = {}
+    for name, v in params.items():
+        parse_launch(f"{name}={v}")  # the same checks
+        old[name] = g[LAUNCH_PARAMS[name]]
+        g[LAUNCH_PARAMS[name]] = int(v)
+    return old
+
+
+def launch() -> dict[str, int]:
+    """The launch parameters in force."""
+    return {name: globals()[attr] for name, attr in LAUNCH_PARAMS.items()}
+
+
+if os.environ.get("ADDNORM_TRITON_LAUNCH"):  # a user's tuning for their GPU (benchmarks/tune_gpu.py finds one)
+    set_launch(**parse_launch(os.environ["ADDNORM_TRITON_LAUNCH"]))
 # FMA contraction on, said explicitly (Triton 3.9 warns when it is left to its default): y = xhat * w + b
 # rounds once
 _OPTIONS = {"enable_fp_fusion": True}
@@ -44,12 +95,26 @@ def _next_pow2(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
-def config(N: int, D: int, max_rows: int | None = None) -> tuple[int, int, int, int]:
+def tile() -> int:
+    """Elements per program tile."""
+    return _INTERPRETER_TILE if availability().interpreted else _GPU_TILE
+
+
+def warps(elements: int, most: int = 16, per_warp: int | None = None) -> int:
+    """num_warps for a tile of this many elements (``per_warp`` elements a warp; default the forward's rule)."""
+    return min(max(elements // (per_warp or _ELEMS_PER_WARP), 1), most)
+
+
+def backward_rows() -> int:
+    return _BACKWARD_ROWS
+
+
+def config(N: int, D: int, max_rows: int | None = None, per_warp: int | None = None) -> tuple[int, int, int, int]:
     """(ROWS, BLOCK, CHUNKS, num_warps) for N rows of D elements: a tile is ROWS rows x BLOCK columns."""
     block = min(_next_pow2(D), MAX_BLOCK)
-    tile = _INTERPRETER_TILE if availability().interpreted else _GPU_TILE
-    rows = min(max(tile // block, 1), _next_pow2(max(N, 1)), max_rows or tile)
-    return rows, block, -(-D // block), min(max(rows * block // 256, 1), 16)
+    t = tile()
+    rows = min(max(t // block, 1), _next_pow2(max(N, 1)), max_rows or t)
+    return rows, block, -(-D // block), warps(rows * block, per_warp=per_warp)
 
 
 def _device(t: torch.Tensor):
@@ -82,7 +147,7 @@ def forward(kind, x, r, weight, bias, eps, weight_offset, cast_before_weight, ou
     x, r, weight, bias = resolved(x, r, weight, bias)
     k = _kernels()
     w, b = _param(weight, D), _param(bias, D)
-    rows, block, chunks, warps = config(N, D)
+    rows, block, chunks, nw = config(N, D)
     layer = kind == "layer"
     rstd = stats[-1] if stats is not None else x
     mean = stats[0] if stats is not None and layer else rstd
@@ -95,21 +160,21 @@ def forward(kind, x, r, weight, bias, eps, weight_offset, cast_before_weight, ou
             IS_LAYER=layer, HAS_R=r is not None, HAS_W=w is not None, HAS_B=b is not None,
             STORE_S=res_out is not None, STORE_STATS=stats is not None, CAST_BEFORE_W=bool(cast_before_weight),
             SDT=_tl_dtype((x if res_out is None else res_out).dtype), ROWS=rows, BLOCK=block, CHUNKS=chunks,
-            RNE=availability().interpreted, num_warps=warps, **_OPTIONS)
+            RNE=availability().interpreted, num_warps=nw, **_OPTIONS)
 
 
 def _programs(tiles: int, t: torch.Tensor) -> int:
     if t.is_cuda and not availability().interpreted:
-        return min(tiles, 4 * torch.cuda.get_device_properties(t.device).multi_processor_count)
+        return min(tiles, _PROGRAMS_PER_SM * torch.cuda.get_device_properties(t.device).multi_processor_count)
     return min(tiles, _INTERPRETER_PROGRAMS)
 
 
 def _reduce(partials: torch.Tensor, D: int) -> torch.Tensor:
-    """(programs, D) float32 partials -> (D,) float64, summed in program order."""
+    """(programs, D) float32 partials -> (D,) float64, summed in a fixed order (see ``reduce_partials``)."""
     out = torch.empty(D, dtype=torch.float64, device=partials.device)
     with _device(partials):
         _kernels().reduce_partials[(-(-D // _REDUCE_BLOCK),)](partials, out, partials.shape[0], D,
-                                                              BLOCK=_REDUCE_BLOCK)
+                                                              BLOCK=_REDUCE_BLOCK, ROWS=_REDUCE_ROWS)
     return out
 
 
@@ -119,7 +184,7 @@ def backward(kind, dy, dres, s, stats, weight, weight_offset, ds, dx, want_dweig
     dy, dres, s, weight = resolved(dy, dres, s, weight)
     k = _kernels()
     w = _param(weight, D)
-    rows, block, chunks, warps = config(N, D, _BACKWARD_ROWS)
+    rows, block, chunks, nw = config(N, D, backward_rows(), _BACKWARD_ELEMS_PER_WARP)
     programs = _programs(-(-N // rows), s)
     per_program = -(-N // programs)
     programs = -(-N // per_program)
@@ -135,7 +200,7 @@ def backward(kind, dy, dres, s, stats, weight, weight_offset, ds, dx, want_dweig
             0 if dx is None else dx.stride(0), N, D, per_program, float(weight_offset),
             IS_LAYER=layer, HAS_DRES=dres is not None, HAS_W=w is not None, WANT_DW=want_dweight,
             WANT_DB=want_dbias, STORE_DX=dx is not None, ROWS=rows, BLOCK=block, CHUNKS=chunks,
-            RNE=availability().interpreted, num_warps=warps, **_OPTIONS)
+            RNE=availability().interpreted, num_warps=nw, **_OPTIONS)
     return (_reduce(dwp, D) if want_dweight else None), (_reduce(dbp, D) if want_dbias else None)
 
 

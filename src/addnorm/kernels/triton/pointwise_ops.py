@@ -7,9 +7,9 @@ import torch
 
 from ..rows import as_rows, resolved
 from .availability import availability
-from .ops import _OPTIONS, MAX_BLOCK, SUPPORTED_DTYPES, _device, _next_pow2, _programs, _reduce
+from .ops import _OPTIONS, MAX_BLOCK, SUPPORTED_DTYPES, _device, _next_pow2, _programs, _reduce, warps
 
-_TILE = 4096
+_TILE = 4096  # on a GPU and in the interpreter alike
 
 
 def applies(*ts, D: int = 1) -> bool:
@@ -33,7 +33,7 @@ def _scalar_t(v, like):
 def _config(N, D):
     block = max(_next_pow2(D), 2)  # the backward's scalar partials take two columns
     rows = min(max(_TILE // block, 1), _next_pow2(max(N, 1)), 16)
-    return rows, block, min(max(rows * block // 256, 1), 16)
+    return rows, block, warps(rows * block)
 
 
 def _p(t, D):

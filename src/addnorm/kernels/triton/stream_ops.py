@@ -6,7 +6,7 @@ import torch
 
 from ..rows import f32 as _f32, resolved
 from .availability import availability
-from .ops import _OPTIONS, MAX_BLOCK, SUPPORTED_DTYPES, _device, _next_pow2
+from .ops import _OPTIONS, MAX_BLOCK, SUPPORTED_DTYPES, _device, _next_pow2, warps
 
 MAX_STREAMS = 8
 
@@ -33,7 +33,7 @@ def _launch(name, x, *args, **meta):
     block = _next_pow2(C)
     with _device(x):
         getattr(_k(), name)[(N,)](*args, C, NS=n, BLOCK=block, RNE=availability().interpreted,
-                                  num_warps=min(max(block // 256, 1), 8), **meta, **_OPTIONS)
+                                  num_warps=warps(block, 8), **meta, **_OPTIONS)
 
 
 def stream_read(x, h_pre):

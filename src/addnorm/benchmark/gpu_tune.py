@@ -1,0 +1,204 @@
+"""Sweep the Triton kernels' launch parameters on the GPU at hand (``kernels.triton.ops.LAUNCH_PARAMS``).
+
+Three sweeps, each over fused Add & Norm (the op every other fused form's launch follows), per norm x dtype x
+shape, the settings of one sweep timed side by side (CUDA events, interleaved, as ``gpu.cuda_interleaved``):
+
+  * fwd  -- tile x elems_per_warp, timing the forward;
+  * bwd  -- backward_rows x programs_per_sm x backward_elems_per_warp, timing the backward;
+  * reduce -- reduce_block x reduce_rows (the weight-gradient reduction), timing the backward.
+
+Every other parameter keeps the value in force when the sweep started (the defaults, or
+ADDNORM_TRITON_LAUNCH's). Each cell's timings are appended to a JSON-lines journal as they are measured (an
+interrupted sweep resumes from it); the summary ranks each sweep's settings by the geometric mean, over the
+cells, of their time over the starting setting's, and prints the ADDNORM_TRITON_LAUNCH line of the best ones.
+
+    python benchmarks/tune_gpu.py [--shapes 4096x4096,16384x8192,32768x2048] [--out benchmarks/results/gpu_tune]
+
+Without a CUDA device it says so and measures nothing (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+SWEEPS = {
+    "fwd": ("fwd", {"tile": [4096, 8192], "elems_per_warp": [256, 512, 1024]}),
+    "bwd": ("bwd", {"backward_rows": [4, 16], "programs_per_sm": [1, 2, 4],
+                    "backward_elems_per_warp": [256, 512, 1024]}),
+    "reduce": ("bwd", {"reduce_block": [64, 256], "reduce_rows": [1, 8, 32]}),
+}
+
+
+def settings(sweep: str) -> list[dict[str, int]]:
+    """Every setting of one sweep: the product of its parameters' values."""
+    grid = SWEEPS[sweep][1]
+    return [dict(zip(grid, vals, strict=True)) for vals in itertools.product(*grid.values())]
+
+
+def label(setting: dict[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in setting.items())
+
+
+def geomean_ratios(cells: list[dict], base: str) -> dict[str, float]:
+    """{setting label: geometric mean over cells of its median time over ``base``'s}; cells without ``base`` or
+    a setting are left out of that setting's mean (a setting missing from every cell is absent)."""
+    logs: dict[str, list[float]] = {}
+    for c in cells:
+        t = c["ms"]
+        if base not in t:
+            continue
+        for lab, ms in t.items():
+            logs.setdefault(lab, []).append(math.log(ms / t[base]))
+    return {lab: math.exp(sum(v) / len(v)) for lab, v in logs.items()}
+
+
+def _journal(path: Path) -> dict:
+    done = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+                done[rec["cell"]] = rec
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut short by the interruption
+    return done
+
+
+def run(shapes, dtypes, kinds, sweeps, out: Path, progress=None, *, timer=None, device="cuda") -> list[dict]:
+    """Every sweep x norm x dtype x shape; returns the cells (each {"cell", "sweep", "start", "ms": {label: ms}})."""
+    from ..kernels.triton import ops
+    from .add_norm import make_step
+    from .gpu import addnorm_method, cuda_interleaved
+
+    timer = timer or (lambda fns: cuda_interleaved(fns, rounds=8, block=5, warmup=2))
+    start = ops.launch()
+    journal = out / "gpu_tune.partial.jsonl"
+    done = _journal(journal)
+    cells = []
+    total = len(sweeps) * len(kinds) * len(dtypes) * len(shapes)
+    task = progress.add_task("launch sweep", total=total) if progress else None
+    for sweep in sweeps:
+        mode = SWEEPS[sweep][0]
+        for kind, dt_name, (n, d) in itertools.product(kinds, dtypes, shapes):
+            key = f"{sweep}|{kind}|{dt_name}|{n}x{d}"
+            if key in done:
+                cells.append(done[key])
+            else:
+                if progress:
+                    progress.update(task, description=f"{sweep} {kind} {dt_name} {n}x{d}")
+                fns = {}
+                with torch.set_grad_enabled(mode != "fwd"):
+                    step = make_step(addnorm_method(kind), mode, n, d, getattr(torch, dt_name), kind, device)
+                    for s in [{k: start[k] for k in SWEEPS[sweep][1]}, *settings(sweep)]:
+                        def call(s=s):
+                            old = ops.set_launch(**s)
+                            try:
+                                return step()
+                            finally:
+                                ops.set_launch(**old)
+
+                        fns.setdefault(label(s), call)
+                    timings = timer(fns)
+                rec = {"cell": key, "sweep": sweep, "start": label({k: start[k] for k in SWEEPS[sweep][1]}),
+                       "ms": {lab: t.median_s * 1e3 for lab, t in timings.items()}}
+                cells.append(rec)
+                with journal.open("a") as f:
+                    f.write(json.dumps(rec) + "\n")
+                del step, fns
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+            if progress:
+                progress.advance(task)
+    return cells
+
+
+def summary(cells: list[dict]) -> tuple[str, dict[str, int]]:
+    """A markdown table per sweep (each setting's geometric-mean time over the starting one's, best first, and
+    its best and worst cell) and the best setting of every sweep merged."""
+    lines, best = [], {}
+    for sweep in SWEEPS:
+        cs = [c for c in cells if c["sweep"] == sweep]
+        if not cs:
+            continue
+        base = cs[0]["start"]
+        g = geomean_ratios(cs, base)
+        ranked = sorted(g.items(), key=lambda kv: kv[1])
+        lines += [f"### {sweep} ({SWEEPS[sweep][0]}; {len(cs)} cells; time over `{base}`, geometric mean)", "",
+                  "| setting | geomean | best cell | worst cell |", "|---|---|---|---|"]
+        for lab, r in ranked:
+            per = [c["ms"][lab] / c["ms"][base] for c in cs if lab in c["ms"] and base in c["ms"]]
+            lines.append(f"| `{lab}` | {r:.3f} | {min(per):.3f} | {max(per):.3f} |")
+        lines.append("")
+        best |= {k: int(v) for k, v in (item.split("=") for item in ranked[0][0].split(","))}
+    return "\n".join(lines), best
+
+
+def pair_table(cells: list[dict], sweep: str, setting: str, floor_gbps: float) -> str:
+    """A markdown table, one line per cell of ``sweep``: the starting setting's time, ``setting``'s, their ratio,
+    and each one's Add & Norm minimum bytes over ``floor_gbps`` (a copy bandwidth measured on the same GPU)."""
+    from .add_norm import min_bytes
+
+    cs = [c for c in cells if c["sweep"] == sweep and setting in c["ms"]]
+    start = cs[0]["start"] if cs else ""
+    out = [f"| cell | `{start}` ms | of floor | `{setting}` ms | of floor | ratio |", "|---|---|---|---|---|---|"]
+    for c in cs:
+        a, b = c["ms"][c["start"]], c["ms"][setting]
+        _, kind, dt, shape = c["cell"].split("|")
+        n, d = (int(v) for v in shape.split("x"))
+        mb = min_bytes(SWEEPS[sweep][0], n, d, torch.tensor([], dtype=getattr(torch, dt)).element_size())
+        frac = lambda ms: mb / (ms * 1e-3) / (floor_gbps * 1e9)  # noqa: E731
+        out.append(f"| {kind} {dt} {shape.replace('x', '×')} | {a:.3f} | {frac(a):.2f} | {b:.3f} | {frac(b):.2f} | "
+                   f"{b / a:.2f} |")
+    return "\n".join(out)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shapes", default="4096x4096,16384x8192,32768x2048", help="rows x hidden, comma separated")
+    p.add_argument("--dtypes", default="float32,bfloat16")
+    p.add_argument("--kinds", default="layer,rms")
+    p.add_argument("--sweeps", default=",".join(SWEEPS), help="comma separated, of " + ", ".join(SWEEPS))
+    p.add_argument("--out", default="benchmarks/results/gpu_tune")
+
+
+def main_from_args(args) -> int:
+    from .add_norm import parse_options
+
+    try:
+        opts = parse_options(argparse.Namespace(shapes=args.shapes, dtypes=args.dtypes, kinds=args.kinds,
+                                                modes="fwd", methods="addnorm", out=args.out), ["addnorm"])
+        sweeps = list(dict.fromkeys(t for t in args.sweeps.split(",") if t))
+        bad = [s for s in sweeps if s not in SWEEPS]
+        if bad or not sweeps:
+            raise ValueError(f"--sweeps: unknown or empty {bad}; valid: {', '.join(SWEEPS)}")
+    except ValueError as e:
+        print(f"tune_gpu: error: {e}", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("no CUDA device here: the launch sweep measures nothing (GPU numbers are not measured, never "
+              "estimated).", file=sys.stderr)
+        return 2
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..store import atomic_write_text
+    from .gpu import conditions
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as pr:
+        cells = run(opts["shapes"], opts["dtypes"], opts["kinds"], sweeps, out, pr)
+    table, best = summary(cells)
+    cond = conditions("cuda", {}) | {"timing": "CUDA events around blocks of 5 calls, settings interleaved, 8 rounds; "
+                                               "median per call"}
+    atomic_write_text(out / "gpu_tune.json", json.dumps({"conditions": cond, "best": best, "cells": cells}, indent=1))
+    atomic_write_text(out / "gpu_tune.md", table + "\n")
+    (out / "gpu_tune.partial.jsonl").unlink(missing_ok=True)
+    print(table)
+    print("ADDNORM_TRITON_LAUNCH=" + ",".join(f"{k}={v}" for k, v in best.items()))
+    return 0
