@@ -28,3 +28,22 @@ def test_docs_show_the_committed_small_call_add_norm_results():
     for sub in ("", "avx2/"):
         result = json.loads((ROOT / "benchmarks" / "results" / "small_calls" / sub / "add_norm_tuned.json").read_text())
         assert markdown_table(result["rows"]) in docs, f"docs/performance.md lacks small_calls/{sub}add_norm_tuned"
+
+
+def test_docs_show_the_committed_gpu_session():
+    """The H200 session's tables: the fused-forms cells, the launch sweep's ranking, and the backward and forward
+    pair tables (fractions of the copy bandwidth measured in the same session) -- all regenerated here."""
+    from addnorm.benchmark import gpu_forms, gpu_tune
+
+    docs = (ROOT / "docs" / "performance.md").read_text()
+    forms = json.loads((ROOT / "benchmarks" / "results" / "fused_forms_gpu.json").read_text())
+    assert gpu_forms.markdown([OpRow(**r) for r in forms["rows"]]) in docs
+    tune_dir = ROOT / "benchmarks" / "results" / "gpu_tune"
+    assert (tune_dir / "gpu_tune.md").read_text().rstrip("\n") in docs
+    cells = json.loads((tune_dir / "gpu_tune.json").read_text())["cells"]
+    floors = sorted(r["floor_gbps"] for r in forms["rows"])
+    floor = round(floors[len(floors) // 2])
+    assert f"({floor} GB/s, the median" in docs
+    for sweep, setting in (("bwd", "backward_rows=16,programs_per_sm=2,elems_per_warp=1024"),
+                           ("fwd", "tile=8192,elems_per_warp=256")):
+        assert gpu_tune.pair_table(cells, sweep, setting, floor) in docs, sweep
