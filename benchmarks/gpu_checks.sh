@@ -20,6 +20,8 @@ stage "machine"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
   python3 -c "import liger_kernel, importlib.metadata as m; print('liger', m.version('liger-kernel'))"; } >> "$log" 2>&1
+stage "mHC-lite probe"
+timeout 60 python3 benchmarks/check_mhc_lite_gpu.py >> "$log" 2>&1
 stage "launch sweep"
 timeout "${T_TUNE:-130}" python3 benchmarks/tune_gpu.py --out "$OUT" > "$OUT/tune.txt" 2>&1
 tail -n 40 "$OUT/tune.txt" >> "$log"; rm -f "$OUT/tune.txt"
