@@ -50,10 +50,10 @@ def _plain(value):
 
 def targets_markdown() -> str:
     cells = {}
-    cells.update(_cells(RESULTS / "fused_forms_tuned.json", "AVX-512"))
-    cells.update(_cells(RESULTS / "add_norm_tuned.json", "AVX-512"))
-    cells.update(_cells(RESULTS / "avx2" / "fused_forms_tuned.json", "AVX2"))
-    cells.update(_cells(RESULTS / "avx2" / "add_norm_tuned.json", "AVX2"))
+    # the 8192×1024 cells: one run per instruction-set path on the machine the 64×768 ones come from
+    for sub, isa in (("intel/", "AVX-512"), ("intel/avx2/", "AVX2")):
+        for name in ("fused_forms_tuned.json", "add_norm_tuned.json"):
+            cells.update(_cells(RESULTS / sub / name, isa))
     # the 64×768 cells, every op on both paths in one run each, measured after the C++ autograd nodes: they
     # replace the earlier runs' 64×768 cells
     small = {}
