@@ -73,18 +73,25 @@ def test_a_setting_is_in_force_during_its_call(tmp_path, monkeypatch):
     assert ops.launch() == before
 
 
-def test_geomean_ratios():
-    cells = [{"ms": {"a": 2.0, "b": 1.0}}, {"ms": {"a": 4.0, "b": 8.0}}, {"ms": {"b": 1.0}}]
+def test_geomean_ratios_are_over_the_same_cells():
+    cells = [{"ms": {"a": 2.0, "b": 1.0, "c": 9.0}}, {"ms": {"a": 4.0, "b": 8.0}}]
     g = gpu_tune.geomean_ratios(cells, "a")
+    assert set(g) == {"a", "b"}  # c was timed in one cell only: not ranked against means over two
     assert g["a"] == 1.0 and g["b"] == pytest.approx(1.0)
+    assert gpu_tune.geomean_ratios(cells + [{"ms": {"b": 1.0}}], "a") == {}  # no cell set has them all
 
 
 def test_launch_env_is_parsed_and_refused_by_name():
     assert ops.parse_launch("tile=8192, reduce_rows=8") == {"tile": 8192, "reduce_rows": 8}
     for bad, what in [("tiles=4", "unknown parameter 'tiles'"), ("tile=3", "power of two"),
-                      ("tile=x", "must be an integer"), ("reduce_rows=0", "power of two")]:
+                      ("tile=x", "must be an integer"), ("reduce_rows=0", "power of two"),
+                      ("tile=1073741824", "from 1 to 65536"), ("programs_per_sm=128", "from 1 to 64")]:
         with pytest.raises(ValueError, match=what):
             ops.parse_launch(bad)
+    before = ops.launch()
+    with pytest.raises(ValueError, match="reduce_rows"):
+        ops.set_launch(tile=8192, reduce_rows=3)  # nothing set when any value is refused
+    assert ops.launch() == before
     code = "from addnorm.kernels.triton import ops; print(ops.launch()['tile'])"
     env = {"ADDNORM_TRITON_LAUNCH": "tile=8192", "PATH": ""}
     import os
@@ -93,7 +100,7 @@ def test_launch_env_is_parsed_and_refused_by_name():
     assert r.stdout.strip() == "8192", r.stderr
     r = subprocess.run([sys.executable, "-c", code], env=os.environ | {"ADDNORM_TRITON_LAUNCH": "tile=5"},
                        capture_output=True, text=True)
-    assert r.returncode != 0 and "tile must be a power of two" in r.stderr
+    assert r.returncode != 0 and "tile must be a power of two from 1 to 65536, got 5" in r.stderr
 
 
 def test_without_cuda_the_script_measures_nothing(tmp_path):
@@ -122,4 +129,6 @@ def test_the_backward_has_its_own_warps_and_the_sweep_sets_them():
     finally:
         ops.set_launch(**old)
     assert "backward_elems_per_warp" in gpu_tune.SWEEPS["bwd"][1]
-    assert all(name in ops.LAUNCH_PARAMS for grid in gpu_tune.SWEEPS.values() for name in grid[1])
+    names = [name for grid in gpu_tune.SWEEPS.values() for name in grid[1]]
+    assert all(name in ops.LAUNCH_PARAMS for name in names)
+    assert len(names) == len(set(names))  # disjoint: the merged best setting is each sweep's own

@@ -43,6 +43,8 @@ import threading
 from collections.abc import Sequence
 
 import torch
+
+from .ops.last import LAST
 import torch.autograd.forward_ad as _fwad
 
 from .kernels import torch_ref
@@ -77,7 +79,7 @@ class _State(threading.local):
 
 
 _state = _State()
-_last = {"backend": None}
+_last = LAST  # (ops.last: the kernel implementations write it too)
 
 
 @contextlib.contextmanager

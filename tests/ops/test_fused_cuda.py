@@ -13,7 +13,9 @@ from addnorm.ops import fused_formulas, pointwise_formulas, stream_formulas
 # ADDNORM_CUDA_TESTS_ON=cpu runs this file's checks on CPU tensors under Triton's interpreter: a check of the
 # checks themselves where there is no GPU (backend="auto" then picks the CPU kernels, so that assertion is skipped)
 DEV = os.environ.get("ADDNORM_CUDA_TESTS_ON", "cuda")
-pytestmark = pytest.mark.skipif(DEV == "cuda" and not torch.cuda.is_available(), reason="needs a CUDA GPU")
+pytestmark = [pytest.mark.skipif(DEV == "cuda" and not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+              pytest.mark.skipif(DEV == "cpu" and torch.cuda.is_available(),
+                                 reason="ADDNORM_CUDA_TESTS_ON=cpu needs Triton's interpreter, which is off where CUDA is")]
 TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 4e-3}
 
 
@@ -36,7 +38,9 @@ def _check(got, ref, dtype):
 def test_norm_add_and_parallel(D, dtype):
     cpu, dev = _both((33, D), (33, D), (33, D), (D,), (D,), (D,), (D,), dtype=dtype)
     y, y2, s = addnorm.parallel_add_layer_norm(dev[0], dev[1], dev[2], D, *dev[3:], backend="triton")
+    assert addnorm.last_backend() == "triton"  # the kernel ran (a declined call reports "torch")
     o = addnorm.layer_norm_add(dev[0], dev[2], D, dev[3], dev[4], backend="triton")
+    assert addnorm.last_backend() == "triton"
     loss = (y.float() ** 2).sum() + (y2.float() * 0.5).sum() + s.float().sum() + (o.float() ** 2).sum()
     got = [y, y2, s, o, *torch.autograd.grad(loss, dev)]
     c = [t.clone().requires_grad_() for t in cpu]
@@ -55,6 +59,7 @@ def test_dyt_and_derf(kind, dtype):
     fn = addnorm.add_dyt if kind == "dyt" else addnorm.add_derf
     extra = (sh,) if kind == "derf" else ()
     y, s = fn(dev[0], dev[1], a, *extra, dev[2], dev[3], backend="triton")
+    assert addnorm.last_backend() == "triton"
     ins = [*dev, a, *extra]
     got = [y, s, *torch.autograd.grad((y.float() ** 2).sum() + s.float().sum(), ins)]
     c = [t.clone().requires_grad_() for t in cpu]
@@ -72,7 +77,9 @@ def test_stream_read_and_write(dtype):
     coeffs = [torch.rand(65, 4, generator=g), torch.rand(65, 4, generator=g), torch.rand(65, 4, 4, generator=g)]
     cdev = [t.to(DEV).requires_grad_() for t in coeffs]
     h = addnorm.stream_read(dev[0], cdev[0], backend="triton")
+    assert addnorm.last_backend() == "triton"
     x2, q = addnorm.stream_write(dev[0], dev[1], cdev[1], cdev[2], backend="triton")
+    assert addnorm.last_backend() == "triton"
     loss = (h.float() ** 2).sum() + (x2.float() * 0.5).sum() + q.sum() * 1e-3
     got = [h, x2, q, *torch.autograd.grad(loss, dev + cdev)]
     c = [t.clone().requires_grad_() for t in cpu]
@@ -87,7 +94,8 @@ def test_stream_read_and_write(dtype):
 @pytest.mark.parametrize("D", [7, 768, 5000, 20000])
 def test_rms_norm_add_and_parallel_rms(D, dtype):
     """The RMSNorm side of norm-then-add and the parallel residual (one and two outputs), rows strided in memory
-    (a slice of wider rows) and rows longer than one block (20000 > 16384: walked in chunks)."""
+    (a slice of wider rows); rows longer than one block (20000 > 16384) are declined by the fused kernels and
+    run on the formulas, which ``last_backend`` then reports."""
     cpu, _ = _both((33, D), (33, D), (33, D), (D,), (D,), dtype=dtype)
 
     def strided(t):  # (33, D) as the first D columns of (33, D + 3) rows: unit stride on D, row stride D + 3
@@ -98,9 +106,13 @@ def test_rms_norm_add_and_parallel_rms(D, dtype):
     x, x2, r = (strided(t) for t in cpu[:3])
     w1, w2 = (t.to(DEV, dtype).requires_grad_() for t in cpu[3:])
     assert not x.is_contiguous()
+    ran = "triton" if D <= 16384 else "torch"
     y, y2, s = addnorm.parallel_add_rms_norm(x, x2, r, D, w1, w2, eps=1e-6, backend="triton")
+    assert addnorm.last_backend() == ran
     y1, _, s1 = addnorm.parallel_add_rms_norm(x, x2, r, D, w1, None, eps=1e-6, backend="triton")
+    assert addnorm.last_backend() == ran
     o = addnorm.rms_norm_add(x, r, D, w1, eps=1e-6, backend="triton")
+    assert addnorm.last_backend() == ran
     loss = (y.float() ** 2).sum() + (y2.float() * 0.5).sum() + s.float().sum() + (o.float() ** 2).sum()
     got = [y, y2, s, y1, s1, o, *torch.autograd.grad(loss, [x, x2, r, w1, w2])]
     c = [t.clone().requires_grad_() for t in cpu]
@@ -139,6 +151,7 @@ def test_mhc_pre(C, lite, dtype):
     dev = [x.to(DEV, dtype).requires_grad_(), *(t.to(DEV, torch.float32).requires_grad_() for t in cpu[1:])]
     out = addnorm.mhc_pre(*dev, perms=None if perms is None else perms.to(DEV, torch.float32),
                          backend="triton")
+    assert addnorm.last_backend() == "triton"
     wts = [torch.randn(t.shape, generator=g, dtype=torch.float64) for t in out]
     loss = sum((o.double() * w.to(DEV)).sum() for o, w in zip(out, wts))
     got = [*out, *torch.autograd.grad(loss, dev)]

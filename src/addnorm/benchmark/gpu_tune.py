@@ -36,6 +36,10 @@ SWEEPS = {
 }
 
 
+_NAMES = [name for _, grid in SWEEPS.values() for name in grid]
+assert len(_NAMES) == len(set(_NAMES)), "the sweeps' parameters must be disjoint: the best of each is merged"
+
+
 def settings(sweep: str) -> list[dict[str, int]]:
     """Every setting of one sweep: the product of its parameters' values."""
     grid = SWEEPS[sweep][1]
@@ -47,16 +51,12 @@ def label(setting: dict[str, int]) -> str:
 
 
 def geomean_ratios(cells: list[dict], base: str) -> dict[str, float]:
-    """{setting label: geometric mean over cells of its median time over ``base``'s}; cells without ``base`` or
-    a setting are left out of that setting's mean (a setting missing from every cell is absent)."""
-    logs: dict[str, list[float]] = {}
-    for c in cells:
-        t = c["ms"]
-        if base not in t:
-            continue
-        for lab, ms in t.items():
-            logs.setdefault(lab, []).append(math.log(ms / t[base]))
-    return {lab: math.exp(sum(v) / len(v)) for lab, v in logs.items()}
+    """{setting label: geometric mean of its median time over ``base``'s} over the cells that timed ``base`` and
+    every setting (so that every mean is over the same cells); empty when no cell has them all."""
+    labels = set.intersection(*(set(c["ms"]) for c in cells)) if cells else set()
+    common = [c["ms"] for c in cells if base in c["ms"]] if base in labels else []
+    return {lab: math.exp(sum(math.log(t[lab] / t[base]) for t in common) / len(common))
+            for lab in sorted(labels)} if common else {}
 
 
 def _journal(path: Path) -> dict:
@@ -87,7 +87,8 @@ def run(shapes, dtypes, kinds, sweeps, out: Path, progress=None, *, timer=None, 
     for sweep in sweeps:
         mode = SWEEPS[sweep][0]
         for kind, dt_name, (n, d) in itertools.product(kinds, dtypes, shapes):
-            key = f"{sweep}|{kind}|{dt_name}|{n}x{d}"
+            start_label = label({k: start[k] for k in SWEEPS[sweep][1]})
+            key = f"{sweep}|{kind}|{dt_name}|{n}x{d}|{start_label}"  # a new start (new defaults) times afresh
             if key in done:
                 cells.append(done[key])
             else:
@@ -106,7 +107,7 @@ def run(shapes, dtypes, kinds, sweeps, out: Path, progress=None, *, timer=None, 
 
                         fns.setdefault(label(s), call)
                     timings = timer(fns)
-                rec = {"cell": key, "sweep": sweep, "start": label({k: start[k] for k in SWEEPS[sweep][1]}),
+                rec = {"cell": key, "sweep": sweep, "start": start_label,
                        "ms": {lab: t.median_s * 1e3 for lab, t in timings.items()}}
                 cells.append(rec)
                 with journal.open("a") as f:
@@ -128,7 +129,11 @@ def summary(cells: list[dict]) -> tuple[str, dict[str, int]]:
         if not cs:
             continue
         base = cs[0]["start"]
+        cs = [c for c in cs if c["start"] == base]
         g = geomean_ratios(cs, base)
+        if not g:
+            continue
+        cs = [c for c in cs if set(g) <= set(c["ms"])]  # the cells the means are over
         ranked = sorted(g.items(), key=lambda kv: kv[1])
         lines += [f"### {sweep} ({SWEEPS[sweep][0]}; {len(cs)} cells; time over `{base}`, geometric mean)", "",
                   "| setting | geomean | best cell | worst cell |", "|---|---|---|---|"]
@@ -150,7 +155,7 @@ def pair_table(cells: list[dict], sweep: str, setting: str, floor_gbps: float) -
     out = [f"| cell | `{start}` ms | of floor | `{setting}` ms | of floor | ratio |", "|---|---|---|---|---|---|"]
     for c in cs:
         a, b = c["ms"][c["start"]], c["ms"][setting]
-        _, kind, dt, shape = c["cell"].split("|")
+        kind, dt, shape = c["cell"].split("|")[1:4]
         n, d = (int(v) for v in shape.split("x"))
         mb = min_bytes(SWEEPS[sweep][0], n, d, torch.tensor([], dtype=getattr(torch, dt)).element_size())
         frac = lambda ms: mb / (ms * 1e-3) / (floor_gbps * 1e9)  # noqa: E731

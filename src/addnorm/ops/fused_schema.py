@@ -23,6 +23,7 @@ import torch
 from ..kernels.cpu import fused as _cpu
 from ..kernels.triton import fused_ops as _triton
 from . import fused_formulas
+from .last import declined
 from .schema import LIB, _none, _row_size
 
 LIB.define(
@@ -62,6 +63,7 @@ def _norm_add_on(kernels):
     def impl(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight):
         D = _row_size(x, ndim)
         if not kernels.applies(x, residual, weight, bias, D=D):
+            declined()
             return _norm_add_formulas(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight)
         return kernels.norm_add(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight,
                                 fused_formulas.norm_add_dtype(x, residual))
@@ -99,6 +101,7 @@ def _parallel_on(kernels):
              branches_first):
         D = _row_size(x, ndim)
         if not kernels.applies(x, x2, residual, weight, bias, weight2, bias2, D=D):
+            declined()
             return _parallel_formulas(x, x2, residual, weight, bias, weight2, bias2, kind, ndim, eps, weight_offset,
                                       cast_before_weight, two, branches_first)
         y, y2, s, stats = kernels.parallel_add_norm(x, x2, residual, weight, bias, weight2, bias2, kind, D, eps,

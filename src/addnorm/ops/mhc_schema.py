@@ -18,6 +18,7 @@ import torch
 from ..kernels.cpu import mhc as _cpu
 from ..kernels.triton import mhc_ops as _triton
 from . import mhc_formulas as mf
+from .last import declined
 from .schema import LIB
 
 LIB.define("mhc_pre(Tensor x, Tensor phi, Tensor a_pre, Tensor a_post, Tensor a_res, Tensor b_pre, Tensor b_post, "
@@ -77,6 +78,7 @@ def _impls(k):
         coeffs = (a_pre, a_post, a_res, b_pre, b_post, b_res)
         idx = _kernel_index(k, x, phi, coeffs, perms, iters)
         if idx is False:
+            declined()
             return _pre_formulas(x, phi, *coeffs, perms, eps, iters)
         return k.mhc_pre(x, phi, *_scal_bias(*coeffs), idx, eps, iters)
 

@@ -18,6 +18,7 @@ import torch
 from ..kernels.cpu import pointwise as _cpu
 from ..kernels.triton import pointwise_ops as _triton
 from . import pointwise_formulas as pf
+from .last import declined
 from .schema import LIB, _none
 
 LIB.define("add_pointwise_norm(Tensor x, Tensor? residual, Tensor alpha, Tensor? shift, Tensor? weight, "
@@ -49,6 +50,7 @@ def _impl(k):
     def forward(x, residual, alpha, shift, weight, bias, kind):
         D = _D(x, weight, bias)
         if not (k.applies(x, residual, weight, bias, D=D) and x.dtype != torch.float64):
+            declined()
             return _formulas(x, residual, alpha, shift, weight, bias, kind)
         y, s = k.forward(x, residual, _scalar(alpha), _scalar(shift) or 0.0, weight, bias, kind, D, True)
         return y, (x.new_empty((0,)) if s is None else s)

@@ -30,6 +30,7 @@ import torch
 from ..kernels.cpu import ops as _cpu
 from ..kernels.triton import ops as _triton
 from . import formulas
+from .last import declined
 
 LIB = torch.library.Library("addnorm", "DEF")
 LIB.define(
@@ -72,6 +73,7 @@ def _forward_on(kernels):
                 residual_in_fp32):
         D = _row_size(x, ndim)
         if not kernels.applies(x, residual, out_dtype, D):
+            declined()
             return _forward_formulas(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight,
                                      out_dtype, residual_in_fp32)
         sdt = formulas.sum_dtype(x, residual, residual_in_fp32) if formulas.returns_sum(x, residual,

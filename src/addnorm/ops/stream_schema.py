@@ -17,6 +17,7 @@ import torch
 from ..kernels.cpu import stream as _cpu
 from ..kernels.triton import stream_ops as _triton
 from . import stream_formulas
+from .last import declined
 from .schema import LIB
 
 LIB.define("stream_read(Tensor x, Tensor h_pre) -> Tensor")
@@ -51,6 +52,7 @@ def _kernel_coeff(t):
 def _impls(k):
     def read(x, h_pre):
         if not (k.applies(x) and _kernel_coeff(h_pre)):
+            declined()
             return _read_formulas(x, h_pre)
         return k.stream_read(x, h_pre)
 
@@ -62,6 +64,7 @@ def _impls(k):
 
     def write(x, y, h_post, h_res):
         if not (k.applies(x, y) and _kernel_coeff(h_post) and _kernel_coeff(h_res)):
+            declined()
             return _write_formulas(x, y, h_post, h_res)
         return k.stream_write(x, y, h_post, h_res, True)
 

@@ -39,32 +39,41 @@ LAUNCH_PARAMS = {"tile": "_GPU_TILE", "elems_per_warp": "_ELEMS_PER_WARP",
                  "programs_per_sm": "_PROGRAMS_PER_SM", "reduce_block": "_REDUCE_BLOCK", "reduce_rows": "_REDUCE_ROWS"}
 
 
+_LAUNCH_MAX = {"tile": 1 << 16, "elems_per_warp": 1 << 16, "backward_elems_per_warp": 1 << 16,
+               "backward_rows": 1 << 10, "programs_per_sm": 64, "reduce_block": 1 << 12, "reduce_rows": 1 << 10}
+
+
+def _checked(name: str, value) -> int:
+    if name not in LAUNCH_PARAMS:
+        raise ValueError(f"ADDNORM_TRITON_LAUNCH: unknown parameter {name!r}; valid: {', '.join(LAUNCH_PARAMS)}")
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"ADDNORM_TRITON_LAUNCH: {name} must be an integer, got {value!r}") from None
+    if v < 1 or v & (v - 1) or v > _LAUNCH_MAX[name]:
+        raise ValueError(f"ADDNORM_TRITON_LAUNCH: {name} must be a power of two from 1 to {_LAUNCH_MAX[name]}, "
+                         f"got {v}")
+    return v
+
+
 def parse_launch(text: str) -> dict[str, int]:
     """``name=value,...`` of LAUNCH_PARAMS' names (ADDNORM_TRITON_LAUNCH's format) -> {name: value}: powers of two
-    (the kernels' tiles are), refused by name otherwise."""
+    (the kernels' tiles are) up to a bound each, refused by name otherwise."""
     out = {}
     for item in filter(None, (t.strip() for t in text.split(","))):
         name, _, value = item.partition("=")
-        if name not in LAUNCH_PARAMS:
-            raise ValueError(f"ADDNORM_TRITON_LAUNCH: unknown parameter {name!r}; valid: {', '.join(LAUNCH_PARAMS)}")
-        try:
-            v = int(value)
-        except ValueError:
-            raise ValueError(f"ADDNORM_TRITON_LAUNCH: {name} must be an integer, got {value!r}") from None
-        if v < 1 or v & (v - 1):
-            raise ValueError(f"ADDNORM_TRITON_LAUNCH: {name} must be a power of two >= 1, got {v}")
-        out[name] = v
+        out[name] = _checked(name, value)
     return out
 
 
 def set_launch(**params: int) -> dict[str, int]:
-    """Set launch parameters (LAUNCH_PARAMS' names); returns the previous values, for restoring them."""
+    """Set launch parameters (LAUNCH_PARAMS' names), all checked before any is set; returns the previous values,
+    for restoring them."""
+    new = {name: _checked(name, v) for name, v in params.items()}
     g = globals()
-    old = {}
-    for name, v in params.items():
-        parse_launch(f"{name}={v}")  # the same checks
-        old[name] = g[LAUNCH_PARAMS[name]]
-        g[LAUNCH_PARAMS[name]] = int(v)
+    old = {name: g[LAUNCH_PARAMS[name]] for name in new}
+    for name, v in new.items():
+        g[LAUNCH_PARAMS[name]] = v
     return old
 
 
