@@ -2,14 +2,18 @@
 and restoring of the parameters; and ADDNORM_TRITON_LAUNCH's parsing. The sweep's numbers need a GPU."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from addnorm.benchmark import gpu_tune
 from addnorm.kernels.triton import ops
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _timer(speed):
@@ -93,12 +97,10 @@ def test_launch_env_is_parsed_and_refused_by_name():
         ops.set_launch(tile=8192, reduce_rows=3)  # nothing set when any value is refused
     assert ops.launch() == before
     code = "from addnorm.kernels.triton import ops; print(ops.launch()['tile'])"
-    env = {"ADDNORM_TRITON_LAUNCH": "tile=8192", "PATH": ""}
-    import os
-
-    r = subprocess.run([sys.executable, "-c", code], env=os.environ | env, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, ADDNORM_TRITON_LAUNCH="tile=8192"),
+                       capture_output=True, text=True)
     assert r.stdout.strip() == "8192", r.stderr
-    r = subprocess.run([sys.executable, "-c", code], env=os.environ | {"ADDNORM_TRITON_LAUNCH": "tile=5"},
+    r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, ADDNORM_TRITON_LAUNCH="tile=5"),
                        capture_output=True, text=True)
     assert r.returncode != 0 and "tile must be a power of two from 1 to 65536, got 5" in r.stderr
 
@@ -108,11 +110,13 @@ def test_without_cuda_the_script_measures_nothing(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    r = subprocess.run([sys.executable, "benchmarks/tune_gpu.py", "--out", str(tmp_path)], capture_output=True,
-                       text=True)
+    # env: os.environ as Python sees it (a library in the suite may have changed the C-level environment), cwd the
+    # repository root (the script's path is relative)
+    run = dict(capture_output=True, text=True, env=dict(os.environ), cwd=ROOT)
+    r = subprocess.run([sys.executable, "benchmarks/tune_gpu.py", "--out", str(tmp_path)], **run)
     assert r.returncode == 2 and "measures nothing" in r.stderr
     r = subprocess.run([sys.executable, "benchmarks/tune_gpu.py", "--sweeps", "fwd,nope", "--out", str(tmp_path)],
-                       capture_output=True, text=True)
+                       **run)
     assert r.returncode == 2 and "--sweeps" in r.stderr
     assert json.dumps(gpu_tune.SWEEPS)  # the grid is plain data
 
