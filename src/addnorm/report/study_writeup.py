@@ -50,6 +50,7 @@ _FAILS = ("fails more",)
 _DEPTH = "addnorm study --preset depth --out benchmarks/results/study/depth"
 _FRONTIER = "addnorm study --preset frontier --out benchmarks/results/study/frontier"
 _LONG = "addnorm study --preset long --out benchmarks/results/study/long"
+_WIDE = "addnorm study --preset wide --out benchmarks/results/study/wide"
 CLAIMS = (
     Claim("post_unstable", "Pre-norm trains more stably than post-norm in a deep network.", "seed", "paper24",
           "failures", (("placement", "post"),), "warmup_lr_failures.png", ("post_diverges",), _PAPER,
@@ -109,6 +110,16 @@ CLAIMS = (
     Claim("dyt_long", "DyT in place of LayerNorm ends worse at a larger token budget (the second half of the "
           "published sign flip).", "frontier", "long", "loss",
           (("norm", "dyt"),), "val_loss_curves.png", ("dyt_budget",), _LONG, ("worse", "fails more"), ("better",)),
+    # `wide`: four times the width (d_model 256 against 64, 12 layers, 1000 steps)
+    Claim("post_wide", "Post-LN stops training at d_model 256 (12 layers), where pre-LN trains.", "frontier", "wide",
+          "failures", (("placement", "post"),), "val_loss_curves.png", ("post_diverges",), _WIDE, _FAILS,
+          ("fails less",)),
+    Claim("mixln_wide", "Mix-LN ends below pre-LN at four times the width.", "frontier", "wide", "loss",
+          (("placement", "mix"),), "val_loss_curves.png", ("mixln_1b",), _WIDE, ("better",), ("worse",)),
+    Claim("lns_wide", "LayerNorm Scaling ends below pre-LN at four times the width.", "frontier", "wide", "loss",
+          (("placement", "lns"),), "val_loss_curves.png", ("lns_beats_pre",), _WIDE, ("better",), ("worse",)),
+    Claim("mhc_wide", "mHC (4 streams) ends below pre-LN at four times the width.", "frontier", "wide", "loss",
+          (("placement", "mhc"),), "val_loss_curves.png", (), _WIDE, ("better",), ("worse", "fails more")),
 )
 
 METHOD = ("every interval is a 95 % percentile bootstrap over seeds, and a loss or gap difference is called only "
