@@ -39,3 +39,14 @@ def test_bench_options_are_refused_before_any_work(args, message, tmp_path, caps
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not list(tmp_path.iterdir())
+
+
+def test_one_journal_reader_skips_the_line_an_interruption_cut_short(tmp_path):
+    """store.read_journal, which the Add & Norm, fused-forms-on-GPU and launch-sweep benchmarks all resume from:
+    records in order, a cut-short or refused line skipped, a missing journal empty."""
+    from addnorm.store import read_journal
+
+    j = tmp_path / "x.partial.jsonl"
+    assert read_journal(j, dict) == [] and read_journal(None, dict) == []
+    j.write_text('{"cell": "a", "v": 1}\n[1, 2]\n{"v": 2}\n{"cell": "b", "v": 3}\n{"cell": "c", "v"')
+    assert read_journal(j, lambda rec: (rec["cell"], rec["v"])) == [("a", 1), ("b", 3)]

@@ -46,6 +46,21 @@ def read_json(path: Path) -> tuple[dict | None, str | None]:
     return d, None
 
 
+def read_journal(path: Path | None, parse) -> list:
+    """``parse(record)`` of each line of a JSON-lines journal (an interrupted run's finished work), in order; a
+    line that is not JSON or that ``parse`` refuses (ValueError, TypeError, KeyError) is skipped: the line an
+    interruption cut short. A missing journal (or None) reads as empty."""
+    out = []
+    if path is None or not Path(path).exists():
+        return out
+    for line in Path(path).read_text().splitlines():
+        try:
+            out.append(parse(json.loads(line)))
+        except (TypeError, ValueError, KeyError):
+            continue  # a line cut short by the interruption
+    return out
+
+
 def digest(data: bytes) -> str:
     """A short content hash: what cache keys use instead of a path."""
     return hashlib.sha256(data).hexdigest()[:16]

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import functional as AF
-from ..store import atomic_write, atomic_write_text, check_writable_dir
+from ..store import atomic_write, atomic_write_text, check_writable_dir, read_journal
 from .timing import Timing, measure, measure_interleaved
 
 FUSED_OPS = ("norm_add", "parallel", "parallel2", "dyt", "derf", "stream_read", "stream_write", "mhc_pre")  # fused_forms
@@ -160,14 +160,8 @@ def run_benchmark(shapes, dtypes, kinds, modes, methods, progress=None, floor: f
                   journal: Path | None = None) -> list[Row]:
     """Measure every combination. With a ``journal`` (a JSON-lines file), each finished row is appended
     as it is measured and rows already in it are reused: an interrupted run resumes where it stopped."""
-    done: dict[str, Row] = {}
-    if journal is not None and journal.exists():
-        for line in journal.read_text().splitlines():
-            try:
-                r = Row(**json.loads(line))
-            except (TypeError, ValueError):
-                continue  # a line cut short by the interruption
-            done[_key(r.kind, r.dtype, r.rows, r.hidden, r.mode, r.method)] = r
+    done: dict[str, Row] = {_key(r.kind, r.dtype, r.rows, r.hidden, r.mode, r.method): r
+                            for r in read_journal(journal, lambda rec: Row(**rec))}
     rows: list[Row] = []
     compiled = {}
     total = len(shapes) * len(dtypes) * len(kinds) * len(modes) * len(methods)

@@ -201,15 +201,10 @@ def _cell_key(op, kind, dt, n, d, mode) -> str:
 
 
 def _read_journal(journal: Path | None) -> dict:
-    done = {}
-    if journal is not None and journal.exists():
-        for line in journal.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-                done[(rec["cell"], tuple(rec["methods"]))] = ([OpRow(**r) for r in rec["rows"]], rec["skipped"])
-            except (TypeError, ValueError, KeyError):
-                continue  # a line cut short by the interruption
-    return done
+    from ..store import read_journal
+
+    return dict(read_journal(journal, lambda rec: ((rec["cell"], tuple(rec["methods"])),
+                                                   ([OpRow(**r) for r in rec["rows"]], rec["skipped"]))))
 
 
 def run(ops, shapes, dtypes, kinds, modes, methods=METHODS, device="cuda", progress=None, *, timer=None,

@@ -59,28 +59,17 @@ def geomean_ratios(cells: list[dict], base: str) -> dict[str, float]:
             for lab in sorted(labels)} if common else {}
 
 
-def _journal(path: Path) -> dict:
-    done = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-                done[rec["cell"]] = rec
-            except (ValueError, KeyError, TypeError):
-                continue  # a line cut short by the interruption
-    return done
-
-
 def run(shapes, dtypes, kinds, sweeps, out: Path, progress=None, *, timer=None, device="cuda") -> list[dict]:
     """Every sweep x norm x dtype x shape; returns the cells (each {"cell", "sweep", "start", "ms": {label: ms}})."""
     from ..kernels.triton import ops
+    from ..store import read_journal
     from .add_norm import make_step
     from .gpu import addnorm_method, cuda_interleaved
 
     timer = timer or (lambda fns: cuda_interleaved(fns, rounds=8, block=5, warmup=2))
     start = ops.launch()
     journal = out / "gpu_tune.partial.jsonl"
-    done = _journal(journal)
+    done = dict(read_journal(journal, lambda rec: (rec["cell"], rec)))
     cells = []
     total = len(sweeps) * len(kinds) * len(dtypes) * len(shapes)
     task = progress.add_task("launch sweep", total=total) if progress else None
