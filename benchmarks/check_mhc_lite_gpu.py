@@ -5,13 +5,14 @@ when H_res is off by more than 1e-5 or without CUDA (nothing is measured then).
     python benchmarks/check_mhc_lite_gpu.py
 """
 
-import itertools
 import sys
 
 import torch
 
 from addnorm.kernels.triton import mhc_ops
+from addnorm.model.streams import permutation_matrices
 from addnorm.ops import mhc_formulas
+from addnorm.ops.mhc_schema import perm_index
 
 
 def main() -> int:
@@ -20,18 +21,15 @@ def main() -> int:
         return 1
     n, C, N = 4, 100, 37
     g = torch.Generator().manual_seed(2)
-    orders = list(itertools.permutations(range(n)))
-    mats = torch.zeros(len(orders), n, n, dtype=torch.float64)
-    for k, o in enumerate(orders):
-        mats[k, torch.arange(n), torch.tensor(o)] = 1.0
-    m = 2 * n + len(orders)
+    mats = permutation_matrices(n)
+    m = 2 * n + mats.shape[0]
     x = torch.randn(N, n, C, generator=g, dtype=torch.float64) * 1.5 + 0.2
     phi = torch.randn(n * C, m, generator=g, dtype=torch.float64) / (n * C) ** 0.5
     scal = torch.tensor([0.8, 1.3, 1.7], dtype=torch.float64)
     bias = 0.5 * torch.randn(m, generator=g, dtype=torch.float64)
     dev = "cuda"
     _, _, _, hres, p, _ = mhc_ops.mhc_pre(x.to(dev, torch.float32), phi.to(dev, torch.float32), scal.float().to(dev),
-                                          bias.float().to(dev), torch.tensor(orders, dtype=torch.int32, device=dev),
+                                          bias.float().to(dev), perm_index(mats, n).to(dev),
                                           1e-6, 20)
     ref = mhc_formulas.pre(x, phi, scal[0], scal[1], scal[2], bias[:n], bias[n:2 * n], bias[2 * n:], mats, 1e-6, 20)
     pk = p.double().cpu().reshape(N, m)

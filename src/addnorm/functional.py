@@ -43,8 +43,6 @@ import threading
 from collections.abc import Sequence
 
 import torch
-
-from .ops.last import LAST
 import torch.autograd.forward_ad as _fwad
 
 from .kernels import torch_ref
@@ -54,6 +52,7 @@ from .kernels.cpu import availability
 from .kernels.triton import availability as triton_availability
 from .kernels.triton import ops as _triton
 from .ops import DirectAddNorm, EagerAddNorm, TritonAddNorm, direct_forward, eager_inference, formulas, plain
+from .ops.last import LAST
 from .ops.native_nodes import KIND as _KIND
 from .ops.native_nodes import MAX_NUMEL as _NODES_MAX
 from .ops.native_nodes import NODES as _NODES

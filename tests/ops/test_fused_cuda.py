@@ -129,18 +129,12 @@ def test_rms_norm_add_and_parallel_rms(D, dtype):
 def test_mhc_pre(C, lite, dtype):
     """mHC's pre step (the RMS of vec(X), the projection, sigma / 2 sigma / Sinkhorn or the permutation mix, h) on
     CUDA against the float64 spec on the CPU: outputs and every input's gradient."""
-    import itertools
-
+    from addnorm.model.streams import permutation_matrices
     from addnorm.ops import mhc_formulas
 
     n, T = 4, 37
     g = torch.Generator().manual_seed(2)
-    perms = None  # mHC-lite: the n! permutation matrices (r, n, n)
-    if lite:
-        orders = list(itertools.permutations(range(n)))
-        perms = torch.zeros(len(orders), n, n, dtype=torch.float64)
-        for k, o in enumerate(orders):
-            perms[k, torch.arange(n), torch.tensor(o)] = 1.0
+    perms = permutation_matrices(n) if lite else None  # mHC-lite: the n! permutation matrices (r, n, n)
     m = 2 * n + (len(perms) if lite else n * n)
     x = torch.randn(T, n, C, generator=g, dtype=torch.float64) * 1.5 + 0.2
     phi = torch.randn(n * C, m, generator=g, dtype=torch.float64) / (n * C) ** 0.5

@@ -75,8 +75,9 @@ def run(shapes, dtypes, kinds, sweeps, out: Path, progress=None, *, timer=None, 
     task = progress.add_task("launch sweep", total=total) if progress else None
     for sweep in sweeps:
         mode = SWEEPS[sweep][0]
+        start_setting = {k: start[k] for k in SWEEPS[sweep][1]}
+        start_label = label(start_setting)
         for kind, dt_name, (n, d) in itertools.product(kinds, dtypes, shapes):
-            start_label = label({k: start[k] for k in SWEEPS[sweep][1]})
             key = f"{sweep}|{kind}|{dt_name}|{n}x{d}|{start_label}"  # a new start (new defaults) times afresh
             if key in done:
                 cells.append(done[key])
@@ -86,7 +87,7 @@ def run(shapes, dtypes, kinds, sweeps, out: Path, progress=None, *, timer=None, 
                 fns = {}
                 with torch.set_grad_enabled(mode != "fwd"):
                     step = make_step(addnorm_method(kind), mode, n, d, getattr(torch, dt_name), kind, device)
-                    for s in [{k: start[k] for k in SWEEPS[sweep][1]}, *settings(sweep)]:
+                    for s in [start_setting, *settings(sweep)]:
                         def call(s=s):
                             old = ops.set_launch(**s)
                             try:
@@ -127,7 +128,7 @@ def summary(cells: list[dict]) -> tuple[str, dict[str, int]]:
         lines += [f"### {sweep} ({SWEEPS[sweep][0]}; {len(cs)} cells; time over `{base}`, geometric mean)", "",
                   "| setting | geomean | best cell | worst cell |", "|---|---|---|---|"]
         for lab, r in ranked:
-            per = [c["ms"][lab] / c["ms"][base] for c in cs if lab in c["ms"] and base in c["ms"]]
+            per = [c["ms"][lab] / c["ms"][base] for c in cs]
             lines.append(f"| `{lab}` | {r:.3f} | {min(per):.3f} | {max(per):.3f} |")
         lines.append("")
         best |= {k: int(v) for k, v in (item.split("=") for item in ranked[0][0].split(","))}
