@@ -49,19 +49,13 @@ def _plain(value):
 
 
 def targets_markdown() -> str:
+    # every cell from one machine, one run per instruction-set path: 8192×1024 in intel/, 64×768 (measured after
+    # the C++ autograd nodes) in small_calls/
     cells = {}
-    # the 8192×1024 cells: one run per instruction-set path on the machine the 64×768 ones come from
-    for sub, isa in (("intel/", "AVX-512"), ("intel/avx2/", "AVX2")):
-        for name in ("fused_forms_tuned.json", "add_norm_tuned.json"):
-            cells.update(_cells(RESULTS / sub / name, isa))
-    # the 64×768 cells, every op on both paths in one run each, measured after the C++ autograd nodes: they
-    # replace the earlier runs' 64×768 cells
-    small = {}
-    for sub, isa in (("", "AVX-512"), ("avx2/", "AVX2")):
-        for name in ("fused_forms_tuned.json", "add_norm_tuned.json"):
-            small.update(_cells(RESULTS / "small_calls" / sub / name, isa))
-    cells = {k: v for k, v in cells.items() if (k[4], k[5]) != SMALL}
-    cells.update(small)
+    for root in ("intel", "small_calls"):
+        for sub, isa in (("", "AVX-512"), ("avx2", "AVX2")):
+            for name in ("fused_forms_tuned.json", "add_norm_tuned.json"):
+                cells.update(_cells(RESULTS / root / sub / name, isa))
     head = ["ISA", "op", "norm", "dtype", "shape", "fwd floor", "fwdbwd floor", "fwd vs eager", "fwdbwd vs eager",
             "fwd vs compile", "fwdbwd vs compile", "verdict"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
