@@ -9,10 +9,13 @@
 #      then Add & Norm's own table. Each fused-forms cell compiles the eager math afresh for torch.compile:
 #      on an H200 an mHC cell took about a minute of compiling (3 cells in 230 s), the others far less, so
 #      FORMS_OPS puts mhc last by default.
-# Stage budgets in seconds: T_TUNE, T_TESTS, T_FORMS, T_ADDNORM; 0 skips a stage. The defaults (130 + 200 +
+# Stage budgets in seconds: T_TUNE, T_TESTS, T_FORMS, T_ADDNORM; 0 skips a stage. ADDNORM_ARGS narrows
+# Add & Norm's grid (bench_gpu.py's --shapes/--dtypes/--kinds/--modes). The defaults (130 + 200 +
 # 200 + 0, with the probe's 60) fit one 600 s device command. Each stage's exit status is logged, and the
-# script exits 1 if any stage failed or ran out of time. Runs from the repository root, no install needed
-# beyond a CUDA build of torch with Triton (src/ is put on PYTHONPATH).
+# script exits 1 if any stage failed or ran out of time. The two benchmark stages journal each finished cell
+# in OUT (fused_forms_gpu.partial.jsonl, add_norm_gpu.partial.jsonl): git ignores *.partial.jsonl, so to resume
+# on a later device call put them back in OUT and name OUT in the call's carry. Runs from the repository root,
+# no install needed beyond a CUDA build of torch with Triton (src/ is put on PYTHONPATH).
 set -u
 OUT=${OUT:-benchmarks/results/gpu_session}
 mkdir -p "$OUT"
@@ -47,8 +50,9 @@ PY
 )
 if [ -n "$best" ]; then export ADDNORM_TRITON_LAUNCH="$best"; fi
 stage "tests (ADDNORM_TRITON_LAUNCH=${ADDNORM_TRITON_LAUNCH:-defaults})"
-workers=$(python3 -c "import xdist" 2>/dev/null && printf -- '-n 8')
-run "${T_TESTS:-200}" "tests" python3 -m pytest -q -p no:cacheprovider $workers -rfEs tests/ops/test_fused_cuda.py \
+# one process: on an H200 eight xdist workers spent the stage importing torch and Triton (170 s, nothing
+# printed), where one process ran all 256 checks in 130 s
+run "${T_TESTS:-200}" "tests" python3 -m pytest -q -p no:cacheprovider -p no:benchmark -rfEs tests/ops/test_fused_cuda.py \
   tests/kernels/test_triton_cuda.py tests/frontier/test_frontier_cuda.py tests/interop/test_patch.py >> "$log" 2>&1
 stage "fused forms (ADDNORM_TRITON_LAUNCH=${ADDNORM_TRITON_LAUNCH:-defaults})"
 run "${T_FORMS:-200}" "fused forms" python3 benchmarks/bench_gpu.py \
@@ -56,7 +60,7 @@ run "${T_FORMS:-200}" "fused forms" python3 benchmarks/bench_gpu.py \
   --shapes "${FORMS_SHAPES:-16384x4096}" --dtypes bfloat16,float32 --modes fwd,fwdbwd --out "$OUT" > "$OUT/forms.txt" 2>&1
 grep -v "━" "$OUT/forms.txt" | tail -n 60 >> "$log"; rm -f "$OUT/forms.txt"
 stage "add_norm"
-run "${T_ADDNORM:-0}" "add_norm" python3 benchmarks/bench_gpu.py --out "$OUT" > "$OUT/addnorm.txt" 2>&1
+run "${T_ADDNORM:-0}" "add_norm" python3 benchmarks/bench_gpu.py ${ADDNORM_ARGS:-} --out "$OUT" > "$OUT/addnorm.txt" 2>&1
 grep -v "━" "$OUT/addnorm.txt" 2>/dev/null | tail -n 50 >> "$log"; rm -f "$OUT/addnorm.txt"
 stage "done (failed=$failed)"
 exit $failed

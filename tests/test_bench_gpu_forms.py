@@ -239,6 +239,32 @@ def test_the_cpu_timer_and_the_journal(tmp_path):
     assert again == rows
 
 
+
+def test_add_norm_gpu_bench_resumes_from_its_journal(monkeypatch, tmp_path):
+    """Add & Norm's own GPU table journals each finished cell too: a stage cut short keeps its cells, and the
+    next run measures only the rest; the journal goes once the results are written."""
+    monkeypatch.setattr(gpu, "FLOOR_BYTES", 1 << 16)
+    journal = tmp_path / "a.partial.jsonl"
+    rows, _ = gpu.run([SHAPE], ["float32"], ["rms", "layer"], ["fwd"], ["addnorm", "eager"], "cpu",
+                      journal=journal, timer=_quick_timer)
+    assert {(r.kind, r.method) for r in rows} == {(k, m) for k in ("rms", "layer") for m in ("addnorm", "eager")}
+    lines = journal.read_text().splitlines()
+    assert len(lines) == 2
+    journal.write_text(lines[0] + "\n" + lines[1][:40])  # the second cell's line cut short by the interruption
+    timed = []
+
+    def counting(steps, device):
+        timed.append(set(steps))
+        return _quick_timer(steps, device)
+
+    again, _ = gpu.run([SHAPE], ["float32"], ["rms", "layer"], ["fwd"], ["addnorm", "eager"], "cpu",
+                       journal=journal, timer=counting)
+    assert len(timed) == 1 and [r.kind for r in again[:2]] == ["rms", "rms"] and {r.kind for r in again[2:]} == {"layer"}
+    monkeypatch.setattr(gpu, "_timed", _quick_timer)
+    assert gpu.main_from_args(_args("--device", "cpu", "--shapes", "8x16", "--dtypes", "float32", "--kinds", "rms",
+                                    "--modes", "fwd", "--methods", "addnorm,eager", "--out", str(tmp_path))) == 0
+    assert (tmp_path / "add_norm_gpu_cpu.json").exists() and not (tmp_path / "add_norm_gpu_cpu.partial.jsonl").exists()
+
 def _args(*argv):
     p = argparse.ArgumentParser()
     gpu.add_arguments(p)

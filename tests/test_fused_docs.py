@@ -31,13 +31,17 @@ def test_docs_show_the_committed_small_call_add_norm_results():
 
 
 def test_docs_show_the_committed_gpu_session():
-    """The H200 session's tables: the fused-forms cells, the launch sweep's ranking, and the backward and forward
+    """The H200 sessions' tables: the fused-forms cells, the launch sweep's ranking, and the backward and forward
     pair tables (fractions of the copy bandwidth measured in the same session) -- all regenerated here."""
     from addnorm.benchmark import gpu_forms, gpu_tune
 
     docs = (ROOT / "docs" / "performance.md").read_text()
     forms = json.loads((ROOT / "benchmarks" / "results" / "fused_forms_gpu.json").read_text())
     assert gpu_forms.markdown([OpRow(**r) for r in forms["rows"]]) in docs
+    second = json.loads((ROOT / "benchmarks" / "results" / "fused_forms_gpu_defaults.json").read_text())
+    assert gpu_forms.markdown([OpRow(**r) for r in second["rows"]]) in docs  # the second session's cells
+    assert {(r["op"], r["dtype"], r["mode"]) for r in second["repeat_rows"]} == {
+        (r["op"], r["dtype"], r["mode"]) for r in second["rows"]}
     tune_dir = ROOT / "benchmarks" / "results" / "gpu_tune"
     assert (tune_dir / "gpu_tune.md").read_text().rstrip("\n") in docs
     cells = json.loads((tune_dir / "gpu_tune.json").read_text())["cells"]

@@ -103,7 +103,30 @@ def _method(method, kind, compiled):
     return {"liger": liger_method, "flash_attn": flash_attn_method}[method](kind)
 
 
-def run(shapes, dtypes, kinds, modes, methods, device, progress=None) -> tuple[list[Row], dict]:
+def read_cells(journal: Path | None, row_type) -> dict:
+    """{(cell key, methods): (rows, skipped)} from a GPU benchmark's journal (``append_cell``'s lines)."""
+    from ..store import read_journal
+
+    return dict(read_journal(journal, lambda rec: ((rec["cell"], tuple(rec["methods"])),
+                                                   ([row_type(**r) for r in rec["rows"]], rec["skipped"]))))
+
+
+def append_cell(journal: Path | None, key: str, methods, skipped: dict, rows: list) -> None:
+    """One finished cell, a JSON line, so that a run cut short resumes after it (``read_cells``)."""
+    import json
+    from dataclasses import asdict
+
+    if journal is not None:
+        with Path(journal).open("a") as f:
+            f.write(json.dumps({"cell": key, "methods": list(methods), "skipped": skipped,
+                                "rows": [asdict(r) for r in rows]}) + "\n")
+
+
+def run(shapes, dtypes, kinds, modes, methods, device, progress=None, *, journal: Path | None = None,
+        timer=None) -> tuple[list[Row], dict]:
+    """Every norm x dtype x shape x mode, the methods timed side by side with the copy floor. With ``journal``
+    each finished cell is appended there, and a cell found there (with the same methods) is not measured again:
+    a run cut short resumes. ``timer(steps, device) -> {name: Timing}`` defaults to ``_timed``."""
     import torch._dynamo.config as dynamo_config
 
     # one compiled function per kind meets every shape, dtype and grad mode: each is a recompile of the same
@@ -111,6 +134,8 @@ def run(shapes, dtypes, kinds, modes, methods, device, progress=None) -> tuple[l
     # per cell, and fail loudly rather than time eager under compile's name.
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 4 * len(shapes) * len(dtypes) * len(modes))
     dynamo_config.fail_on_recompile_limit_hit = True
+    timer = timer or _timed
+    done = read_cells(journal, Row)
     rows, skipped, compiled = [], {}, {}
     src = torch.ones(FLOOR_BYTES // 4, device=device)
     dst = torch.empty_like(src)
@@ -123,31 +148,43 @@ def run(shapes, dtypes, kinds, modes, methods, device, progress=None) -> tuple[l
             es = torch.tensor([], dtype=dtype).element_size()
             for kind in kinds:
                 for mode in modes:
+                    key = f"{kind}|{dt_name}|{n}|{d}|{mode}"
+                    hit = done.get((key, tuple(methods)))  # measured before, with the same methods
+                    if hit is not None:
+                        rows += hit[0]
+                        skipped |= hit[1]
+                        if progress:
+                            progress.advance(task)
+                        continue
                     if progress:
                         progress.update(task, description=f"{kind} {dt_name} {n}x{d} {mode}")
-                    steps = {}
+                    steps, cell_rows, cell_skipped = {}, [], {}
                     with torch.set_grad_enabled(mode != "fwd"):
                         for m in methods:
                             fn = _method(m, kind, compiled)
                             if fn is None:
-                                skipped[f"{m}/{kind}"] = "not importable here, or no such fused op"
+                                cell_skipped[f"{m}/{kind}"] = "not importable here, or no such fused op"
                                 continue
                             try:
                                 steps[m] = make_step(fn, mode, n, d, dtype, kind, device)
                                 steps[m]()
                             except Exception as e:  # noqa: BLE001  (a peer's API we could not call: say so)
                                 steps.pop(m, None)
-                                skipped[f"{m}/{kind}/{dt_name}"] = f"{type(e).__name__}: {e}"[:200]
+                                cell_skipped[f"{m}/{kind}/{dt_name}"] = f"{type(e).__name__}: {e}"[:200]
                         steps["floor"] = floor_step
-                        timings = _timed(steps, device)
+                        timings = timer(steps, device)
                     floor = 2 * FLOOR_BYTES / timings["floor"].median_s / 1e9
                     mb = min_bytes(mode, n, d, es)
                     for m in steps:
                         if m == "floor":
                             continue
                         t = timings[m]
-                        rows.append(Row(kind, dt_name, n, d, mode, m, t.median_s * 1e3, t.p10_s * 1e3, t.p90_s * 1e3,
-                                        t.runs, mb, mb / t.median_s / 1e9, floor, (mb / (floor * 1e9)) / t.median_s))
+                        cell_rows.append(Row(kind, dt_name, n, d, mode, m, t.median_s * 1e3, t.p10_s * 1e3,
+                                             t.p90_s * 1e3, t.runs, mb, mb / t.median_s / 1e9, floor,
+                                             (mb / (floor * 1e9)) / t.median_s))
+                    rows += cell_rows
+                    skipped |= cell_skipped
+                    append_cell(journal, key, methods, cell_skipped, cell_rows)
                     del steps
                     if device == "cuda":
                         torch.cuda.empty_cache()
@@ -202,10 +239,15 @@ def main_from_args(args) -> int:
         return 2
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    tag = "gpu" if args.device == "cuda" else "gpu_cpu"
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    journal = out_dir / f"add_norm_{tag}.partial.jsonl"  # resumable: finished cells survive a cut-short run
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as pr:
-        rows, skipped = run(shapes, dtypes, kinds, modes, methods, args.device, pr)
+        rows, skipped = run(shapes, dtypes, kinds, modes, methods, args.device, pr, journal=journal)
     cond = conditions(args.device, skipped)
-    csv_path, json_path = write_results(rows, cond, Path(args.out), tag="gpu" if args.device == "cuda" else "gpu_cpu")
+    csv_path, json_path = write_results(rows, cond, out_dir, tag=tag)
+    journal.unlink(missing_ok=True)
     _print_summary(rows)
     print(f"results: {csv_path}  {json_path}")
     for k, v in skipped.items():

@@ -200,13 +200,6 @@ def _cell_key(op, kind, dt, n, d, mode) -> str:
     return f"{op}|{kind}|{dt}|{n}|{d}|{mode}"
 
 
-def _read_journal(journal: Path | None) -> dict:
-    from ..store import read_journal
-
-    return dict(read_journal(journal, lambda rec: ((rec["cell"], tuple(rec["methods"])),
-                                                   ([OpRow(**r) for r in rec["rows"]], rec["skipped"]))))
-
-
 def run(ops, shapes, dtypes, kinds, modes, methods=METHODS, device="cuda", progress=None, *, timer=None,
         floor_bytes: int | None = None, journal: Path | None = None) -> tuple[list[OpRow], dict]:
     """Every op x norm x dtype x shape x mode, its methods timed side by side with the copy floor. Returns the rows
@@ -216,7 +209,7 @@ def run(ops, shapes, dtypes, kinds, modes, methods=METHODS, device="cuda", progr
 
     timer = timer or gpu._timed
     floor_bytes = floor_bytes or gpu.FLOOR_BYTES
-    done = _read_journal(journal)
+    done = gpu.read_cells(journal, OpRow)
     rows, skipped = [], {}
     src = torch.ones(floor_bytes // 4, device=device)
     dst = torch.empty_like(src)
@@ -242,10 +235,7 @@ def run(ops, shapes, dtypes, kinds, modes, methods=METHODS, device="cuda", progr
                                                             device, timer, floor_step, floor_bytes)
                             rows += cell_rows
                             skipped |= cell_skipped
-                            if journal is not None:
-                                with journal.open("a") as f:
-                                    f.write(json.dumps({"cell": key, "methods": list(methods), "skipped": cell_skipped,
-                                                        "rows": [asdict(r) for r in cell_rows]}) + "\n")
+                            gpu.append_cell(journal, key, methods, cell_skipped, cell_rows)
                         if progress:
                             progress.advance(task)
     return rows, skipped
