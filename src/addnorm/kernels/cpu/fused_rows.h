@@ -106,12 +106,20 @@ static void AN_FN(fused_fwd_rows_any)(const an_ffwd_args *a, int64_t r0, int64_t
  * that arithmetic, not the memory bus, set the speed. */
 static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body)(const an_ffwd_args *a,
                                                                                    int64_t r0, int64_t r1,
-                                                                                   const an_rows *sc, const int nf) {
+                                                                                   const an_rows *sc, const int nf,
+                                                                                   const int rms) {
     const int64_t D = a->D;
     const float inv_d = 1.0f / (float)D;
     float *restrict buf = sc->r[0];
     uint16_t *restrict s16 = (uint16_t *)sc->r[1], *restrict o16 = (uint16_t *)sc->r[2];
     for (int64_t r = r0; r < r1; r++) {
+        if (r + AN_PF_AHEAD < r1) { /* a later row's inputs (see prefetch_span) */
+            const int64_t f = r + AN_PF_AHEAD;
+            AN_FN(prefetch_span)((const uint16_t *)a->x + f * a->x_rs, (size_t)D * 2);
+            AN_FN(prefetch_span)(a->a ? (const uint16_t *)a->a + f * a->a_rs : NULL, (size_t)D * 2);
+            AN_FN(prefetch_span)(a->m ? (const uint16_t *)a->m + f * a->m_rs : NULL, (size_t)D * 2);
+            AN_FN(prefetch_span)(a->post ? (const uint16_t *)a->post + f * a->post_rs : NULL, (size_t)D * 2);
+        }
         const uint16_t *restrict x = (const uint16_t *)a->x + r * a->x_rs;
         const uint16_t *av = a->a ? (const uint16_t *)a->a + r * a->a_rs : NULL;
         const uint16_t *mv = a->m ? (const uint16_t *)a->m + r * a->m_rs : NULL;
@@ -127,14 +135,14 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
                     float v = an_bf16_round_nf(an_bf16_to_f32(x[i + j]) + t);
                     buf[i + j] = v;
                     so[i + j] = (uint16_t)(an_f32_bits(v) >> 16);
-                    acc[j] += v;
+                    acc[j] += rms ? v * v : v;
                 }
             for (; i < D; i++) {
                 float t = an_bf16_round_nf(an_bf16_to_f32(av[i]) + an_bf16_to_f32(mv[i]));
                 float v = an_bf16_round_nf(an_bf16_to_f32(x[i]) + t);
                 buf[i] = v;
                 so[i] = (uint16_t)(an_f32_bits(v) >> 16);
-                acc[0] += v;
+                acc[0] += rms ? v * v : v;
             }
         } else if (av) {
             for (; i + AN_LANES <= D; i += AN_LANES)
@@ -142,24 +150,24 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
                     float v = an_bf16_round_nf(an_bf16_to_f32(x[i + j]) + an_bf16_to_f32(av[i + j]));
                     buf[i + j] = v;
                     so[i + j] = (uint16_t)(an_f32_bits(v) >> 16);
-                    acc[j] += v;
+                    acc[j] += rms ? v * v : v;
                 }
             for (; i < D; i++) {
                 float v = an_bf16_round_nf(an_bf16_to_f32(x[i]) + an_bf16_to_f32(av[i]));
                 buf[i] = v;
                 so[i] = (uint16_t)(an_f32_bits(v) >> 16);
-                acc[0] += v;
+                acc[0] += rms ? v * v : v;
             }
         } else {
             for (; i + AN_LANES <= D; i += AN_LANES)
-                for (int j = 0; j < AN_LANES; j++) { float v = an_bf16_to_f32(x[i + j]); buf[i + j] = v; acc[j] += v; }
-            for (; i < D; i++) { float v = an_bf16_to_f32(x[i]); buf[i] = v; acc[0] += v; }
+                for (int j = 0; j < AN_LANES; j++) { float v = an_bf16_to_f32(x[i + j]); buf[i + j] = v; acc[j] += rms ? v * v : v; }
+            for (; i < D; i++) { float v = an_bf16_to_f32(x[i]); buf[i] = v; acc[0] += rms ? v * v : v; }
         }
         if (s_row && a->nt) AN_FN(stream_bytes)(s_row, s16, (size_t)D * 2);
         float mean = 0.0f;
-        const float rstd = an_rstd(a->kind == AN_LAYER ? AN_FN(layer_moments)(buf, D, AN_FN(hsum)(acc), &mean)
-                                                         / (float)D
-                                                       : AN_FN(sq_dev_sum)(buf, 0.0f, D) * inv_d, a->eps);
+        /* RMSNorm: the sum of squares taken in the first pass (sq_dev_sum's sums, in its order, with mean 0) */
+        const float rstd = an_rstd(rms ? AN_FN(hsum)(acc) * inv_d
+                                       : AN_FN(layer_moments)(buf, D, AN_FN(hsum)(acc), &mean) / (float)D, a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
         for (int k = 0; k < 2; k++) {
@@ -188,11 +196,15 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
  * outputs too when the float32 operands (weights, biases, weight_offset, eps) hold no NaN that would need it */
 static void AN_FN(fused_fwd_rows_bf16)(const an_ffwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
     const int64_t D = a->D;
-    if (an_nan_safe(a->w1, D) && an_nan_safe(a->b1, D) && an_nan_safe(a->w2, D) && an_nan_safe(a->b2, D) &&
-        an_scalar_nan_safe(a->weight_offset) && an_scalar_nan_safe(a->eps))
-        AN_FN(fused_fwd_rows_bf16_body)(a, r0, r1, sc, 1);
-    else
-        AN_FN(fused_fwd_rows_bf16_body)(a, r0, r1, sc, 0);
+    const int nf = an_nan_safe(a->w1, D) && an_nan_safe(a->b1, D) && an_nan_safe(a->w2, D) &&
+                   an_nan_safe(a->b2, D) && an_scalar_nan_safe(a->weight_offset) && an_scalar_nan_safe(a->eps);
+    if (a->kind == AN_LAYER) {
+        if (nf) AN_FN(fused_fwd_rows_bf16_body)(a, r0, r1, sc, 1, 0);
+        else AN_FN(fused_fwd_rows_bf16_body)(a, r0, r1, sc, 0, 0);
+    } else {
+        if (nf) AN_FN(fused_fwd_rows_bf16_body)(a, r0, r1, sc, 1, 1);
+        else AN_FN(fused_fwd_rows_bf16_body)(a, r0, r1, sc, 0, 1);
+    }
 }
 
 static void AN_FN(fused_fwd_rows)(const an_ffwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
@@ -280,6 +292,13 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
     const float off1 = (a->dy && a->w1) ? a->weight_offset : 0.0f, off2 = a->w2 ? a->weight_offset : 0.0f;
     const uint16_t *zeros16 = (const uint16_t *)sc->zeros;
     for (int64_t r = r0; r < r1; r++) {
+        if (r + AN_PF_AHEAD < r1) { /* a later row's inputs (see prefetch_span) */
+            const int64_t f = r + AN_PF_AHEAD;
+            AN_FN(prefetch_span)((const uint16_t *)a->s + f * a->s_rs, (size_t)D * 2);
+            AN_FN(prefetch_span)(a->dy ? (const uint16_t *)a->dy + f * a->dy_rs : NULL, (size_t)D * 2);
+            AN_FN(prefetch_span)((has2 && a->dy2) ? (const uint16_t *)a->dy2 + f * a->dy2_rs : NULL, (size_t)D * 2);
+            AN_FN(prefetch_span)(a->dres ? (const uint16_t *)a->dres + f * a->dres_rs : NULL, (size_t)D * 2);
+        }
         const uint16_t *restrict s = (const uint16_t *)a->s + r * a->s_rs;
         const uint16_t *restrict dy = a->dy ? (const uint16_t *)a->dy + r * a->dy_rs : zeros16;
         const uint16_t *restrict dy2 = (has2 && a->dy2) ? (const uint16_t *)a->dy2 + r * a->dy2_rs : zeros16;

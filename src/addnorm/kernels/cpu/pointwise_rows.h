@@ -130,6 +130,10 @@ static inline __attribute__((always_inline)) void AN_FN(pw_fwd_rows_bf16_body)(c
     const float al = a->alpha, sh = a->shift;
     const int dyt = a->kind == AN_DYT;
     for (int64_t r = r0; r < r1; r++) {
+        if (r + AN_PF_AHEAD < r1) { /* a later row's inputs (see prefetch_span) */
+            AN_FN(prefetch_span)((const uint16_t *)a->x + (r + AN_PF_AHEAD) * a->x_rs, (size_t)D * 2);
+            AN_FN(prefetch_span)(a->res ? (const uint16_t *)a->res + (r + AN_PF_AHEAD) * a->res_rs : NULL, (size_t)D * 2);
+        }
         const uint16_t *restrict x = (const uint16_t *)a->x + r * a->x_rs;
         uint16_t *y_row = (uint16_t *)a->y + r * D;
         uint16_t *restrict d = a->nt ? o16 : y_row;
@@ -210,6 +214,12 @@ static inline __attribute__((always_inline)) void AN_FN(pw_bwd_block_bf16_body)(
     const float al = a->alpha, sh = a->shift;
     const uint16_t *zeros16 = (const uint16_t *)sc->zeros;
     for (int64_t r = b0; r < b1; r++) {
+        if (r + AN_PF_AHEAD < b1) { /* a later row's inputs (see prefetch_span) */
+            const int64_t f = r + AN_PF_AHEAD;
+            AN_FN(prefetch_span)((const uint16_t *)a->s + f * D, (size_t)D * 2);
+            AN_FN(prefetch_span)((const uint16_t *)a->dy + f * a->dy_rs, (size_t)D * 2);
+            AN_FN(prefetch_span)(a->dres ? (const uint16_t *)a->dres + f * a->dres_rs : NULL, (size_t)D * 2);
+        }
         const uint16_t *restrict s = (const uint16_t *)a->s + r * D;
         const uint16_t *restrict dy = (const uint16_t *)a->dy + r * a->dy_rs;
         const uint16_t *restrict dres = a->dres ? (const uint16_t *)a->dres + r * a->dres_rs : zeros16;

@@ -114,6 +114,8 @@ static inline __attribute__((always_inline)) void AN_FN(stream_fwd_fixed)(const 
     for (int64_t t = r0; t < r1; t++) {
         const char *xrow = (const char *)a->x + t * (int64_t)n * C * (int64_t)es;
         if (a->op == AN_STREAM_READ) {
+            if (t + AN_PF_AHEAD < r1) /* a later token's n rows (see prefetch_span) */
+                AN_FN(prefetch_span)(xrow + (size_t)AN_PF_AHEAD * (size_t)n * (size_t)C * es, (size_t)n * (size_t)C * es);
             AN_FN(stream_read_row)((char *)a->out + t * C * (int64_t)es, xrow, a->h_pre + t * n, C, n, bf16, nf,
                                    a->nt, tmp);
         } else { /* every row is read n times: converted once */
