@@ -136,3 +136,26 @@ def test_the_backward_has_its_own_warps_and_the_sweep_sets_them():
     names = [name for grid in gpu_tune.SWEEPS.values() for name in grid[1]]
     assert all(name in ops.LAUNCH_PARAMS for name in names)
     assert len(names) == len(set(names))  # disjoint: the merged best setting is each sweep's own
+
+
+def test_the_backward_tile_is_its_own_parameter(monkeypatch):
+    """backward_tile sizes the backward's tiles apart from the forward's ``tile``: 4096 by default (the value the
+    two shared), taking 2 to 8 rows of 4096 a step when set larger; the interpreter keeps its own tile."""
+    assert ops.launch()["backward_tile"] == 4096
+    assert ops.config(64, 4096, 16, 1024, tile_elems=16384)[0] == 4  # four rows of 4096 a tile
+    assert ops.config(64, 4096, 2, 1024, tile_elems=16384)[0] == 2  # at most backward_rows
+    assert ops.config(64, 4096)[0] == max(ops.tile() // 4096, 1)  # the forward's rule, unchanged
+    interpreted = ops.availability().interpreted
+    assert ops.backward_tile() == (ops._INTERPRETER_TILE if interpreted else 4096)
+    forward_tile = ops.launch()["tile"]
+    old = ops.set_launch(backward_tile=16384)
+    try:
+        monkeypatch.setattr(ops, "availability", lambda: SimpleNamespace(interpreted=False))
+        assert ops.backward_tile() == 16384  # on a GPU: the parameter
+        assert ops.launch()["tile"] == forward_tile  # the forward's tile untouched
+    finally:
+        monkeypatch.undo()
+        ops.set_launch(**old)
+    with pytest.raises(ValueError, match="backward_tile must be a power of two"):
+        ops.parse_launch("backward_tile=6000")
+    assert gpu_tune.SWEEPS["bwd_tile"] == ("bwd", {"backward_tile": [4096, 8192, 16384, 32768]})

@@ -94,7 +94,10 @@ def min_bytes(mode: str, n: int, d: int, es: int) -> int:
     return per * n * d * es
 
 
-FLOOR_BYTES = 256 << 20  # far beyond any last-level cache: the copy runs at DRAM bandwidth
+# two buffers of this size (512 MiB) exceed the last-level cache, so the copy runs at DRAM bandwidth: on the
+# 2-core Xeon, whose cache is 480 MiB, it ran at the same 26 GB/s with the caches emptied before each call
+# (benchmarks/bench_cold.py) as without
+FLOOR_BYTES = 256 << 20
 
 
 # cells moving at least this many bytes time the floor again beside their methods: this machine's

@@ -33,6 +33,8 @@ SWEEPS = {
     "bwd": ("bwd", {"backward_rows": [4, 16], "programs_per_sm": [1, 2, 4],
                     "backward_elems_per_warp": [256, 512, 1024]}),
     "reduce": ("bwd", {"reduce_block": [64, 256], "reduce_rows": [1, 8, 32]}),
+    # rows per backward tile at wide rows: one 4096-element row a program step was the H200's bf16 weak side
+    "bwd_tile": ("bwd", {"backward_tile": [4096, 8192, 16384, 32768]}),
 }
 
 

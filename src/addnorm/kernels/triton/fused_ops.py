@@ -8,7 +8,7 @@ import torch
 from ..rows import as_rows, resolved
 from .availability import availability
 from .ops import (_OPTIONS, MAX_BLOCK, SUPPORTED_DTYPES, _device, _programs, _reduce, _tl_dtype, backward_rows,
-                  config)
+                  backward_tile, config)
 
 
 def applies(*ts, D: int = 1) -> bool:
@@ -27,8 +27,8 @@ def _k():
     return fused_kernels
 
 
-def _config(N: int, D: int, max_rows: int | None = None):
-    rows, block, _, nw = config(N, D, max_rows)  # D <= MAX_BLOCK here: one chunk
+def _config(N: int, D: int, max_rows: int | None = None, tile_elems: int | None = None):
+    rows, block, _, nw = config(N, D, max_rows, tile_elems=tile_elems)  # D <= MAX_BLOCK here: one chunk
     return rows, block, nw
 
 
@@ -101,7 +101,7 @@ def parallel_backward(dy, dy2, dres, s, stats, weight, bias, weight2, bias2, kin
     ds = torch.empty(s.shape, dtype=s.dtype, device=dev)
     sums = [None] * 4
     if N:
-        rows, block, warps = _config(N, D, backward_rows())
+        rows, block, warps = _config(N, D, backward_rows(), backward_tile())
         programs = _programs(-(-N // rows), s)
         per_program = -(-N // programs)
         programs = -(-N // per_program)

@@ -31,15 +31,21 @@ _ELEMS_PER_WARP = 256  # a tile of E elements runs on E / this many warps (at le
 # LayerNorm 32768 x 2048 (docs/performance.md, "Launch parameters on a GPU")
 _BACKWARD_ELEMS_PER_WARP = 1024
 _BACKWARD_ROWS = 16  # at most this many rows per backward tile: a tile's column sums are plain float32 sums
+# elements per backward tile (its rows: this over the row's width, at most _BACKWARD_ROWS). The forward's 4096
+# until measured otherwise: at D = 4096 a backward program then takes one row at a time, which in bf16 keeps
+# half the bytes in flight that float32 does (the H200's bf16 backward ran at 0.2-0.5 of the copy floor); the
+# "bwd_tile" sweep of benchmarks/tune_gpu.py measures larger ones
+_BACKWARD_TILE = 4096
 _PROGRAMS_PER_SM = 2  # backward programs (each one row of weight-gradient partials) per multiprocessor
 _REDUCE_BLOCK = 256  # columns of the partials per reduction program
 _REDUCE_ROWS = 1  # partial rows the reduction loads at a time
 LAUNCH_PARAMS = {"tile": "_GPU_TILE", "elems_per_warp": "_ELEMS_PER_WARP",
                  "backward_elems_per_warp": "_BACKWARD_ELEMS_PER_WARP", "backward_rows": "_BACKWARD_ROWS",
+                 "backward_tile": "_BACKWARD_TILE",
                  "programs_per_sm": "_PROGRAMS_PER_SM", "reduce_block": "_REDUCE_BLOCK", "reduce_rows": "_REDUCE_ROWS"}
 
 
-_LAUNCH_MAX = {"tile": 1 << 16, "elems_per_warp": 1 << 16, "backward_elems_per_warp": 1 << 16,
+_LAUNCH_MAX = {"tile": 1 << 16, "elems_per_warp": 1 << 16, "backward_elems_per_warp": 1 << 16, "backward_tile": 1 << 16,
                "backward_rows": 1 << 10, "programs_per_sm": 64, "reduce_block": 1 << 12, "reduce_rows": 1 << 10}
 
 
@@ -118,10 +124,17 @@ def backward_rows() -> int:
     return _BACKWARD_ROWS
 
 
-def config(N: int, D: int, max_rows: int | None = None, per_warp: int | None = None) -> tuple[int, int, int, int]:
-    """(ROWS, BLOCK, CHUNKS, num_warps) for N rows of D elements: a tile is ROWS rows x BLOCK columns."""
+def backward_tile() -> int:
+    """Elements per backward program tile (the interpreter's tile under the interpreter, as the forward's)."""
+    return _INTERPRETER_TILE if availability().interpreted else _BACKWARD_TILE
+
+
+def config(N: int, D: int, max_rows: int | None = None, per_warp: int | None = None,
+           tile_elems: int | None = None) -> tuple[int, int, int, int]:
+    """(ROWS, BLOCK, CHUNKS, num_warps) for N rows of D elements: a tile is ROWS rows x BLOCK columns, of at most
+    ``tile_elems`` elements (default the forward's ``tile()``) unless one row is longer."""
     block = min(_next_pow2(D), MAX_BLOCK)
-    t = tile()
+    t = tile_elems or tile()
     rows = min(max(t // block, 1), _next_pow2(max(N, 1)), max_rows or t)
     return rows, block, -(-D // block), warps(rows * block, per_warp=per_warp)
 
@@ -193,7 +206,7 @@ def backward(kind, dy, dres, s, stats, weight, weight_offset, ds, dx, want_dweig
     dy, dres, s, weight = resolved(dy, dres, s, weight)
     k = _kernels()
     w = _param(weight, D)
-    rows, block, chunks, nw = config(N, D, backward_rows(), _BACKWARD_ELEMS_PER_WARP)
+    rows, block, chunks, nw = config(N, D, backward_rows(), _BACKWARD_ELEMS_PER_WARP, backward_tile())
     programs = _programs(-(-N // rows), s)
     per_program = -(-N // programs)
     programs = -(-N // per_program)
