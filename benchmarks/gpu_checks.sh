@@ -9,8 +9,9 @@
 #      then Add & Norm's own table. Each fused-forms cell compiles the eager math afresh for torch.compile:
 #      on an H200 an mHC cell took about a minute of compiling (3 cells in 230 s), the others far less, so
 #      FORMS_OPS puts mhc last by default.
+# TUNE_SWEEPS picks the sweeps (default bwd_tile, the one not yet run on a GPU; fwd,bwd,reduce,bwd_tile: all).
 # Stage budgets in seconds: T_TUNE, T_TESTS, T_FORMS, T_ADDNORM; 0 skips a stage. ADDNORM_ARGS narrows
-# Add & Norm's grid (bench_gpu.py's --shapes/--dtypes/--kinds/--modes). The defaults (130 + 200 +
+# Add & Norm's grid (bench_gpu.py's --shapes/--dtypes/--kinds/--modes). The defaults (130 + 170 +
 # 200 + 0, with the probe's 60) fit one 600 s device command. Each stage's exit status is logged, and the
 # script exits 1 if any stage failed or ran out of time. The two benchmark stages journal each finished cell
 # in OUT (fused_forms_gpu.partial.jsonl, add_norm_gpu.partial.jsonl): git ignores *.partial.jsonl, so to resume
@@ -40,7 +41,8 @@ stage "machine"
 stage "mHC-lite probe"
 run 60 "mHC-lite probe" python3 benchmarks/check_mhc_lite_gpu.py >> "$log" 2>&1
 stage "launch sweep"
-run "${T_TUNE:-130}" "launch sweep" python3 benchmarks/tune_gpu.py --out "$OUT" > "$OUT/tune.txt" 2>&1
+run "${T_TUNE:-130}" "launch sweep" python3 benchmarks/tune_gpu.py --sweeps "${TUNE_SWEEPS:-bwd_tile}" --out "$OUT" \
+  > "$OUT/tune.txt" 2>&1
 tail -n 40 "$OUT/tune.txt" >> "$log"; rm -f "$OUT/tune.txt"
 best=$(python3 - "$OUT/gpu_tune.json" 2>/dev/null <<'PY'
 import json, sys
@@ -52,7 +54,7 @@ if [ -n "$best" ]; then export ADDNORM_TRITON_LAUNCH="$best"; fi
 stage "tests (ADDNORM_TRITON_LAUNCH=${ADDNORM_TRITON_LAUNCH:-defaults})"
 # one process: on an H200 eight xdist workers spent the stage importing torch and Triton (170 s, nothing
 # printed), where one process ran all 256 checks in 130 s
-run "${T_TESTS:-200}" "tests" python3 -m pytest -q -p no:cacheprovider -p no:benchmark -rfEs tests/ops/test_fused_cuda.py \
+run "${T_TESTS:-170}" "tests" python3 -m pytest -q -p no:cacheprovider -p no:benchmark -rfEs tests/ops/test_fused_cuda.py \
   tests/kernels/test_triton_cuda.py tests/frontier/test_frontier_cuda.py tests/interop/test_patch.py >> "$log" 2>&1
 stage "fused forms (ADDNORM_TRITON_LAUNCH=${ADDNORM_TRITON_LAUNCH:-defaults})"
 run "${T_FORMS:-200}" "fused forms" python3 benchmarks/bench_gpu.py \

@@ -288,6 +288,10 @@ def test_bench_gpu_ops_option(monkeypatch, tmp_path, capsys):
                                                               for m in ("addnorm", "eager")}
     assert (tmp_path / "fused_forms_gpu_cpu.md").exists() and not list(tmp_path.glob("*.partial.jsonl"))
     assert data["conditions"]["ops"] == ["stream_write", "mhc"]
+    from addnorm.kernels.triton import availability, ops as triton_ops
+
+    if availability().available:  # the launch parameters the kernels ran with, as ADDNORM_TRITON_LAUNCH writes them
+        assert triton_ops.parse_launch(data["conditions"]["launch"]) == triton_ops.launch()
 
 
 def test_cpu_behaviour_of_fused_forms_inputs_is_unchanged():

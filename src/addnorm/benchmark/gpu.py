@@ -199,6 +199,10 @@ def conditions(device: str, skipped: dict) -> dict:
     cond = {"device": device, "torch": torch.__version__, "python": platform.python_version(),
             "triton": availability().reason, "skipped": skipped,
             "timing": "CUDA events around blocks of 10 calls, methods interleaved, 30 rounds; median per call"}
+    if availability().available:  # the Triton kernels' launch parameters in force (ADDNORM_TRITON_LAUNCH)
+        from ..kernels.triton import ops as triton_ops
+
+        cond["launch"] = ",".join(f"{k}={v}" for k, v in triton_ops.launch().items())
     if device == "cuda":
         p = torch.cuda.get_device_properties(0)
         cond |= {"gpu": p.name, "sms": p.multi_processor_count, "memory_gib": round(p.total_memory / 2**30, 1),
