@@ -113,13 +113,6 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
     float *restrict buf = sc->r[0];
     uint16_t *restrict s16 = (uint16_t *)sc->r[1], *restrict o16 = (uint16_t *)sc->r[2];
     for (int64_t r = r0; r < r1; r++) {
-        if (r + AN_PF_AHEAD < r1) { /* a later row's inputs (see prefetch_span) */
-            const int64_t f = r + AN_PF_AHEAD;
-            AN_FN(prefetch_span)((const uint16_t *)a->x + f * a->x_rs, (size_t)D * 2);
-            AN_FN(prefetch_span)(a->a ? (const uint16_t *)a->a + f * a->a_rs : NULL, (size_t)D * 2);
-            AN_FN(prefetch_span)(a->m ? (const uint16_t *)a->m + f * a->m_rs : NULL, (size_t)D * 2);
-            AN_FN(prefetch_span)(a->post ? (const uint16_t *)a->post + f * a->post_rs : NULL, (size_t)D * 2);
-        }
         const uint16_t *restrict x = (const uint16_t *)a->x + r * a->x_rs;
         const uint16_t *av = a->a ? (const uint16_t *)a->a + r * a->a_rs : NULL;
         const uint16_t *mv = a->m ? (const uint16_t *)a->m + r * a->m_rs : NULL;
@@ -170,6 +163,15 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
                                        : AN_FN(layer_moments)(buf, D, AN_FN(hsum)(acc), &mean) / (float)D, a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
+        if (r + 1 < r1) { /* EXP: next row, into L1, while this one is written */
+            const int64_t f = r + 1;
+            for (int64_t o = 0; o < D * 2; o += 64) {
+                __builtin_prefetch((const char *)((const uint16_t *)a->x + f * a->x_rs) + o, 0, 3);
+                if (a->a) __builtin_prefetch((const char *)((const uint16_t *)a->a + f * a->a_rs) + o, 0, 3);
+                if (a->m) __builtin_prefetch((const char *)((const uint16_t *)a->m + f * a->m_rs) + o, 0, 3);
+                if (a->post) __builtin_prefetch((const char *)((const uint16_t *)a->post + f * a->post_rs) + o, 0, 3);
+            }
+        }
         for (int k = 0; k < 2; k++) {
             void *dst = k == 0 ? a->y : a->y2;
             if (!dst) continue;

@@ -102,6 +102,20 @@ static inline void AN_FN(prefetch_span)(const void *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)p + o, 0, 2);
 }
 
+/* The next row of up to four inputs (NULL: none but the first), into L1, asked for between a row's reducing pass
+ * and its writing pass: prefetch_chunk's pattern, for the fused forms' two-pass loops, where it beat
+ * prefetch_span two rows ahead. On the 2-core Xeon, caches flushed before each call, 8192 x 1024 bf16: the
+ * parallel form's LayerNorm forward 3.25 ms against 3.87, norm-then-add's 2.31 against 2.58 (RMSNorm 2.13
+ * against 2.55). */
+static inline void AN_FN(prefetch_next)(const void *a, const void *b, const void *c, const void *d, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) {
+        __builtin_prefetch((const char *)a + o, 0, 3);
+        if (b) __builtin_prefetch((const char *)b + o, 0, 3);
+        if (c) __builtin_prefetch((const char *)c + o, 0, 3);
+        if (d) __builtin_prefetch((const char *)d + o, 0, 3);
+    }
+}
+
 /* Store a float32 row in the storage dtype; streamed when nt (scratch: room for n 16-bit values). */
 static void AN_FN(put_row)(void *restrict dst, const float *restrict src, int64_t n, int dt, int nt, void *restrict scratch) {
     if (!nt) {
