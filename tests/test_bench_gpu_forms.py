@@ -237,6 +237,16 @@ def test_the_cpu_timer_and_the_journal(tmp_path):
     again, _ = gpu_forms.run(["stream_read"], [SHAPE], ["float32"], ["rms"], ["fwd", "fwdbwd"], ["addnorm", "eager"],
                              device="cpu", timer=never, floor_bytes=1 << 16, journal=journal)
     assert again == rows
+    from addnorm.kernels.triton import availability, ops as triton_ops
+
+    if availability().available:  # cells measured under other launch parameters are measured again
+        old = triton_ops.set_launch(reduce_rows=8 if triton_ops.launch()["reduce_rows"] != 8 else 4)
+        try:
+            with pytest.raises(AssertionError, match="measured again"):
+                gpu_forms.run(["stream_read"], [SHAPE], ["float32"], ["rms"], ["fwd"], ["addnorm", "eager"],
+                              device="cpu", timer=never, floor_bytes=1 << 16, journal=journal)
+        finally:
+            triton_ops.set_launch(**old)
 
 
 

@@ -103,6 +103,18 @@ def _method(method, kind, compiled):
     return {"liger": liger_method, "flash_attn": flash_attn_method}[method](kind)
 
 
+def launch_label() -> str | None:
+    """The Triton kernels' launch parameters in force, as ADDNORM_TRITON_LAUNCH writes them (None without Triton):
+    the results' conditions say it, and a journalled cell measured under other parameters is measured again."""
+    from ..kernels.triton import availability
+
+    if not availability().available:
+        return None
+    from ..kernels.triton import ops as triton_ops
+
+    return ",".join(f"{k}={v}" for k, v in triton_ops.launch().items())
+
+
 def read_cells(journal: Path | None, row_type) -> dict:
     """{(cell key, methods): (rows, skipped)} from a GPU benchmark's journal (``append_cell``'s lines)."""
     from ..store import read_journal
@@ -148,7 +160,7 @@ def run(shapes, dtypes, kinds, modes, methods, device, progress=None, *, journal
             es = torch.tensor([], dtype=dtype).element_size()
             for kind in kinds:
                 for mode in modes:
-                    key = f"{kind}|{dt_name}|{n}|{d}|{mode}"
+                    key = f"{kind}|{dt_name}|{n}|{d}|{mode}|{launch_label()}"
                     hit = done.get((key, tuple(methods)))  # measured before, with the same methods
                     if hit is not None:
                         rows += hit[0]
@@ -200,9 +212,7 @@ def conditions(device: str, skipped: dict) -> dict:
             "triton": availability().reason, "skipped": skipped,
             "timing": "CUDA events around blocks of 10 calls, methods interleaved, 30 rounds; median per call"}
     if availability().available:  # the Triton kernels' launch parameters in force (ADDNORM_TRITON_LAUNCH)
-        from ..kernels.triton import ops as triton_ops
-
-        cond["launch"] = ",".join(f"{k}={v}" for k, v in triton_ops.launch().items())
+        cond["launch"] = launch_label()
     if device == "cuda":
         p = torch.cuda.get_device_properties(0)
         cond |= {"gpu": p.name, "sms": p.multi_processor_count, "memory_gib": round(p.total_memory / 2**30, 1),

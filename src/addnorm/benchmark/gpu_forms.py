@@ -197,7 +197,9 @@ def _method(method, op, kind):
 
 
 def _cell_key(op, kind, dt, n, d, mode) -> str:
-    return f"{op}|{kind}|{dt}|{n}|{d}|{mode}"
+    from .gpu import launch_label
+
+    return f"{op}|{kind}|{dt}|{n}|{d}|{mode}|{launch_label()}"  # other launch parameters: measured again
 
 
 def run(ops, shapes, dtypes, kinds, modes, methods=METHODS, device="cuda", progress=None, *, timer=None,

@@ -1,11 +1,12 @@
 """Sweep the Triton kernels' launch parameters on the GPU at hand (``kernels.triton.ops.LAUNCH_PARAMS``).
 
-Three sweeps, each over fused Add & Norm (the op every other fused form's launch follows), per norm x dtype x
+Four sweeps, each over fused Add & Norm (the op every other fused form's launch follows), per norm x dtype x
 shape, the settings of one sweep timed side by side (CUDA events, interleaved, as ``gpu.cuda_interleaved``):
 
   * fwd  -- tile x elems_per_warp, timing the forward;
   * bwd  -- backward_rows x programs_per_sm x backward_elems_per_warp, timing the backward;
-  * reduce -- reduce_block x reduce_rows (the weight-gradient reduction), timing the backward.
+  * reduce -- reduce_block x reduce_rows (the weight-gradient reduction), timing the backward;
+  * bwd_tile -- backward_tile (elements per backward tile: 2 to 8 rows of 4096 a step), timing the backward.
 
 Every other parameter keeps the value in force when the sweep started (the defaults, or
 ADDNORM_TRITON_LAUNCH's). Each cell's timings are appended to a JSON-lines journal as they are measured (an

@@ -163,15 +163,11 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
                                        : AN_FN(layer_moments)(buf, D, AN_FN(hsum)(acc), &mean) / (float)D, a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
-        if (r + 1 < r1) { /* EXP: next row, into L1, while this one is written */
-            const int64_t f = r + 1;
-            for (int64_t o = 0; o < D * 2; o += 64) {
-                __builtin_prefetch((const char *)((const uint16_t *)a->x + f * a->x_rs) + o, 0, 3);
-                if (a->a) __builtin_prefetch((const char *)((const uint16_t *)a->a + f * a->a_rs) + o, 0, 3);
-                if (a->m) __builtin_prefetch((const char *)((const uint16_t *)a->m + f * a->m_rs) + o, 0, 3);
-                if (a->post) __builtin_prefetch((const char *)((const uint16_t *)a->post + f * a->post_rs) + o, 0, 3);
-            }
-        }
+        if (r + 1 < r1) /* the next row, while this one is written (see prefetch_next) */
+            AN_FN(prefetch_next)((const uint16_t *)a->x + (r + 1) * a->x_rs,
+                                 a->a ? (const uint16_t *)a->a + (r + 1) * a->a_rs : NULL,
+                                 a->m ? (const uint16_t *)a->m + (r + 1) * a->m_rs : NULL,
+                                 a->post ? (const uint16_t *)a->post + (r + 1) * a->post_rs : NULL, (size_t)D * 2);
         for (int k = 0; k < 2; k++) {
             void *dst = k == 0 ? a->y : a->y2;
             if (!dst) continue;

@@ -76,10 +76,11 @@ static void AN_FN(stream_bytes)(void *restrict dst, const void *restrict src, si
 }
 
 /* Prefetch the chunk [c0, c0 + AN_CHUNK) of up to three rows (element size es) -- the next row's data,
- * requested while the current row's last pass runs. Narrow rows too: the hardware prefetcher alone left them
- * latency-bound from DRAM. On the 2-core Xeon (AVX-512), 8192 x 1024 with the caches flushed before each call,
- * Add & Norm bf16 forward went from 0.83-0.85 of the copy floor to 1.02-1.06 and forward + backward from
- * 0.66-0.69 to 0.82-0.90 when rows of 1024 were prefetched as well (they were left out below 1025). */
+ * requested while the current row's last pass runs. Narrow rows too (every dtype): the hardware prefetcher alone
+ * left them latency-bound from DRAM. On the 2-core Xeon (AVX-512), 8192 x 1024 with the caches flushed before
+ * each call, Add & Norm bf16 went from 0.89-0.92 of the copy floor forward to 0.96-1.06, and from 0.68-0.69 to
+ * 0.83-0.93 fwd+bwd, when rows of 1024 were prefetched as well (they were left out below 1025;
+ * benchmarks/results/cold/compare_before_after.md). */
 #define AN_CHUNK 512
 static inline void AN_FN(prefetch_chunk)(const void *a, const void *b, const void *c, int64_t c0, int64_t D, int es) {
     int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
@@ -91,11 +92,10 @@ static inline void AN_FN(prefetch_chunk)(const void *a, const void *b, const voi
 }
 
 /* Ask for [p, p + bytes) into L2 (prefetcht1), a line at a time: the row or token AN_PF_AHEAD ahead of the
- * one being worked on, in the loops that do not walk their rows in prefetch_chunk's chunks. Same cause: on the
- * 2-core Xeon, caches flushed before each call, the bf16 stream read at 8192 tokens x 4 x 1024 took 5.2 ms
- * without it and 4.0 ms with it (1, 2, 4 or 8 tokens ahead alike; prefetchnta 11 ms), and norm-then-add's bf16
- * forward 3.5 ms and 2.6 ms. The stream write's forward is left out: float32 lost 10 % and bf16 gained nothing.
- * NULL: nothing. */
+ * one being worked on, in one-pass loops (DyT / Derf, the stream read) and the fused forms' backward. Same
+ * cause: on the 2-core Xeon, caches flushed before each call, the bf16 stream read at 8192 tokens x 4 x 1024
+ * took 4.93 ms without it and 3.80 ms with it (1, 2, 4 or 8 tokens ahead alike; prefetchnta was 2-3x slower).
+ * The stream write's forward is left out: float32 lost 10 % and bf16 gained nothing. NULL: nothing. */
 #define AN_PF_AHEAD 2
 static inline void AN_FN(prefetch_span)(const void *p, size_t bytes) {
     if (!p) return;
@@ -103,10 +103,9 @@ static inline void AN_FN(prefetch_span)(const void *p, size_t bytes) {
 }
 
 /* The next row of up to four inputs (NULL: none but the first), into L1, asked for between a row's reducing pass
- * and its writing pass: prefetch_chunk's pattern, for the fused forms' two-pass loops, where it beat
- * prefetch_span two rows ahead. On the 2-core Xeon, caches flushed before each call, 8192 x 1024 bf16: the
- * parallel form's LayerNorm forward 3.25 ms against 3.87, norm-then-add's 2.31 against 2.58 (RMSNorm 2.13
- * against 2.55). */
+ * and its writing pass: prefetch_chunk's pattern, for the fused forms' two-pass forward, where it beat
+ * prefetch_span two rows ahead by 10-20 %: on the 2-core Xeon, caches flushed before each call, 8192 x 1024
+ * bf16, the parallel form's LayerNorm forward took 3.25 ms against 3.87, norm-then-add's 2.31 against 2.58. */
 static inline void AN_FN(prefetch_next)(const void *a, const void *b, const void *c, const void *d, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) {
         __builtin_prefetch((const char *)a + o, 0, 3);
