@@ -42,7 +42,7 @@ def test_bench_options_are_refused_before_any_work(args, message, tmp_path, caps
 
 
 def test_one_journal_reader_skips_the_line_an_interruption_cut_short(tmp_path):
-    """store.read_journal, which the Add & Norm, fused-forms-on-GPU and launch-sweep benchmarks all resume from:
+    """store.read_journal, which the Add & Norm, fused-forms (CPU and GPU) and launch-sweep benchmarks resume from:
     records in order, a cut-short or refused line skipped, a missing journal empty."""
     from addnorm.store import read_journal
 
@@ -50,3 +50,22 @@ def test_one_journal_reader_skips_the_line_an_interruption_cut_short(tmp_path):
     assert read_journal(j, dict) == [] and read_journal(None, dict) == []
     j.write_text('{"cell": "a", "v": 1}\n[1, 2]\n{"v": 2}\n{"cell": "b", "v": 3}\n{"cell": "c", "v"')
     assert read_journal(j, lambda rec: (rec["cell"], rec["v"])) == [("a", 1), ("b", 3)]
+
+
+def test_the_fused_forms_benchmark_resumes_from_its_journal(tmp_path, monkeypatch):
+    """The CPU fused-forms benchmark reads its journal with store.read_journal too: finished rows are not
+    measured again, and a line an interruption cut short is skipped."""
+    from addnorm.benchmark import fused_forms
+
+    monkeypatch.setattr(fused_forms, "copy_floor_gbps", lambda: 10.0)
+    journal = tmp_path / "f.partial.jsonl"
+    args = (["stream_read"], [(8, 16)], ["float32"], ["rms"], ["fwd"], ("addnorm", "eager"))
+    rows = fused_forms.run(*args, journal=journal)
+    assert [r.method for r in rows] == ["addnorm", "eager"] and len(journal.read_text().splitlines()) == 2
+    journal.write_text(journal.read_text() + '{"op": "stream_read", "ki')
+
+    def never(*a, **k):
+        raise AssertionError("a journalled cell was measured again")
+
+    monkeypatch.setattr(fused_forms, "measure_interleaved", never)
+    assert fused_forms.run(*args, journal=journal) == rows

@@ -172,14 +172,10 @@ def make_step(fn, op, mode, n, d, dtype, kind, device="cpu"):
 
 def run(ops, shapes, dtypes, kinds, modes, methods=("addnorm", "eager", "compile"), progress=None,
         journal: Path | None = None) -> list[OpRow]:
-    done = {}
-    if journal is not None and journal.exists():
-        for line in journal.read_text().splitlines():
-            try:
-                r = OpRow(**json.loads(line))
-            except (TypeError, ValueError):
-                continue
-            done[(r.op, r.kind, r.dtype, r.rows, r.hidden, r.mode, r.method)] = r
+    from ..store import read_journal
+
+    done = {(r.op, r.kind, r.dtype, r.rows, r.hidden, r.mode, r.method): r
+            for r in read_journal(journal, lambda rec: OpRow(**rec))}
     floor = copy_floor_gbps()
     floor_step = None
     rows = []
