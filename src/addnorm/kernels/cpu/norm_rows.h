@@ -75,6 +75,20 @@ static void AN_FN(stream_bytes)(void *restrict dst, const void *restrict src, si
 #endif
 }
 
+/* [0, bytes) of up to four rows (NULL: none), into L1, a line at a time, the rows interleaved: the next row's
+ * data asked for while the current row's last pass runs -- prefetch_chunk's chunks of it, or the fused forms'
+ * whole next row between a row's reducing pass and its writing pass. There it beat prefetch_span two rows ahead
+ * by 10-20 %: on the 2-core Xeon, caches flushed before each call, 8192 x 1024 bf16, the parallel form's
+ * LayerNorm forward took 3.25 ms against 3.87, norm-then-add's 2.31 against 2.58. */
+static inline void AN_FN(prefetch_next)(const void *a, const void *b, const void *c, const void *d, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) {
+        if (a) __builtin_prefetch((const char *)a + o, 0, 3);
+        if (b) __builtin_prefetch((const char *)b + o, 0, 3);
+        if (c) __builtin_prefetch((const char *)c + o, 0, 3);
+        if (d) __builtin_prefetch((const char *)d + o, 0, 3);
+    }
+}
+
 /* Prefetch the chunk [c0, c0 + AN_CHUNK) of up to three rows (element size es) -- the next row's data,
  * requested while the current row's last pass runs. Narrow rows too (every dtype): the hardware prefetcher alone
  * left them latency-bound from DRAM. On the 2-core Xeon (AVX-512), 8192 x 1024 with the caches flushed before
@@ -83,12 +97,10 @@ static void AN_FN(stream_bytes)(void *restrict dst, const void *restrict src, si
  * benchmarks/results/cold/compare_before_after.md). */
 #define AN_CHUNK 512
 static inline void AN_FN(prefetch_chunk)(const void *a, const void *b, const void *c, int64_t c0, int64_t D, int es) {
-    int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
-    for (int64_t o = c0 * es; o < c1 * es; o += 64) {
-        if (a) __builtin_prefetch((const char *)a + o, 0, 3);
-        if (b) __builtin_prefetch((const char *)b + o, 0, 3);
-        if (c) __builtin_prefetch((const char *)c + o, 0, 3);
-    }
+    const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
+    const size_t o = (size_t)(c0 * es);
+    AN_FN(prefetch_next)(a ? (const char *)a + o : NULL, b ? (const char *)b + o : NULL,
+                         c ? (const char *)c + o : NULL, NULL, (size_t)((c1 - c0) * es));
 }
 
 /* Ask for [p, p + bytes) into L2 (prefetcht1), a line at a time: the row or token AN_PF_AHEAD ahead of the
@@ -100,19 +112,6 @@ static inline void AN_FN(prefetch_chunk)(const void *a, const void *b, const voi
 static inline void AN_FN(prefetch_span)(const void *p, size_t bytes) {
     if (!p) return;
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)p + o, 0, 2);
-}
-
-/* The next row of up to four inputs (NULL: none but the first), into L1, asked for between a row's reducing pass
- * and its writing pass: prefetch_chunk's pattern, for the fused forms' two-pass forward, where it beat
- * prefetch_span two rows ahead by 10-20 %: on the 2-core Xeon, caches flushed before each call, 8192 x 1024
- * bf16, the parallel form's LayerNorm forward took 3.25 ms against 3.87, norm-then-add's 2.31 against 2.58. */
-static inline void AN_FN(prefetch_next)(const void *a, const void *b, const void *c, const void *d, size_t bytes) {
-    for (size_t o = 0; o < bytes; o += 64) {
-        __builtin_prefetch((const char *)a + o, 0, 3);
-        if (b) __builtin_prefetch((const char *)b + o, 0, 3);
-        if (c) __builtin_prefetch((const char *)c + o, 0, 3);
-        if (d) __builtin_prefetch((const char *)d + o, 0, 3);
-    }
 }
 
 /* Store a float32 row in the storage dtype; streamed when nt (scratch: room for n 16-bit values). */
