@@ -9,6 +9,12 @@ the stream read took as long in bfloat16 as in float32. No eager or compile colu
 
     python benchmarks/bench_cold.py [--ops add_norm:layer,norm_add:rms,...] [--modes fwd,fwdbwd] [--tag NAME]
     python benchmarks/bench_cold.py --compare before,after   # two runs' tables side by side (compare_<a>_<b>.md)
+    python benchmarks/bench_cold.py --warm-rows 128 ...       # and each cell's arithmetic alone (below)
+
+--warm-rows K adds each cell's arithmetic time: the same call on K and on 2K rows, timed warm (in cache, no
+flush; median of many calls), the difference scaled to the full shape -- the per-call overhead cancels in the
+difference. Its column "arith bound" is the fraction of the floor the kernel could reach if its memory traffic
+cost nothing: below 0.85 (0.75 fwd+bwd), the floor target is out of this machine's reach at that arithmetic.
 
 It runs under the tuned allocator, as `addnorm bench --allocator tuned` does (add_norm.TUNED_MALLOC: glibc
 keeps freed memory; it re-executes itself with them when they are not set). Writes
@@ -43,6 +49,25 @@ def cold_median(fn, flush: torch.Tensor, runs: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def warm_median(fn, runs: int) -> float:
+    """Median seconds of ``fn()`` over ``runs`` calls back to back, its data left in cache."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def arithmetic_seconds(op: str, kind: str, mode: str, n: int, d: int, dtype: torch.dtype, k: int) -> float:
+    """The full shape's arithmetic alone: (time on 2k rows - time on k rows) * n / k, both warm."""
+    with torch.set_grad_enabled(mode != "fwd"):
+        t1, t2 = (warm_median(step_and_bytes(op, kind, mode, rows, d, dtype)[0], 201) for rows in (k, 2 * k))
+    return max(t2 - t1, 0.0) * n / k
 
 
 def step_and_bytes(op: str, kind: str, mode: str, n: int, d: int, dtype: torch.dtype):
@@ -81,6 +106,8 @@ def main() -> int:
     p.add_argument("--tag", default="now", help="names the output files (a build to compare: before, after)")
     p.add_argument("--out", default="benchmarks/results/cold")
     p.add_argument("--compare", help="two tags, comma separated: print and write their tables side by side")
+    p.add_argument("--warm-rows", type=int, default=0,
+                   help="K > 0: add each cell's arithmetic time, from warm calls on K and 2K rows")
     args = p.parse_args()
     if args.compare:
         a, b = args.compare.split(",")
@@ -103,18 +130,25 @@ def main() -> int:
                     t = cold_median(step, flush, args.runs)
                 rows.append({"op": op, "kind": kind, "dtype": dt, "mode": mode, "ms": t * 1e3,
                              "gbps": nbytes / t / 1e9, "of_floor": nbytes / t / 1e9 / floor})
-                print(f"{op} {kind} {dt} {mode}: {t * 1e3:.2f} ms, {rows[-1]['of_floor']:.2f} of the floor",
+                note = ""
+                if args.warm_rows:
+                    a = arithmetic_seconds(op, kind, mode, n, d, getattr(torch, dt), args.warm_rows)
+                    rows[-1] |= {"arith_ms": a * 1e3, "arith_bound": nbytes / a / 1e9 / floor if a else None}
+                    note = f"; arithmetic {a * 1e3:.2f} ms, bound {rows[-1]['arith_bound'] or 0:.2f} of the floor"
+                print(f"{op} {kind} {dt} {mode}: {t * 1e3:.2f} ms, {rows[-1]['of_floor']:.2f} of the floor{note}",
                       flush=True)
     cond = add_norm.conditions("tuned") | {
-        "shape": args.shape, "runs": args.runs, "floor_gbps": floor,
+        "shape": args.shape, "runs": args.runs, "floor_gbps": floor, "warm_rows": args.warm_rows,
         "timing": "median of runs, each call after a read-only pass over 1 GiB; the floor: torch copy_ of "
                   f"{floor_bytes >> 20} MiB timed the same way (bytes read + written)"}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / f"cold_{args.tag}.json", json.dumps({"conditions": cond, "rows": rows}, indent=1))
-    md = ["| op | norm | dtype | mode | ms | of floor |", "|---|---|---|---|---|---|"]
+    warm = bool(args.warm_rows)
+    md = ["| op | norm | dtype | mode | ms | of floor |" + (" arithmetic ms | arith bound |" if warm else ""),
+          "|---|---|---|---|---|---|" + ("---|---|" if warm else "")]
     md += [f"| {r['op']} | {r['kind']} | {r['dtype']} | {r['mode']} | {r['ms']:.2f} | {r['of_floor']:.2f} |"
-           for r in rows]
+           + (f" {r['arith_ms']:.2f} | {r['arith_bound'] or 0:.2f} |" if warm else "") for r in rows]
     atomic_write_text(out / f"cold_{args.tag}.md", "\n".join(md) + "\n")
     print(f"floor {floor:.1f} GB/s; results: {out / f'cold_{args.tag}.json'}")
     return 0
