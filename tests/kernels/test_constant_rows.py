@@ -7,7 +7,8 @@ kernel that takes the mean as ``sum * (1/D)`` (or ``sum / D`` of a rounded sum) 
 correct the mean by the mean deviation (Chan, Golub and LeVeque's corrected two-pass algorithm), which makes it
 exact. Checked here for every LayerNorm-computing op, on every instruction-set path of the CPU kernels (each in
 its own process) and on Triton (in the interpreter), in float32, bfloat16 and float16, at widths where 1/D is
-not exact; and a sum of squares that overflows float32 (finite inputs) gives NaN, as torch's does, not zeros.
+not exact; and a sum of squares that overflows float32 (finite inputs) gives NaN, as torch's does, not zeros --
+but zeros for RMSNorm, as torch's x * rsqrt(inf) does, whatever the weight.
 """
 
 import json
@@ -64,6 +65,27 @@ for row in big if backend != "torch" else ():
     r = addnorm.rms_norm(row[None], 4, backend=backend)  # torch's rms_norm: rsqrt(inf) = 0, zeros
     if not torch.equal(r, torch.nn.functional.rms_norm(row[None], (4,))):
         bad.append(f"rms_norm {backend}: overflow gave {r.tolist()}, torch zeros")
+# and with a weight above 1: eager forms x * rsqrt(inf) = 0 before the weight, zeros; a loop that multiplied by the
+# weight first (gcc may, under -fassociative-math) overflowed x * w to inf, and inf * 0 gave NaN
+from addnorm.fused_functional import rms_norm_add, parallel_add_rms_norm
+for D, N in ((4, 1), (4, 2), (1030, 1), (1030, 3)):
+    for dt in (torch.float32, torch.bfloat16) if backend != "torch" else ():
+        x = torch.full((N, D), 3e38).to(dt)
+        x[1:, ::2] = -3e38
+        w = torch.linspace(0.5, 3.0, D)
+        zero = torch.zeros(N, D, dtype=dt)
+        forms = {
+            "rms_norm": lambda be: addnorm.rms_norm(x, D, w, backend=be),
+            "add_rms_norm": lambda be: addnorm.add_rms_norm(x, zero, D, w, backend=be)[0],
+            "rms_norm_add": lambda be: rms_norm_add(x, zero, D, w, backend=be),
+            "parallel_add_rms_norm": lambda be: torch.cat(parallel_add_rms_norm(x, None, zero, D, w, weight2=w * 2,
+                                                                               backend=be)),
+        }
+        for name, f in forms.items():
+            got, want = f(backend), f("torch")
+            if not torch.equal(got, want):
+                bad.append(f"{name} {backend} {N}x{D} {dt}: a sum of squares that overflows gave {got[0, :2].tolist()}, "
+                           f"torch {want[0, :2].tolist()}")
 print(json.dumps(bad))
 '''
 

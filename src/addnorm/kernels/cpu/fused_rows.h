@@ -37,6 +37,27 @@ static void AN_FN(norm_post)(float *restrict dst, const float *restrict src, int
     else for (int64_t i = 0; i < n; i++) dst[i] = (src[i] - mean) * rstd * (w[i] + off) + b[i];
 }
 
+/* Row r of the inputs (x, a, m, post; each of its own dtype) into L1: one interleaved prefetch_next when their
+ * element sizes agree (every float32 call), else one per input. */
+static inline void AN_FN(prefetch_next_any)(const an_ffwd_args *a, int64_t r) {
+    const void *p[4] = {a->x, a->a, a->m, a->post};
+    const int64_t rs[4] = {a->x_rs, a->a_rs, a->m_rs, a->post_rs};
+    const int dt[4] = {a->xdt, a->adt, a->mdt, a->pdt};
+    size_t es[4];
+    int same = 1;
+    for (int k = 0; k < 4; k++) {
+        es[k] = an_elem_size(dt[k]);
+        if (p[k]) p[k] = (const char *)p[k] + r * rs[k] * (int64_t)es[k];
+        same &= !p[k] || es[k] == es[0];
+    }
+    if (same) {
+        AN_FN(prefetch_next)(p[0], p[1], p[2], p[3], (size_t)a->D * es[0]);
+        return;
+    }
+    for (int k = 0; k < 4; k++)
+        if (p[k]) AN_FN(prefetch_next)(p[k], NULL, NULL, NULL, (size_t)a->D * es[k]);
+}
+
 static void AN_FN(fused_fwd_rows_any)(const an_ffwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
     const int64_t D = a->D;
     const float inv_d = 1.0f / (float)D;
@@ -68,6 +89,14 @@ static void AN_FN(fused_fwd_rows_any)(const an_ffwd_args *a, int64_t r0, int64_t
                                                        : AN_FN(sq_dev_sum)(src, 0.0f, D) * inv_d, a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
+        float om = mean, os = rstd; /* the outputs': flat_row's 0 and 1 where rstd is 0 */
+        if (rstd == 0.0f) {
+            src = AN_FN(flat_row)(buf, src, D, mean, rstd);
+            om = 0.0f;
+            os = 1.0f;
+        }
+        if (r + 1 < r1) /* the next row, while this one is written, as the bf16 loop does (see prefetch_next) */
+            AN_FN(prefetch_next_any)(a, r + 1);
         for (int k = 0; k < 2; k++) {
             void *dst = k == 0 ? a->y : a->y2;
             if (!dst) continue;
@@ -82,11 +111,11 @@ static void AN_FN(fused_fwd_rows_any)(const an_ffwd_args *a, int64_t r0, int64_t
                 /* the norm's output rounded to its dtype where eager code stores it: before the weight (Llama's
                  * order), and before the add of norm-then-add */
                 if (a->cast_before_weight) {
-                    AN_FN(normalize)(out, src, D, mean, rstd, NULL, NULL, 0.0f);
+                    AN_FN(normalize)(out, src, D, om, os, NULL, NULL, 0.0f);
                     AN_FN(round_row)(out, D, a->ndt);
                     AN_FN(normalize)(out, out, D, 0.0f, 1.0f, w, b, a->weight_offset); /* in place: not restrict */
                 } else {
-                    AN_FN(norm_post)(out, src, D, mean, rstd, w ? w : sc->ones, b ? b : sc->zeros, off, NULL);
+                    AN_FN(norm_post)(out, src, D, om, os, w ? w : sc->ones, b ? b : sc->zeros, off, NULL);
                 }
                 if (post) {
                     AN_FN(round_row)(out, D, a->ndt);
@@ -94,7 +123,7 @@ static void AN_FN(fused_fwd_rows_any)(const an_ffwd_args *a, int64_t r0, int64_t
                 }
                 if (o != out) memcpy(o, out, sizeof(float) * (size_t)D);
             } else {
-                AN_FN(norm_post)(o, src, D, mean, rstd, w ? w : sc->ones, b ? b : sc->zeros, off, post);
+                AN_FN(norm_post)(o, src, D, om, os, w ? w : sc->ones, b ? b : sc->zeros, off, post);
             }
             if (o == out) AN_FN(put_row)(dst_row, out, D, a->odt, a->nt, tmp);
         }
@@ -163,6 +192,12 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
                                        : AN_FN(layer_moments)(buf, D, AN_FN(hsum)(acc), &mean) / (float)D, a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
+        float om = mean, os = rstd; /* the outputs': flat_row's 0 and 1 where rstd is 0 */
+        if (rstd == 0.0f) {
+            AN_FN(flat_row)(buf, buf, D, mean, rstd);
+            om = 0.0f;
+            os = 1.0f;
+        }
         if (r + 1 < r1) /* the next row, while this one is written (see prefetch_next) */
             AN_FN(prefetch_next)((const uint16_t *)a->x + (r + 1) * a->x_rs,
                                  a->a ? (const uint16_t *)a->a + (r + 1) * a->a_rs : NULL,
@@ -180,10 +215,10 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
             if (k == 0 && a->post) { /* norm-then-add: the norm rounded to bf16, then the add, rounded once */
                 const uint16_t *restrict p = (const uint16_t *)a->post + r * a->post_rs;
                 for (i = 0; i < D; i++)
-                    d[i] = AN_TO_BF16(nf, AN_BF16_ROUND(nf, (buf[i] - mean) * rstd * (w[i] + off) + b[i]) +
+                    d[i] = AN_TO_BF16(nf, AN_BF16_ROUND(nf, (buf[i] - om) * os * (w[i] + off) + b[i]) +
                                           an_bf16_to_f32(p[i]));
             } else {
-                for (i = 0; i < D; i++) d[i] = AN_TO_BF16(nf, (buf[i] - mean) * rstd * (w[i] + off) + b[i]);
+                for (i = 0; i < D; i++) d[i] = AN_TO_BF16(nf, (buf[i] - om) * os * (w[i] + off) + b[i]);
             }
             if (a->nt) AN_FN(stream_bytes)(dst_row, o16, (size_t)D * 2);
         }

@@ -209,6 +209,18 @@ static float AN_FN(layer_moments)(const float *restrict v, int64_t n, float sum,
     return ss < 0.0f ? 0.0f : ss;  /* a NaN stays NaN */
 }
 
+/* A row whose rstd is 0 -- its sum of squares overflowed, finite values above ~1.8e19: xhat = (src - mean) * 0
+ * (0, or NaN where src is infinite) formed first, into dst, and returned, to be normalized with mean 0 and rstd 1.
+ * Eager forms x * rsqrt(var + eps) before the weight; the output loops, built with -fassociative-math, may
+ * multiply by the weight first, and (x - mean) * w overflowing to inf times 0 gave NaN where eager gives 0. */
+__attribute__((noipa)) static const float *AN_FN(flat_row)(float *dst, const float *src, int64_t n, float mean,
+                                                            float rstd) {
+    /* rstd (0) as a value the compiler cannot see: (x - mean) * 0.0f, and the caller's rstd known to be 0 when
+     * inlined, were folded to 0, an infinite x's NaN with it (noipa: neither inlined nor specialised) */
+    for (int64_t i = 0; i < n; i++) dst[i] = (src[i] - mean) * rstd;
+    return dst;
+}
+
 /* dst = (src - mean) * rstd * (w + off) + b, each factor optional */
 static void AN_FN(normalize)(float *dst, const float *src, int64_t n, float mean, float rstd, const float *restrict w,
                              const float *restrict b, float off) {
@@ -299,6 +311,12 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
                                         : AN_FN(layer_moments)(buf, D, AN_FN(hsum)(acc), &mean) / (float)D), a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
+        float om = mean, os = rstd; /* the output's: flat_row's 0 and 1 where rstd is 0 */
+        if (rstd == 0.0f) {
+            AN_FN(flat_row)(buf, buf, D, mean, rstd);
+            om = 0.0f;
+            os = 1.0f;
+        }
         uint16_t *restrict dst = a->nt ? o16 : out_row;
         const uint16_t *nx = r + 1 < r1 ? x + a->x_rs : NULL;
         const uint16_t *nr = (r + 1 < r1 && a->res) ? (const uint16_t *)a->res + (r + 1) * a->res_rs : NULL;
@@ -306,7 +324,7 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
             /* wide rows: fetch the next row while this one is written, or the bus idles meanwhile */
             AN_FN(prefetch_chunk)(nx, nr, NULL, c0, D, 2);
             const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
-            for (i = c0; i < c1; i++) dst[i] = AN_TO_BF16(nf, (buf[i] - mean) * rstd * (w[i] + off) + b[i]);
+            for (i = c0; i < c1; i++) dst[i] = AN_TO_BF16(nf, (buf[i] - om) * os * (w[i] + off) + b[i]);
         }
         if (a->nt) AN_FN(stream_bytes)(out_row, o16, (size_t)D * 2);
     }
@@ -561,11 +579,17 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, const 
                                                        : AN_FN(sq_dev_sum)(src, 0.0f, D) * inv_d, a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
+        float om = mean, os = rstd; /* the output's: flat_row's 0 and 1 where rstd is 0 */
+        if (rstd == 0.0f) {
+            src = AN_FN(flat_row)(buf, src, D, mean, rstd);
+            om = 0.0f;
+            os = 1.0f;
+        }
 
         if (a->cast_before_weight && a->sdt != AN_F32) {
             /* Llama order: xhat cast to the dtype of what the norm reads (x, or the stream x + r) first -- HF's
              * weight * h.to(input_dtype) -- then multiplied by the weight, rounded once more to the output dtype */
-            AN_FN(normalize)(tmp, src, D, mean, rstd, NULL, NULL, 0.0f);
+            AN_FN(normalize)(tmp, src, D, om, os, NULL, NULL, 0.0f);
             AN_FN(round_row)(tmp, D, a->sdt);
             AN_FN(normalize)(tmp, tmp, D, 0.0f, 1.0f, a->weight, a->bias, a->weight_offset);
             AN_FN(put_row)(out_row, tmp, D, a->odt, a->nt, buf);
@@ -577,10 +601,10 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, const 
                                       (more && r_row) ? (const char *)r_row + a->res_rs * res : NULL, NULL, c0, D, 4);
                 const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
                 const float *wc = a->weight ? a->weight + c0 : NULL, *bc = a->bias ? a->bias + c0 : NULL;
-                AN_FN(normalize)((float *)out_row + c0, src + c0, c1 - c0, mean, rstd, wc, bc, a->weight_offset);
+                AN_FN(normalize)((float *)out_row + c0, src + c0, c1 - c0, om, os, wc, bc, a->weight_offset);
             }
         } else {
-            AN_FN(normalize)(tmp, src, D, mean, rstd, a->weight, a->bias, a->weight_offset);
+            AN_FN(normalize)(tmp, src, D, om, os, a->weight, a->bias, a->weight_offset);
             AN_FN(put_row)(out_row, tmp, D, a->odt, a->nt, buf); /* buf is free once normalized */
         }
     }
