@@ -323,7 +323,7 @@ def _fast_path_ok(x, residual, D, weight, bias, eps, weight_offset, backend) -> 
             return False
     # (a freed Parameter -- FSDP's resize_(0) -- has a null data pointer: the general path names it; asked last,
     # once no transform's wrapper, which has no storage, can be here)
-    return ((backend is None or type(backend) is str) and (backend or _state.backend) in _KERNEL_BACKENDS
+    return ((backend is None or type(backend) is str) and (_state.backend if backend is None else backend) in _KERNEL_BACKENDS
             and not _functorch_active() and not _dispatch_depth()
             and _tracing_state() is None and availability().available
             and (weight is None or weight.data_ptr() != 0) and (bias is None or bias.data_ptr() != 0))
@@ -340,7 +340,7 @@ def _cpp_fast_ok(backend) -> bool:
     """What the C++ fast entries leave to Python: no compiler, transform, dispatch mode or tracer, a kernel
     backend. (They check the tensors themselves, as ``_fast_path_ok`` does.)"""
     return ((backend is None or type(backend) is str) and not _is_compiling() and not _functorch_active()
-            and not _dispatch_depth() and _tracing_state() is None and (backend or _state.backend) in _KERNEL_BACKENDS
+            and not _dispatch_depth() and _tracing_state() is None and (_state.backend if backend is None else backend) in _KERNEL_BACKENDS
             and availability().available)
 
 

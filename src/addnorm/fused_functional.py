@@ -14,8 +14,11 @@ their own parameters (``y2``, when ``weight2`` or ``bias2`` is given: GPT-NeoX's
 next block). ``branches_first=True`` rounds as eager ``x + x2 + residual`` does (the branches summed
 first: GPT-J, GPT-NeoX, Falcon, Phi); ``False`` as ``residual + x + x2`` (Cohere).
 
-Every result is the eager composite's to the bit in float32 and as eager rounds in 16-bit dtypes; one
-pass forward and one backward on the "cpu" and "triton" backends.
+Every result rounds where the eager composite rounds (the stream s to its dtype, the norm's output to its
+own before norm-then-add's add), with float32 statistics. It is not eager's to the bit: the row sums run in
+another order, so float32 results agree with eager (and with the "torch" backend) to a few ulp, and a 16-bit
+result may differ from eager's by one rounding step. One pass forward and one backward on the "cpu" and
+"triton" backends.
 """
 
 from __future__ import annotations

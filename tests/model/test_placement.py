@@ -88,6 +88,14 @@ def test_unknown_names_list_the_valid_ones():
     assert "mix" in NAMES
 
 
+@pytest.mark.parametrize("norm", ["", "Layer", 0])
+def test_a_bad_norm_kind_is_refused_by_the_config(norm):
+    """norm="" once passed the config (its placements were resolved with ``norm or "layer"``) and failed only when
+    the model was built; every bad kind, falsy or not, is named where it is given."""
+    with pytest.raises(ValueError, match=r"norm kind must be one of \('layer', 'rms'"):
+        GPTConfig(norm=norm)
+
+
 def test_mix_and_per_layer_lists():
     ps = resolve_placements("mix", 8)
     assert [p.name for p in ps] == ["post"] * 2 + ["pre"] * 6

@@ -110,3 +110,17 @@ def test_pointwise_parameters_may_cover_several_trailing_dims_or_none(backend):
     torch.testing.assert_close(y, 2.0 * torch.tanh(0.5 * x))
     y, _ = add_derf(x, None, A, None, backend=backend)  # shift=None: no shift
     torch.testing.assert_close(y, torch.erf(0.5 * x))
+
+
+@pytest.mark.parametrize("bad", ["", "CPU", "cuda", 0, False], ids=["empty", "CPU", "cuda", "zero", "False"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_bad_backend_is_refused_on_the_fast_path_too(name, bad):
+    """A falsy backend ("" or 0) once fell back to the default on the fast paths (``backend or default``) and ran,
+    while the same call with float64 or strided inputs refused it: a bad option must not depend on the tensors."""
+    import addnorm
+
+    fn, kwargs, _, _ = CASES[name]
+    with pytest.raises((TypeError, ValueError), match="backend"):
+        fn(**kwargs, backend=bad)
+    with pytest.raises((TypeError, ValueError), match="backend"):
+        addnorm.add_layer_norm(X, R, D, W, B, backend=bad)

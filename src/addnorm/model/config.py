@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..nn.factory import POINTWISE_KINDS
+from ..nn.factory import NORM_KINDS, POINTWISE_KINDS
 from ..placement import Placement, PlacementSpec, resolve_placements
 
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu")
@@ -61,6 +61,8 @@ class GPTConfig:
                               f"got norm={self.norm!r}")
         if self.norm is None and not ngpt:
             object.__setattr__(self, "norm", "layer")
+        if self.norm is not None and self.norm not in NORM_KINDS:
+            raise ConfigError(f"norm kind must be one of {NORM_KINDS}, got {self.norm!r}")
         placements = self.placements()  # validates names and the norm kind
         self._check_frontier(placements)
 
@@ -154,7 +156,8 @@ class GPTConfig:
         return float(a if not isinstance(a, tuple) else a[("attn", "mlp", "final").index(slot)])
 
     def placements(self) -> list[Placement]:
-        return resolve_placements(self.placement, self.n_layer, self.norm or "layer", self.mix_post_layers)
+        return resolve_placements(self.placement, self.n_layer, "layer" if self.norm is None else self.norm,
+                                  self.mix_post_layers)
 
 
 def _spec_name(spec: PlacementSpec) -> str:
