@@ -186,6 +186,18 @@ static inline __attribute__((always_inline)) void AN_FN(stream_write_bwd_fixed)(
     float *gs[AN_STREAM_MAX_N];
     float dots[AN_STREAM_MAX_N];
     for (int64_t t = r0; t < r1; t++) {
+        /* a later token's rows: dX', X', the stream read and y (see prefetch_span). Caches flushed, 8192 tokens x
+         * 4 x 1024, fwd+bwd: 22.7 -> 21.0 ms (AVX2 30.0 -> 28.8). The general loop's backward (float32, and the
+         * read's) was left without: float32 lost 6-13 % with it, the bf16 read gained nothing. */
+        if (t + AN_PF_AHEAD < r1) {
+            const int64_t f = t + AN_PF_AHEAD;
+            const size_t nb = (size_t)n * (size_t)C * 2;
+            AN_FN(prefetch_span)((const uint16_t *)a->x + f * (int64_t)n * C, nb);
+            AN_FN(prefetch_span)(a->xout && a->dq && a->dq[f] != 0.0f ? (const uint16_t *)a->xout + f * (int64_t)n * C
+                                                                      : NULL, nb);
+            AN_FN(prefetch_span)((const uint16_t *)a->xin + f * (int64_t)n * C, nb);
+            AN_FN(prefetch_span)((const uint16_t *)a->y + f * C, (size_t)C * 2);
+        }
         const uint16_t *xrow = (const uint16_t *)a->x + t * (int64_t)n * C;
         const uint16_t *xin = (const uint16_t *)a->xin + t * (int64_t)n * C;
         const uint16_t *xout = a->xout ? (const uint16_t *)a->xout + t * (int64_t)n * C : NULL;
