@@ -109,6 +109,16 @@ def _check_backend_name(name) -> None:
 # ---------------------------------------------------------------- validation
 
 
+class ShapeError(ValueError, RuntimeError):
+    """A tensor or normalized_shape of the wrong shape: a ValueError naming the argument, and the RuntimeError
+    torch raises for the same call (its message included), so code written for torch's norms catches it."""
+
+
+class DtypeError(TypeError, NotImplementedError):
+    """A tensor of a dtype the norms do not take: a TypeError naming the argument, and what torch raises for it
+    (NotImplementedError for an integer input, a RuntimeError for an integer weight)."""
+
+
 def _dim(s) -> int:
     # ints, and what torch takes as one (0-dim integer tensors, numpy ints); never bool or float
     if isinstance(s, bool) or (isinstance(s, torch.Tensor) and s.dtype == torch.bool):
@@ -128,7 +138,8 @@ def _normalized_shape(normalized_shape) -> tuple[int, ...]:
     else:
         raise TypeError(f"normalized_shape must be an int or a tuple of ints, got {type(normalized_shape).__name__}")
     if len(normalized_shape) == 0:
-        raise ValueError("normalized_shape must have at least one dimension, got ()")
+        raise ShapeError("normalized_shape must have at least one dimension, got () (torch: Expected normalized_shape "
+                         "to be at least 1-dimensional, i.e., containing at least one element)")
     if any(s < 0 for s in normalized_shape):
         raise ValueError(f"normalized_shape must be non-negative, got {normalized_shape}")
     return normalized_shape
@@ -138,12 +149,13 @@ def _check_input(name: str, t, shape: tuple[int, ...]) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name} must be a floating-point tensor (float16, bfloat16, float32, float64), got {t.dtype}")
+        raise DtypeError(f"{name} must be a floating-point tensor (float16, bfloat16, float32, float64), got {t.dtype}")
     n = len(shape)
     if t.dim() < n or tuple(t.shape[t.dim() - n:]) != shape:
-        raise ValueError(
+        raise ShapeError(
             f"{name} of shape {tuple(t.shape)} does not end in normalized_shape {shape}; "
-            f"the last {n} dim(s) of {name} are the ones normalized"
+            f"the last {n} dim(s) of {name} are the ones normalized (torch: Given normalized_shape={list(shape)}, "
+            f"expected input with shape [*, {', '.join(map(str, shape))}], but got input of size{list(t.shape)})"
         )
 
 
@@ -153,9 +165,11 @@ def _check_param(name: str, p, shape: tuple[int, ...], x: torch.Tensor) -> None:
     if not isinstance(p, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor or None, got {type(p).__name__}")
     if p.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name} must be floating-point, got {p.dtype}")
+        raise DtypeError(f"{name} must be floating-point, got {p.dtype}")
     if tuple(p.shape) != shape:
-        raise ValueError(f"{name} must have shape normalized_shape={shape}, got {tuple(p.shape)}")
+        raise ShapeError(f"{name} must have shape normalized_shape={shape}, got {tuple(p.shape)} (torch: Expected "
+                         f"{name} to be of same shape as normalized_shape, but got {name} of shape "
+                         f"{list(p.shape)} and normalized_shape = {list(shape)})")
     if not (p.is_cpu and x.is_cpu) and p.device != x.device:
         raise ValueError(f"{name} is on {p.device} but x is on {x.device}")
 
@@ -520,25 +534,27 @@ except (AttributeError, KeyError):  # private entry point gone in some torch ver
 # ---------------------------------------------------------------- public functions
 
 
-def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5, *, weight_offset: float = 0.0,
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5, *, weight_offset: float = 0.0,
                out=None, out_dtype=None, backend: str | None = None):
     """LayerNorm (Ba, Kiros & Hinton 2016): ``y = (x - E[x]) / sqrt(Var[x] + eps) * (weight + weight_offset) + bias``.
 
     Statistics over the last ``len(normalized_shape)`` dims, biased variance, in float32 (float64
-    for float64 input); same signature and results as ``torch.nn.functional.layer_norm``.
+    for float64 input); same signature (``input`` first) and results as ``torch.nn.functional.layer_norm``.
+    A bad shape raises ``ShapeError`` (a ValueError and torch's RuntimeError), a bad dtype ``DtypeError``.
     """
-    y, _ = _norm("layer", x, None, normalized_shape, weight, bias, eps, weight_offset, False, out, None, backend,
+    y, _ = _norm("layer", input, None, normalized_shape, weight, bias, eps, weight_offset, False, out, None, backend,
                  out_dtype)
     return y
 
 
-def rms_norm(x, normalized_shape, weight=None, eps: float | None = None, *, weight_offset: float = 0.0,
+def rms_norm(input, normalized_shape, weight=None, eps: float | None = None, *, weight_offset: float = 0.0,
              cast_before_weight: bool = False, out=None, out_dtype=None, backend: str | None = None):
     """RMSNorm (Zhang & Sennrich 2019): ``y = x / sqrt(mean(x²) + eps) * (weight + weight_offset)``.
 
-    ``eps=None`` uses ``torch.finfo`` of the statistics dtype, as ``torch.nn.functional.rms_norm``.
+    ``eps=None`` uses ``torch.finfo`` of the statistics dtype, as ``torch.nn.functional.rms_norm``, whose
+    signature (``input`` first) this has.
     """
-    y, _ = _norm("rms", x, None, normalized_shape, weight, None, eps, weight_offset, cast_before_weight, out, None,
+    y, _ = _norm("rms", input, None, normalized_shape, weight, None, eps, weight_offset, cast_before_weight, out, None,
                  backend, out_dtype)
     return y
 

@@ -124,3 +124,25 @@ def test_a_bad_backend_is_refused_on_the_fast_path_too(name, bad):
         fn(**kwargs, backend=bad)
     with pytest.raises((TypeError, ValueError), match="backend"):
         addnorm.add_layer_norm(X, R, D, W, B, backend=bad)
+
+
+def test_shape_and_dtype_errors_are_torchs_types_too():
+    """torch raises RuntimeError for a wrong shape and NotImplementedError (input) or RuntimeError (weight) for an
+    integer dtype; addnorm's ShapeError and DtypeError are those and ValueError / TypeError besides, so code
+    written for torch's norms (``except RuntimeError``) catches them."""
+    import addnorm
+    import addnorm.nn as ann
+
+    with pytest.raises(RuntimeError, match="Given normalized_shape="):
+        ann.LayerNorm(4)(torch.randn(2, 5))
+    with pytest.raises(ValueError, match="does not end in normalized_shape"):
+        addnorm.rms_norm(torch.randn(2, 5), 4)
+    with pytest.raises(RuntimeError, match="Expected weight to be of same shape"):
+        addnorm.layer_norm(torch.randn(2, 4), 4, torch.ones(3))
+    with pytest.raises(NotImplementedError):
+        addnorm.layer_norm(torch.ones(2, 4, dtype=torch.long), 4)
+    with pytest.raises(RuntimeError):
+        addnorm.rms_norm(torch.randn(2, 4), 4, torch.ones(4, dtype=torch.long))
+    y = ann.LayerNorm(4)(input=torch.randn(2, 4))  # torch.nn.LayerNorm's forward(input), and F.layer_norm's
+    torch.testing.assert_close(addnorm.layer_norm(input=torch.ones(1, 4), normalized_shape=4), torch.zeros(1, 4))
+    assert y.shape == (2, 4)

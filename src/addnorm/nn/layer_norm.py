@@ -37,8 +37,8 @@ class LayerNorm(nn.Module):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return AF.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps, backend=self.backend)
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # torch.nn.LayerNorm's name: module(input=x) works
+        return AF.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps, backend=self.backend)
 
     def extra_repr(self) -> str:
         return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
