@@ -81,3 +81,37 @@ def test_zero_size_everything(backend):
 def test_empty_normalized_dim_matches_torch():
     x = torch.randn(3, 0)
     assert addnorm.layer_norm(x, 0).shape == F.layer_norm(x, (0,)).shape
+
+
+def test_inference_tensors_outside_inference_mode_get_a_gradient_graph():
+    """torch.nn.RMSNorm takes a tensor made under inference_mode, outside it, with a weight that wants a gradient
+    (its composite saves only what it computed); the fused ops saved the input itself and raised 'Inference
+    tensors cannot be saved for backward'. Each public op that saves an input is checked against the same call on
+    a normal copy."""
+    from addnorm.fused_functional import parallel_add_rms_norm, rms_norm_add
+    from addnorm.stream_functional import mhc_pre, stream_read, stream_write
+
+    with torch.inference_mode():
+        x, r, xs = torch.randn(3, 8), torch.randn(3, 8), torch.randn(3, 4, 8)
+    w = torch.randn(8, requires_grad=True)
+    hp, hr = torch.rand(3, 4, requires_grad=True), torch.rand(3, 4, 4, requires_grad=True)
+    calls = {
+        "rms_norm": lambda a, b, s: addnorm.rms_norm(a, 8, w),
+        "layer_norm": lambda a, b, s: addnorm.layer_norm(a, 8, w),
+        "rms_norm_add": lambda a, b, s: rms_norm_add(a, b, 8, w),
+        "parallel_add_rms_norm": lambda a, b, s: parallel_add_rms_norm(a, b, b, 8, w)[0],
+        "stream_read": lambda a, b, s: stream_read(s, hp),
+        "stream_write": lambda a, b, s: stream_write(s, a, hp, hr)[0],
+    }
+    for name, f in calls.items():
+        y = f(x, r, xs)
+        assert y.requires_grad, name
+        want = f(x.clone(), r.clone(), xs.clone())
+        torch.testing.assert_close(y, want, msg=name)
+        g, = torch.autograd.grad(y.sum(), w if "stream" not in name else hp)
+        g0, = torch.autograd.grad(want.sum(), w if "stream" not in name else hp)
+        torch.testing.assert_close(g, g0, msg=name)
+    phi = torch.randn(32, 24, requires_grad=True)
+    one = torch.ones(1)
+    h = mhc_pre(xs, phi, one, one, one, torch.zeros(4), torch.zeros(4), torch.zeros(4, 4))[0]
+    assert h.requires_grad

@@ -343,6 +343,16 @@ def _fast_path_ok(x, residual, D, weight, bias, eps, weight_offset, backend) -> 
             and (weight is None or weight.data_ptr() != 0) and (bias is None or bias.data_ptr() != 0))
 
 
+def _uninferred(t):
+    """``t``, or a normal copy where it is an inference tensor used outside inference mode with grad enabled:
+    autograd cannot save an inference tensor, and the fused ops save their inputs where eager's composite (x *
+    rsqrt(...) * w) saves only what it computed -- torch.nn.RMSNorm takes one there and gives a result."""
+    if (type(t) is torch.Tensor and not _is_compiling() and t.is_inference() and torch.is_grad_enabled()
+            and not torch.is_inference_mode_enabled()):  # (dynamo cannot trace is_inference: compiled code skips it)
+        return t.clone()
+    return t
+
+
 def _flag(name: str, v) -> bool:
     """A bool option given as a bool, an int or a NumPy bool; anything else is named."""
     if isinstance(v, (bool, int)) or type(v).__name__ == "bool_":
@@ -373,6 +383,8 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
                                      cast_before_weight)
             if r is not None:
                 return r
+    x, residual = _uninferred(x), _uninferred(residual)  # past the C++ entry, which declines such a call
+    if out is None and residual_out is None and out_dtype is None and not residual_in_fp32:
         if _fast_path_ok(x, residual, normalized_shape, weight, bias, eps, weight_offset, backend):
             _last["backend"] = "cpu"
             if _needs_autograd(x, residual, weight, bias):

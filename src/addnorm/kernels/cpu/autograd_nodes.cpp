@@ -593,13 +593,17 @@ bool fast_core(PyObject *xo, PyObject *ro, long long D, PyObject *wo, PyObject *
 
 Tensor unpack(PyObject *o) { return o == Py_None ? Tensor() : THPVariable_Unpack(o); }
 
-// 1: the node, 0: inference, -1: not here (a forward-AD level: the Python node)
+// 1: the node, 0: inference, -1: not here (a forward-AD level: the Python node; an inference tensor where a
+// gradient is wanted: autograd cannot save it, and Python's path copies it first, as functional._uninferred says)
 int route(std::initializer_list<PyObject *> ts) {
     bool grad = false;
     if (at::GradMode::is_enabled())
         for (PyObject *o : ts)
             if (o != Py_None && THPVariable_Unpack(o).requires_grad()) { grad = true; break; }
     if (torch::autograd::ForwardADLevel::try_get_by_idx(0)) return -1;
+    if (grad)
+        for (PyObject *o : ts)
+            if (o != Py_None && THPVariable_Unpack(o).is_inference()) return -1;
     return grad ? 1 : 0;
 }
 
