@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 import addnorm
+import addnorm.functional as AF
 
 from backends import BACKENDS
 LOW = [torch.float32, torch.bfloat16, torch.float16]
@@ -89,6 +90,7 @@ def test_inference_tensors_outside_inference_mode_get_a_gradient_graph():
     tensors cannot be saved for backward'. Each public op that saves an input is checked against the same call on
     a normal copy."""
     from addnorm.fused_functional import parallel_add_rms_norm, rms_norm_add
+    from addnorm.pointwise_functional import add_derf, add_dyt
     from addnorm.stream_functional import mhc_pre, stream_read, stream_write
 
     with torch.inference_mode():
@@ -99,6 +101,10 @@ def test_inference_tensors_outside_inference_mode_get_a_gradient_graph():
         "rms_norm": lambda a, b, s: addnorm.rms_norm(a, 8, w),
         "layer_norm": lambda a, b, s: addnorm.layer_norm(a, 8, w),
         "rms_norm_add": lambda a, b, s: rms_norm_add(a, b, 8, w),
+        "add_rms_norm": lambda a, b, s: addnorm.add_rms_norm(a, b, 8, w)[0],
+        "add_layer_norm": lambda a, b, s: addnorm.add_layer_norm(a, b, 8, w)[0],
+        "add_dyt": lambda a, b, s: add_dyt(a, None, torch.tensor([0.5]), w)[0],
+        "add_derf": lambda a, b, s: add_derf(a, b, torch.tensor([0.5]), torch.tensor([0.1]), w)[0],
         "parallel_add_rms_norm": lambda a, b, s: parallel_add_rms_norm(a, b, b, 8, w)[0],
         "stream_read": lambda a, b, s: stream_read(s, hp),
         "stream_write": lambda a, b, s: stream_write(s, a, hp, hr)[0],
@@ -115,3 +121,6 @@ def test_inference_tensors_outside_inference_mode_get_a_gradient_graph():
     one = torch.ones(1)
     h = mhc_pre(xs, phi, one, one, one, torch.zeros(4), torch.zeros(4), torch.zeros(4, 4))[0]
     assert h.requires_grad
+    with torch.no_grad():  # no gradient wanted: nothing to save, no copy (the tensor itself goes through)
+        assert addnorm.rms_norm(x, 8, w).shape == x.shape
+    assert AF._uninferred((x, r), (torch.ones(8),))[0] is x  # nothing requires grad: not copied

@@ -343,14 +343,19 @@ def _fast_path_ok(x, residual, D, weight, bias, eps, weight_offset, backend) -> 
             and (weight is None or weight.data_ptr() != 0) and (bias is None or bias.data_ptr() != 0))
 
 
-def _uninferred(t):
-    """``t``, or a normal copy where it is an inference tensor used outside inference mode with grad enabled:
-    autograd cannot save an inference tensor, and the fused ops save their inputs where eager's composite (x *
-    rsqrt(...) * w) saves only what it computed -- torch.nn.RMSNorm takes one there and gives a result."""
-    if (type(t) is torch.Tensor and not _is_compiling() and t.is_inference() and torch.is_grad_enabled()
-            and not torch.is_inference_mode_enabled()):  # (dynamo cannot trace is_inference: compiled code skips it)
-        return t.clone()
-    return t
+def _uninferred(ts: tuple, others: tuple = ()) -> tuple:
+    """``ts``, each inference tensor among them copied where a gradient is wanted (grad mode on, outside
+    inference mode, some input -- of ``ts`` or ``others`` -- requiring grad): autograd cannot save an inference
+    tensor, and the fused ops save their inputs where eager's composite (x * rsqrt(...) * w) saves only what it
+    computed -- torch.nn.RMSNorm takes one there and gives a result. Compiled code skips this (dynamo cannot
+    trace is_inference)."""
+    if _is_compiling() or not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
+        return ts
+    if not any(type(t) is torch.Tensor and t.is_inference() for t in ts):
+        return ts
+    if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in (*ts, *others)):
+        return ts
+    return tuple(t.clone() if type(t) is torch.Tensor and t.is_inference() else t for t in ts)
 
 
 def _flag(name: str, v) -> bool:
@@ -383,7 +388,7 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
                                      cast_before_weight)
             if r is not None:
                 return r
-    x, residual = _uninferred(x), _uninferred(residual)  # past the C++ entry, which declines such a call
+    x, residual = _uninferred((x, residual), (weight, bias))  # past the C++ entry, which declines such a call
     if out is None and residual_out is None and out_dtype is None and not residual_in_fp32:
         if _fast_path_ok(x, residual, normalized_shape, weight, bias, eps, weight_offset, backend):
             _last["backend"] = "cpu"

@@ -94,7 +94,7 @@ def _norm_add(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_b
                                    cast_before_weight)
         if out is not None:
             return out
-    x, residual = F._uninferred(x), F._uninferred(residual)  # past the C++ entry, which declines such a call
+    x, residual = F._uninferred((x, residual), (weight, bias))  # past the C++ entry, which declines such a call
     if residual is not None and F._fast_path_ok(x, residual, shape, weight, bias, eps, weight_offset, backend):
         F._last["backend"] = "cpu"
         if not _needs(x, residual, weight, bias):
@@ -148,7 +148,7 @@ def _parallel(kind, x, x2, residual, shape, weight, bias, weight2, bias2, eps, w
                                    _KIND[kind], cast_before_weight, branches_first)
         if out is not None:
             return out
-    x, x2, residual = F._uninferred(x), F._uninferred(x2), F._uninferred(residual)  # past the C++ entry
+    x, x2, residual = F._uninferred((x, x2, residual), (weight, bias, weight2, bias2))  # past the C++ entry
     # residual=None passes _fast_path_ok (Add & Norm takes it) but not here: it must reach _common's TypeError
     if (type(branches_first) is bool and residual is not None
             and F._fast_path_ok(x, residual, shape, weight, bias, eps, weight_offset, backend)

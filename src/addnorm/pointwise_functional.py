@@ -77,6 +77,7 @@ def _pointwise(kind, x, residual, alpha, shift, weight, bias, backend):
         out = _NODES.fast_pointwise(x, residual, alpha, shift, weight, bias, _PW_KIND[kind])
         if out is not None:
             return out
+    x, residual = F._uninferred((x, residual), (alpha, shift, weight, bias))  # past the C++ entry, which declines
     if _fast(x, residual, alpha, shift, weight, bias, backend):
         F._last["backend"] = "cpu"
         args = (x, residual, alpha, shift, weight, bias, kind)

@@ -79,7 +79,7 @@ def _needs(*ts):
 
 def stream_read(x, h_pre, *, backend: str | None = None):
     """h = sum_i H_pre[i] X_i: the sub-layer's input read out of the widened stream."""
-    x, h_pre = F._uninferred(x), F._uninferred(h_pre)
+    x, h_pre = F._uninferred((x, h_pre))
     _check(x, h_pre=h_pre)
     which = _which(x, backend)
     if which == "torch":
@@ -93,7 +93,7 @@ def stream_read(x, h_pre, *, backend: str | None = None):
 
 def stream_write(x, y, h_post, h_res, *, backend: str | None = None):
     """(X', q): X'_i = sum_j H_res[i, j] X_j + H_post[i] y, and q = per-token sum of squares of X'."""
-    x, y, h_post, h_res = (F._uninferred(t) for t in (x, y, h_post, h_res))
+    x, y, h_post, h_res = F._uninferred((x, y, h_post, h_res))
     _check(x, y=y, h_post=h_post, h_res=h_res)
     which = _which(x, backend)
     if which == "torch":
@@ -168,7 +168,7 @@ def mhc_pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, *, perms=None, e
 
     Returns (h, H_pre, H_post, H_res): h in X's dtype, the coefficients in float32 (float64 if any input is).
     """
-    x, phi = F._uninferred(x), F._uninferred(phi)
+    x, phi = F._uninferred((x, phi), (a_pre, a_post, a_res, b_pre, b_post, b_res))
     coeffs = {"a_pre": a_pre, "a_post": a_post, "a_res": a_res, "b_pre": b_pre, "b_post": b_post, "b_res": b_res}
     _check_mhc(x, phi, coeffs, perms, eps, iters)
     which = _which(x, backend)
