@@ -38,7 +38,7 @@ static void AN_FN(norm_post)(float *restrict dst, const float *restrict src, int
 }
 
 /* Row r of the inputs (x, a, m, post; each of its own dtype) into L1: one interleaved prefetch_next when their
- * element sizes agree (every float32 call), else one per input. */
+ * element sizes agree (every float32 or bfloat16 call), else one per input. */
 static inline void AN_FN(prefetch_next_any)(const an_ffwd_args *a, int64_t r) {
     const void *p[4] = {a->x, a->a, a->m, a->post};
     const int64_t rs[4] = {a->x_rs, a->a_rs, a->m_rs, a->post_rs};
@@ -89,13 +89,9 @@ static void AN_FN(fused_fwd_rows_any)(const an_ffwd_args *a, int64_t r0, int64_t
                                                        : AN_FN(sq_dev_sum)(src, 0.0f, D) * inv_d, a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
-        float om = mean, os = rstd; /* the outputs': flat_row's 0 and 1 where rstd is 0 */
-        if (rstd == 0.0f) {
-            src = AN_FN(flat_row)(buf, src, D, mean, rstd);
-            om = 0.0f;
-            os = 1.0f;
-        }
-        if (r + 1 < r1) /* the next row, while this one is written, as the bf16 loop does (see prefetch_next) */
+        float om, os; /* the outputs' statistics (see output_row) */
+        src = AN_FN(output_row)(buf, src, D, mean, rstd, &om, &os);
+        if (r + 1 < r1) /* the next row, while this one is written (see prefetch_next) */
             AN_FN(prefetch_next_any)(a, r + 1);
         for (int k = 0; k < 2; k++) {
             void *dst = k == 0 ? a->y : a->y2;
@@ -192,17 +188,10 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
                                        : AN_FN(layer_moments)(buf, D, AN_FN(hsum)(acc), &mean) / (float)D, a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
-        float om = mean, os = rstd; /* the outputs': flat_row's 0 and 1 where rstd is 0 */
-        if (rstd == 0.0f) {
-            AN_FN(flat_row)(buf, buf, D, mean, rstd);
-            om = 0.0f;
-            os = 1.0f;
-        }
+        float om, os; /* the outputs' statistics (see output_row) */
+        AN_FN(output_row)(buf, buf, D, mean, rstd, &om, &os);
         if (r + 1 < r1) /* the next row, while this one is written (see prefetch_next) */
-            AN_FN(prefetch_next)((const uint16_t *)a->x + (r + 1) * a->x_rs,
-                                 a->a ? (const uint16_t *)a->a + (r + 1) * a->a_rs : NULL,
-                                 a->m ? (const uint16_t *)a->m + (r + 1) * a->m_rs : NULL,
-                                 a->post ? (const uint16_t *)a->post + (r + 1) * a->post_rs : NULL, (size_t)D * 2);
+            AN_FN(prefetch_next_any)(a, r + 1);
         for (int k = 0; k < 2; k++) {
             void *dst = k == 0 ? a->y : a->y2;
             if (!dst) continue;

@@ -104,7 +104,8 @@ static inline void AN_FN(prefetch_chunk)(const void *a, const void *b, const voi
 }
 
 /* Ask for [p, p + bytes) into L2 (prefetcht1), a line at a time: the row or token AN_PF_AHEAD ahead of the
- * one being worked on, in one-pass loops (DyT / Derf, the stream read) and the fused forms' backward. Same
+ * one being worked on, in one-pass loops (DyT / Derf both ways, the stream read) and the backward of the fused
+ * forms (bf16) and of the stream write (bf16). Same
  * cause: on the 2-core Xeon, caches flushed before each call, the bf16 stream read at 8192 tokens x 4 x 1024
  * took 4.93 ms without it and 3.80 ms with it (1, 2, 4 or 8 tokens ahead alike; prefetchnta was 2-3x slower).
  * The stream write's forward is left out: float32 lost 10 % and bf16 gained nothing. NULL: nothing. */
@@ -221,6 +222,20 @@ __attribute__((noipa)) static const float *AN_FN(flat_row)(float *dst, const flo
     return dst;
 }
 
+/* The row the output loops normalize, with the (mean, rstd) they use (*om, *os): src and the row's own statistics,
+ * or, where rstd is 0, flat_row's xhat in buf (buf may be src) with 0 and 1. The saved statistics stay the row's. */
+static inline const float *AN_FN(output_row)(float *buf, const float *src, int64_t n, float mean, float rstd,
+                                             float *om, float *os) {
+    if (rstd != 0.0f) {
+        *om = mean;
+        *os = rstd;
+        return src;
+    }
+    *om = 0.0f;
+    *os = 1.0f;
+    return AN_FN(flat_row)(buf, src, n, mean, rstd);
+}
+
 /* dst = (src - mean) * rstd * (w + off) + b, each factor optional */
 static void AN_FN(normalize)(float *dst, const float *src, int64_t n, float mean, float rstd, const float *restrict w,
                              const float *restrict b, float off) {
@@ -311,12 +326,8 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
                                         : AN_FN(layer_moments)(buf, D, AN_FN(hsum)(acc), &mean) / (float)D), a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
-        float om = mean, os = rstd; /* the output's: flat_row's 0 and 1 where rstd is 0 */
-        if (rstd == 0.0f) {
-            AN_FN(flat_row)(buf, buf, D, mean, rstd);
-            om = 0.0f;
-            os = 1.0f;
-        }
+        float om, os; /* the output's statistics (see output_row) */
+        AN_FN(output_row)(buf, buf, D, mean, rstd, &om, &os);
         uint16_t *restrict dst = a->nt ? o16 : out_row;
         const uint16_t *nx = r + 1 < r1 ? x + a->x_rs : NULL;
         const uint16_t *nr = (r + 1 < r1 && a->res) ? (const uint16_t *)a->res + (r + 1) * a->res_rs : NULL;
@@ -579,12 +590,8 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, const 
                                                        : AN_FN(sq_dev_sum)(src, 0.0f, D) * inv_d, a->eps);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
-        float om = mean, os = rstd; /* the output's: flat_row's 0 and 1 where rstd is 0 */
-        if (rstd == 0.0f) {
-            src = AN_FN(flat_row)(buf, src, D, mean, rstd);
-            om = 0.0f;
-            os = 1.0f;
-        }
+        float om, os; /* the output's statistics (see output_row) */
+        src = AN_FN(output_row)(buf, src, D, mean, rstd, &om, &os);
 
         if (a->cast_before_weight && a->sdt != AN_F32) {
             /* Llama order: xhat cast to the dtype of what the norm reads (x, or the stream x + r) first -- HF's

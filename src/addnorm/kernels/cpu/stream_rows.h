@@ -190,7 +190,7 @@ static inline __attribute__((always_inline)) void AN_FN(stream_write_bwd_fixed)(
     float dots[AN_STREAM_MAX_N];
     for (int64_t t = r0; t < r1; t++) {
         /* a later token's rows: dX', X', the stream read and y (see prefetch_span). Caches flushed, 8192 tokens x
-         * 4 x 1024, fwd+bwd: 22.7 -> 21.0 ms (AVX2 30.0 -> 28.8). The general loop's backward (float32, and the
+         * 4 x 1024, fwd+bwd: 22.7 -> 20.7 ms (AVX2 30.0 -> 29.0). The general loop's backward (float32, and the
          * read's) was left without: float32 lost 6-13 % with it, the bf16 read gained nothing. */
         if (t + AN_PF_AHEAD < r1) {
             const int64_t f = t + AN_PF_AHEAD;
