@@ -40,27 +40,28 @@ OPS = ["add_norm:layer", "add_norm:rms", "norm_add:layer", "norm_add:rms", "para
 FLUSH_FLOATS = 1 << 28  # 1 GiB of float32, read once before each call
 
 
-def cold_median(fn, flush: torch.Tensor, runs: int) -> float:
-    """Median seconds of ``fn()`` over ``runs`` calls, each after a read-only pass over ``flush``."""
+def median_seconds(fn, runs: int, before=None) -> float:
+    """Median seconds of ``fn()`` over ``runs`` calls, each after ``before()`` (untimed) where given."""
     times = []
     for _ in range(runs):
-        flush.sum()
+        if before is not None:
+            before()
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def cold_median(fn, flush: torch.Tensor, runs: int) -> float:
+    """Median seconds of ``fn()`` over ``runs`` calls, each after a read-only pass over ``flush``."""
+    return median_seconds(fn, runs, flush.sum)
 
 
 def warm_median(fn, runs: int) -> float:
-    """Median seconds of ``fn()`` over ``runs`` calls back to back, its data left in cache."""
+    """Median seconds of ``fn()`` over ``runs`` calls back to back, its data left in cache (3 calls first)."""
     for _ in range(3):
         fn()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return median_seconds(fn, runs)
 
 
 def arithmetic_seconds(op: str, kind: str, mode: str, n: int, d: int, dtype: torch.dtype, k: int) -> float:

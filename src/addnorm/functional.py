@@ -337,10 +337,15 @@ def _fast_path_ok(x, residual, D, weight, bias, eps, weight_offset, backend) -> 
             return False
     # (a freed Parameter -- FSDP's resize_(0) -- has a null data pointer: the general path names it; asked last,
     # once no transform's wrapper, which has no storage, can be here)
-    return ((backend is None or type(backend) is str) and (_state.backend if backend is None else backend) in _KERNEL_BACKENDS
-            and not _functorch_active() and not _dispatch_depth()
+    return (_names_kernel_backend(backend) and not _functorch_active() and not _dispatch_depth()
             and _tracing_state() is None and availability().available
             and (weight is None or weight.data_ptr() != 0) and (bias is None or bias.data_ptr() != 0))
+
+
+def _names_kernel_backend(backend) -> bool:
+    """Whether ``backend`` (None: the current default) is a kernel backend. Not ``backend or default``: a falsy
+    bad name ("" or 0) must reach the general path's check, not run on the default."""
+    return (backend is None or type(backend) is str) and (_state.backend if backend is None else backend) in _KERNEL_BACKENDS
 
 
 def _uninferred(ts: tuple, others: tuple = ()) -> tuple:
@@ -368,9 +373,8 @@ def _flag(name: str, v) -> bool:
 def _cpp_fast_ok(backend) -> bool:
     """What the C++ fast entries leave to Python: no compiler, transform, dispatch mode or tracer, a kernel
     backend. (They check the tensors themselves, as ``_fast_path_ok`` does.)"""
-    return ((backend is None or type(backend) is str) and not _is_compiling() and not _functorch_active()
-            and not _dispatch_depth() and _tracing_state() is None and (_state.backend if backend is None else backend) in _KERNEL_BACKENDS
-            and availability().available)
+    return (_names_kernel_backend(backend) and not _is_compiling() and not _functorch_active()
+            and not _dispatch_depth() and _tracing_state() is None and availability().available)
 
 
 def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset, cast_before_weight, out,
@@ -379,7 +383,8 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
         cast_before_weight = _flag("cast_before_weight", cast_before_weight)
     if out_dtype is not None and type(x) is torch.Tensor and out_dtype == x.dtype:
         out_dtype = None  # the same output (HF's patch asks for the input's dtype): the fast path may take it
-    if out is None and residual_out is None and out_dtype is None and not residual_in_fp32:
+    plain_call = out is None and residual_out is None and out_dtype is None and not residual_in_fp32
+    if plain_call:
         if eps is None and kind == "rms" and isinstance(x, torch.Tensor):
             eps = _default_rms_eps(x)
         if _NODES is not None and type(cast_before_weight) is bool and _cpp_fast_ok(backend):  # checks and call in C++
@@ -389,18 +394,17 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
             if r is not None:
                 return r
     x, residual = _uninferred((x, residual), (weight, bias))  # past the C++ entry, which declines such a call
-    if out is None and residual_out is None and out_dtype is None and not residual_in_fp32:
-        if _fast_path_ok(x, residual, normalized_shape, weight, bias, eps, weight_offset, backend):
-            _last["backend"] = "cpu"
-            if _needs_autograd(x, residual, weight, bias):
-                if _NODES is not None and _fwad._current_level < 0 and x.numel() < _NODES_MAX:  # the C++ node
-                    return _NODES.add_norm(x, residual, weight, bias, _KIND[kind], eps, float(weight_offset),
-                                           bool(cast_before_weight))
-                return _C_APPLY(x, residual, weight, bias, kind, eps, float(weight_offset), bool(cast_before_weight))
-            if _NODES is not None and x.numel() < _NODES_MAX:
-                return _NODES.add_norm_inference(x, residual, weight, bias, _KIND[kind], eps, float(weight_offset),
-                                                 bool(cast_before_weight))
-            return eager_inference(x, residual, weight, bias, kind, eps, float(weight_offset), bool(cast_before_weight))
+    if plain_call and _fast_path_ok(x, residual, normalized_shape, weight, bias, eps, weight_offset, backend):
+        _last["backend"] = "cpu"
+        if _needs_autograd(x, residual, weight, bias):
+            if _NODES is not None and _fwad._current_level < 0 and x.numel() < _NODES_MAX:  # the C++ node
+                return _NODES.add_norm(x, residual, weight, bias, _KIND[kind], eps, float(weight_offset),
+                                       bool(cast_before_weight))
+            return _C_APPLY(x, residual, weight, bias, kind, eps, float(weight_offset), bool(cast_before_weight))
+        if _NODES is not None and x.numel() < _NODES_MAX:
+            return _NODES.add_norm_inference(x, residual, weight, bias, _KIND[kind], eps, float(weight_offset),
+                                             bool(cast_before_weight))
+        return eager_inference(x, residual, weight, bias, kind, eps, float(weight_offset), bool(cast_before_weight))
     shape = _normalized_shape(normalized_shape)
     if getattr(x, "is_nested", False):
         return _nested(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_before_weight, out,

@@ -132,8 +132,8 @@ def probe_convention(norm: nn.Module) -> NormConvention | None:
         low_f32w = copy.deepcopy(norm).float()
         probe16 = probe.to(torch.bfloat16)
         native = probe.to(w.dtype if w is not None else torch.float32)
-        want32 = low_f32w(probe)
         want = norm(native)
+        want32 = want if native.dtype == torch.float32 else low_f32w(probe)  # a float32 module: the same call
         want16 = low(probe16)
     except Exception:  # noqa: BLE001
         return None
@@ -147,8 +147,9 @@ def probe_convention(norm: nn.Module) -> NormConvention | None:
     best, best_err = None, None
     for conv in _candidates(norm, eps):
         try:
-            got32 = _apply(conv, low_f32w, probe, _out_dtype(conv, low_f32w, probe.dtype))[0]
             got = _apply(conv, norm, native, _out_dtype(conv, norm, native.dtype))[0]
+            got32 = (got if native.dtype == torch.float32 else
+                     _apply(conv, low_f32w, probe, _out_dtype(conv, low_f32w, probe.dtype))[0])
             got16 = _apply(conv, low, probe16)[0]
             got_mixed = (None if want_mixed is None else
                          _apply(conv, low_f32w, probe16, _out_dtype(conv, low_f32w, probe16.dtype))[0])
