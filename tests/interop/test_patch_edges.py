@@ -229,32 +229,19 @@ def test_a_sequence_classifier_without_a_pad_token_can_be_patched():
         torch.testing.assert_close(m(IDX[:1]).logits, ref(IDX[:1]).logits, atol=1e-5, rtol=1e-5)
 
 
-def _tiny(config_name: str, **kw):
-    import transformers as T
-    cfg = getattr(T, config_name, None)
-    if cfg is None:
-        pytest.skip(f"this transformers has no {config_name}")
-    return cfg(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-               num_key_value_heads=2, head_dim=16, max_position_embeddings=64, **kw)
-
-
 def test_a_layer_whose_add_is_not_plain_is_refused_not_patched_wrong():
     """Beam's layer adds through depth_scaled_residual_add(h, residual, idx) -- no `+` in its forward for the
     rewrite -- and its modules' names are Gemma 2's sandwich: the structure's generic forward, with its plain add,
     rescaled the stream by sqrt(3) while the logits, behind RMSNorm's scale invariance, moved by 6e-7. The probe
     now compares every hidden state, and the patch is refused with nothing changed."""
-    import transformers as T
-    cfg = _tiny("BeamConfig", pad_token_id=0)
-    torch.manual_seed(0)
-    m = T.BeamForCausalLM(cfg).eval()
+    m = build("Beam")
     ref = copy.deepcopy(m)
     try:
         patch_hf_model(m)
     except NotImplementedError as e:
         assert "nothing was changed" in str(e)
-    ids = torch.randint(1, 96, (2, 10), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        a, b = m(ids, output_hidden_states=True), ref(ids, output_hidden_states=True)
+        a, b = m(IDX, output_hidden_states=True), ref(IDX, output_hidden_states=True)
     for x, y in zip(a.hidden_states, b.hidden_states):  # patched or refused, the stream is HF's
         torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
 
@@ -264,10 +251,8 @@ def test_nemotron_with_trained_norm_weights_is_patched_exactly(seed):
     """LayerNorm1P rounds 1 + w to the weight's dtype before the norm; addnorm adds the offset in float32. In the
     bfloat16 probe that is an ulp of the terms, which the check relative to each output refused wherever a bias
     cancelled the output to near 0: every trained Nemotron was refused, only the fresh init (w = 0) patched."""
-    import transformers as T
-    cfg = _tiny("NemotronConfig")
+    m = build("Nemotron")
     torch.manual_seed(seed)
-    m = T.NemotronForCausalLM(cfg).eval()
     with torch.no_grad():
         for name, p in m.named_parameters():
             if "norm" in name:
@@ -275,9 +260,8 @@ def test_nemotron_with_trained_norm_weights_is_patched_exactly(seed):
     ref = copy.deepcopy(m)
     patch_hf_model(m)
     assert m._addnorm_patched["norms"] > 0 and m._addnorm_patched["fused_adds"] > 0
-    ids = torch.randint(0, 96, (2, 10), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        torch.testing.assert_close(m(ids).logits, ref(ids).logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(m(IDX).logits, ref(IDX).logits, atol=1e-5, rtol=1e-5)
 
 
 def test_a_float16_norms_convention_does_not_depend_on_its_weights():
