@@ -104,6 +104,46 @@ static inline float AN_FN(erf_v)(float u) {
     return u != u ? u : an_bits_f32(an_f32_bits(r) | sign);
 }
 
+/* tanh and erf for the bfloat16 loops: one rational function each, a P(z) / Q(z) in z = a^2 (a = |u|, clamped
+ * where f rounds to 1 in float), then u's sign put on -- 9 and 11 multiply-adds and a division, against tanh_v's
+ * exp, polynomial and division (41 vector operations) and erf_v's two polynomials (22 multiply-adds). Within
+ * 6.5 float32 ulps (tanh 5.2 with FMA, 6.5 without; erf 5.9 and 6.5; the fits' own relative errors are
+ * 2.1e-8 and 1.9e-8, the rest is float32 Horner and the rounded coefficients), where a bfloat16 ulp is 65536
+ * float32 ulps: the outputs round as tanh_v's and erf_v's would but within 1e-4 of a bfloat16 ulp of a tie
+ * (every finite bfloat16 u: all correctly rounded). The float32 loops keep tanh_v / erf_v (2 ulps).
+ * benchmarks/fit_pointwise_rational.py derives the coefficients and measures the error; tests/kernels/
+ * test_erf_ulp.py holds the kernels to it. The clamp compares bit patterns (see exp_neg), which sends a NaN to
+ * the clamp: the last line puts it back. */
+static inline float AN_FN(rational_odd)(float u, uint32_t lim, const float *p, int np, const float *q, int nq) {
+    const uint32_t ui = an_f32_bits(u), ai = ui & 0x7fffffffu, sign = ui ^ ai;
+    const float a = an_bits_f32(ai > lim ? lim : ai), z = a * a;
+    float pn = p[np], qn = q[nq];
+    for (int k = np - 1; k >= 0; k--) pn = AN_MAD(pn, z, p[k]);
+    for (int k = nq - 1; k >= 0; k--) qn = AN_MAD(qn, z, q[k]);
+    float r = a * pn / qn;
+    r = r < 1.0f ? r : 1.0f;
+    return u != u ? u : an_bits_f32(an_f32_bits(r) | sign);
+}
+
+#ifndef AN_RATIONAL_COEFFICIENTS /* once, not per instruction set */
+#define AN_RATIONAL_COEFFICIENTS
+static const float an_tanh_p[] = {1.000000000e+00f, 1.337974221e-01f, 3.494063159e-03f, 2.058395148e-05f,
+                                  1.331973021e-08f};
+static const float an_tanh_q[] = {1.000000000e+00f, 4.671305716e-01f, 2.587118186e-02f, 3.283139667e-04f,
+                                  7.762287169e-07f};
+static const float an_erf_p[] = {1.128379107e+00f, 1.904058307e-01f, 5.274863541e-02f, 3.765589092e-03f,
+                                 2.848820586e-04f, 2.050091098e-06f};
+static const float an_erf_q[] = {1.000000000e+00f, 5.020754933e-01f, 1.141088456e-01f, 1.496915985e-02f,
+                                 1.162528759e-03f, 3.809171903e-05f};
+#endif
+
+static inline float AN_FN(tanh_bf)(float u) {
+    return AN_FN(rational_odd)(u, 0x41105000u /* 9.01953125f */, an_tanh_p, 4, an_tanh_q, 4);
+}
+static inline float AN_FN(erf_bf)(float u) {
+    return AN_FN(rational_odd)(u, 0x407AE148u /* 3.92f */, an_erf_p, 5, an_erf_q, 5);
+}
+
 /* erf'(u) = 2/sqrt(pi) exp(-u^2); NaN for a NaN u, where exp_neg's clamp alone would make it exp(-87), a number.
  * Without a select: gcc leaves this loop scalar with any compare-and-select but a plain min or max, so the
  * NaN is put in through k = min(max(|u| bits, inf bits) - inf bits, 1): 1 for a NaN, else 0; the NaN put in is
@@ -145,19 +185,19 @@ static inline __attribute__((always_inline)) void AN_FN(pw_fwd_rows_bf16_body)(c
                 for (int64_t i = 0; i < D; i++) {
                     float v = an_bf16_round_nf(an_bf16_to_f32(x[i]) + an_bf16_to_f32(rv[i]));
                     so[i] = (uint16_t)(an_f32_bits(v) >> 16);
-                    d[i] = AN_TO_BF16(nf, w[i] * AN_FN(tanh_v)(al * v + sh) + b[i]);
+                    d[i] = AN_TO_BF16(nf, w[i] * AN_FN(tanh_bf)(al * v + sh) + b[i]);
                 }
             else
                 for (int64_t i = 0; i < D; i++) {
                     float v = an_bf16_round_nf(an_bf16_to_f32(x[i]) + an_bf16_to_f32(rv[i]));
                     so[i] = (uint16_t)(an_f32_bits(v) >> 16);
-                    d[i] = AN_TO_BF16(nf, w[i] * AN_FN(erf_v)(al * v + sh) + b[i]);
+                    d[i] = AN_TO_BF16(nf, w[i] * AN_FN(erf_bf)(al * v + sh) + b[i]);
                 }
             if (s_row && a->nt) AN_FN(stream_bytes)(s_row, s16, (size_t)D * 2);
         } else if (dyt) {
-            for (int64_t i = 0; i < D; i++) d[i] = AN_TO_BF16(nf, w[i] * AN_FN(tanh_v)(al * an_bf16_to_f32(x[i]) + sh) + b[i]);
+            for (int64_t i = 0; i < D; i++) d[i] = AN_TO_BF16(nf, w[i] * AN_FN(tanh_bf)(al * an_bf16_to_f32(x[i]) + sh) + b[i]);
         } else {
-            for (int64_t i = 0; i < D; i++) d[i] = AN_TO_BF16(nf, w[i] * AN_FN(erf_v)(al * an_bf16_to_f32(x[i]) + sh) + b[i]);
+            for (int64_t i = 0; i < D; i++) d[i] = AN_TO_BF16(nf, w[i] * AN_FN(erf_bf)(al * an_bf16_to_f32(x[i]) + sh) + b[i]);
         }
         if (a->nt) AN_FN(stream_bytes)(y_row, o16, (size_t)D * 2);
     }
@@ -231,7 +271,7 @@ static inline __attribute__((always_inline)) void AN_FN(pw_bwd_block_bf16_body)(
             for (; i + AN_LANES <= D; i += AN_LANES)
                 for (int j = 0; j < AN_LANES; j++) {
                     float sv = an_bf16_to_f32(s[i + j]), dv = an_bf16_to_f32(dy[i + j]);
-                    float f = AN_FN(tanh_v)(al * sv + sh);
+                    float f = AN_FN(tanh_bf)(al * sv + sh);
                     float g = dv * w[i + j] * (1.0f - f * f);
                     acc_a[j] += g * sv;
                     acc_s[j] += g;
@@ -241,7 +281,7 @@ static inline __attribute__((always_inline)) void AN_FN(pw_bwd_block_bf16_body)(
                 }
             for (; i < D; i++) {
                 float sv = an_bf16_to_f32(s[i]), dv = an_bf16_to_f32(dy[i]);
-                float f = AN_FN(tanh_v)(al * sv + sh);
+                float f = AN_FN(tanh_bf)(al * sv + sh);
                 float g = dv * w[i] * (1.0f - f * f);
                 acc_a[0] += g * sv;
                 acc_s[0] += g;
@@ -254,7 +294,7 @@ static inline __attribute__((always_inline)) void AN_FN(pw_bwd_block_bf16_body)(
                 for (int j = 0; j < AN_LANES; j++) {
                     float sv = an_bf16_to_f32(s[i + j]), dv = an_bf16_to_f32(dy[i + j]);
                     float u = al * sv + sh;
-                    float f = AN_FN(erf_v)(u);
+                    float f = AN_FN(erf_bf)(u);
                     float g = dv * w[i + j] * AN_FN(erf_slope)(u);
                     acc_a[j] += g * sv;
                     acc_s[j] += g;
@@ -265,7 +305,7 @@ static inline __attribute__((always_inline)) void AN_FN(pw_bwd_block_bf16_body)(
             for (; i < D; i++) {
                 float sv = an_bf16_to_f32(s[i]), dv = an_bf16_to_f32(dy[i]);
                 float u = al * sv + sh;
-                float f = AN_FN(erf_v)(u);
+                float f = AN_FN(erf_bf)(u);
                 float g = dv * w[i] * AN_FN(erf_slope)(u);
                 acc_a[0] += g * sv;
                 acc_s[0] += g;
