@@ -183,6 +183,10 @@ def _check_storage(name: str, t) -> None:
 
 
 def _finite_real(name: str, value) -> float:
+    # the common case first, checked by comparisons: compiled with dynamic=True, a float attribute is a symbolic
+    # float, which the comparisons take and math.isfinite does not (a graph break, an error under fullgraph)
+    if type(value) is float and -math.inf < value < math.inf:
+        return value
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
         raise TypeError(f"{name} must be a float, got {type(value).__name__}")
     value = float(value)
