@@ -9,7 +9,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from addnorm.model import GPT
+from addnorm.model import GPT, GPTConfig
+from addnorm.model.streams import permutation_matrices
 from frontier_cases import CASES, batch, config, perturbed_model
 
 NAMES = list(CASES)
@@ -110,6 +111,55 @@ def test_state_dict_round_trip(name):
     b.load_state_dict(torch.load(buf))
     idx = batch(cfg)
     assert torch.equal(a(idx), b(idx))
+
+
+def _materialized_garbage(cfg: GPTConfig) -> GPT:
+    """Built on the meta device and materialized with ``to_empty()``: every parameter and buffer filled with NaN
+    (to_empty leaves whatever memory held; NaN makes a value nothing restored show, every time)."""
+    with torch.device("meta"):
+        m = GPT(cfg)
+    m.to_empty(device="cpu")
+    with torch.no_grad():
+        for t in [*m.parameters(), *m.buffers()]:
+            t.fill_(float("nan"))
+    return m
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_meta_device_model_loads_a_checkpoint(name):
+    """The large-model loading recipe: meta device, to_empty(), load_state_dict(). mHC-lite's permutation
+    matrices are a buffer outside the state_dict: they were left empty (NaN logits) until rebuilt at load."""
+    cfg = config(name)
+    a = perturbed_model(cfg, seed=1, dtype=torch.float32).eval()
+    b = _materialized_garbage(cfg).eval()
+    b.load_state_dict(a.state_dict())
+    idx = batch(cfg)
+    assert torch.equal(a(idx), b(idx))
+
+
+def _fresh_state(cfg: GPTConfig, seed: int) -> dict:
+    torch.manual_seed(seed)
+    return dict(GPT(cfg).state_dict())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_meta_device_model_resets_every_parameter(name):
+    """to_empty() then reset_parameters(), with no checkpoint: every value initialized, and the ones a fresh model
+    holds whatever the seed (norm weights, gates, alphas, mHC's biases, permutations) equal a fresh model's. GPT's
+    reset_parameters re-initialized only its Linear and Embedding weights."""
+    cfg = config(name)
+    m = _materialized_garbage(cfg)
+    m.reset_parameters()
+    fresh = [_fresh_state(cfg, seed) for seed in (3, 4)]
+    buffers = dict(m.named_buffers())
+    for n, t in list(m.state_dict(keep_vars=True).items()) + list(buffers.items()):
+        assert torch.isfinite(t).all(), n
+        f0 = fresh[0].get(n)
+        if f0 is not None and torch.equal(f0, fresh[1][n]):  # seed-independent: must match exactly
+            assert torch.equal(t, f0), n
+    perms = [(n, t) for n, t in buffers.items() if n.endswith("perms")]
+    for n, t in perms:
+        assert torch.equal(t, permutation_matrices(round(t.size(-1))).to(t.dtype)), n
 
 
 @pytest.mark.parametrize("name", ["hc", "mhc", "mhc_lite"])

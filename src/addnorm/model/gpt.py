@@ -48,9 +48,18 @@ class GPT(nn.Module):
         self.s_z = Scale(c.vocab_size, 1.0, 1.0 / math.sqrt(c.n_embd)) if self.ngpt else None
         if c.tie_weights and not self.ngpt:
             self.lm_head.weight = self.wte.weight
-        self.reset_parameters()
+        self._init_gpt2()  # the sub-modules initialized themselves as they were built
 
     def reset_parameters(self) -> None:
+        """Every parameter and buffer initialized afresh: each sub-module's own ``reset_parameters`` (norms,
+        stream connections, gates, DenseFormer's weights, mHC-lite's permutations), then GPT-2's init over
+        them. What a model built on the meta device needs after ``to_empty()``, when no checkpoint follows."""
+        for m in self.modules():
+            if m is not self and callable(getattr(m, "reset_parameters", None)):
+                m.reset_parameters()
+        self._init_gpt2()
+
+    def _init_gpt2(self) -> None:
         """GPT-2's init: N(0, 0.02) everywhere, N(0, 0.02/√(2·n_layer)) for the projections that write
         into the residual stream; DeepNorm layers get DeepNet's Xavier init with gain β instead, and LNS
         layers plain N(0, 0.02) (LNS's 1/√l takes the scaled init's place, as its paper says)."""

@@ -222,6 +222,21 @@ class MHCLiteConnection(ManifoldHyperConnection):
         self.sinkhorn_iters = 0
         self.register_buffer("perms", permutation_matrices(n).float(), persistent=False)
 
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        self._fill_perms()
+
+    def _fill_perms(self) -> None:
+        """The permutation matrices are no state (not in the state_dict): rebuilt here, at load and at reset, so
+        that a model built on the meta device and materialized by ``to_empty()`` does not keep empty memory."""
+        if hasattr(self, "perms") and not self.perms.is_meta:
+            with torch.no_grad():
+                self.perms.copy_(permutation_matrices(self.n))
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        self._fill_perms()
+        super()._load_from_state_dict(*args, **kwargs)
+
     def _init_b_res(self) -> None:  # mHC-lite's code: -8 on every permutation but the identity (index 0)
         self.b_res.fill_(self.OFF_DIAGONAL_INIT)
         self.b_res[0] = 0.0

@@ -51,6 +51,11 @@ class ResidualSubLayer(nn.Module):
         else:
             self.register_parameter("gate", None)
 
+    def reset_parameters(self) -> None:
+        if self.gate is not None:
+            with torch.no_grad():
+                self.gate.fill_(float(self.placement.gate_init))
+
     def _branch(self, h: torch.Tensor, fn_kwargs: dict, branch_norm: bool = True) -> torch.Tensor:
         if self.depth_scale != 1.0 and self.norm_before is None:  # else folded into the norm (out_scale)
             h = h * self.depth_scale

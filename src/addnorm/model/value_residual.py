@@ -24,6 +24,11 @@ class ValueResidual(nn.Module):
         else:
             self.lambdas = nn.Parameter(torch.tensor(LAMBDA_INIT))
 
+    def reset_parameters(self) -> None:
+        if self.lambdas is not None:
+            with torch.no_grad():
+                self.lambdas.copy_(torch.tensor(LAMBDA_INIT))
+
     def forward(self, v: torch.Tensor, values: dict | None) -> torch.Tensor:
         if values is None:
             raise ValueError("value_residual: the attention needs values=<dict shared by the model's layers> "

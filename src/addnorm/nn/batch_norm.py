@@ -25,6 +25,15 @@ class BatchNormSlot(nn.Module):
         self.register_buffer("running_mean", torch.zeros(dim))
         self.register_buffer("running_var", torch.ones(dim))
 
+    def reset_parameters(self) -> None:
+        """Weight 1, bias 0 and fresh running statistics, as torch.nn.BatchNorm1d's."""
+        with torch.no_grad():
+            self.weight.fill_(1.0)
+            if self.bias is not None:
+                self.bias.zero_()
+            self.running_mean.zero_()
+            self.running_var.fill_(1.0)
+
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, *, out_scale: float = 1.0):
         s = x if residual is None else x + residual
         flat = s.reshape(-1, self.dim)
