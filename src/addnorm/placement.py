@@ -28,6 +28,7 @@ Beyond the three slots, a placement says what the residual stream is:
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -165,13 +166,15 @@ def resolve_placements(spec: PlacementSpec, n_layer: int, norm: str = "layer",
     ``"mix"`` (Li et al. 2024, Mix-LN): post-norm for the first ``mix_post_layers`` layers
     (default: a quarter of them, as in the paper), pre-norm for the rest.
     """
+    if isinstance(n_layer, bool) or not isinstance(n_layer, numbers.Integral) or n_layer < 0:
+        raise ValueError(f"n_layer must be an integer >= 0, got {n_layer!r}")
     if isinstance(spec, str) and spec == "mix":
         k = n_layer // 4 if mix_post_layers is None else mix_post_layers
         if not 0 <= k <= n_layer:
             raise ValueError(f"mix_post_layers must be in [0, n_layer={n_layer}], got {k}")
         layers = [PLACEMENTS["post"]] * k + [PLACEMENTS["pre"]] * (n_layer - k)
     elif isinstance(spec, str) and spec == "hybrid_star":
-        layers = [_HYBRID_FIRST] + [PLACEMENTS["hybrid"]] * (n_layer - 1)
+        layers = ([_HYBRID_FIRST] + [PLACEMENTS["hybrid"]] * (n_layer - 1)) if n_layer else []
     elif isinstance(spec, str | Placement):
         layers = [get_placement(spec)] * n_layer
     else:

@@ -180,6 +180,16 @@ def test_lns_first_layer_is_pre_exactly_and_later_layers_scale_by_inverse_sqrt_d
     (dict(placement="pre", dyt_alpha=0.8), "dyt_alpha=0.8 sets the alpha of DyT/Derf norms"),
     (dict(placement="pre", norm="rms", dyt_alpha=(0.8, 0.2, 0.2)), "dyt_alpha=.* this model has none"),
     (dict(placement="ngpt", dyt_alpha=(0.8, 0.2, 0.2)), "dyt_alpha=.* this model has none"),
+    # sizes: a KeyError ('pop from an empty set'), a ZeroDivisionError or nothing at all before
+    (dict(n_layer=0), "n_layer must be an integer >= 1, got 0"),
+    (dict(placement="hybrid_star", n_layer=-2), "n_layer must be an integer >= 1, got -2"),
+    (dict(n_layer=2.0), "n_layer must be an integer >= 1, got 2.0"),
+    (dict(n_head=0), "n_head must be an integer >= 1"),
+    (dict(n_embd=0), "n_embd must be an integer >= 1"),
+    (dict(vocab_size=0), "vocab_size must be an integer >= 1"),
+    (dict(block_size=0), "block_size must be an integer >= 1"),
+    (dict(d_ff=0), "d_ff must be an integer >= 1"),
+    (dict(eps=float("nan")), "eps must be a finite number"),
 ])
 def test_bad_combinations_are_refused_naming_the_argument(kw, match):
     with pytest.raises(ConfigError, match=match):
@@ -391,3 +401,14 @@ def test_the_n_copies_become_n_streams_in_training(name):
     assert spread(False) > 1e-4, name
     if name != "hc":
         assert spread(True) < 1e-6, name
+
+
+def test_every_placement_name_resolves_to_n_layer_placements():
+    """hybrid_star gave one placement for n_layer = 0 (and for -2): its first block came unconditionally."""
+    from addnorm.placement import PLACEMENTS, resolve_placements
+
+    for name in [*PLACEMENTS, "mix", "hybrid_star"]:
+        for n in (0, 1, 3):
+            assert len(resolve_placements(name, n)) == n, (name, n)
+        with pytest.raises(ValueError, match="n_layer must be an integer >= 0, got -2"):
+            resolve_placements(name, -2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 from ..nn.factory import NORM_KINDS, POINTWISE_KINDS
@@ -45,6 +46,12 @@ class GPTConfig:
     dense_period: int = 1  # denseformer: a DWA after every dense_period-th block only
 
     def __post_init__(self):
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "d_ff"):
+            v = getattr(self, name)
+            if (v is not None or name != "d_ff") and (isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1):
+                raise ConfigError(f"{name} must be an integer >= 1, got {v!r}")
+        if isinstance(self.eps, bool) or not isinstance(self.eps, int | float) or not math.isfinite(self.eps):
+            raise ConfigError(f"eps must be a finite number, got {self.eps!r}")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
         if self.activation not in ACTIVATIONS:
