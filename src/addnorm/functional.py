@@ -434,9 +434,12 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
         x, residual, weight, bias = resolved(x, residual, weight, bias)
     has_sum = formulas.returns_sum(x, residual, residual_in_fp32)
     if out is not None or residual_out is not None:
-        if _needs_autograd(x, residual, weight, bias):
+        # torch's rule for out= (an input or the buffer requiring grad, with grad mode on, is refused)
+        if _needs_autograd(x, residual, weight, bias) or (torch.is_grad_enabled() and any(
+                t is not None and t.requires_grad for t in (out, residual_out))):
             raise RuntimeError("out= and residual_out= do not support automatic differentiation "
-                               "(an input requires grad); call under torch.no_grad() or drop out=")
+                               "(an input or an out= buffer requires grad); call under torch.no_grad() or drop "
+                               "out=")
         from .out_buffers import check_out_buffers
 
         check_out_buffers(x, residual, weight, bias, out, residual_out, math.prod(shape), out_dtype or x.dtype,
@@ -508,6 +511,7 @@ def _into_buffers(kind, x, residual, shape, weight, bias, eps, weight_offset, ca
     if which == "triton":
         _triton.add_norm(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight, odt,
                          None if res_t is None else res_t.dtype, False, out_t, res_t)
+        _written(out, residual_out)
         return out_t, res_t
     if not (x.is_contiguous() and (residual is None or residual.is_contiguous())):
         x, residual = cpu.as_rows(x, D), None if residual is None else cpu.as_rows(residual, D)
@@ -515,7 +519,16 @@ def _into_buffers(kind, x, residual, shape, weight, bias, eps, weight_offset, ca
     ro = res_t if res_t is None or res_t.is_contiguous() else res_t.view(-1, D)
     cpu.forward(kind, x, residual, weight, bias, eps, weight_offset, cast_before_weight, o, ro, None,
                 x.numel() // D, D)
+    _written(out, residual_out)
     return out_t, res_t
+
+
+def _written(*buffers) -> None:
+    """The kernels wrote the caller's buffers through their pointers: bump their version counters, as an in-place
+    torch op does, so that autograd refuses a backward that saved one of them (else it would use the new values)."""
+    ts = [t for t in buffers if t is not None and not t.is_inference()]
+    if ts:
+        torch.autograd.graph.increment_version(ts)
 
 
 def _nested(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_before_weight, out, residual_out,

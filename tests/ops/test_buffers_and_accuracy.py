@@ -90,3 +90,37 @@ def test_layer_norm_of_size_one_has_zero_weight_gradient(dtype, backend):
     xr, wr, br = (t.clone().requires_grad_() for t in (x, w, b))
     gw_ref, gx_ref = torch.autograd.grad(F.layer_norm(xr, (1,), wr, br).sum(), (wr, xr))
     assert torch.equal(gw, gw_ref) and torch.equal(gx, gx_ref)
+
+
+@pytest.mark.parametrize("backend", [*KERNEL_BACKENDS, "torch"])
+def test_buffers_written_bump_their_version_as_torch_out_does(backend):
+    """out= / residual_out= are in-place writes: the kernels wrote them through their pointers and left the version
+    counters alone, so a backward that had saved a buffer ran on its new values and gave a wrong gradient."""
+    x, r = torch.randn(4, 8), torch.randn(4, 8)
+    p = torch.randn(4, 8, requires_grad=True)
+    a = p * 2
+    loss = (a * a).sum()  # saves a
+    with torch.no_grad():
+        addnorm.rms_norm(x, 8, out=a, backend=backend)
+    assert a._version == 1
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+    res = p * 3
+    loss = (res * res).sum()
+    with torch.no_grad():
+        addnorm.add_layer_norm(x, res, 8, residual_out=res, backend=backend)  # the stream updated in place
+    assert res._version == 1
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_a_buffer_that_requires_grad_is_refused_with_grad_mode_on():
+    """torch.add(x, 1, out=o) with o requiring grad raises; the kernels wrote into o."""
+    x = torch.randn(4, 8)
+    o = torch.zeros(4, 8, requires_grad=True)
+    with pytest.raises(RuntimeError, match="out= and residual_out= do not support automatic differentiation"):
+        addnorm.rms_norm(x, 8, out=o)
+    assert not o.detach().any()
+    with torch.no_grad():  # as torch allows it
+        addnorm.rms_norm(x, 8, out=o)
+    torch.testing.assert_close(o.detach(), F.rms_norm(x, (8,)))
