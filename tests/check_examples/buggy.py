@@ -49,3 +49,47 @@ class SwappedGammaBeta(nn.Module):
     def forward(self, x):
         xhat = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + self.eps)
         return self.bias * xhat + self.weight
+
+
+class _Affine(nn.Module):
+    def __init__(self, d, eps=1e-5, bias=True):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d)) if bias else None
+        self.eps = eps
+
+
+class EpsOutsideRoot(_Affine):  # eps beside sqrt(var): invisible at variance 100, 5 % off at 10 eps
+    def forward(self, x):
+        m, v = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+        return (x - m) / (torch.sqrt(v) + self.eps) * self.weight + self.bias
+
+
+class NoEps(_Affine):
+    def forward(self, x):
+        m, v = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+        return (x - m) / torch.sqrt(v) * self.weight + self.bias
+
+
+class UnbiasedVariance(_Affine):  # eps inside the root, but D - 1
+    def forward(self, x):
+        m, v = x.mean(-1, keepdim=True), x.var(-1, unbiased=True, keepdim=True)
+        return (x - m) / torch.sqrt(v + self.eps) * self.weight + self.bias
+
+
+class RMSNoSqrt(_Affine):
+    def __init__(self, d):
+        super().__init__(d, eps=1e-6, bias=False)
+
+    def forward(self, x):
+        return x / (x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class RMSSumOfSquares(RMSNoSqrt):
+    def forward(self, x):
+        return x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + self.eps) * self.weight
+
+
+class RMSEpsOutsideRoot(RMSNoSqrt):
+    def forward(self, x):
+        return x / (torch.sqrt(x.pow(2).mean(-1, keepdim=True)) + self.eps) * self.weight

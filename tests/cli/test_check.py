@@ -29,6 +29,29 @@ def test_each_mistake_fails_with_its_hint(name, failing, hint, capsys):
     assert hint in out
 
 
+@pytest.mark.parametrize("name,failing,named,hint", [
+    # eps inside or outside the root, or missing, is invisible on rows of variance 100 (they all passed)
+    ("EpsOutsideRoot", "matches the float64 oracle and torch.nn.LayerNorm", "eps added outside the square root",
+     "put eps inside the square root: / sqrt(var + eps)"),
+    ("NoEps", "matches the float64 oracle and torch.nn.LayerNorm", "no eps at all", "add eps inside the square root"),
+    # named the tutorial form before, whose hint was the user's own formula
+    ("UnbiasedVariance", "matches the float64 oracle", "unbiased variance (divides by D-1)",
+     "LayerNorm divides by D, not D-1"),
+    # an RMSNorm's "RMS ≈ 1" could not fail, and its failures were told as LayerNorm's
+    ("RMSNoSqrt", "normalizes each position (RMS ≈ 1)", "no square root", "divide by the root"),
+    ("RMSSumOfSquares", "matches the float64 oracle and torch.nn.RMSNorm", "the sum of squares instead of their mean",
+     "take the mean of the squares"),
+    ("RMSEpsOutsideRoot", "matches the float64 oracle and torch.nn.RMSNorm", "eps added outside the square root",
+     "sqrt(mean(x^2) + eps)"),
+])
+def test_eps_and_rms_mistakes_are_caught_and_named(name, failing, named, hint, capsys):
+    assert main(["check", f"{EX / 'buggy.py'}:{name}"]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"❌ {failing}" in out
+    assert f"looks like {named}" in out
+    assert hint in out
+
+
 def test_the_tutorial_form_is_named(capsys):
     main(["check", f"{EX / 'buggy.py'}:TutorialLayerNorm"])
     out = " ".join(capsys.readouterr().out.split())
