@@ -90,7 +90,9 @@ def test_training_steps_and_export(tmp_path):
             m(idx, idx)[1].backward()
             rec.next_step()
             opt.step()
-    assert {r["step"] for r in rec.records} == {0, 1, 2, 3}
+    # steps 0-2; the exit's collect adds nothing: no backward ran after the last next_step (it recorded the
+    # step-2 gradients again as step 3 before)
+    assert {r["step"] for r in rec.records} == {0, 1, 2}
     rec.to_csv(tmp_path / "r.csv")
     rec.to_json(tmp_path / "r.json")
     rows = list(csv.DictReader((tmp_path / "r.csv").open()))
@@ -123,3 +125,70 @@ def test_custom_blocks_and_errors():
     with diagnostics.record(stack, blocks=list(stack)) as rec:
         stack(x).sum().backward()
     assert len(rec.by_block("grad_norm")) == 3
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.ln, self.fc = torch.nn.LayerNorm(d), torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        return x + self.fc(self.ln(x))
+
+
+class _Shared(torch.nn.Module):
+    """ALBERT-style: one block applied three times."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        b = _Block(d)
+        self.layers = torch.nn.ModuleList([b, b, b])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_a_shared_block_gets_each_application_at_its_own_position():
+    """Hooked once per position, a shared block recorded its first application's numbers at every position (nine
+    records for three applications)."""
+    torch.manual_seed(0)
+    m = _Shared()
+    x = (torch.randn(2, 5, 16) * 3 + 1).requires_grad_()
+    with diagnostics.record(m) as rec:
+        m(x).square().mean().backward()
+    hs = [x.detach().requires_grad_()]  # by hand: each application's input, and the gradient flowing into it
+    for layer in m.layers:
+        hs.append(layer(hs[-1]))
+    for t in hs[:-1]:
+        t.retain_grad()
+    hs[-1].square().mean().backward()
+    want_rms = [t.detach().pow(2).mean().sqrt().item() for t in hs[:-1]]
+    want_grad = [t.grad.norm().item() for t in hs[:-1]]
+    assert len(rec.frame("stream_rms")) == 3
+    assert rec.by_block("stream_rms") == pytest.approx(want_rms, rel=1e-5)
+    assert rec.by_block("grad_norm") == pytest.approx(want_grad, rel=1e-5)
+
+
+def test_by_block_keeps_block_positions_and_ignores_stale_or_late_gradients():
+    """A frozen block has no gradient: by_block dropped it and moved the later blocks down. Gradients left from a
+    backward before the recording were recorded as its own, and a backward after it still added records."""
+    m = _model(n_layer=4)
+    for p in m.h[0].parameters():
+        p.requires_grad_(False)
+    idx = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(1))
+    m(idx, idx)[1].backward()  # stale gradients, before any recording
+    with torch.no_grad(), diagnostics.record(m) as rec:
+        m(idx)
+    assert rec.frame("param_grad_norm") == []
+    with diagnostics.record(m) as rec:
+        loss = m(idx, idx)[1]
+    loss.backward()  # after the recording
+    assert rec.frame("grad_norm") == [] and rec.frame("param_grad_norm") == []
+    for p in m.parameters():
+        p.grad = None
+    with diagnostics.record(m) as rec:
+        m(idx, idx)[1].backward()
+    prof = rec.by_block("param_grad_norm")
+    assert len(prof) == 4 and prof[0] != prof[0] and all(v == v for v in prof[1:])  # NaN for the frozen block

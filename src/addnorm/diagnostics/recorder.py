@@ -17,14 +17,16 @@ from .stats import per_stream_rms, tensor_stats
 
 
 def depth_profile(records: Iterable[dict], quantity: str, sites: tuple[str, ...] | None = None,
-                  step: int = 0) -> list[float]:
+                  step: int = 0, n_blocks: int | None = None) -> list[float]:
     """One value per block, in block order: the first record of ``quantity`` at ``step`` whose site is
-    one of ``sites`` (any site when None)."""
+    one of ``sites`` (any site when None); NaN for a block with none (a frozen block has no gradient), so that
+    position k is always block k. ``n_blocks``: the length at least (the blocks after the last record)."""
     out: dict[int, float] = {}
     for r in records:
         if r["quantity"] == quantity and r["step"] == step and (sites is None or r["site"] in sites):
             out.setdefault(r["block"], r["value"])
-    return [out[k] for k in sorted(out)]
+    n = max(max(out, default=-1) + 1, n_blocks or 0)
+    return [out.get(k, float("nan")) for k in range(n)]
 
 
 class Recorder:
@@ -39,6 +41,13 @@ class Recorder:
         self._h_res: dict[int, tuple[int, str, torch.Tensor]] = {}  # sub-layer k -> (block, site, H_res)
         self.step = 0
         self._handles: list = []
+        self._attached = False
+        # a module at several block positions (shared, ALBERT-style) is hooked once; its k-th call in a forward
+        # is its k-th position (counted per module, reset when the model's forward starts)
+        self._positions: dict[int, list[int]] = {}
+        self._calls: dict[int, int] = {}
+        self._current: dict[int, int] = {}
+        self._grads_seen: dict[int, tuple] = {}  # parameter -> its .grad's identity and version at the last collect
 
     # ---- records
     def _add(self, block: int, site: str, quantity: str, value: float) -> None:
@@ -82,15 +91,35 @@ class Recorder:
                     self._add(block_idx, site, f"stream{i}_rms", v)
         if self.gradients and s.requires_grad:
             def on_grad(g, block_idx=block_idx, site=site):
+                if not self._attached:  # a backward after the recording: its parameter gradients are not taken
+                    return
                 self._add(block_idx, site, "grad_norm", g.detach().float().norm().item())
                 self._add(block_idx, site, "grad_rms", g.detach().float().pow(2).mean().sqrt().item())
             s.register_hook(on_grad)
 
-    def _stream_pre_hook(self, block_idx: int, site: str, addnorm_sublayer: bool, widened: bool = False):
+    def _block_index(self, block: nn.Module) -> int:
+        return self._current.get(id(block), self._positions[id(block)][0])
+
+    def _enter_block(self, block: nn.Module):
+        """A pre-hook on each distinct block: which position this call is."""
         def hook(module, args, kwargs):
+            pos = self._positions[id(block)]
+            k = self._calls.get(id(block), 0)
+            self._calls[id(block)] = k + 1
+            self._current[id(block)] = pos[k % len(pos)]
+            return None
+        return hook
+
+    def _new_forward(self, module, args, kwargs):
+        self._calls.clear()
+        return None
+
+    def _stream_pre_hook(self, block_idx, site: str, addnorm_sublayer: bool, widened: bool = False):
+        def hook(module, args, kwargs):
+            i = block_idx() if callable(block_idx) else block_idx
             if not args and isinstance(kwargs.get("hidden_states"), torch.Tensor):  # HF calls by keyword
                 s = kwargs["hidden_states"].view_as(kwargs["hidden_states"])
-                self._watch_stream(block_idx, site, s)
+                self._watch_stream(i, site, s)
                 return args, dict(kwargs, hidden_states=s)
             if not args or not isinstance(args[0], torch.Tensor) or not torch.is_floating_point(args[0]):
                 return None
@@ -100,22 +129,23 @@ class Recorder:
                 # gradient are the residual stream's; the sum is the same one the fused kernel computes
                 x, rest = x + rest[0], (None,) + rest[1:]
             s = x.view_as(x)  # a fresh node: its gradient is exactly what flows into this block
-            self._watch_stream(block_idx, site, s, widened)
+            self._watch_stream(i, site, s, widened)
             return (s,) + tuple(rest), kwargs
         return hook
 
-    def _norm_hook(self, block_idx: int, name: str):
+    def _norm_hook(self, block_idx, name: str):
         def hook(module, args, output):
+            i = block_idx() if callable(block_idx) else block_idx
             x = args[0] if args else None
             if isinstance(x, torch.Tensor) and len(args) > 1 and isinstance(args[1], torch.Tensor):
                 x = x + args[1]  # addnorm's Add & Norm modules: the input is the sum
             y = output[0] if isinstance(output, tuple) else output
             if isinstance(x, torch.Tensor):
                 for q, v in tensor_stats(x).items():
-                    self._add(block_idx, name, f"norm_in_{q}", v)
+                    self._add(i, name, f"norm_in_{q}", v)
             if isinstance(y, torch.Tensor):
                 for q, v in tensor_stats(y).items():
-                    self._add(block_idx, name, f"norm_out_{q}", v)
+                    self._add(i, name, f"norm_out_{q}", v)
         return hook
 
     def attach(self) -> Recorder:
@@ -123,14 +153,29 @@ class Recorder:
         from ..model.sublayer import ResidualSubLayer
 
         k = 0  # sub-layer index: the order of the widened streams' H_res
+        self._positions.clear()
         for i, block in enumerate(self.blocks):
+            self._positions.setdefault(id(block), []).append(i)
+        self._handles.append(self.model.register_forward_pre_hook(self._new_forward, with_kwargs=True))
+        self._snapshot_grads()
+        self._attached = True
+        seen: set[int] = set()
+        for block in self.blocks:
+            if id(block) in seen:
+                continue
+            seen.add(id(block))
+            if len(self._positions[id(block)]) > 1:
+                self._handles.append(block.register_forward_pre_hook(self._enter_block(block), with_kwargs=True))
+            i = (lambda b=block: self._block_index(b)) if len(self._positions[id(block)]) > 1 else \
+                self._positions[id(block)][0]
             if isinstance(block, TransformerBlock):  # addnorm: per sub-layer, through the fused stream
                 for site, sub in (("attn", block.attn), ("mlp", block.mlp)):
                     widened = getattr(sub, "streams", None) is not None
                     self._handles.append(sub.register_forward_pre_hook(self._stream_pre_hook(i, site, True, widened),
                                                                        with_kwargs=True))
                     if widened and self.mixing:
-                        self._handles.append(sub.streams.h_res_tap.register_forward_hook(self._mixing_hook(k, i, site)))
+                        self._handles.append(sub.streams.h_res_tap.register_forward_hook(
+                            self._mixing_hook(k, i if isinstance(i, int) else self._positions[id(block)][0], site)))
                     k += 1
             elif isinstance(block, ResidualSubLayer):
                 self._handles.append(block.register_forward_pre_hook(self._stream_pre_hook(i, "block", True),
@@ -153,21 +198,35 @@ class Recorder:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        self._attached = False
+
+    def _grad_state(self, p: nn.Parameter):
+        return None if p.grad is None else (id(p.grad), p.grad._version)
+
+    def _snapshot_grads(self) -> None:
+        self._grads_seen = {id(p): self._grad_state(p) for p in self.model.parameters()}
 
     def collect_parameter_gradients(self) -> None:
-        """Record each block's parameter-gradient norm (and per sub-layer for addnorm blocks)."""
+        """Record each block's parameter-gradient norm (and per sub-layer for addnorm blocks): the gradients a
+        backward wrote since the recording started (or since the last collect), not ones left from before."""
         if not self.gradients:
             return
+        fresh = {id(p) for p in self.model.parameters() if self._grad_state(p) not in (None, self._grads_seen.get(id(p)))}
+        done: set[int] = set()
         for i, block in enumerate(self.blocks):
+            if id(block) in done:  # a shared block: its parameters' one gradient, at its first position
+                continue
+            done.add(id(block))
             groups = {"block": list(block.parameters())}
             for site in ("attn", "mlp"):
                 sub = getattr(block, site, None)
                 if isinstance(sub, nn.Module):
                     groups[site] = list(sub.parameters())
             for site, params in groups.items():
-                grads = [p.grad.detach().float().reshape(-1) for p in params if p.grad is not None]
+                grads = [p.grad.detach().float().reshape(-1) for p in params if id(p) in fresh]
                 if grads:
                     self._add(i, site, "param_grad_norm", torch.cat(grads).norm().item())
+        self._snapshot_grads()
 
     # ---- export
     def frame(self, quantity: str | None = None, site: str | None = None, step: int | None = None) -> list[dict]:
@@ -176,8 +235,9 @@ class Recorder:
                 and (site is None or r["site"] == site) and (step is None or r["step"] == step)]
 
     def by_block(self, quantity: str, site: str | None = None, step: int = 0) -> list[float]:
-        """One value per block (the first site matching, in block order): a depth profile."""
-        return depth_profile(self.records, quantity, None if site is None else (site,), step)
+        """One value per block (the first site matching, in block order; NaN where none was recorded): a depth
+        profile."""
+        return depth_profile(self.records, quantity, None if site is None else (site,), step, len(self.blocks))
 
     def to_csv(self, path) -> Path:
         path = Path(path)
