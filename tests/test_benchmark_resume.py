@@ -69,3 +69,32 @@ def test_the_fused_forms_benchmark_resumes_from_its_journal(tmp_path, monkeypatc
 
     monkeypatch.setattr(fused_forms, "measure_interleaved", never)
     assert fused_forms.run(*args, journal=journal) == rows
+
+
+def test_a_journal_of_other_conditions_is_not_reused(tmp_path, capsys):
+    """Resuming kept an interrupted run's rows whatever they were measured under: 46 of 64 rows of a 1-thread run
+    went into a table saying 2 threads. The journal now starts with its conditions (threads, instruction set,
+    allocator, torch, the kernels' build), and rows of others are measured again."""
+    from rich.console import Console
+
+    console = Console(file=None, emoji=False)
+    journal = tmp_path / "add_norm_current.partial.jsonl"
+    cond = add_norm.journal_conditions("current")
+    assert {"torch_threads", "addnorm_isa", "addnorm_build", "allocator"} <= set(cond)
+    add_norm.open_journal(journal, cond, console)
+    rows = add_norm.run_benchmark([(8, 16)], ["float32"], ["rms"], ["fwd"], ["addnorm"], floor=10.0, journal=journal)
+    kept = journal.read_text()
+    add_norm.open_journal(journal, dict(cond), console)  # the same conditions: resumed
+    assert journal.read_text() == kept and rows
+    add_norm.open_journal(journal, dict(cond, torch_threads=cond["torch_threads"] + 1), console)
+    assert len(journal.read_text().splitlines()) == 1  # only the new conditions: the rows are measured again
+    assert "torch_threads" in capsys.readouterr().out
+
+
+def test_allocator_both_fails_when_a_run_is_killed(monkeypatch, tmp_path):
+    """A child killed by a signal returns -signal; max(-9, 0) reported success."""
+    import subprocess
+
+    codes = iter([-9, 0])
+    monkeypatch.setattr(subprocess, "call", lambda *a, **k: next(codes))
+    assert main(["bench", "--allocator", "both", "--shapes", "8x16", "--out", str(tmp_path)]) == 137

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import functional as AF
-from ..store import atomic_write, atomic_write_text, check_writable_dir, read_journal
+from ..store import atomic_write, atomic_write_text, check_writable_dir, digest, read_journal
 from .timing import Timing, measure, measure_interleaved
 
 FUSED_OPS = ("norm_add", "parallel", "parallel2", "dyt", "derf", "stream_read", "stream_write", "mhc_pre")  # fused_forms
@@ -247,6 +247,36 @@ def conditions(allocator: str) -> dict:
     }
 
 
+def journal_conditions(allocator: str) -> dict:
+    """What a journalled row was measured under: the results' conditions and the build of the kernels. An
+    interrupted run's rows are reused only under the same ones."""
+    cond = conditions(allocator)
+    try:
+        from ..kernels.cpu import _addnorm_cpu
+
+        cond["addnorm_build"] = digest(Path(_addnorm_cpu.__file__).read_bytes())
+    except (ImportError, OSError, AttributeError):
+        cond["addnorm_build"] = None
+    return cond
+
+
+def open_journal(journal: Path, cond: dict, console) -> None:
+    """Start ``journal`` with its conditions, or keep an interrupted run's if they are these; otherwise say what
+    changed and start afresh (the rows of another thread count, instruction set or build are not this run's)."""
+    if journal.exists():
+        try:
+            first = json.loads(journal.read_text().splitlines()[0])
+        except (IndexError, ValueError):
+            first = {}
+        old = first.get("conditions") if isinstance(first, dict) else None
+        if old == cond:
+            return
+        changed = sorted(k for k in set(cond) | set(old or {}) if (old or {}).get(k) != cond.get(k))
+        console.print(f"{journal.name}: an interrupted run's rows were measured under other conditions "
+                      f"({', '.join(changed) if old else 'unrecorded'}); measuring again", markup=False)
+    journal.write_text(json.dumps({"conditions": cond}) + "\n")
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -332,7 +362,9 @@ def main_from_args(args) -> int:
         print(f"addnorm bench: error: {e}", file=sys.stderr)
         return 2
     if args.allocator == "both":  # the default allocator's table beside the tuned one
-        return max(main_from_args(argparse.Namespace(**{**vars(args), "allocator": a})) for a in ("tuned", "default"))
+        codes = [main_from_args(argparse.Namespace(**{**vars(args), "allocator": a})) for a in ("tuned", "default")]
+        # a run killed by a signal returns -signal, which max() took for success
+        return next((c if c > 0 else 128 - c for c in codes if c != 0), 0)
     if args.allocator != "current":
         env = dict(os.environ)
         for k in TUNED_MALLOC:
@@ -360,6 +392,7 @@ def main_from_args(args) -> int:
         out_dir = Path(args.out)
         out_dir.mkdir(parents=True, exist_ok=True)
         journal = out_dir / f"fused_forms_{allocator}.partial.jsonl"
+        open_journal(journal, journal_conditions(allocator), console)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console) as progress:
             frows = fused_forms.run(fused_ops, shapes, dtypes, kinds, modes, methods, progress, journal)
@@ -375,6 +408,7 @@ def main_from_args(args) -> int:
         out_dir = Path(args.out)
         out_dir.mkdir(parents=True, exist_ok=True)
         journal = out_dir / f"add_norm_{allocator}.partial.jsonl"  # resumable: finished rows survive a Ctrl-C
+        open_journal(journal, journal_conditions(allocator), console)
         rows = run_benchmark(shapes, dtypes, kinds, modes, methods, progress, floor, journal)
     cond = conditions(allocator) | {"floor_gbps": floor}
     csv_path, json_path = write_results(rows, cond, out_dir)
