@@ -247,3 +247,12 @@ def test_a_single_hard_batch_is_not_a_spike_in_a_run_trained_until_flat():
     assert _failure(diverged, SPIKE_PERSIST) == "spike"
     assert _failure(flat + [1.88] * (SPIKE_PERSIST - 1), SPIKE_PERSIST) is None
     assert _failure(flat + [float("nan")], SPIKE_PERSIST) == "nan"
+
+
+def test_run_names_tell_apart_settings_beyond_six_digits():
+    """Names took lr and clip to 6 significant digits: lr 0.001 and 0.0010000001 shared a directory, a summary
+    row and a curve. Settings that 6 digits give back keep the names runs have always had."""
+    a, b = RunConfig(**TINY, lr=0.001), RunConfig(**TINY, lr=0.0010000001)
+    assert a.name() != b.name()
+    assert "-lr0.001-" in a.name() and "-lr0.0010000001-" in b.name()
+    assert "-c1-" in RunConfig(**TINY, lr=3e-4, clip=1.0).name() and "-lr0.0003-" in RunConfig(**TINY, lr=3e-4).name()

@@ -32,6 +32,13 @@ def _int(name, v, lo):
         raise StudyConfigError(name, f"must be an integer >= {lo}, got {v!r}")
 
 
+
+def _num(v: float) -> str:
+    """A number in a run's name: 6 significant digits (the names runs have always had) where they give the number
+    back, every digit where they do not -- lr 0.001 and 0.0010000001 got one name, and one run's results."""
+    short = f"{v:g}"
+    return short if float(short) == v else repr(float(v))
+
 @dataclass(frozen=True)
 class RunConfig:
     """One training run: a byte-level GPT trained with AdamW(0.9, 0.98), no weight decay, linear warmup then
@@ -132,8 +139,8 @@ class RunConfig:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def name(self) -> str:
-        return (f"{self.placement_name}-{self.norm}-L{self.depth}-lr{self.lr:g}-w{self.warmup}-s{self.seed}"
-                f"-c{self.clip:g}-{self.init}{self.variant_suffix()}")
+        return (f"{self.placement_name}-{self.norm}-L{self.depth}-lr{_num(self.lr)}-w{self.warmup}-s{self.seed}"
+                f"-c{_num(self.clip)}-{self.init}{self.variant_suffix()}")
 
     def variant_suffix(self) -> str:
         """What sets this run apart beyond the name's fixed parts: '-d256-n2-vr-a0.8_0.2_0.2-flat' (empty for a
@@ -142,7 +149,7 @@ class RunConfig:
         parts = [f"d{self.d_model}" if self.d_model != 64 else "",
                  f"n{self.n_streams}" if self.n_streams is not None else "",
                  "vr" if self.value_residual else "",
-                 "a" + "_".join(f"{v:g}" for v in (a if isinstance(a, tuple) else (a,))) if a != DYT_ALPHA else "",
+                 "a" + "_".join(_num(v) for v in (a if isinstance(a, tuple) else (a,))) if a != DYT_ALPHA else "",
                  "flat" if self.until_flat else ""]
         return "".join(f"-{p}" for p in parts if p)
 
