@@ -39,6 +39,11 @@ def test_gradflow_runs_writes_and_reuses(tmp_path):
     assert s1["placements"] == [dict(p, seconds=q["seconds"]) for p, q in zip(s2["placements"], s1["placements"])]
     with pytest.raises(ValueError, match="unknown placement"):
         GradflowConfig(placements=("prenorm",))
+    # a rerun with fewer placements and no steps: the earlier run's figures go, a user's own file stays
+    (tmp_path / "mine.png").write_bytes(b"x")
+    run_gradflow(GradflowConfig(placements=("pre",), depth=6, d_model=16, n_head=2, seq_len=16, batch=2, steps=0),
+                 tmp_path)
+    assert not list(tmp_path.glob("*_over_steps_*.png")) and (tmp_path / "mine.png").exists()
 
 
 def test_cli(tmp_path, capsys):

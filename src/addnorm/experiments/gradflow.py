@@ -231,6 +231,14 @@ def write_figures(cfg: GradflowConfig, results: dict[str, PlacementResult], out_
                                          out_dir / f"stream_rms_over_steps_{p}.png",
                                          title=f"{p}: residual-stream RMS vs depth over the first {cfg.steps} steps",
                                          ylabel="RMS"))
+    # an earlier run's figures of this command that this run did not draw (other placements, or steps then and
+    # none now) would stand beside the new summary as if they were its own; other files are left alone
+    drawn = {Path(f).name for f in figs}
+    for pattern in ("grad_norm_vs_depth.png", "stream_rms_vs_depth.png", "norm_output_stats.png",
+                    "grad_norm_over_steps_*.png", "stream_rms_over_steps_*.png"):
+        for stale in out_dir.glob(pattern):
+            if stale.name not in drawn:
+                stale.unlink(missing_ok=True)
     return figs
 
 
