@@ -124,3 +124,26 @@ def test_paths_with_markup_are_printed_as_written(tmp_path, capsys):
     assert main(["check", target]) == 2
     out = "".join(capsys.readouterr().out.split())  # rich wraps long lines
     assert f"couldnotcheck{target}:" in out and "❌" not in out[1:], out
+
+
+def test_a_directory_or_a_file_that_is_not_python_is_named(tmp_path, capsys):
+    """A directory was reported as 'no such file'; a .txt file died in importlib with an AttributeError."""
+    (tmp_path / "d.py").mkdir()
+    (tmp_path / "f.txt").write_text("def f(x): return x\n")
+    assert main(["check", f"{tmp_path / 'd.py'}:x"]) == 2
+    assert "a directory, not a Python file" in " ".join(capsys.readouterr().out.split())
+    assert main(["check", f"{tmp_path / 'f.txt'}:f"]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "not a .py file" in out and "AttributeError" not in out
+
+
+def test_ctrl_c_is_a_line_not_a_traceback(monkeypatch, capsys):
+    from addnorm.cli import main as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.COMMANDS["gradflow"], "run", interrupted)
+    assert main(["gradflow"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted; run the same command again to resume" in err and "Traceback" not in err

@@ -19,3 +19,8 @@ def test_seed001_matches_pytorch_and_normalizes():
         m = sum(out) / len(out)
         v = sum((x - m) ** 2 for x in out) / len(out)
         assert abs(m) < 1e-12 and 0.99 < v < 1.0  # eps keeps the variance just below 1
+
+
+def test_trace_refuses_a_position_as_the_other_commands_refuse_options(capsys):
+    assert main(["trace", "--position", "5"]) == 2
+    assert "addnorm trace: error: --position: position must be in [0, 4], got 5" in capsys.readouterr().err

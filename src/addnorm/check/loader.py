@@ -13,8 +13,12 @@ def load_target(spec: str):
         raise ValueError(f"expected FILE.py:NAME, got {spec!r} (e.g. my_norm.py:LayerNorm)")
     path_s, name = spec.rsplit(":", 1)
     path = Path(path_s)
+    if path.is_dir():
+        raise FileNotFoundError(f"{path}: a directory, not a Python file")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
+    if path.suffix != ".py":
+        raise ValueError(f"{path}: not a .py file (expected FILE.py:NAME)")
     mod_name = f"_addnorm_check_{abs(hash(str(path.resolve())))}"
     module_spec = importlib.util.spec_from_file_location(mod_name, path)
     module = importlib.util.module_from_spec(module_spec)

@@ -56,8 +56,10 @@ def run(args) -> int:
         console.print(f"❌ could not check {shown}: expected FILE.py:NAME (e.g. my_norm.py:LayerNorm)")
         return 2
     path = Path(spec.rsplit(":", 1)[0])
-    if not path.is_file():
-        console.print(f"❌ could not check {shown}: {escape(str(path))}: no such file")
+    if not path.is_file() or path.suffix != ".py":
+        why = ("a directory, not a Python file" if path.is_dir() else "no such file" if not path.exists()
+               else "not a .py file")
+        console.print(f"❌ could not check {shown}: {escape(str(path))}: {why} (expected FILE.py:NAME)")
         return 2
     where = escape(str(path))
     console.print(f"[dim]addnorm check imports {where} and runs its code (as `python {where}` would), in a child "

@@ -38,7 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(COMMANDS[args.command].run(args) or 0)
+    try:
+        return int(COMMANDS[args.command].run(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C: a line, not a traceback; what finished is journalled or checkpointed
+        print(f"\naddnorm {args.command}: interrupted; run the same command again to resume where it stopped"
+              if args.command in ("study", "gradflow", "bench") else f"\naddnorm {args.command}: interrupted",
+              file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

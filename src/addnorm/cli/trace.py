@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from ..experiments.seed001 import TOKEN_NAMES, cross_check, run_seed001, trace_position
 
 
@@ -15,8 +17,9 @@ def run(args) -> int:
     r = run_seed001()
     try:
         lines = trace_position(r, args.position)
-    except ValueError as e:
-        raise SystemExit(f"addnorm trace: {e}") from None
+    except ValueError as e:  # as argparse and every other command report a bad option: exit 2
+        print(f"addnorm trace: error: --position: {e}", file=sys.stderr)
+        return 2
     print("\n".join(lines))
     print()
     print("Verification: mean and variance after LayerNorm")
