@@ -106,3 +106,18 @@ def test_freed_scalars_are_named_not_a_crash(backend):
     w.untyped_storage().resize_(0)
     with pytest.raises(RuntimeError, match="weight has 8 elements but its storage has been freed"):
         addnorm.layer_norm(x, 8, w, backend=backend)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, s: addnorm.layer_norm(s, (8,)),
+    lambda x, s: addnorm.rms_norm(s, (8,)),
+    lambda x, s: addnorm.add_rms_norm(x, s, 8),
+    lambda x, s: addnorm.layer_norm_add(s, x, 8),
+    lambda x, s: addnorm.add_dyt(s, None, torch.tensor(0.5)),
+], ids=["layer_norm", "rms_norm", "add_rms_norm residual", "layer_norm_add", "add_dyt"])
+def test_a_sparse_tensor_is_refused_by_name_as_torch_refuses_it(call):
+    """It reached untyped_storage(): 'Cannot access storage of SparseTensorImpl', naming nothing. torch raises
+    a RuntimeError or NotImplementedError for the same call; the error is both, and a TypeError."""
+    x = torch.randn(4, 8)
+    with pytest.raises(NotImplementedError, match=r"(x|residual) must be a dense tensor, got layout torch.sparse_coo"):
+        call(x, x.to_sparse())

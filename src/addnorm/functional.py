@@ -174,7 +174,17 @@ def _check_param(name: str, p, shape: tuple[int, ...], x: torch.Tensor) -> None:
         raise ValueError(f"{name} is on {p.device} but x is on {x.device}")
 
 
+class LayoutError(TypeError, NotImplementedError):
+    """A sparse tensor: a TypeError naming the argument, and what torch raises for it (NotImplementedError, a
+    RuntimeError)."""
+
+
+_SPARSE = frozenset((torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc))
+
+
 def _check_storage(name: str, t) -> None:
+    if isinstance(t, torch.Tensor) and t.layout in _SPARSE:  # before untyped_storage(), which a sparse one lacks
+        raise LayoutError(f"{name} must be a dense tensor, got layout {t.layout} (call .to_dense() first)")
     # a tensor whose storage was freed (FSDP's resize_(0)) has elements but no memory behind them
     # (plain tensors and Parameters -- FSDP frees Parameters' storage; other subclasses hold no storage of their own)
     if t is not None and type(t) in _PLAIN and t.numel() and t.untyped_storage().nbytes() == 0:
