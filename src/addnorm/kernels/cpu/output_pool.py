@@ -13,7 +13,8 @@ is idle again and the next output of about its size reuses it, already faulted i
 Bounded: idle blocks beyond ``limit_bytes`` (default 1 GiB) are unmapped, oldest first;
 ``set_limit(0)`` turns the pool off, ``release()`` unmaps every idle block. Blocks in use are never
 counted against the limit: they are the caller's live tensors. Tensors from the pool behave as any
-CPU tensor, except that their storage cannot be resized in place (``resize_`` to a larger size).
+CPU tensor, except that their storage cannot be resized (``untyped_storage().resize_(n)``, 0 included, or an
+``out=`` that must resize it): ``set_limit(0)`` for code that does.
 """
 
 from __future__ import annotations
