@@ -32,6 +32,7 @@ def test_journal_is_reused(tmp_path, monkeypatch):
     (["--dtypes", "float8"], "--dtypes: unknown value(s) float8"),
     (["--modes", ","], "--modes: empty"),
     (["--out", "/proc/addnorm-cannot-write"], "--out: /proc/addnorm-cannot-write is not a writable directory"),
+    (["--shapes", "1000000x100000"], "--shapes: 1000000x100000 needs about"),  # raised from the allocator before
 ])
 def test_bench_options_are_refused_before_any_work(args, message, tmp_path, capsys):
     """Checked in the parent, before a child process or a measurement starts (and before results are written)."""

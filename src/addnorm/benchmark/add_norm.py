@@ -352,7 +352,24 @@ def parse_options(args, methods=METHODS) -> dict:
         check_writable_dir(Path(args.out))
     except OSError as e:
         raise ValueError(f"--out: {e}") from None
+    _check_memory(opts)
     return opts
+
+
+def _check_memory(opts) -> None:
+    """A shape whose tensors cannot fit is refused by name before any work (it raised from the allocator,
+    mid-run, as a traceback). The count is a floor: a widened-stream op holds 4 streams per row, and each
+    method's inputs, outputs and gradients are live at once (about 16 rows' worth in float32)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return
+    widest = 4 if any(o in ("stream_read", "stream_write", "mhc_pre") for o in opts["ops"]) else 1
+    for n, d in opts["shapes"]:
+        need = 16 * 4 * n * d * widest
+        if need > total:
+            raise ValueError(f"--shapes: {n}x{d} needs about {need / 2**30:.0f} GiB of memory at once, more than "
+                             f"this machine's {total / 2**30:.0f} GiB")
 
 
 def main_from_args(args) -> int:
