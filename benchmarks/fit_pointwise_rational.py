@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from fit_erf import chebyshev_points
+from fit_erf import chebyshev_points, horner32
 
 f32 = np.float32
 FORMS = {"tanh": (math.tanh, 9.01953125, 4, 4), "erf": (math.erf, 3.92, 5, 5)}
@@ -43,13 +43,6 @@ def fit_rational(z: np.ndarray, g: np.ndarray, m: int, n: int, iters: int = 400)
         w = w * r
         w /= w.sum()
     return best
-
-
-def horner32(coef: np.ndarray, t: np.ndarray) -> np.ndarray:
-    acc = np.full(t.shape, f32(coef[-1]))
-    for c in coef[-2::-1]:
-        acc = (acc * t).astype(f32) + f32(c)
-    return acc
 
 
 def evaluate(u: np.ndarray, p: np.ndarray, q: np.ndarray, top: float) -> np.ndarray:

@@ -47,12 +47,17 @@ print(json.dumps(out))
 '''
 
 
+def _measured(script: str, isa: str) -> dict:
+    """The script's JSON line, run in a process whose kernels are capped at ``isa``."""
+    env = dict(os.environ, ADDNORM_CPU_ISA=isa, OMP_NUM_THREADS="1")
+    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize("isa", ["baseline", "avx2", "avx512"])
 def test_erf_and_tanh_within_ulps(isa):
-    env = dict(os.environ, ADDNORM_CPU_ISA=isa, OMP_NUM_THREADS="1")
-    res = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr
-    out = json.loads(res.stdout.strip().splitlines()[-1])
+    out = _measured(SCRIPT, isa)
     assert out["derf"]["max_ulp"] <= 2.0, out["derf"]
     assert out["dyt"]["max_ulp"] <= 2.0, out["dyt"]
     for kind in ("derf", "dyt"):
@@ -90,10 +95,6 @@ print(json.dumps(out))
 
 @pytest.mark.parametrize("isa", ["baseline", "avx2", "avx512"])
 def test_bfloat16_loops_rational_tanh_and_erf(isa):
-    env = dict(os.environ, ADDNORM_CPU_ISA=isa, OMP_NUM_THREADS="1")
-    res = subprocess.run([sys.executable, "-c", BF16_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr
-    out = json.loads(res.stdout.strip().splitlines()[-1])
-    for name, r in out.items():
+    for name, r in _measured(BF16_SCRIPT, isa).items():
         assert r["max_ulp"] <= 6.5, (name, r)
         assert r["misrounded"] == 0, (name, r)
