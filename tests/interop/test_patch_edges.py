@@ -276,3 +276,57 @@ def test_a_float16_norms_convention_does_not_depend_on_its_weights():
             norm.bias.copy_(torch.randn(256, generator=g) * 0.3)
         conv = probe_convention(norm)
         assert conv is not None and conv.kind == "layer" and conv.weight_offset == 0.0, (seed, conv)
+
+
+def test_data_parallel_replicas_are_refused_by_name():
+    """nn.DataParallel's replicate copies a module's __dict__: the patched forward, a partial of the module, ran
+    the original's parameters in every replica (a review scaled the replicas' copies and saw logits 2.1 off)."""
+    m = patch_hf_model(build("Llama"))
+    layer = m.model.layers[0]
+    with pytest.raises(RuntimeError, match="nn.DataParallel cannot replicate.*use DistributedDataParallel"):
+        layer._replicate_for_data_parallel()  # what torch.nn.parallel.replicate calls on every module
+    from addnorm.interop import unpatch_hf_model
+
+    unpatch_hf_model(m)
+    assert all("_replicate_for_data_parallel" not in mod.__dict__ for mod in m.modules())
+
+
+def test_a_composite_config_is_verified_through_its_text_config(monkeypatch):
+    """A vision-language config keeps vocab_size in its text config: the probe returned None, so verify=True
+    compared None with None and accepted a wrong patch, and the hand-offs were never found."""
+    import transformers as T
+
+    from addnorm.interop import conventions as C
+
+    vc = T.CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                            image_size=32, patch_size=16)
+    text = build("Llama").config
+    cfg = T.LlavaConfig(vision_config=vc, text_config=text, image_token_index=text.vocab_size - 1)
+    torch.manual_seed(0)
+    llava = T.LlavaForConditionalGeneration(cfg).eval()
+    assert "sum+norm hand-off" in patch_hf_model(copy.deepcopy(llava))._addnorm_patched["fusions"]["LlamaDecoderLayer"]
+    real = C.apply
+    monkeypatch.setattr(C, "apply", lambda *a, **k: (lambda y, s: (y * 1.01, s))(*real(*a, **k)))
+    with pytest.raises(NotImplementedError, match="changed the model's outputs on a probe"):
+        patch_hf_model(llava)
+
+
+def test_fused_adds_that_cannot_be_verified_are_refused_unless_asked():
+    import types
+
+    class Wrapper(torch.nn.Module):  # decoder layers inside a model whose config has no vocab_size
+        def __init__(self, inner):
+            super().__init__()
+            self.inner, self.config = inner, types.SimpleNamespace()
+
+        def forward(self, input_ids):
+            return self.inner(input_ids=input_ids).logits
+
+    m = Wrapper(build("Llama"))
+    with pytest.raises(NotImplementedError, match="cannot verify the fused adds"):
+        patch_hf_model(m)
+    assert "forward" not in m.inner.model.layers[0].__dict__
+    want = m(IDX)
+    patch_hf_model(m, verify=False)  # asked for: patched, unchecked
+    assert "forward" in m.inner.model.layers[0].__dict__
+    torch.testing.assert_close(m(IDX), want)

@@ -363,11 +363,20 @@ def _install(module: nn.Module, fn) -> None:
     """Put ``fn`` in as the forward of a module ``_installable`` admitted: the instance's forward, or inside an
     accelerate hook its ``_old_forward`` (the hook's own kept, for unpatching)."""
     fn._addnorm_installed = True  # what unpatching takes out again
+    module.__dict__["_replicate_for_data_parallel"] = functools.partial(_refuse_replica, module)
     if "forward" in module.__dict__:
         module.__dict__.setdefault("_addnorm_old_forward", module.__dict__["_old_forward"])
         module._old_forward = fn
     else:
         module.forward = fn
+
+
+def _refuse_replica(module: nn.Module):
+    """nn.DataParallel's replicate copies a module's __dict__: the patched forward, a partial of this module, would
+    run the original's parameters (and its device) in every replica. Refused by name instead."""
+    raise RuntimeError(f"{type(module).__name__} is patched by addnorm.patch_hf_model, whose forwards nn.DataParallel "
+                       f"cannot replicate (each replica would run the original's parameters); use "
+                       f"DistributedDataParallel, or unpatch_hf_model(model) first")
 
 
 def _parameters(fn) -> tuple:
@@ -422,6 +431,13 @@ def patch_hf_model(model: nn.Module, *, verify: bool = True) -> nn.Module:
     new_norms = [(m, c) for m, c in norms if getattr(m, "_addnorm_convention", None) is None and _installable(m)]
     decoder_layers = [m for _, m, _, owner in layers if owner is None]
     before = _probe_outputs(model, decoder_layers) if verify and (new_layers or new_norms) else None
+    if verify and new_layers and before is None:  # the fused adds need the model-level check verify=True promised
+        # (a norm alone is checked against its module when its convention is found); a composite config keeps its
+        # vocab_size in its text config, and a model with none was patched unchecked
+        raise NotImplementedError(f"{type(model).__name__}: patch_hf_model cannot verify the fused adds (it makes "
+                                  f"input_ids from the config's vocab_size, and this model's config has none); "
+                                  f"nothing was changed. patch_hf_model(model, verify=False) patches without the "
+                                  f"check")
     for module, plan, owner in new_layers:
         if isinstance(plan, LayerPlan):
             module._addnorm_plan = plan
@@ -478,6 +494,8 @@ def _unpatch_module(module: nn.Module) -> None:
         d["_old_forward"] = d.pop("_addnorm_old_forward")
     elif getattr(d.get("forward"), "_addnorm_installed", False):
         del d["forward"]
+    if isinstance(d.get("_replicate_for_data_parallel"), functools.partial):
+        del d["_replicate_for_data_parallel"]
     for attr in ("_addnorm_plan", "_addnorm_convention", "_addnorm_sites", "_addnorm_readers", "_addnorm_layer"):
         d.pop(attr, None)
     handoff.drop(module)
@@ -495,6 +513,8 @@ def unpatch_hf_model(model: nn.Module) -> nn.Module:
 def _probe_outputs(model: nn.Module, layers=()):
     config = getattr(model, "config", None)
     vocab = getattr(config, "vocab_size", None)
+    if not vocab and callable(getattr(config, "get_text_config", None)):  # a composite (vision-language) config
+        vocab = getattr(config.get_text_config(), "vocab_size", None)
     if not vocab:
         return None
     try:
