@@ -330,3 +330,11 @@ def test_fused_adds_that_cannot_be_verified_are_refused_unless_asked():
     patch_hf_model(m, verify=False)  # asked for: patched, unchecked
     assert "forward" in m.inner.model.layers[0].__dict__
     torch.testing.assert_close(m(IDX), want)
+
+
+def test_a_float64_llama_is_refused_naming_its_norms_and_why():
+    """HF's Llama RMSNorm computes in float32 even in a float64 model: no convention reproduces it at float64, and
+    the refusal said only 'no decoder layer or norm addnorm can patch'."""
+    m = build("Llama").double()
+    with pytest.raises(ValueError, match=r"its norms \(LlamaRMSNorm \(torch.float64\)\) follow no convention"):
+        patch_hf_model(m)

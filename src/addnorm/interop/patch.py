@@ -423,7 +423,11 @@ def patch_hf_model(model: nn.Module, *, verify: bool = True) -> nn.Module:
         raise NotImplementedError(f"{type(model).__name__}: {refused[0][0]}: {refused[0][1]}; supported: "
                                   f"{_SUPPORTED}. Nothing was changed.")
     if not layers and not norms:
-        raise ValueError(f"{type(model).__name__} has no decoder layer or norm addnorm can patch; supported: "
+        unmatched = sorted({f"{type(m).__name__} ({next(m.parameters(), torch.empty(0)).dtype})"
+                            for m in model.modules() if _is_norm(m)})
+        why = (f": its norms ({', '.join(unmatched)}) follow no convention addnorm reproduces at their dtype (a float64 "
+               f"model whose norms compute in float32, as HF's Llama-style RMSNorms do, is one)" if unmatched else "")
+        raise ValueError(f"{type(model).__name__} has no decoder layer or norm addnorm can patch{why}; supported: "
                          f"{_SUPPORTED}")
     new_layers = [(m, p, owner) for _, m, p, owner in layers
                   if getattr(m, "_addnorm_plan", None) is None and getattr(m, "_addnorm_sites", None) is None
