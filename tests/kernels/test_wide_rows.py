@@ -57,3 +57,16 @@ def test_wide_rows_and_massive_activations_as_accurate_as_eager(isa):
     for cell, err in out.items():
         # eager: 0.5-1 ulp of the row's largest output; half a bfloat16 step near the mean
         assert err <= (1.0 if "steps" in cell else 2.0), (cell, err, out)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_a_negative_zero_keeps_its_sign_without_a_bias(dtype):
+    """The loops add the bias; an absent one was a row of +0, and -0 + (+0) is +0 where eager's -0 stays -0."""
+    import torch
+    import torch.nn.functional as F
+
+    x = torch.tensor([[-0.0, 1.0, -2.0, 3.0]], dtype=getattr(torch, dtype))
+    for w in (None, torch.ones(4, dtype=x.dtype)):
+        want = F.rms_norm(x, (4,), w, 1e-6)
+        got = addnorm.rms_norm(x, (4,), w, 1e-6, backend="cpu")
+        assert torch.equal(torch.signbit(got), torch.signbit(want)), (got, want)

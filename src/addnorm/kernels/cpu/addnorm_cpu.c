@@ -175,10 +175,11 @@ typedef struct {
     int uniform_bf16;                     /* every tensor bfloat16: the specialised loop */
 } an_fbwd_args;
 
-/* per-thread float32 scratch rows; ones/zeros stand in for an absent weight/bias/gradient */
+/* per-thread float32 scratch rows; ones/zeros stand in for an absent weight/bias/gradient. An absent bias in an
+ * output is nzeros, -0.0f: x + (-0) is x for every x, -0 included, where x + (+0) turned eager's -0 outputs to +0 */
 typedef struct {
     float *r[12]; /* r[6..9]: a block of rows' float32 parameter-gradient sums (backward) */
-    const float *ones, *zeros;
+    const float *ones, *zeros, *nzeros;
 } an_rows;
 
 static inline size_t an_elem_size(int dt) { return dt == AN_F32 ? 4 : 2; }
@@ -431,17 +432,19 @@ static inline double *an_drow(double *rows, int64_t D, int i) {
 static void *an_run_task(void *p) {
     an_task *t = (an_task *)p;
     void *owned;
-    /* 14 rows: r[0..11], ones, zeros; the first starts 256 bytes into its page (see an_row_stride) */
-    char *block = an_scratch(&tl_task_cache, 256 + an_row_stride(t->D) * 14, &owned);
+    /* 15 rows: r[0..11], ones, zeros, nzeros; the first starts 256 bytes into its page (see an_row_stride) */
+    char *block = an_scratch(&tl_task_cache, 256 + an_row_stride(t->D) * 15, &owned);
     if (!block) { t->status = -1; return NULL; }
     float *rows = (float *)(block + 256);
     an_rows sc;
     for (int i = 0; i < 12; i++) sc.r[i] = an_row(rows, t->D, i);
-    float *ones = an_row(rows, t->D, 12), *zeros = an_row(rows, t->D, 13);
+    float *ones = an_row(rows, t->D, 12), *zeros = an_row(rows, t->D, 13), *nzeros = an_row(rows, t->D, 14);
     for (int64_t i = 0; i < t->D; i++) ones[i] = 1.0f;
     memset(zeros, 0, sizeof(float) * (size_t)t->D);
+    for (int64_t i = 0; i < t->D; i++) nzeros[i] = -0.0f;
     sc.ones = ones;
     sc.zeros = zeros;
+    sc.nzeros = nzeros;
     if (t->kind == 0) g_fwd((const an_fwd_args *)t->args, t->r0, t->r1, &sc);
     else if (t->kind == 1) g_bwd((const an_bwd_args *)t->args, t->r0, t->r1, &sc, t->partial_w, t->partial_b);
     else if (t->kind == 2) g_ffwd((const an_ffwd_args *)t->args, t->r0, t->r1, &sc);

@@ -311,7 +311,7 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
     float *restrict buf = sc->r[0];
     uint16_t *restrict o16 = (uint16_t *)sc->r[1], *restrict res16 = (uint16_t *)sc->r[2];
     const float *restrict w = a->weight ? a->weight : sc->ones;
-    const float *restrict b = a->bias ? a->bias : sc->zeros;
+    const float *restrict b = a->bias ? a->bias : sc->nzeros;
     const float off = a->weight ? a->weight_offset : 0.0f;
     for (int64_t r = r0; r < r1; r++) {
         const uint16_t *restrict x = (const uint16_t *)a->x + r * a->x_rs;

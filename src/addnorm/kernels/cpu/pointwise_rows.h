@@ -166,7 +166,7 @@ static inline __attribute__((always_inline)) void AN_FN(pw_fwd_rows_bf16_body)(c
                                                                                  const int nf) {
     const int64_t D = a->D;
     uint16_t *restrict s16 = (uint16_t *)sc->r[1], *restrict o16 = (uint16_t *)sc->r[2];
-    const float *restrict w = a->weight ? a->weight : sc->ones, *restrict b = a->bias ? a->bias : sc->zeros;
+    const float *restrict w = a->weight ? a->weight : sc->ones, *restrict b = a->bias ? a->bias : sc->nzeros;
     const float al = a->alpha, sh = a->shift;
     const int dyt = a->kind == AN_DYT;
     for (int64_t r = r0; r < r1; r++) {
@@ -222,7 +222,7 @@ static void AN_FN(pw_fwd_rows)(const an_pw_args *a, int64_t r0, int64_t r1, cons
     const size_t xes = an_elem_size(a->xdt), res = an_elem_size(a->rdt), ses = an_elem_size(a->sdt),
                  oes = an_elem_size(a->odt);
     float *buf = sc->r[0], *tmp = sc->r[1], *out = sc->r[2];
-    const float *w = a->weight ? a->weight : sc->ones, *b = a->bias ? a->bias : sc->zeros;
+    const float *w = a->weight ? a->weight : sc->ones, *b = a->bias ? a->bias : sc->nzeros;
     const float al = a->alpha, sh = a->shift;
     for (int64_t r = r0; r < r1; r++) {
         const float *s = AN_FN(f32_row)((const char *)a->x + r * a->x_rs * xes, a->xdt, buf, D);
