@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import functools
 import json
+import weakref
 from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,14 +42,13 @@ class Recorder:
         self.records: list[dict] = []
         self._h_res: dict[int, tuple[int, str, torch.Tensor]] = {}  # sub-layer k -> (block, site, H_res)
         self.step = 0
-        self._handles: list = []
-        self._attached = False
+        self._handles: list = []  # empty while detached
         # a module at several block positions (shared, ALBERT-style) is hooked once; its k-th call in a forward
         # is its k-th position (counted per module, reset when the model's forward starts)
         self._positions: dict[int, list[int]] = {}
         self._calls: dict[int, int] = {}
         self._current: dict[int, int] = {}
-        self._grads_seen: dict[int, tuple] = {}  # parameter -> its .grad's identity and version at the last collect
+        self._grads_seen: dict[int, tuple] = {}  # parameter -> (a weak reference to its .grad, that grad's version)
 
     # ---- records
     def _add(self, block: int, site: str, quantity: str, value: float) -> None:
@@ -91,13 +92,14 @@ class Recorder:
                     self._add(block_idx, site, f"stream{i}_rms", v)
         if self.gradients and s.requires_grad:
             def on_grad(g, block_idx=block_idx, site=site):
-                if not self._attached:  # a backward after the recording: its parameter gradients are not taken
+                if not self._handles:  # a backward after the recording: its parameter gradients are not taken
                     return
                 self._add(block_idx, site, "grad_norm", g.detach().float().norm().item())
                 self._add(block_idx, site, "grad_rms", g.detach().float().pow(2).mean().sqrt().item())
             s.register_hook(on_grad)
 
     def _block_index(self, block: nn.Module) -> int:
+        """The position of the block's call now running: its only one, or (shared) the one _enter_block set."""
         return self._current.get(id(block), self._positions[id(block)][0])
 
     def _enter_block(self, block: nn.Module):
@@ -115,8 +117,9 @@ class Recorder:
         return None
 
     def _stream_pre_hook(self, block_idx, site: str, addnorm_sublayer: bool, widened: bool = False):
+        """``block_idx()``: the position of the call being hooked (see ``_block_index``)."""
         def hook(module, args, kwargs):
-            i = block_idx() if callable(block_idx) else block_idx
+            i = block_idx()
             if not args and isinstance(kwargs.get("hidden_states"), torch.Tensor):  # HF calls by keyword
                 s = kwargs["hidden_states"].view_as(kwargs["hidden_states"])
                 self._watch_stream(i, site, s)
@@ -135,7 +138,7 @@ class Recorder:
 
     def _norm_hook(self, block_idx, name: str):
         def hook(module, args, output):
-            i = block_idx() if callable(block_idx) else block_idx
+            i = block_idx()
             x = args[0] if args else None
             if isinstance(x, torch.Tensor) and len(args) > 1 and isinstance(args[1], torch.Tensor):
                 x = x + args[1]  # addnorm's Add & Norm modules: the input is the sum
@@ -158,7 +161,6 @@ class Recorder:
             self._positions.setdefault(id(block), []).append(i)
         self._handles.append(self.model.register_forward_pre_hook(self._new_forward, with_kwargs=True))
         self._snapshot_grads()
-        self._attached = True
         seen: set[int] = set()
         for block in self.blocks:
             if id(block) in seen:
@@ -166,8 +168,7 @@ class Recorder:
             seen.add(id(block))
             if len(self._positions[id(block)]) > 1:
                 self._handles.append(block.register_forward_pre_hook(self._enter_block(block), with_kwargs=True))
-            i = (lambda b=block: self._block_index(b)) if len(self._positions[id(block)]) > 1 else \
-                self._positions[id(block)][0]
+            i = functools.partial(self._block_index, block)
             if isinstance(block, TransformerBlock):  # addnorm: per sub-layer, through the fused stream
                 for site, sub in (("attn", block.attn), ("mlp", block.mlp)):
                     widened = getattr(sub, "streams", None) is not None
@@ -175,7 +176,7 @@ class Recorder:
                                                                        with_kwargs=True))
                     if widened and self.mixing:
                         self._handles.append(sub.streams.h_res_tap.register_forward_hook(
-                            self._mixing_hook(k, i if isinstance(i, int) else self._positions[id(block)][0], site)))
+                            self._mixing_hook(k, self._positions[id(block)][0], site)))
                     k += 1
             elif isinstance(block, ResidualSubLayer):
                 self._handles.append(block.register_forward_pre_hook(self._stream_pre_hook(i, "block", True),
@@ -191,27 +192,33 @@ class Recorder:
             inside = {id(m) for b in self.blocks for m in b.modules()}
             for name, m in self.model.named_modules():
                 if name and is_norm(m) and id(m) not in inside:
-                    self._handles.append(m.register_forward_hook(self._norm_hook(len(self.blocks), name)))
+                    self._handles.append(m.register_forward_hook(self._norm_hook(lambda: len(self.blocks), name)))
         return self
 
     def detach(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles.clear()
-        self._attached = False
-
-    def _grad_state(self, p: nn.Parameter):
-        return None if p.grad is None else (id(p.grad), p.grad._version)
 
     def _snapshot_grads(self) -> None:
-        self._grads_seen = {id(p): self._grad_state(p) for p in self.model.parameters()}
+        # a weak reference, not id(): a gradient freed (zero_grad's set_to_none) and a new one allocated may share
+        # an id, and holding the old one would keep every gradient alive twice
+        self._grads_seen = {id(p): (weakref.ref(p.grad), p.grad._version) for p in self.model.parameters()
+                            if p.grad is not None}
+
+    def _fresh(self, p: nn.Parameter) -> bool:
+        """Whether p's gradient was written since the last snapshot (a new tensor, or the same one updated)."""
+        if p.grad is None:
+            return False
+        seen = self._grads_seen.get(id(p))
+        return seen is None or seen[0]() is not p.grad or seen[1] != p.grad._version
 
     def collect_parameter_gradients(self) -> None:
         """Record each block's parameter-gradient norm (and per sub-layer for addnorm blocks): the gradients a
         backward wrote since the recording started (or since the last collect), not ones left from before."""
         if not self.gradients:
             return
-        fresh = {id(p) for p in self.model.parameters() if self._grad_state(p) not in (None, self._grads_seen.get(id(p)))}
+        fresh = {id(p) for p in self.model.parameters() if self._fresh(p)}
         done: set[int] = set()
         for i, block in enumerate(self.blocks):
             if id(block) in done:  # a shared block: its parameters' one gradient, at its first position
