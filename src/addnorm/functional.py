@@ -119,6 +119,11 @@ class DtypeError(TypeError, NotImplementedError):
     (NotImplementedError for an integer input, a RuntimeError for an integer weight)."""
 
 
+class LayoutError(TypeError, NotImplementedError):
+    """A sparse tensor: a TypeError naming the argument, and what torch raises for it (NotImplementedError, a
+    RuntimeError)."""
+
+
 def _dim(s) -> int:
     # ints, and what torch takes as one (0-dim integer tensors, numpy ints); never bool or float
     if isinstance(s, bool) or (isinstance(s, torch.Tensor) and s.dtype == torch.bool):
@@ -172,11 +177,6 @@ def _check_param(name: str, p, shape: tuple[int, ...], x: torch.Tensor) -> None:
                          f"{list(p.shape)} and normalized_shape = {list(shape)})")
     if not (p.is_cpu and x.is_cpu) and p.device != x.device:
         raise ValueError(f"{name} is on {p.device} but x is on {x.device}")
-
-
-class LayoutError(TypeError, NotImplementedError):
-    """A sparse tensor: a TypeError naming the argument, and what torch raises for it (NotImplementedError, a
-    RuntimeError)."""
 
 
 _SPARSE = frozenset((torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc))

@@ -498,7 +498,7 @@ def _unpatch_module(module: nn.Module) -> None:
         d["_old_forward"] = d.pop("_addnorm_old_forward")
     elif getattr(d.get("forward"), "_addnorm_installed", False):
         del d["forward"]
-    if isinstance(d.get("_replicate_for_data_parallel"), functools.partial):
+    if getattr(d.get("_replicate_for_data_parallel"), "func", None) is _refuse_replica:  # ours only
         del d["_replicate_for_data_parallel"]
     for attr in ("_addnorm_plan", "_addnorm_convention", "_addnorm_sites", "_addnorm_readers", "_addnorm_layer"):
         d.pop(attr, None)

@@ -240,7 +240,7 @@ static float AN_FN(layer_moments)(const float *restrict v, int64_t n, float sum,
      * row's (every x - mean0 exact and alike), or a sum that was off. Within that noise, the blocked sum's mean0
      * is the better mean: a review found the correction moving bfloat16 rows' means by ~40 ulps at D = 8192-16384
      * (outputs near the mean several bfloat16 steps off, eager's half a step) */
-    const double noise = 16.0 * 1.1920928955078125e-07 * sqrt((double)n * t2); /* 16 float32 epsilons */
+    const double noise = 16.0 * FLT_EPSILON * sqrt((double)n * t2);
     *mean_out = (t1 > noise || t1 < -noise) ? (float)((double)m + t1 / (double)n) : m;
     const float s2 = (float)t2; /* overflows to inf as the float32 sum did: NaN below */
     const float ss = isinf(s2) ? s2 : (float)(t2 - t1 * (t1 / (double)n));
