@@ -71,19 +71,21 @@ def _diagnose_formula(pairs, eps, is_rms=False) -> str:
     return best
 
 
-FIX = {
+FIX = {  # LayerNorm's mistakes (_layer_candidates), each with its remedy
     "unbiased std with eps outside the square root (the tutorial form)":
         "use the biased variance and put eps inside the root: (x - mean) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)",
     "unbiased variance (divides by D-1)": "use x.var(-1, unbiased=False) (LayerNorm divides by D, not D-1)",
     "eps added outside the square root": "put eps inside the square root: / sqrt(var + eps)",
     "no eps at all": "add eps inside the square root: / sqrt(var + eps)",
     "the mean is not subtracted": "subtract the mean before dividing: (x - mean) / sqrt(var + eps)",
+}
+RMS_FIX = {  # RMSNorm's (_rms_candidates)
     "no square root (divides by the mean square)": "divide by the root: x / sqrt(mean(x^2) + eps)",
     "the sum of squares instead of their mean": "take the mean of the squares: x.pow(2).mean(-1, keepdim=True)",
+    "eps added outside the square root": "put eps inside the square root: / sqrt(mean(x^2) + eps)",
+    "no eps at all": "add eps inside the square root: / sqrt(mean(x^2) + eps)",
     "the mean is subtracted (a LayerNorm, not an RMSNorm)": "RMSNorm does not center: x / sqrt(mean(x^2) + eps)",
 }
-RMS_FIX = dict(FIX, **{"eps added outside the square root": "put eps inside the square root: / sqrt(mean(x^2) + eps)",
-                       "no eps at all": "add eps inside the square root: / sqrt(mean(x^2) + eps)"})
 
 
 def _unscaled(y, scale0, shift0):
