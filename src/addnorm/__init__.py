@@ -1,6 +1,6 @@
 """addnorm: residual connections and normalization layers for transformers -- exact, fast, measured."""
 
-from . import functional, nn
+from . import _moved, functional, nn
 from .functional import (
     add_layer_norm,
     add_rms_norm,
@@ -17,6 +17,8 @@ from .pointwise_functional import add_derf, add_dyt
 from .stream_functional import mhc_pre, stream_read, stream_write
 
 __version__ = "0.1.0"
+
+_moved.install()  # old module paths keep importing (addnorm/_moved.py)
 
 __all__ = [
     "functional",
