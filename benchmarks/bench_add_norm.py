@@ -3,7 +3,8 @@
     python benchmarks/bench_add_norm.py [--shapes 8192x1024,...] [--allocator tuned|default]
 
 Writes benchmarks/results/add_norm_<allocator>.{csv,json}; `python benchmarks/readme_table.py`
-puts the table into README.md. Same as `addnorm bench`.
+puts the headline numbers into README.md and the full tables into docs/performance-journal.md. Same as
+`addnorm bench`.
 """
 
 import sys

@@ -1,6 +1,10 @@
-"""Regenerate the README's performance section from benchmarks/results/*.json (between the markers).
+"""Regenerate the tables made from committed results (benchmarks/results/): the README's one table of headline
+numbers, and the full CPU Add & Norm tables in docs/performance-journal.md, each between its markers.
 
     python benchmarks/readme_table.py
+
+tests/test_readme.py fails while either file differs from what this prints, so a table cannot outlive its
+numbers. Every figure below is read from a results file, never typed.
 """
 
 import json
@@ -10,13 +14,87 @@ from pathlib import Path
 from addnorm.benchmark.report import markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
-START, END = "<!-- bench:start -->", "<!-- bench:end -->"
-HEADLINE_SHAPES = {(8192, 1024), (16384, 768), (2048, 4096), (64, 768)}
+RESULTS = ROOT / "benchmarks" / "results"
+README = ROOT / "README.md"
+JOURNAL = ROOT / "docs" / "performance-journal.md"
+README_MARKERS = ("<!-- headline:start -->", "<!-- headline:end -->")
+JOURNAL_MARKERS = ("<!-- bench:start -->", "<!-- bench:end -->")
+HEADLINE_SHAPES = {(8192, 1024), (16384, 768), (2048, 4096), (64, 768)}  # the journal's shapes (4096×768: CSV only)
+NORM = {"layer": "LayerNorm", "rms": "RMSNorm"}
+DTYPE = {"float32": "float32", "bfloat16": "bf16"}
+
+
+def _load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def _cell(table, **key) -> dict:
+    """{method: row} of one cell of a benchmark result."""
+    out = {r["method"]: r for r in table if all(r.get(k) == v for k, v in key.items())}
+    if "addnorm" not in out:
+        raise KeyError(f"no addnorm row for {key}")
+    return out
+
+
+def _vs(cell, peer: str, label: str) -> str:
+    return f"{cell[peer]['median_ms'] / cell['addnorm']['median_ms']:.2f}× {label}"
+
+
+def _cpu_row(res, kind, dtype) -> str:
+    c = _cell(res["rows"], kind=kind, dtype=dtype, rows=8192, hidden=1024, mode="fwdbwd")
+    a = c["addnorm"]
+    return (f"| Add & {NORM[kind]}, {DTYPE[dtype]}, 8192×1024, forward + backward | {a['median_ms']:.2f} ms: "
+            f"{_vs(c, 'eager', 'eager')}, {_vs(c, 'compile', '`torch.compile`')}, {a['frac_of_floor']:.2f} of the "
+            f"copy floor | {res['conditions']['processor']}, {res['conditions']['cores']} cores | "
+            f"`add_norm_tuned.json` |")
+
+
+def headline_table() -> str:
+    """The README's table: one line per thing people ask about, each from its committed results file."""
+    cpu, gpu = _load("add_norm_tuned.json"), _load("add_norm_gpu.json")
+    lines = ["| what | result | measured on | `benchmarks/results/` |", "|---|---|---|---|"]
+    # float32 only: the file's bfloat16 cells come from a later run (its conditions' note), and one line should
+    # not mix two runs' copy floors
+    lines += [_cpu_row(cpu, kind, "float32") for kind in ("layer", "rms")]
+    for kind in ("layer", "rms"):
+        c = _cell(gpu["rows"], kind=kind, dtype="float32", rows=16384, hidden=8192, mode="fwd")
+        peers = [_vs(c, "eager", "eager"), _vs(c, "compile", "`torch.compile`")]
+        if "liger" in c:
+            peers.append(_vs(c, "liger", "Liger"))
+        lines.append(f"| Add & {NORM[kind]}, float32, 16384×8192, forward (Triton) | {c['addnorm']['median_ms']:.3f} ms: "
+                     f"{', '.join(peers)}, {c['addnorm']['frac_of_floor']:.2f} of the copy floor | "
+                     f"{gpu['conditions']['gpu']} | `add_norm_gpu.json` |")
+    parity = _load("parity.json")
+    name, g = next(iter(parity["gpt2_load"].items()))
+    lines.append(f"| HF GPT-2 ({name.split('(')[-1].rstrip(')')}) loaded into addnorm's GPT | max \\|logits − HF\\| "
+                 f"{g['max_abs_logit_diff']:.1e}; 24 greedy tokens identical: "
+                 f"{'yes' if g['greedy_24_tokens_identical'] else 'no'} | CPU, float32 | `parity.json` |")
+    for name, p in parity["patch"].items():
+        lines.append(f"| HF {name} after `patch_hf_model` | max \\|logits diff\\| {p['max_abs_logit_diff']:.1e}, "
+                     f"\\|grad diff\\| {p['max_abs_grad_diff']:.1e}; {p['fused_adds']} adds fused | CPU, float32 | "
+                     f"`parity.json` |")
+    step = _load("model_step.json")
+    e, f = step["eager"], step["fused"]
+    lines.append(f"| GPT-2-small training step ({e['params'] / 1e6:.1f} M parameters, {e['tokens']} tokens), fused "
+                 f"vs eager Add & Norm | {f['median_s'] * 1e3:.0f} vs {e['median_s'] * 1e3:.0f} ms "
+                 f"({step['speedup']:.2f}×; the matmuls dominate a CPU step); same loss: "
+                 f"{'yes' if step['same_loss'] else 'no'} | CPU, {e['threads']} threads | `model_step.json` |")
+    block = _load("mhc_block.json")
+    rows = block["rows"]
+    over = {k: rows[f"mhc@{k}"]["median_ms"] / rows[f"pre@{k}"]["median_ms"] - 1 for k in ("auto", "torch")}
+    lines.append(f"| An mHC block (n = 4) over a pre-norm block, GPT-2-small width, {block['tokens']} tokens, "
+                 f"forward + backward | +{100 * over['auto']:.1f} % with the fused kernels, +{100 * over['torch']:.1f} % as torch ops "
+                 f"| {block['conditions']['processor']}, {block['conditions']['cores']} cores | `mhc_block.json` |")
+    diag = _load("diagnostics_overhead.json")
+    lines.append(f"| Diagnostics recorder on a training step ({diag['model']}) | +{100 * diag['overhead_recording']:.0f} % "
+                 f"while recording ({diag['records_per_step']} records a step), +{100 * diag['overhead_after_detach']:.0f} % "
+                 f"after detaching | CPU | `diagnostics_overhead.json` |")
+    return "\n".join(lines)
 
 
 def _default_table() -> list[str]:
     """The same cells under glibc's default allocator (fresh outputs page-faulted on every call), if measured."""
-    path = ROOT / "benchmarks/results/add_norm_default.json"
+    path = RESULTS / "add_norm_default.json"
     if not path.exists():
         return []
     res = json.loads(path.read_text())
@@ -29,16 +107,17 @@ def _default_table() -> list[str]:
             "", markdown_table(rows), "", "All of this run's cells are in `benchmarks/results/add_norm_default.csv`."]
 
 
-def main() -> int:
-    res = json.loads((ROOT / "benchmarks/results/add_norm_tuned.json").read_text())
+def cpu_tables() -> str:
+    """The journal's full CPU tables: every headline shape, both norms and dtypes, every mode, both allocators."""
+    res = _load("add_norm_tuned.json")
     c = res["conditions"]
     rows = res["rows"]
     head = [r for r in rows if (r["rows"], r["hidden"]) in HEADLINE_SHAPES]
     local = [r["floor_gbps"] for r in rows if r["min_bytes"] >= 32 << 20]
-    text = [START,
-            f"Measured by `make bench` (= `python benchmarks/bench_add_norm.py`) on {c['processor']}, {c['cores']} cores, "
+    text = [f"Measured by `make bench` (= `python benchmarks/bench_add_norm.py`) on {c['processor']}, {c['cores']} cores, "
             f"{c['torch_threads']} torch threads, torch {c['torch']}, Python {c['python']}, kernel ISA `{c['addnorm_isa']}`, "
-            f"glibc allocator told to keep freed memory (`--allocator {c['allocator']}`, see docs/performance.md). "
+            f"glibc allocator told to keep freed memory (`--allocator {c['allocator']}`, see "
+            "[performance.md](performance.md#allocator-settings-page-faults-can-cost-more-than-the-kernel)). "
             f"Floor: torch's copy of a 256 MiB buffer into pre-faulted memory (read + write), {c['floor_gbps']:.1f} GB/s "
             f"at the start of the run and, because this machine's bandwidth drifts, measured again side by side with the "
             f"methods in every cell that moves ≥ 32 MiB ({min(local):.1f}–{max(local):.1f} GB/s over the run; the "
@@ -47,13 +126,33 @@ def main() -> int:
             "write y, s; bwd: read dy, ds, s, write dx); “of floor” = time the floor would need ÷ time taken; "
             "“vs eager” / “vs compile” = their time ÷ addnorm's (above 1: addnorm is faster). "
             "Small shapes fit in cache, so they can beat the DRAM floor or be dominated by per-call overhead.",
+            *([f"The results file notes: {c['note']}."] if c.get("note") else []),
             "", markdown_table(head), "",
-            "All five shapes of the issue (also 4096×768) are in `benchmarks/results/add_norm_tuned.csv`.",
-            *_default_table(),
-            END]
-    readme = (ROOT / "README.md").read_text()
-    a, b = readme.index(START), readme.index(END) + len(END)
-    (ROOT / "README.md").write_text(readme[:a] + "\n".join(text) + readme[b:])
+            "All five measured shapes (also 4096×768) are in `benchmarks/results/add_norm_tuned.csv`.",
+            *_default_table()]
+    return "\n".join(text)
+
+
+def regions() -> list[tuple[Path, tuple[str, str], str]]:
+    """(file, (start marker, end marker), the text that belongs between them)."""
+    return [(README, README_MARKERS, headline_table()), (JOURNAL, JOURNAL_MARKERS, cpu_tables())]
+
+
+def between(text: str, markers: tuple[str, str]) -> str:
+    """What a file holds between its markers (without the markers and the newlines beside them)."""
+    start, end = markers
+    if start not in text or end not in text:
+        raise ValueError(f"markers {start} ... {end} not found")
+    return text[text.index(start) + len(start):text.index(end)].strip("\n")
+
+
+def main() -> int:
+    for path, (start, end), body in regions():
+        text = path.read_text(encoding="utf-8")
+        between(text, (start, end))  # both markers must be there
+        a, b = text.index(start) + len(start), text.index(end)
+        path.write_text(text[:a] + "\n" + body + "\n" + text[b:], encoding="utf-8")
+        print(f"wrote {path.relative_to(ROOT)}")
     return 0
 
 

@@ -1,5 +1,6 @@
-"""docs/performance.md shows the committed fused-forms benchmark results as they are: the tables are the
-results' own Markdown (``benchmark.fused_forms.markdown``), regenerated from the JSON here."""
+"""The performance journal (docs/performance-journal.md, where the measured cells live; docs/performance.md is the
+reference) shows the committed fused-forms benchmark results as they are: the tables are the results' own Markdown
+(``benchmark.fused_forms.markdown``), regenerated from the JSON here."""
 
 import json
 from pathlib import Path
@@ -7,16 +8,17 @@ from pathlib import Path
 from addnorm.benchmark.fused_forms import OpRow, markdown
 
 ROOT = Path(__file__).resolve().parents[1]
+JOURNAL = ROOT / "docs" / "performance-journal.md"
 
 
 def test_docs_show_the_committed_fused_forms_results():
-    docs = (ROOT / "docs" / "performance.md").read_text()
+    docs = JOURNAL.read_text()
     for sub in ("", "avx2/", "small_calls/", "small_calls/avx2/"):
         result = json.loads((ROOT / "benchmarks" / "results" / f"{sub}fused_forms_tuned.json").read_text())
         table = markdown([OpRow(**r) for r in result["rows"]])
-        assert table in docs, f"docs/performance.md is not the committed {sub}fused_forms_tuned.json"
+        assert table in docs, f"the journal is not the committed {sub}fused_forms_tuned.json"
     ab = (ROOT / "benchmarks" / "results" / "erf" / "ab" / "ab.md").read_text().split("\n\n", 1)[1].rstrip("\n")
-    assert ab in docs, "docs/performance.md is not the committed erf/ab/ab.md"
+    assert ab in docs, "the journal is not the committed erf/ab/ab.md"
     block = json.loads((ROOT / "benchmarks" / "results" / "mhc_block.json").read_text())
     assert "\n".join(block["table"][2:]) in docs
 
@@ -24,10 +26,10 @@ def test_docs_show_the_committed_fused_forms_results():
 def test_docs_show_the_committed_small_call_add_norm_results():
     from addnorm.benchmark.report import markdown_table
 
-    docs = (ROOT / "docs" / "performance.md").read_text()
+    docs = JOURNAL.read_text()
     for sub in ("", "avx2/"):
         result = json.loads((ROOT / "benchmarks" / "results" / "small_calls" / sub / "add_norm_tuned.json").read_text())
-        assert markdown_table(result["rows"]) in docs, f"docs/performance.md lacks small_calls/{sub}add_norm_tuned"
+        assert markdown_table(result["rows"]) in docs, f"the journal lacks small_calls/{sub}add_norm_tuned"
 
 
 def test_docs_show_the_committed_gpu_session():
@@ -35,7 +37,7 @@ def test_docs_show_the_committed_gpu_session():
     pair tables (fractions of the copy bandwidth measured in the same session) -- all regenerated here."""
     from addnorm.benchmark import gpu_forms, gpu_tune
 
-    docs = (ROOT / "docs" / "performance.md").read_text()
+    docs = JOURNAL.read_text()
     forms = json.loads((ROOT / "benchmarks" / "results" / "fused_forms_gpu.json").read_text())
     assert gpu_forms.markdown([OpRow(**r) for r in forms["rows"]]) in docs
     second = json.loads((ROOT / "benchmarks" / "results" / "fused_forms_gpu_defaults.json").read_text())

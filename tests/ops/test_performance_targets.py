@@ -1,5 +1,6 @@
-"""docs/performance.md's "targets met / not met" table is the committed benchmark results read against issue
-22's targets, regenerated here from the JSON: a claim of "met" in the docs cannot outlive the numbers.
+"""docs/performance.md's targets table ("The targets") is the committed benchmark results read against the
+targets set when the fused forms were added, regenerated here from the JSON: a claim of "met" in the docs cannot
+outlive the numbers.
 
 The targets, on the 2-core machine the results come from:
 
