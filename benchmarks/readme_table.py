@@ -1,5 +1,6 @@
 """Regenerate the tables made from committed results (benchmarks/results/): the README's one table of headline
-numbers, and the full CPU Add & Norm tables in docs/performance-journal.md, each between its markers.
+numbers, the full CPU Add & Norm tables in docs/performance-journal.md, and the HuggingFace parity table in
+docs/exactness.md, each between its markers.
 
     python benchmarks/readme_table.py
 
@@ -19,6 +20,8 @@ README = ROOT / "README.md"
 JOURNAL = ROOT / "docs" / "performance-journal.md"
 README_MARKERS = ("<!-- headline:start -->", "<!-- headline:end -->")
 JOURNAL_MARKERS = ("<!-- bench:start -->", "<!-- bench:end -->")
+EXACTNESS = ROOT / "docs" / "exactness.md"
+PARITY_MARKERS = ("<!-- parity:start -->", "<!-- parity:end -->")
 HEADLINE_SHAPES = {(8192, 1024), (16384, 768), (2048, 4096), (64, 768)}  # the journal's shapes (4096×768: CSV only)
 NORM = {"layer": "LayerNorm", "rms": "RMSNorm"}
 DTYPE = {"float32": "float32", "bfloat16": "bf16"}
@@ -133,9 +136,23 @@ def cpu_tables() -> str:
     return "\n".join(text)
 
 
+def parity_table() -> str:
+    """docs/exactness.md's HuggingFace table, from `python benchmarks/parity.py`'s results."""
+    parity = _load("parity.json")
+    lines = ["| model | max \\|logits − HF\\| | also |", "|---|---:|---|"]
+    for name, g in parity["gpt2_load"].items():
+        lines.append(f"| GPT-2 {name}, loaded with `load_gpt2` | {g['max_abs_logit_diff']:.1e} | 24 greedy tokens "
+                     f"identical: {'yes' if g['greedy_24_tokens_identical'] else 'no'} |")
+    for name, p in parity["patch"].items():
+        lines.append(f"| HF {name} after `patch_hf_model` | {p['max_abs_logit_diff']:.1e} | max \\|grad diff\\| "
+                     f"{p['max_abs_grad_diff']:.1e}; {p['fused_adds']} adds fused |")
+    return "\n".join(lines)
+
+
 def regions() -> list[tuple[Path, tuple[str, str], str]]:
     """(file, (start marker, end marker), the text that belongs between them)."""
-    return [(README, README_MARKERS, headline_table()), (JOURNAL, JOURNAL_MARKERS, cpu_tables())]
+    return [(README, README_MARKERS, headline_table()), (JOURNAL, JOURNAL_MARKERS, cpu_tables()),
+            (EXACTNESS, PARITY_MARKERS, parity_table())]
 
 
 def between(text: str, markers: tuple[str, str]) -> str:
