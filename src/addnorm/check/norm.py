@@ -25,10 +25,15 @@ def _wild(shape, seed=0):
     return np.random.default_rng(seed).normal(5.0, 10.0, size=shape)
 
 
+def _small_variance(eps: float) -> float:
+    """10 eps: where eps shows (inside or outside the root, or missing: about 5 % apart), which N(5, 10)'s variance
+    of 100 hides under any tolerance; 1e-8 for eps = 0, where an eps hard-coded as small as 1e-10 still shows."""
+    return 10.0 * eps if eps > 0 else 1e-8
+
+
 def _small(shape, eps, seed=7):
-    """Rows whose variance is 10 eps, centred at 0: where eps shows (inside or outside the root, or missing: about
-    5 % apart), which N(5, 10)'s variance of 100 hides under any tolerance."""
-    return np.random.default_rng(seed).normal(0.0, np.sqrt(10.0 * eps), size=shape)
+    """Rows centred at 0 of variance _small_variance(eps)."""
+    return np.random.default_rng(seed).normal(0.0, np.sqrt(_small_variance(eps)), size=shape)
 
 
 @dataclass
@@ -122,8 +127,6 @@ def check_norm(a: Adapted, d: int, name_prefix: str = "") -> list[CheckResult]:
     eps_values = (a.eps,) if a.eps is not None else formulas.CONVENTIONAL_EPS
 
     def pairs_at(eps):
-        if eps <= 0:
-            return [(yc, x)]
         xs = _small((2, 4, d), eps)
         return [(yc, x), (core(xs), xs)]
 
@@ -149,7 +152,7 @@ def check_norm(a: Adapted, d: int, name_prefix: str = "") -> list[CheckResult]:
                           "not declared: measured from its output" if ok else "not declared: assumed")
     torch_name = "torch.nn.RMSNorm" if kind == "rms" else "torch.nn.LayerNorm"
     title = (f"matches the float64 oracle and {torch_name} (eps={eps:g}{'; ' + note if note else ''}; "
-             f"rows of variance 100 and {10 * eps:g})")
+             f"rows of variance 100 and {_small_variance(eps):g})")
     pairs = pairs_at(eps)
     err = max(np.nan_to_num(np.abs(yy - formulas.reference(kind, xx, eps)), nan=np.inf).max() for yy, xx in pairs)
     if ok:
