@@ -103,6 +103,11 @@ CORRECT = [
         def norm(x, d):
             return F.layer_norm(x, (d,), eps=1e-6)
         """, "norm"),
+    ("torch's F.layer_norm(input, normalized_shape, weight, bias, eps)", "from torch.nn.functional import layer_norm",
+     "layer_norm"),
+    ("addnorm.rms_norm: eps=None", "from addnorm import rms_norm", "rms_norm"),
+    ("addnorm.add_rms_norm: (Norm(x + r), x + r)", "from addnorm import add_rms_norm", "add_rms_norm"),
+    ("addnorm.add_layer_norm", "from addnorm import add_layer_norm", "add_layer_norm"),
     ("NumPy layer_norm(x, gamma, beta, eps=1e-5)", """
         def layer_norm(x, gamma, beta, eps=1e-5):
             mu = x.mean(-1, keepdims=True)
@@ -348,6 +353,8 @@ UNJUDGED = [
         def f(x):
             return torch.tanh(0.5 * x)
         """, "f", "is a LayerNorm or an RMSNorm"),
+    ("addnorm.nn.DyT: the sum is returned, the 'norm' is no norm", "dyt = addnorm.nn.DyT(768)", "dyt",
+     "the norm: is a LayerNorm or an RMSNorm"),
     ("a residual of an unknown form", """
         def combine(x, sublayer_output):
             return x * sublayer_output

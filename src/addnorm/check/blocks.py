@@ -32,6 +32,14 @@ def _sublayers(m, x) -> list:
     return list(dict.fromkeys(order))
 
 
+class _Probe:
+    def __init__(self, out):
+        self.out = out
+
+    def __call__(self, v):
+        return self.out
+
+
 def as_block(a: Adapted, d: int) -> Adapted | None:
     """``a`` as f(x, sublayer) if it is a torch module with a sublayer of its own, else None."""
     import torch
@@ -63,6 +71,10 @@ def as_block(a: Adapted, d: int) -> Adapted | None:
                 h.remove()
         return tuple(o.detach().double().numpy() for o in (out if isinstance(out, tuple | list) else (out,)))
 
+    try:  # a sublayer whose output is not shaped like x (a conditioning projection) makes no residual block
+        call(np.zeros((1, 2, d)), _Probe(np.zeros((1, 2, d))))
+    except Exception:  # noqa: BLE001
+        return None
     names = [n for n, c in m.named_children() if c in subs]
     return replace(a, second="sublayer", call=call, torch_forward=None,
                    description=f"{a.description}, a block whose sublayer is self.{', self.'.join(names)}")

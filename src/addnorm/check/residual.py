@@ -87,11 +87,13 @@ def check_residual(a: Adapted, d: int) -> list[CheckResult]:
                                       "max |y - (x + s)| " + f"{np.abs(y - x - s).max():.2e}")] + _pre_norm_part(a, d)
         return res + [CheckResult(ADDS, True, f"max |diff| {np.abs(y - (x + s)).max():.2e}")]
     if len(outs) > 1 and _close(outs[1], x + s) and _close(y, at_sum):
-        return res + [CheckResult("adds, normalizes, and returns both: (Norm(x + residual), x + residual)", True,
+        return res + [CheckResult("adds the input, returns the sum and its norm: (Norm(x + residual), x + residual)", True,
                                   "a fused Add & Norm")] + _part(a, d, "sum")
     if _close(y, at_sum) and not only_x and not only_s:
         return res + [CheckResult(f"adds the input, then normalizes (post-norm): y = Norm(x + {post})", True,
                                   "the output depends on x + s only")] + _part(a, d, "sum")
+    if only_s and only_x:
+        return res + [CheckResult(ADDS, False, "the output depends on neither input")]
     if only_s:
         normed = not _close(y, s)
         detail = "the output depends on the sublayer's output only" + (", normalized" if normed else ": y = s")
