@@ -227,9 +227,9 @@ MISTAKES = [
             def forward(self, x):
                 return x / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + self.eps) * self.weight + self.bias
         """, "LayerNorm", "matches the float64 oracle and torch.nn.LayerNorm", "the mean is not subtracted"),
-    ("a LayerNorm that computes an RMSNorm", """
-        def layer_norm(x, eps=1e-5):
-            return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    ("a LayerNorm with a bias that computes an RMSNorm", """
+        def layer_norm(x, weight, bias, eps=1e-5):
+            return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight + bias
         """, "layer_norm", "matches the float64 oracle and torch.nn.LayerNorm", "the mean is not subtracted"),
     ("an RMSNorm that subtracts the mean", """
         class RMSNorm(nn.Module):
@@ -355,6 +355,13 @@ UNJUDGED = [
         """, "f", "is a LayerNorm or an RMSNorm"),
     ("addnorm.nn.DyT: the sum is returned, the 'norm' is no norm", "dyt = addnorm.nn.DyT(768)", "dyt",
      "the norm: is a LayerNorm or an RMSNorm"),
+    # an exact RMSNorm named LayerNorm without a bias: T5's convention, or a LayerNorm that forgot the mean
+    ("transformers' T5LayerNorm", "from transformers.models.t5.modeling_t5 import T5LayerNorm", "T5LayerNorm",
+     "is the LayerNorm its name says"),
+    ("a layer_norm(x) that computes an RMSNorm", """
+        def layer_norm(x, eps=1e-5):
+            return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        """, "layer_norm", "is the LayerNorm its name says"),
     ("a residual of an unknown form", """
         def combine(x, sublayer_output):
             return x * sublayer_output

@@ -38,6 +38,7 @@ BATCH_NORM = "statistics over the batch, per feature (BatchNorm, not LayerNorm)"
 SEQUENCE_AXIS = "statistics over the sequence axis (dim -2), not the features"
 BATCH_AXIS = "statistics over the batch axis (dim 0), not the features"
 AXIS_FIX = "reduce over the last dim (the features) only: x.mean(-1, keepdim=True)"
+RMS_UNDER_LAYER_NAME = "the mean is not subtracted (x / sqrt(mean(x^2) + eps) is an RMSNorm)"
 
 
 def _ms(x):
@@ -59,7 +60,7 @@ LAYER = {
     "no eps at all": (
         lambda x, e: (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True)),
         "add eps inside the square root: / sqrt(var + eps)"),
-    "the mean is not subtracted (x / sqrt(mean(x^2) + eps) is an RMSNorm)": (
+    RMS_UNDER_LAYER_NAME: (
         lambda x, e: x / np.sqrt(_ms(x) + e),
         "subtract the mean before dividing: (x - mean) / sqrt(var + eps)"),
     "the mean is not subtracted": (

@@ -145,6 +145,14 @@ def check_norm(a: Adapted, d: int, name_prefix: str = "") -> list[CheckResult]:
             affine = _check_affine(a, d, x, aff, kind, eps, name_prefix)
             if not any("swapped" in r.hint for r in affine):
                 kind = None
+    if kind == "layer" and aff.shift0 is None and mistake == formulas.RMS_UNDER_LAYER_NAME:
+        # an exact RMSNorm under a LayerNorm's name: T5's convention (T5LayerNorm), or a LayerNorm that forgot the
+        # mean; no bias to tell which, so it is judged as the RMSNorm it computes and the name is not judged
+        res.append(not_judged(name_prefix + "is the LayerNorm its name says",
+                              "not judged: it computes an RMSNorm exactly, as T5LayerNorm does by design; right if "
+                              "meant as one, while a LayerNorm subtracts the mean: (x - mean) / sqrt(var + eps)"))
+        kind, told = "rms", "by its behaviour"
+        eps, ok, mistake, fix = _formula_verdict(a, kind, pairs_at, eps_values)
     if kind is None:
         mean, rms = np.abs(yc.mean(-1)).max(), np.sqrt((yc * yc).mean(-1))
         return res + [not_judged(name_prefix + "is a LayerNorm or an RMSNorm",
