@@ -130,6 +130,14 @@ CORRECT = [
         def apply_residual_connection(input_tensor, sublayer_output):
             return input_tensor + sublayer_output
         """, "apply_residual_connection"),
+    ("residual add(a, b): b told by behaviour, not taken for a bias", """
+        def add(a, b):
+            return a + b
+        """, "add"),
+    ("rms(x, g): g told by behaviour", """
+        def rms(x, g):
+            return g * x / np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-8)
+        """, "rms"),
     ("post-norm module LayerNorm(x + sub)", """
         class AddNorm(nn.Module):
             def __init__(self, d):

@@ -207,10 +207,12 @@ def _adapt_torch_module(m, d: int) -> Adapted:
 def _roles(fn) -> tuple[list[tuple[str, str]], float | None, str]:
     """[(argument, role)] for the positional arguments after x that the check gives, and the declared eps."""
     roles, eps, note = [], None, ""
+    required = [p.name for p in _params(fn)[1:] if p.default is p.empty
+                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     for p in _params(fn)[1:]:
-        required = p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        needed = p.name in required
         if p.name in EPS_NAMES:
-            if required:
+            if needed:
                 roles.append((p.name, "eps"))
                 eps, note = EPS_PASSED, "passed by the check: its eps has no default"
             else:
@@ -219,9 +221,9 @@ def _roles(fn) -> tuple[list[tuple[str, str]], float | None, str]:
         if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
             continue
         role = ("scale" if p.name in SCALE_NAMES else "shift" if p.name in SHIFT_NAMES
-                else "size" if p.name in SIZE_NAMES and required else second_role(p.name, required))
-        if role == "tensor" and p.name not in RESIDUAL_NAMES:
-            role = "unknown"  # told by behaviour (_tell_unknown)
+                else "size" if p.name in SIZE_NAMES and needed else second_role(p.name, needed))
+        if (role == "tensor" and p.name not in RESIDUAL_NAMES) or (required == [p.name] and len(p.name) == 1):
+            role = "unknown"  # told by behaviour (_tell_unknown): f(a, b) is as likely a residual as a norm's bias
         if role:
             roles.append((p.name, role))
     return roles, eps, note
