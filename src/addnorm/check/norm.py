@@ -123,36 +123,15 @@ def check_norm(a: Adapted, d: int, name_prefix: str = "") -> list[CheckResult]:
             return a.first(v)
 
     yc = core(x)
-    kind = intended_kind(a.name, aff.shift0 is not None)
-    told = "by its name" if kind and intended_kind(a.name, False) else "by its shift (bias)" if kind else ""
     eps_values = (a.eps,) if a.eps is not None else formulas.CONVENTIONAL_EPS
 
     def pairs_at(eps):
         xs = _small((2, 4, d), eps)
         return [(yc, x), (core(xs), xs)]
 
-    if kind is None:  # by behaviour: the family whose correct formula or one of whose mistakes it matches
-        order = ("layer", "rms") if _centred(yc) else ("rms", "layer")
-        kind = next((k for k in order if formulas.fit_eps(k, pairs_at, eps_values) is not None), None)
-        kind = kind or next((k for k in order for e in eps_values if formulas.diagnose(k, pairs_at(e), (e,))[0]), None)
-        told = "by its behaviour"
     res.append(_check_positions_independent(a, d, name_prefix))
-    if kind is not None:
-        eps, ok, mistake, fix = _formula_verdict(a, kind, pairs_at, eps_values)
-        if told == "by its shift (bias)" and not ok and not mistake:
-            # a bias alone says LayerNorm weakly (DyT has one too): judged only if it is a LayerNorm with gamma and
-            # beta swapped (a constant at unit scale, so no formula matches)
-            affine = _check_affine(a, d, x, aff, kind, eps, name_prefix)
-            if not any("swapped" in r.hint for r in affine):
-                kind = None
-    if kind == "layer" and aff.shift0 is None and mistake == formulas.RMS_UNDER_LAYER_NAME:
-        # an exact RMSNorm under a LayerNorm's name: T5's convention (T5LayerNorm), or a LayerNorm that forgot the
-        # mean; no bias to tell which, so it is judged as the RMSNorm it computes and the name is not judged
-        res.append(not_judged(name_prefix + "is the LayerNorm its name says",
-                              "not judged: it computes an RMSNorm exactly, as T5LayerNorm does by design; right if "
-                              "meant as one, while a LayerNorm subtracts the mean: (x - mean) / sqrt(var + eps)"))
-        kind, told = "rms", "by its behaviour"
-        eps, ok, mistake, fix = _formula_verdict(a, kind, pairs_at, eps_values)
+    kind, told, (eps, ok, mistake, fix), said = _kind_and_verdict(a, aff, x, yc, pairs_at, eps_values, name_prefix)
+    res += said
     if kind is None:
         mean, rms = np.abs(yc.mean(-1)).max(), np.sqrt((yc * yc).mean(-1))
         return res + [not_judged(name_prefix + "is a LayerNorm or an RMSNorm",
@@ -178,6 +157,35 @@ def check_norm(a: Adapted, d: int, name_prefix: str = "") -> list[CheckResult]:
     if ok and a.torch_forward is not None:
         res.append(_check_gradients(a, d, eps, kind, aff, name_prefix))
     return res
+
+
+def _kind_and_verdict(a: Adapted, aff: Affine, x, yc, pairs_at, eps_values, prefix: str):
+    """(kind or None, how it was told, the formula's verdict, results to show first): what it is meant to be, from
+    its name, else from a bias, else from the family whose formula or known mistake its outputs match."""
+    kind = intended_kind(a.name, aff.shift0 is not None)
+    told = "by its name" if kind and intended_kind(a.name, False) else "by its shift (bias)" if kind else ""
+    if kind is None:
+        order = ("layer", "rms") if _centred(yc) else ("rms", "layer")
+        kind = next((k for k in order if formulas.fit_eps(k, pairs_at, eps_values) is not None), None)
+        kind = kind or next((k for k in order for e in eps_values if formulas.diagnose(k, pairs_at(e), (e,))[0]), None)
+        told = "by its behaviour"
+    if kind is None:
+        return None, told, (eps_values[0], False, "", ""), []
+    verdict = _formula_verdict(a, kind, pairs_at, eps_values)
+    eps, ok, mistake, _ = verdict
+    if told == "by its shift (bias)" and not ok and not mistake:
+        # a bias alone says LayerNorm weakly (DyT has one too): judged only if it is a LayerNorm with gamma and
+        # beta swapped (a constant at unit scale, so no formula matches)
+        if not any("swapped" in r.hint for r in _check_affine(a, x.shape[-1], x, aff, kind, eps, prefix)):
+            return None, told, verdict, []
+    if kind == "layer" and aff.shift0 is None and mistake == formulas.RMS_UNDER_LAYER_NAME:
+        # an exact RMSNorm under a LayerNorm's name: T5's convention (T5LayerNorm), or a LayerNorm that forgot the
+        # mean; no bias to tell which, so it is judged as the RMSNorm it computes and the name is not judged
+        said = not_judged(prefix + "is the LayerNorm its name says",
+                          "not judged: it computes an RMSNorm exactly, as T5LayerNorm does by design; right if meant "
+                          "as one, while a LayerNorm subtracts the mean: (x - mean) / sqrt(var + eps)")
+        return "rms", "by its behaviour", _formula_verdict(a, "rms", pairs_at, eps_values), [said]
+    return kind, told, verdict, []
 
 
 def _formula_verdict(a: Adapted, kind: str, pairs_at, eps_values) -> tuple[float, bool, str, str]:
