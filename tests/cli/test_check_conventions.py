@@ -225,7 +225,7 @@ MISTAKES = [
 
             def forward(self, x):
                 return x / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + self.eps) * self.weight + self.bias
-        """, "LayerNorm", "normalizes each position (mean ≈ 0", "compute mean and std over the last dim"),
+        """, "LayerNorm", "normalizes each position (mean ≈ 0", "subtract the mean before dividing"),
     ("LayerNorm: the mean not subtracted (named)", """
         class LayerNorm(nn.Module):
             def __init__(self, d, eps=1e-5):

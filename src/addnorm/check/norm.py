@@ -139,7 +139,7 @@ def check_norm(a: Adapted, d: int, name_prefix: str = "") -> list[CheckResult]:
                                  f"{mean:.3g} and RMS in [{rms.min():.3g}, {rms.max():.3g}]: neither a LayerNorm's nor "
                                  "an RMSNorm's, nor a known mistake of one); name it LayerNorm or RMSNorm to judge it "
                                  "as one")]
-    res.append(_check_normalizes(yc, kind, aff, name_prefix))
+    res.append(_check_normalizes(yc, kind, aff, name_prefix, fix if mistake else ""))
     note = a.eps_note or ("" if a.eps is not None else
                           "not declared: measured from its output" if ok else "not declared: assumed")
     torch_name = "torch.nn.RMSNorm" if kind == "rms" else "torch.nn.LayerNorm"
@@ -206,16 +206,18 @@ def kind_word(kind: str) -> str:
     return "an RMSNorm" if kind == "rms" else "a LayerNorm"
 
 
-def _check_normalizes(yc, kind, aff: Affine, prefix: str) -> CheckResult:
+def _check_normalizes(yc, kind, aff: Affine, prefix: str, fix: str) -> CheckResult:
+    """``fix``: the remedy of the mistake the formula check named, the hint here too (the generic one would send an
+    unbiased variance, which reduces over the right axis, looking for the axis)."""
     if kind == "rms":
         rms = np.sqrt((yc * yc).mean(-1))
         ok = bool(np.abs(rms - 1).max() < 1e-2)
         return CheckResult(prefix + "normalizes each position (RMS ≈ 1)", ok, f"RMS in [{rms.min():.4f}, {rms.max():.4f}]",
-                           "" if ok else "divide each position by the root of its mean square: "
-                                         "x / sqrt(x.pow(2).mean(-1, keepdim=True) + eps)")
+                           "" if ok else fix or "divide each position by the root of its mean square: "
+                                                "x / sqrt(x.pow(2).mean(-1, keepdim=True) + eps)")
     mean, std = yc.mean(-1), yc.std(-1)
     ok = bool(np.abs(mean).max() < 1e-3 and np.abs(std - 1).max() < 1e-2)
-    hint = "compute mean and std over the last dim (features) of each position"
+    hint = fix or "compute mean and std over the last dim (features) of each position"
     if not ok and std.max() < 1e-6 and aff.shift0 is not None:
         hint = "every position comes out constant: at init bias is 0, so gamma (weight) and beta (bias) look swapped"
     return CheckResult(prefix + "normalizes each position (mean ≈ 0, std ≈ 1)", ok,
