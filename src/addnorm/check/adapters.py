@@ -125,7 +125,7 @@ def adapt(target, d: int, extra=()) -> Adapted:
 
 # --- torch modules ---------------------------------------------------------------------------------------------
 
-def _norm_inside(m):
+def norm_inside(m):
     """The one norm among a module's descendants (a wrapper's or a block's), or None."""
     inner = [c for n, c in m.named_modules() if n and "norm" in type(c).__name__.lower()]
     return inner[0] if len(inner) == 1 else None
@@ -139,14 +139,14 @@ def _affine_names(m, d: int):
         return next((n for n in names if isinstance(getattr(o, n, None), torch.Tensor)
                      and getattr(o, n).numel() == d), None)
 
-    for owner in (m, _norm_inside(m)):
+    for owner in (m, norm_inside(m)):
         if owner is not None and (found(owner, SCALE_NAMES) or found(owner, SHIFT_NAMES)):
             return owner, found(owner, SCALE_NAMES), found(owner, SHIFT_NAMES)
     return m, None, None
 
 
 def _module_eps(m) -> tuple[float | None, str]:
-    for owner in (m, _norm_inside(m)):
+    for owner in (m, norm_inside(m)):
         name = _find_attr(owner, EPS_NAMES) if owner is not None else None
         if name is not None:
             return declared_eps(getattr(owner, name))

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .adapters import Adapted, _norm_inside, adapt
+from .adapters import Adapted, adapt, norm_inside
 from .norm import check_norm
 from .result import CheckResult, not_judged
 
@@ -156,4 +156,4 @@ def _pre_norm_part(a: Adapted, d: int) -> list[CheckResult]:
 
 def _norm_module(a: Adapted):
     """The one norm submodule of a module (a wrapper's or a block's), or None (it is the norm, or has several)."""
-    return None if a.module is None else _norm_inside(a.module)
+    return None if a.module is None else norm_inside(a.module)
