@@ -1,41 +1,65 @@
-"""Make any implementation callable as ``f(x: float64 ndarray) -> ndarray`` with settable scale/shift.
+"""Make any implementation callable on float64 arrays, with its scale/shift settable and its eps known.
 
-Supported: torch ``nn.Module`` classes or instances, NumPy or torch functions (``f(x)``,
-``f(x, gamma, beta[, eps])``, ``f(x, weight, bias)``), and whatever the caller adds through ``extra``
-(the command line adds MAX modules from ``addnorm.max.check_adapter``: ``check/`` never imports ``max/``).
+Supported: torch ``nn.Module`` classes or instances, NumPy or torch functions, and whatever the caller adds
+through ``extra`` (the command line adds MAX modules from ``addnorm.max.check_adapter``: ``check/`` never
+imports ``max/``). A function's arguments after ``x`` are given by their role, told from their names
+(``weight``/``gamma``, ``bias``/``beta``, ``eps``, ``d``/``dim``/``normalized_shape``, ``sublayer_output``,
+``sublayer``) or, for a name none of these, from how the function behaves; arguments with a default are left
+to it (its ``eps=1e-6`` is the eps it declares).
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-SCALE_NAMES = ("weight", "gamma", "scale", "g")
+SCALE_NAMES = ("weight", "gamma", "scale", "g", "w")
 SHIFT_NAMES = ("bias", "beta", "shift", "b")
-EPS_NAMES = ("eps", "epsilon", "variance_epsilon")
+EPS_NAMES = ("eps", "epsilon", "variance_epsilon", "norm_eps", "layer_norm_eps", "rms_norm_eps")
+SIZE_NAMES = ("d", "dim", "d_model", "hidden_size", "normalized_shape", "num_features", "features", "n_embd",
+              "embed_dim", "size", "shape", "n_features")
+RESIDUAL_NAMES = ("residual", "sublayer_output", "sublayer_out", "sub", "sub_out", "skip", "res", "y", "h",
+                  "fx", "branch", "input_tensor")
+SUBLAYER_NAMES = ("sublayer", "fn", "func", "f", "layer", "module", "block")
+EPS_PASSED = 1e-5  # what the check gives a function whose eps has no default
+TORCH_DEFAULT_EPS = float(np.finfo(np.float32).eps)  # eps=None in torch.nn.RMSNorm: finfo(input dtype).eps
 
 
 @dataclass
 class Adapted:
-    kind: str  # "torch-module", "numpy-function", "torch-function", "max-module", "residual"
+    kind: str  # "torch-module", "numpy-function", "torch-function", "max-module"
     description: str
-    call: object  # f(x ndarray[, y ndarray]) -> ndarray
-    set_affine: object  # f(scale ndarray|None, shift ndarray|None) -> bool (False: no such parameters)
-    get_affine: object  # () -> (scale, shift) as ndarrays or None
-    eps: float | None
-    torch_module: object = None  # for gradient checks
-    n_inputs: int = 1
+    name: str  # the user's name for it: "LayerNorm", "rms_norm" (what it means to be, where behaviour can't tell)
+    call: Callable  # f(x ndarray[, second]) -> tuple of float64 ndarrays, one per output
+    set_affine: Callable  # f(scale ndarray|None, shift ndarray|None) -> bool (False: no such parameters)
+    get_affine: Callable  # () -> (scale, shift) as float64 ndarrays, None where absent
+    eps: float | None  # the eps it declares; None: not declared (the check measures it)
+    eps_note: str = ""  # how eps is known, shown beside it
+    torch_forward: Callable | None = None  # torch tensor -> torch tensor, for the gradient check
+    second: str = ""  # the input after x: "" none, "tensor" (a sublayer's output), "sublayer" (a callable)
+    module: object = None  # the torch module itself (a block's sublayer and norm are found in it)
+
+    @property
+    def n_inputs(self) -> int:
+        return 2 if self.second else 1
+
+    def first(self, *xs) -> np.ndarray:
+        return self.call(*xs)[0]
 
 
-def _positional_params(fn) -> list[str]:
+def _params(fn) -> list[inspect.Parameter]:
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return []
-    return [p.name for p in sig.parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"]
+    return [p for p in sig.parameters.values() if p.name != "self"]
+
+
+def _positional_params(fn) -> list[str]:
+    return [p.name for p in _params(fn) if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
 def _find_attr(obj, names):
@@ -62,6 +86,24 @@ def is_max_module(obj) -> bool:
     return any(m.startswith("max.") for m in bases) or mod.startswith("max.")
 
 
+def declared_eps(value) -> tuple[float | None, str]:
+    """(eps, note) from an ``eps`` attribute or default: None means torch's convention, finfo(dtype).eps."""
+    if value is None:
+        return TORCH_DEFAULT_EPS, "eps=None: torch.finfo(float32).eps, as torch.nn.RMSNorm"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value), ""
+    return None, ""
+
+
+def second_role(name: str, required: bool) -> str:
+    """The role of a forward's argument after x, by its name: "sublayer", "tensor" or "" (left to its default)."""
+    if name in SUBLAYER_NAMES:
+        return "sublayer"
+    if name in RESIDUAL_NAMES or (required and name not in SIZE_NAMES + EPS_NAMES + SCALE_NAMES + SHIFT_NAMES):
+        return "tensor"
+    return ""
+
+
 def adapt(target, d: int, extra=()) -> Adapted:
     """``extra``: (predicate, adapter) pairs tried first, ``adapter(target, d) -> Adapted``."""
     import torch
@@ -74,97 +116,224 @@ def adapt(target, d: int, extra=()) -> Adapted:
     if isinstance(target, type) and issubclass(target, torch.nn.Module):
         target = _instantiate(target, d)
     if isinstance(target, torch.nn.Module):
-        return _adapt_torch_module(target)
+        return _adapt_torch_module(target, d)
     if callable(target):
         return _adapt_function(target, d)
     raise TypeError(f"cannot check a {type(target).__name__}: expected an nn.Module class/instance, a function "
                     "or a MAX module")
 
 
-def _adapt_torch_module(m) -> Adapted:
+# --- torch modules ---------------------------------------------------------------------------------------------
+
+def norm_inside(m):
+    """The one norm among a module's descendants (a wrapper's or a block's), or None."""
+    inner = [c for n, c in m.named_modules() if n and "norm" in type(c).__name__.lower()]
+    return inner[0] if len(inner) == 1 else None
+
+
+def _affine_names(m, d: int):
+    """(owner, scale name, shift name): tensors of d elements on the module itself, else on its one norm."""
+    import torch
+
+    def found(o, names):
+        return next((n for n in names if isinstance(getattr(o, n, None), torch.Tensor)
+                     and getattr(o, n).numel() == d), None)
+
+    for owner in (m, norm_inside(m)):
+        if owner is not None and (found(owner, SCALE_NAMES) or found(owner, SHIFT_NAMES)):
+            return owner, found(owner, SCALE_NAMES), found(owner, SHIFT_NAMES)
+    return m, None, None
+
+
+def _module_eps(m) -> tuple[float | None, str]:
+    for owner in (m, norm_inside(m)):
+        name = _find_attr(owner, EPS_NAMES) if owner is not None else None
+        if name is not None:
+            return declared_eps(getattr(owner, name))
+    return None, ""
+
+
+def _sublayer_to_torch(fn):
+    """A NumPy sublayer given by the check, called with the module's tensors."""
+    import torch
+
+    def sublayer(t):
+        return torch.as_tensor(fn(t.detach().double().numpy()), dtype=t.dtype)
+
+    return sublayer
+
+
+def _adapt_torch_module(m, d: int) -> Adapted:
     import torch
 
     fwd = getattr(m, "forward", None)
-    n_inputs = len(_positional_params(fwd)) if fwd is not None else 1
-    scale_name, shift_name = _find_attr(m, SCALE_NAMES), _find_attr(m, SHIFT_NAMES)
-    eps_name = _find_attr(m, EPS_NAMES)
+    rest = [p for p in _params(fwd)[1:] if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    second = next((r for r in (second_role(p.name, p.default is p.empty) for p in rest[:1]) if r), "")
+    owner, scale_name, shift_name = _affine_names(m, d)
 
     def call(*xs):
+        args = [torch.as_tensor(xs[0], dtype=torch.float32)]
+        if len(xs) > 1:
+            args.append(_sublayer_to_torch(xs[1]) if second == "sublayer" else torch.as_tensor(xs[1], dtype=torch.float32))
         with torch.no_grad():
-            out = m(*[torch.as_tensor(x, dtype=torch.float32) for x in xs])
-        if isinstance(out, tuple):
-            out = out[0]
-        return out.detach().double().numpy()
+            out = m(*args)
+        return tuple(o.detach().double().numpy() for o in (out if isinstance(out, tuple | list) else (out,)))
 
     def set_affine(scale, shift):
         ok = False
         with torch.no_grad():
             for name, val in ((scale_name, scale), (shift_name, shift)):
-                p = getattr(m, name, None) if name else None
-                if val is not None and isinstance(p, torch.Tensor):
+                if name and val is not None:
+                    p = getattr(owner, name)
                     p.copy_(torch.as_tensor(val, dtype=p.dtype).reshape(p.shape))
                     ok = True
         return ok
 
     def get_affine():
-        out = []
-        for name in (scale_name, shift_name):
-            p = getattr(m, name, None) if name else None
-            out.append(p.detach().double().numpy().copy() if isinstance(p, torch.Tensor) else None)
-        return tuple(out)
+        return tuple(getattr(owner, n).detach().double().numpy().reshape(-1).copy() if n else None
+                     for n in (scale_name, shift_name))
 
-    eps = getattr(m, eps_name, None) if eps_name else None
-    return Adapted("torch-module" if n_inputs == 1 else "residual", f"{type(m).__name__} (torch nn.Module)", call,
-                   set_affine, get_affine, float(eps) if isinstance(eps, int | float) else None, m, n_inputs)
+    def torch_forward(t):
+        out = m(t)
+        return out[0] if isinstance(out, tuple | list) else out
+
+    eps, note = _module_eps(m)
+    return Adapted("torch-module", f"{type(m).__name__} (torch nn.Module)", type(m).__name__, call, set_affine,
+                   get_affine, eps, note, torch_forward, second, m)
+
+
+# --- functions -------------------------------------------------------------------------------------------------
+
+def _roles(fn) -> tuple[list[tuple[str, str]], float | None, str]:
+    """[(argument, role)] for the positional arguments after x that the check gives, and the declared eps."""
+    roles, eps, note = [], None, ""
+    required = [p.name for p in _params(fn)[1:] if p.default is p.empty
+                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    for p in _params(fn)[1:]:
+        needed = p.name in required
+        if p.name in EPS_NAMES:
+            if needed:
+                roles.append((p.name, "eps"))
+                eps, note = EPS_PASSED, "passed by the check: its eps has no default"
+            else:
+                eps, note = declared_eps(p.default)
+            continue
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            continue
+        role = ("scale" if p.name in SCALE_NAMES else "shift" if p.name in SHIFT_NAMES
+                else "size" if p.name in SIZE_NAMES and needed else second_role(p.name, needed))
+        if (role == "tensor" and p.name not in RESIDUAL_NAMES) or (required == [p.name] and len(p.name) == 1):
+            role = "unknown"  # told by behaviour (_tell_unknown): f(a, b) is as likely a residual as a norm's bias
+        if role:
+            roles.append((p.name, role))
+    return roles, eps, note
+
+
+def _tell_unknown(fn, roles, d: int, to) -> list[tuple[str, str]]:
+    """An argument whose name says nothing: a scale if zeros there zero the output, else the sublayer's output if
+    a tensor shaped like x is taken, else the feature size."""
+    x = np.random.default_rng(11).normal(size=(2, 3, d))
+    for i, (name, role) in enumerate(roles):
+        if role != "unknown":
+            continue
+        trials = {"scale": np.zeros(d), "tensor": np.zeros_like(x), "size": d}
+        found = "tensor"
+        for cand, val in trials.items():
+            args = [to(x)] + [to(val) if j == i and cand != "size" else val if j == i
+                              else _default_arg(r, d, to) for j, (_, r) in enumerate(roles)]
+            try:
+                out = np.asarray(_as_numpy(fn(*args)), dtype=np.float64)
+            except Exception:  # noqa: BLE001 - the trial failed: not this role
+                continue
+            if cand == "scale" and not (out.shape == x.shape and np.abs(out).max() == 0):
+                continue
+            found = cand
+            break
+        roles[i] = (name, found)
+    return roles
+
+
+def _default_arg(role, d, to):
+    return {"scale": to(np.ones(d)), "shift": to(np.zeros(d)), "eps": EPS_PASSED, "size": d,
+            "tensor": to(np.zeros((2, 3, d)))}.get(role)
+
+
+def _as_numpy(out):
+    out = out[0] if isinstance(out, tuple | list) else out
+    return out.detach().double().numpy() if hasattr(out, "detach") else out
 
 
 def _adapt_function(fn, d: int) -> Adapted:
     import torch
 
-    params = _positional_params(fn)
+    roles, eps, note = _roles(fn)
     state = {"scale": np.ones(d), "shift": np.zeros(d)}
-    has_affine = len(params) >= 3 or any(p in SCALE_NAMES for p in params)
-    residual = len(params) == 2 and not has_affine
 
-    def _call_with(xs, to):
-        args = [to(x) for x in xs]
-        if has_affine:
-            args += [to(state["scale"]), to(state["shift"])]
-        return fn(*args)
+    def to_numpy(a):
+        return np.asarray(a, dtype=np.float64)
+
+    def to_torch(a):
+        return torch.as_tensor(a, dtype=torch.float32)
+
+    def args_for(xs, to, torch_sublayer):
+        args, rest = [to(xs[0])], list(xs[1:])
+        for name, role in roles:
+            if role in ("scale", "shift"):
+                args.append(to(state[role]))
+            elif role == "eps":
+                args.append(EPS_PASSED)
+            elif role == "size":
+                args.append((d,) if name in ("normalized_shape", "shape") else d)
+            elif role == "sublayer":
+                s = rest.pop(0)
+                args.append(_sublayer_to_torch(s) if torch_sublayer else s)
+            else:
+                args.append(to(rest.pop(0)))
+        return args
 
     # NumPy first (seeds 001/002), torch if it refuses arrays
-    kind = "numpy-function"
-    try:
-        probe = _call_with([np.zeros((2, d))] * (2 if residual else 1), lambda a: np.asarray(a, dtype=np.float64))
-        if not isinstance(probe, np.ndarray):
-            raise TypeError
-    except Exception:  # noqa: BLE001 - any failure means "try torch"
-        kind = "torch-function"
+    base = roles
+    for kind, to in (("numpy-function", to_numpy), ("torch-function", to_torch)):
+        try:
+            roles = _tell_unknown(fn, list(base), d, to)
+            second = next((r for _, r in roles if r in ("tensor", "sublayer")), "")
+            probe = [np.zeros((2, d))] + ([np.zeros((2, d)) if second == "tensor" else (lambda a: a)] if second else [])
+            out = fn(*args_for(probe, to, kind == "torch-function"))
+            if kind == "numpy-function" and not isinstance(out[0] if isinstance(out, tuple) else out, np.ndarray):
+                raise TypeError("not an array")
+            break
+        except Exception:  # noqa: BLE001 - any failure means "try torch" (and the checks report torch's error)
+            continue
+    second = next((r for _, r in roles if r in ("tensor", "sublayer")), "")
+    has = {r for _, r in roles}
 
     def call(*xs):
         if kind == "numpy-function":
-            return np.asarray(_call_with(xs, lambda a: np.asarray(a, dtype=np.float64)), dtype=np.float64)
-        with torch.no_grad():
-            out = _call_with(xs, lambda a: torch.as_tensor(a, dtype=torch.float32))
-        return out.detach().double().numpy()
+            out = fn(*args_for(xs, to_numpy, False))
+        else:
+            with torch.no_grad():
+                out = fn(*args_for(xs, to_torch, True))
+        outs = out if isinstance(out, tuple | list) else (out,)
+        return tuple(np.asarray(_as_numpy(o), dtype=np.float64) for o in outs)
 
     def set_affine(scale, shift):
-        if not has_affine:
-            return False
-        if scale is not None:
-            state["scale"] = np.asarray(scale, dtype=np.float64)
-        if shift is not None:
-            state["shift"] = np.asarray(shift, dtype=np.float64)
-        return True
+        ok = False
+        for role, val in (("scale", scale), ("shift", shift)):
+            if role in has and val is not None:
+                state[role] = np.asarray(val, dtype=np.float64)
+                ok = True
+        return ok
 
-    eps = None
-    try:
-        p = inspect.signature(fn).parameters
-        for n in EPS_NAMES:
-            if n in p and isinstance(p[n].default, int | float):
-                eps = float(p[n].default)
-    except (TypeError, ValueError):
-        pass
-    return Adapted("residual" if residual else kind, f"{getattr(fn, '__name__', 'function')} ({kind.replace('-', ' ')})",
-                   call, set_affine, lambda: (state["scale"].copy(), state["shift"].copy()) if has_affine else (None, None),
-                   eps, None, 2 if residual else 1)
+    def get_affine():
+        return tuple(state[r].copy() if r in has else None for r in ("scale", "shift"))
+
+    torch_forward = None
+    if kind == "torch-function" and not second:
+        def torch_forward(t):
+            out = fn(*args_for([t], lambda a: a if isinstance(a, torch.Tensor) else to_torch(a), True))
+            return out[0] if isinstance(out, tuple | list) else out
+
+    name = getattr(fn, "__name__", "function")
+    signature = ", ".join(["x"] + [n for n, _ in roles])
+    return Adapted(kind, f"{name}({signature}) ({kind.replace('-', ' ')})", name, call, set_affine, get_affine,
+                   eps, note, torch_forward, second)

@@ -1,7 +1,7 @@
-"""`addnorm check FILE.py:NAME`: ✅/❌ per check with a hint.
+"""`addnorm check FILE.py:NAME`: ✅/❌ per check with a hint, ➖ where a check cannot judge.
 
-Exit status: 0 every check passed, 1 a check failed, 2 the file could not be loaded or run (a one-line
-cause with its file:line), including a time-out. The user's file is imported and run in a child process
+Exit status: 0 every check passed, 1 a check failed or could not be judged, 2 the file could not be loaded or run
+(a one-line cause with its file:line), including a time-out. The user's file is imported and run in a child process
 (``check_worker``) under ``--timeout``: it is their code, run as ``python FILE`` would run it.
 """
 
@@ -18,6 +18,8 @@ from pathlib import Path
 from rich.markup import escape
 
 from .output import console as make_console
+
+MARK = {True: "✅", False: "❌", None: "➖"}  # None: not judged (the check cannot tell what it is meant to be)
 
 
 def _features(s: str) -> int:
@@ -88,9 +90,14 @@ def run(args) -> int:
     console.print(f"Checking {shown}: {escape(result['description'])}\n")
     for r in result["results"]:
         detail = f"  [dim]({escape(r['detail'])})[/dim]" if r["detail"] else ""
-        console.print(("✅ " if r["ok"] else "❌ ") + escape(r["name"]) + detail)
-        if not r["ok"] and r["hint"]:
+        console.print(MARK[r["ok"]] + " " + escape(r["name"]) + detail)
+        if r["ok"] is False and r["hint"]:
             console.print(f"   Hint: {escape(r['hint'])}")
-    failed = sum(not r["ok"] for r in result["results"])
-    console.print("\n" + ("🎉 All checks passed!" if not failed else f"⚠️  {failed} check(s) failed. Review the hints above."))
-    return 1 if failed else 0
+    failed = sum(r["ok"] is False for r in result["results"])
+    unjudged = sum(r["ok"] is None for r in result["results"])
+    if not failed and not unjudged:
+        console.print("\n🎉 All checks passed!")
+    else:
+        said = [f"{failed} check(s) failed" if failed else "", f"{unjudged} not judged" if unjudged else ""]
+        console.print("\n⚠️  " + ", ".join(w for w in said if w) + (". Review the hints above." if failed else "."))
+    return 1 if failed or unjudged else 0

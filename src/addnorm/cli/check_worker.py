@@ -55,7 +55,7 @@ def work(target_spec: str, features: int) -> dict:
     except BaseException as e:  # noqa: BLE001  (anything the user's code raises is reported, not re-raised)
         return {"status": "error", "stage": stage, "cause": _cause(e), "where": _where(e, path)}
     return {"status": "ok", "description": adapted.description,
-            "results": [{"name": r.name, "ok": bool(r.ok), "detail": r.detail, "hint": r.hint} for r in results]}
+            "results": [{"name": r.name, "ok": None if r.ok is None else bool(r.ok), "detail": r.detail, "hint": r.hint} for r in results]}
 
 
 def main(argv: list[str]) -> int:
