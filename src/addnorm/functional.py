@@ -50,7 +50,7 @@ from .kernels.rows import resolved
 from .kernels.cpu import SUPPORTED_DTYPES as _CPU_DTYPES
 from .kernels.cpu import availability
 from .kernels.triton import availability as triton_availability
-from .kernels.triton import ops as _triton
+from .kernels.triton import norm as _triton
 from .ops import DirectAddNorm, EagerAddNorm, TritonAddNorm, direct_forward, eager_inference, formulas, plain
 from .ops.last import LAST
 from .ops.native_nodes import KIND as _KIND
@@ -487,7 +487,7 @@ def _norm(kind, x, residual, normalized_shape, weight, bias, eps, weight_offset,
 def _torch_backend(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_before_weight, out_dtype,
                    residual_in_fp32):
     """Composite torch ops, differentiable to any order: PyTorch's own layer_norm in float32/float64, HF's
-    RMSNorm formula; for 16-bit LayerNorm and mixed dtypes, ``ops.formulas`` (float32 statistics, one
+    RMSNorm formula; for 16-bit LayerNorm and mixed dtypes, ``ops.norm.formulas`` (float32 statistics, one
     rounding), which is exact where both torch paths are not: a constant row gives exactly the bias (torch's
     16-bit kernel: off by 6e-5) and normalized size 1 a weight gradient of exactly 0 (its float32 path:
     -2e-5)."""
@@ -508,7 +508,7 @@ def _torch_backend(kind, x, residual, shape, weight, bias, eps, weight_offset, c
 def _into_buffers(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_before_weight, out, residual_out,
                   out_dtype, residual_in_fp32, which):
     """Inference into the caller's buffers (checked by ``out_buffers``): no allocation, no autograd node."""
-    from .kernels.cpu import ops as cpu
+    from .kernels.cpu import norm as cpu
 
     D = math.prod(shape)
     has_sum = formulas.returns_sum(x, residual, residual_in_fp32)

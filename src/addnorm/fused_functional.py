@@ -27,11 +27,12 @@ import torch
 
 from . import functional as F
 from .kernels.cpu import fused as _cpu
-from .ops import fused_formulas, plain
-from .ops.autograd import c_apply as _c_apply
-from .ops.fused_autograd import (DirectNormAdd, DirectParallelAddNorm, EagerNormAdd, EagerParallelAddNorm,
+from .ops import plain
+from .ops.fused import formulas as fused_formulas
+from .ops.norm.autograd import c_apply as _c_apply
+from .ops.fused.autograd import (DirectNormAdd, DirectParallelAddNorm, EagerNormAdd, EagerParallelAddNorm,
                                  TritonNormAdd, TritonParallelAddNorm)
-from .ops.fused_schema import norm_add_cpu, norm_add_triton, parallel_cpu, parallel_triton
+from .ops.fused.schema import norm_add_cpu, norm_add_triton, parallel_cpu, parallel_triton
 from .ops.native_nodes import KIND as _KIND
 from .ops.native_nodes import MAX_NUMEL as _NODES_MAX
 from .ops.native_nodes import NODES as _NODES

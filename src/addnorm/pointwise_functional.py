@@ -13,11 +13,11 @@ import torch
 
 from . import functional as F
 from .ops import plain
-from .ops.autograd import c_apply as _c_apply
-from .ops import pointwise_formulas as pf
-from .ops.pointwise_autograd import DirectPointwiseNorm, TritonPointwiseNorm
+from .ops.norm.autograd import c_apply as _c_apply
+from .ops.pointwise import formulas as pf
+from .ops.pointwise.autograd import DirectPointwiseNorm, TritonPointwiseNorm
 from .ops.native_nodes import NODES as _NODES
-from .ops.pointwise_schema import CPU, TRITON
+from .ops.pointwise.schema import CPU, TRITON
 
 __all__ = ["add_dyt", "add_derf"]
 

@@ -21,14 +21,14 @@ import torch
 
 from . import functional as F
 from .ops import plain
-from .ops.autograd import c_apply as _c_apply
-from .ops import stream_formulas as sf
-from .ops.stream_autograd import (DirectStreamRead, DirectStreamWrite, TritonStreamRead,
+from .ops.norm.autograd import c_apply as _c_apply
+from .ops.stream import formulas as sf
+from .ops.stream.autograd import (DirectStreamRead, DirectStreamWrite, TritonStreamRead,
                                   TritonStreamWrite)
-from .ops.stream_schema import CPU, TRITON
-from .ops import mhc_formulas as mf
-from .ops.mhc_autograd import DirectMhcPre, TritonMhcPre
-from .ops.mhc_schema import CPU as MHC_CPU, TRITON as MHC_TRITON
+from .ops.stream.schema import CPU, TRITON
+from .ops.mhc import formulas as mf
+from .ops.mhc.autograd import DirectMhcPre, TritonMhcPre
+from .ops.mhc.schema import CPU as MHC_CPU, TRITON as MHC_TRITON
 
 __all__ = ["mhc_pre", "stream_read", "stream_write"]
 

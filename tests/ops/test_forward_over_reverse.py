@@ -1,7 +1,7 @@
 """A Hessian-vector product taken forward-over-reverse (a gradient inside a forward-mode AD level) through every
 fused operator family: the kernels' backward reads primal values only, so the tangents of the saved tensors and of
 the incoming gradients were dropped -- the gradient came back with no tangent (H v = 0), silently. Every backward
-now runs as torch ops inside a dual level (``ops.autograd.differentiable_backward``); judged against float64
+now runs as torch ops inside a dual level (``ops.norm.autograd.differentiable_backward``); judged against float64
 double backward of the same function."""
 
 import pytest

@@ -8,7 +8,7 @@ Ops (each with LayerNorm and RMSNorm):
   * stream_read, stream_write -- the widened stream (n = 4): ``h = H_pre X``; ``X' = H_res X + H_post^T y``
     ("rows" are tokens, "hidden" is C; eager is the broadcast / batched-matmul form of ``model.streams``)
   * mhc_pre    -- mHC's pre step (n = 4): the RMS of vec(X), the projection phi (4C x 24), the sigmoids,
-    20 Sinkhorn-Knopp rounds and h = H_pre X; eager is the same math in torch ops (``ops.mhc_formulas``), the
+    20 Sinkhorn-Knopp rounds and h = H_pre X; eager is the same math in torch ops (``ops.mhc.formulas``), the
     minimum bytes the stream and h (the per-token coefficients, 49 float32 values a token, are not counted)
 Timed as ``addnorm.benchmark.add_norm`` times Add & Norm: interleaved, medians with the p10-p90 spread, the
 floor copied beside every cell that moves >= 32 MiB; GB/s on each op's minimum bytes (every input read
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from .. import fused_functional as FF
 from .. import pointwise_functional as PF
 from .. import stream_functional as SF
-from ..ops import mhc_formulas
+from ..ops.mhc import formulas as mhc_formulas
 from .add_norm import FLOOR_BYTES, LOCAL_FLOOR_BYTES, conditions, copy_floor_gbps, copy_step
 from .timing import measure_interleaved
 

@@ -110,7 +110,7 @@ def launch_label() -> str | None:
 
     if not availability().available:
         return None
-    from ..kernels.triton import ops as triton_ops
+    from ..kernels.triton import norm as triton_ops
 
     return ",".join(f"{k}={v}" for k, v in triton_ops.launch().items())
 

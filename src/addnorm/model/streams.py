@@ -15,7 +15,7 @@ with per-token coefficients H_pre (1 x n), H_post (1 x n), H_res (n x n) compute
     "mhc_lite"  mHC-lite (arXiv:2601.05732): as mhc, with H_res = sum_k softmax(a)_k P_k over the n!
                 permutation matrices P_k -- doubly stochastic exactly, no iteration
 
-The math is in functions (``hc_coefficients``; mHC's in ``addnorm.ops.mhc_formulas``, run by the fused operator
+The math is in functions (``hc_coefficients``; mHC's in ``addnorm.ops.mhc.formulas``, run by the fused operator
 ``addnorm.stream_functional.mhc_pre``); the modules hold parameters. Each connection passes its H_res through
 ``self.h_res_tap`` (an identity) so that diagnostics can read the mixing matrices with a hook.
 """
@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import stream_functional as SF
-from ..ops.mhc_formulas import permutation_mix, sinkhorn_knopp  # noqa: F401  (the math lives with the operator)
+from ..ops.mhc.formulas import permutation_mix, sinkhorn_knopp  # noqa: F401  (the math lives with the operator)
 
 # --- the math
 

@@ -1,5 +1,5 @@
 """Autograd of mHC's pre step: backward on the kernels (one pass over the stream), double backward and
-forward-mode AD from ``mhc_formulas``. ``MhcPre`` redispatches to the operator (what tracing sees); its
+forward-mode AD from ``formulas``. ``MhcPre`` redispatches to the operator (what tracing sees); its
 ``Direct``/``Triton`` variants call one implementation without the dispatcher."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 import torch
 import torch.autograd.forward_ad as _fwad
 
-from . import mhc_formulas as mf
-from .autograd import _primal, differentiable_backward, direct_subclass
-from .mhc_schema import CPU, LIB, TRITON
+from ..norm.autograd import differentiable_backward, direct_subclass, primal
+from . import formulas as mf
+from .schema import CPU, LIB, TRITON
 
 _pre = torch.ops.addnorm.mhc_pre.default
 _pre_backward = torch.ops.addnorm.mhc_pre_backward.default
@@ -34,7 +34,7 @@ class MhcPre(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         ctx.direct = None
         if _fwad._current_level >= 0:  # jvp cannot read saved tensors
-            ctx.primals = tuple(_primal(t) for t in ts)
+            ctx.primals = tuple(primal(t) for t in ts)
 
     @staticmethod
     def backward(ctx, dh, dh_pre, dh_post, dh_res, _dp, _drstd):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 import torch.autograd.forward_ad as _fwad
 
-from . import pointwise_formulas as pf
-from .autograd import _primal, differentiable_backward, direct_subclass
-from .pointwise_schema import CPU, LIB, TRITON
+from ..norm.autograd import differentiable_backward, direct_subclass, primal
+from . import formulas as pf
+from .schema import CPU, LIB, TRITON
 
 _op = torch.ops.addnorm.add_pointwise_norm.default
 _op_backward = torch.ops.addnorm.add_pointwise_norm_backward.default
@@ -33,7 +33,7 @@ class PointwiseNorm(torch.autograd.Function):
         ctx.meta = (kind, residual is not None, x.dtype)
         ctx.direct = None
         if _fwad._current_level >= 0:
-            ctx.primals = tuple(_primal(t) for t in (s, alpha, shift, weight, bias))
+            ctx.primals = tuple(primal(t) for t in (s, alpha, shift, weight, bias))
 
     @staticmethod
     def backward(ctx, dy, ds_out):

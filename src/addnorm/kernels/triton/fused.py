@@ -1,4 +1,4 @@
-"""Host side of the fused forms' Triton kernels (``fused_kernels``), with the CPU host's signatures
+"""Host side of the fused forms' Triton kernels (``jit.fused``), with the CPU host's signatures
 (``kernels.cpu.fused``): norm-then-add, the parallel residual forward and its backward."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import torch
 
 from ..rows import as_rows, resolved
 from .availability import availability
-from .ops import (_OPTIONS, MAX_BLOCK, SUPPORTED_DTYPES, _device, _programs, _reduce, _tl_dtype, backward_rows,
-                  backward_tile, config)
+from .norm import (MAX_BLOCK, OPTIONS, SUPPORTED_DTYPES, backward_rows, backward_tile, config, on_device, program_count,
+                   sum_partials, tl_dtype)
 
 
 def applies(*ts, D: int = 1) -> bool:
@@ -22,7 +22,7 @@ def applies(*ts, D: int = 1) -> bool:
 
 
 def _k():
-    from . import fused_kernels
+    from .jit import fused as fused_kernels
 
     return fused_kernels
 
@@ -47,16 +47,16 @@ def _forward(kind, X, A, M, post, params, eps, weight_offset, cast_before_weight
     rstd = stats[-1] if stats is not None else Xr
     mean = stats[0] if stats is not None and layer else rstd
     pick = lambda t: Xr if t is None else t  # noqa: E731  (an absent pointer: any tensor, never read)
-    with _device(X):
+    with on_device(X):
         _k().fused_fwd[(-(-N // rows),)](
             Xr, pick(Ar), pick(Mr), pick(Pr), pick(w1), pick(b1), pick(w2), pick(b2),
             any_out if yv is None else yv, any_out if y2v is None else y2v, any_out if sv is None else sv, mean, rstd,
             Xr.stride(0), *(0 if t is None else t.stride(0) for t in (Ar, Mr, Pr, yv, y2v, sv)), N, D, float(eps),
-            float(weight_offset), AMDT=_tl_dtype(amdt), NDT=_tl_dtype(ndt), IS_LAYER=layer, HAS_A=Ar is not None,
+            float(weight_offset), AMDT=tl_dtype(amdt), NDT=tl_dtype(ndt), IS_LAYER=layer, HAS_A=Ar is not None,
             HAS_M=Mr is not None, HAS_P=Pr is not None, HAS_W1=w1 is not None, HAS_B1=b1 is not None,
             HAS_W2=w2 is not None, HAS_B2=b2 is not None, STORE_Y=yv is not None, STORE_Y2=y2v is not None,
             STORE_S=sv is not None, STORE_STATS=stats is not None, CAST_BEFORE_W=bool(cast_before_weight), ROWS=rows,
-            BLOCK=block, RNE=availability().interpreted, num_warps=warps, **_OPTIONS)
+            BLOCK=block, RNE=availability().interpreted, num_warps=warps, **OPTIONS)
 
 
 def norm_add(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight, out_dtype, want_stats=True):
@@ -102,7 +102,7 @@ def parallel_backward(dy, dy2, dres, s, stats, weight, bias, weight2, bias2, kin
     sums = [None] * 4
     if N:
         rows, block, warps = _config(N, D, backward_rows(), backward_tile())
-        programs = _programs(-(-N // rows), s)
+        programs = program_count(-(-N // rows), s)
         per_program = -(-N // programs)
         programs = -(-N // per_program)
         partials = torch.zeros(4, programs, D, dtype=torch.float32, device=dev)
@@ -111,15 +111,15 @@ def parallel_backward(dy, dy2, dres, s, stats, weight, bias, weight2, bias2, kin
         dyr, dy2r, dresr = (None if t is None else as_rows(t, D) for t in (dy, dy2, dres))
         pick = lambda t: sr if t is None else t  # noqa: E731
         layer = kind == "layer"
-        with _device(s):
+        with on_device(s):
             _k().fused_bwd[(programs,)](
                 pick(dyr), pick(dy2r), pick(dresr), sr, stats[0] if layer else stats[-1], stats[-1], pick(w1),
                 pick(w2), ds.view(N, D), partials, *(0 if t is None else t.stride(0) for t in (dyr, dy2r, dresr)),
                 sr.stride(0), D, N, D, per_program, float(weight_offset), IS_LAYER=layer, HAS_DY=dyr is not None,
                 HAS_DY2=dy2r is not None, HAS_DRES=dresr is not None, HAS_W1=w1 is not None, HAS_W2=w2 is not None,
                 WANT_DW1=want[0], WANT_DB1=want[1], WANT_DW2=want[2], WANT_DB2=want[3], ROWS=rows, BLOCK=block,
-                RNE=availability().interpreted, num_warps=warps, **_OPTIONS)
-        sums = [_reduce(partials[k], D) if want[k] else None for k in range(4)]
+                RNE=availability().interpreted, num_warps=warps, **OPTIONS)
+        sums = [sum_partials(partials[k], D) if want[k] else None for k in range(4)]
     out = []
     for g, p, mk in zip(sums, ps, output_mask, strict=True):
         if p is None or not mk:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import torch
 import torch.autograd.forward_ad as _fwad
 
-from ..kernels.cpu import fused as _cpu_fused
-from ..kernels.cpu import ops as _cpu_ops
-from . import formulas, fused_formulas
-from .autograd import _primal, differentiable_backward, direct_subclass
-from .fused_schema import (LIB, norm_add_cpu, norm_add_triton, parallel_backward_cpu, parallel_backward_triton,
-                           parallel_cpu, parallel_triton)
-from .schema import backward_cpu, backward_triton
+from ...kernels.cpu import fused as _cpu_fused
+from ...kernels.cpu import norm as _cpu_ops
+from ..norm import formulas
+from ..norm.autograd import differentiable_backward, direct_subclass, primal
+from ..norm.schema import backward_cpu, backward_triton
+from . import formulas as fused_formulas
+from .schema import (LIB, norm_add_cpu, norm_add_triton, parallel_backward_cpu, parallel_backward_triton, parallel_cpu,
+                     parallel_triton)
 
 _norm_add = torch.ops.addnorm.norm_add.default
 _parallel = torch.ops.addnorm.parallel_add_norm.default
@@ -45,7 +46,7 @@ class NormAdd(torch.autograd.Function):
         ctx.mark_non_differentiable(stats)
         ctx.save_for_backward(x, stats, weight, bias)
         if _fwad._current_level >= 0:
-            ctx.primals = (_primal(x), _primal(weight))
+            ctx.primals = (primal(x), primal(weight))
         ctx.meta = (kind, ndim, eps, off, cbw, residual.dtype, out.dtype)
         ctx.direct = None  # the backward implementation to call without the dispatcher (the direct subclasses)
 
@@ -89,7 +90,7 @@ TritonNormAdd = direct_subclass("TritonNormAdd", NormAdd, norm_add_triton, backw
 
 
 class ParallelAddNorm(torch.autograd.Function):
-    """(x, x2, residual, weight, bias, weight2, bias2) -> (y, y2, s, stats); see ``fused_schema``."""
+    """(x, x2, residual, weight, bias, weight2, bias2) -> (y, y2, s, stats); see ``schema``."""
 
     @staticmethod
     def forward(x, x2, residual, weight, bias, weight2, bias2, kind, ndim, eps, weight_offset, cast_before_weight,
@@ -106,7 +107,7 @@ class ParallelAddNorm(torch.autograd.Function):
         ctx.mark_non_differentiable(*((stats,) if two else (stats, y2)))
         ctx.save_for_backward(s, stats, weight, bias, weight2, bias2)
         if _fwad._current_level >= 0:
-            ctx.primals = (_primal(s), _primal(weight), _primal(weight2))
+            ctx.primals = (primal(s), primal(weight), primal(weight2))
         ctx.meta = (kind, ndim, eps, off, cbw, two, x.dtype, None if x2 is None else x2.dtype, residual.dtype)
         ctx.direct = None
 
@@ -187,7 +188,7 @@ class EagerNormAdd(torch.autograd.Function):
         w_read, b_read, pcode = _cpu_ops.params(weight, bias, x.shape[-1])  # as the kernels read them
         ctx.params = (w_read, pcode, _cpu_ops.spec(weight, w_read), _cpu_ops.spec(bias, b_read))
         if _fwad._current_level >= 0:
-            ctx.primals = (_primal(x), _primal(weight))
+            ctx.primals = (primal(x), primal(weight))
         ctx.meta = (kind, eps, weight_offset, cast_before_weight)
         return out
 
@@ -238,7 +239,7 @@ class EagerParallelAddNorm(torch.autograd.Function):
             ctx.mark_non_differentiable(y2)
         ctx.save_for_backward(s, stats, weight, bias, weight2, bias2)
         if _fwad._current_level >= 0:
-            ctx.primals = (_primal(s), _primal(weight), _primal(weight2))
+            ctx.primals = (primal(s), primal(weight), primal(weight2))
         ctx.meta = (kind, eps, weight_offset, cast_before_weight, two, x2 is not None)
         return y, y2, s
 

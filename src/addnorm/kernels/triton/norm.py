@@ -1,9 +1,11 @@
-"""Host side of the Triton kernels: launch configuration, and the operators' implementation on them.
+"""Host side of Add & Norm's Triton kernels (``jit.norm``): the operators' implementation on them, and the launch
+configuration every family's host code shares (``config``, ``warps``, ``on_device``, ``program_count``,
+``sum_partials``, ``OPTIONS``; the parameters ``LAUNCH_PARAMS`` names).
 
     add_norm(x, residual, weight, bias, kind, D, eps, ...)       -> (y, s or None, stats or None)
     add_norm_backward(dy, dres, s, stats, weight, bias, kind, D, ...) -> (ds, dx or None, dweight, dbias)
 
-As ``kernels.cpu.ops``: tensors are read as (rows, D) with unit stride on D (``as_rows``: strided rows
+As ``kernels.cpu.norm``: tensors are read as (rows, D) with unit stride on D (``as_rows``: strided rows
 are read in place, a layout without unit stride on D is copied first); statistics are float32, (2, N)
 = (mean, rstd) for LayerNorm, (1, N) = (rstd,) for RMSNorm; every tensor has its own dtype (a float32
 stream beside 16-bit x, an out dtype of its own).
@@ -92,7 +94,7 @@ if os.environ.get("ADDNORM_TRITON_LAUNCH"):  # a user's tuning for their GPU (be
     set_launch(**parse_launch(os.environ["ADDNORM_TRITON_LAUNCH"]))
 # FMA contraction on, said explicitly (Triton 3.9 warns when it is left to its default): y = xhat * w + b
 # rounds once
-_OPTIONS = {"enable_fp_fusion": True}
+OPTIONS = {"enable_fp_fusion": True}
 _INTERPRETER_PROGRAMS = 4  # backward programs under the interpreter (a fixed number: results depend on it)
 
 
@@ -106,7 +108,7 @@ def applies(x: torch.Tensor, residual, out_dtype, D: int) -> bool:
     return av.available and (x.is_cuda or av.interpreted)
 
 
-def _next_pow2(n: int) -> int:
+def next_pow2(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
@@ -133,13 +135,13 @@ def config(N: int, D: int, max_rows: int | None = None, per_warp: int | None = N
            tile_elems: int | None = None) -> tuple[int, int, int, int]:
     """(ROWS, BLOCK, CHUNKS, num_warps) for N rows of D elements: a tile is ROWS rows x BLOCK columns, of at most
     ``tile_elems`` elements (default the forward's ``tile()``) unless one row is longer."""
-    block = min(_next_pow2(D), MAX_BLOCK)
+    block = min(next_pow2(D), MAX_BLOCK)
     t = tile_elems or tile()
-    rows = min(max(t // block, 1), _next_pow2(max(N, 1)), max_rows or t)
+    rows = min(max(t // block, 1), next_pow2(max(N, 1)), max_rows or t)
     return rows, block, -(-D // block), warps(rows * block, per_warp=per_warp)
 
 
-def _device(t: torch.Tensor):
+def on_device(t: torch.Tensor):
     """Triton launches on the current CUDA device: make it t's."""
     return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
@@ -153,12 +155,12 @@ def _rows(t: torch.Tensor | None, D: int) -> torch.Tensor | None:
 
 
 def _kernels():
-    from . import kernels
+    from .jit import norm as kernels
 
     return kernels
 
 
-def _tl_dtype(dt: torch.dtype):
+def tl_dtype(dt: torch.dtype):
     import triton.language as tl
 
     return {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[dt]
@@ -173,7 +175,7 @@ def forward(kind, x, r, weight, bias, eps, weight_offset, cast_before_weight, ou
     layer = kind == "layer"
     rstd = stats[-1] if stats is not None else x
     mean = stats[0] if stats is not None and layer else rstd
-    with _device(x):
+    with on_device(x):
         k.add_norm_fwd[(-(-N // rows),)](
             x, x if r is None else r, x if w is None else w, x if b is None else b, out,
             out if res_out is None else res_out, mean, rstd,
@@ -181,20 +183,20 @@ def forward(kind, x, r, weight, bias, eps, weight_offset, cast_before_weight, ou
             N, D, float(eps), float(weight_offset),
             IS_LAYER=layer, HAS_R=r is not None, HAS_W=w is not None, HAS_B=b is not None,
             STORE_S=res_out is not None, STORE_STATS=stats is not None, CAST_BEFORE_W=bool(cast_before_weight),
-            SDT=_tl_dtype((x if res_out is None else res_out).dtype), ROWS=rows, BLOCK=block, CHUNKS=chunks,
-            RNE=availability().interpreted, num_warps=nw, **_OPTIONS)
+            SDT=tl_dtype((x if res_out is None else res_out).dtype), ROWS=rows, BLOCK=block, CHUNKS=chunks,
+            RNE=availability().interpreted, num_warps=nw, **OPTIONS)
 
 
-def _programs(tiles: int, t: torch.Tensor) -> int:
+def program_count(tiles: int, t: torch.Tensor) -> int:
     if t.is_cuda and not availability().interpreted:
         return min(tiles, _PROGRAMS_PER_SM * torch.cuda.get_device_properties(t.device).multi_processor_count)
     return min(tiles, _INTERPRETER_PROGRAMS)
 
 
-def _reduce(partials: torch.Tensor, D: int) -> torch.Tensor:
+def sum_partials(partials: torch.Tensor, D: int) -> torch.Tensor:
     """(programs, D) float32 partials -> (D,) float64, summed in a fixed order (see ``reduce_partials``)."""
     out = torch.empty(D, dtype=torch.float64, device=partials.device)
-    with _device(partials):
+    with on_device(partials):
         _kernels().reduce_partials[(-(-D // _REDUCE_BLOCK),)](partials, out, partials.shape[0], D,
                                                               BLOCK=_REDUCE_BLOCK, ROWS=_REDUCE_ROWS)
     return out
@@ -207,14 +209,14 @@ def backward(kind, dy, dres, s, stats, weight, weight_offset, ds, dx, want_dweig
     k = _kernels()
     w = _param(weight, D)
     rows, block, chunks, nw = config(N, D, backward_rows(), _BACKWARD_ELEMS_PER_WARP, backward_tile())
-    programs = _programs(-(-N // rows), s)
+    programs = program_count(-(-N // rows), s)
     per_program = -(-N // programs)
     programs = -(-N // per_program)
     make = torch.zeros if chunks > 1 else torch.empty  # chunked rows add into their partials
     dwp = make(programs, D, dtype=torch.float32, device=s.device) if want_dweight else s
     dbp = make(programs, D, dtype=torch.float32, device=s.device) if want_dbias else s
     layer = kind == "layer"
-    with _device(s):
+    with on_device(s):
         k.add_norm_bwd[(programs,)](
             dy, s if dres is None else dres, s, stats[0] if layer else stats[-1], stats[-1],
             s if w is None else w, ds, ds if dx is None else dx, dwp, dbp,
@@ -222,8 +224,8 @@ def backward(kind, dy, dres, s, stats, weight, weight_offset, ds, dx, want_dweig
             0 if dx is None else dx.stride(0), N, D, per_program, float(weight_offset),
             IS_LAYER=layer, HAS_DRES=dres is not None, HAS_W=w is not None, WANT_DW=want_dweight,
             WANT_DB=want_dbias, STORE_DX=dx is not None, ROWS=rows, BLOCK=block, CHUNKS=chunks,
-            RNE=availability().interpreted, num_warps=nw, **_OPTIONS)
-    return (_reduce(dwp, D) if want_dweight else None), (_reduce(dbp, D) if want_dbias else None)
+            RNE=availability().interpreted, num_warps=nw, **OPTIONS)
+    return (sum_partials(dwp, D) if want_dweight else None), (sum_partials(dbp, D) if want_dbias else None)
 
 
 # ---------------------------------------------------------------- the operators' implementation

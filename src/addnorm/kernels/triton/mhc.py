@@ -1,4 +1,4 @@
-"""Host side of mHC's pre-step Triton kernels (``mhc_kernels``), with the CPU host's signatures
+"""Host side of mHC's pre-step Triton kernels (``jit.mhc``), with the CPU host's signatures
 (``kernels.cpu.mhc``):
 
     mhc_pre(x, phi, scal, bias, perm_idx, eps, iters)          -> (h, h_pre, h_post, h_res, p, rstd)
@@ -18,7 +18,7 @@ import torch
 
 from ..rows import f32 as _f32, resolved
 from .availability import availability
-from .ops import _OPTIONS, SUPPORTED_DTYPES, _device, _next_pow2
+from .norm import OPTIONS, SUPPORTED_DTYPES, next_pow2, on_device
 
 MAX_STREAMS = 8
 MAX_OUTPUTS = 128  # m = 2n + n^2 (mHC) or 2n + n! (mHC-lite): the kernels hold a token's m values at once
@@ -42,7 +42,7 @@ def applies(x: torch.Tensor, m: int, iters: int = 0) -> bool:
 
 
 def _k():
-    from . import mhc_kernels
+    from .jit import mhc as mhc_kernels
 
     return mhc_kernels
 
@@ -61,14 +61,14 @@ def _geometry(x, phi, perm_idx):
 
 
 def _block(v: int, most: int) -> int:
-    return min(max(_next_pow2(v), 16), most)
+    return min(max(next_pow2(v), 16), most)
 
 
 def _meta(n, C, m, r, perm_idx):
-    mb = max(_next_pow2(m), 16)  # a token's m values, padded
-    return dict(NS=n, NB=_next_pow2(n), RB=_next_pow2(r) if perm_idx is not None else 1, MB=mb,
+    mb = max(next_pow2(m), 16)  # a token's m values, padded
+    return dict(NS=n, NB=next_pow2(n), RB=next_pow2(r) if perm_idx is not None else 1, MB=mb,
                 LITE=perm_idx is not None, BT=_BT, BC=_block(C, _BC), RNE=availability().interpreted,
-                num_warps=4 if mb <= 32 else 8, **_OPTIONS)
+                num_warps=4 if mb <= 32 else 8, **OPTIONS)
 
 
 def _perm(perm_idx, like):
@@ -86,7 +86,7 @@ def mhc_pre(x, phi, scal, bias, perm_idx, eps: float, iters: int):
     h_res, p, rstd = torch.empty(lead + (n, n), **f), torch.empty(lead + (m,), **f), torch.empty(lead, **f)
     if N:
         meta = _meta(n, C, m, r, perm_idx)
-        with _device(x):
+        with on_device(x):
             _k().mhc_pre_fwd[(-(-N // _BT),)](
                 x, _f32(phi), _f32(scal).reshape(3), _f32(bias).reshape(m), _perm(perm_idx, x), h, h_pre, h_post,
                 h_res, p, rstd, N, C, m, float(eps), int(iters), BK=_block(n * C, _BK), **meta)
@@ -125,10 +125,10 @@ def mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, 
     per_split = -(-(-(-N // splits)) // _BT) * _BT  # whole tiles per split
     splits = -(-N // per_split)
     partials = torch.empty(splits, K, m, dtype=torch.float32, device=x.device)
-    with _device(x):
+    with on_device(x):
         _k().mhc_pre_bwd[(-(-N // _BT),)](dh, *grads, x, phi, scal, bias, _perm(perm_idx, x), p, rstd, dx, dlogits,
                                           N, C, m, int(iters), **flags, **meta)
         _k().mhc_pre_dphi[(kblocks, splits)](x, dlogits, scal, rstd, partials, N, K, m, per_split, NS=n,
-                                             MB=meta["MB"], BT=_BT, BK=bk, num_warps=meta["num_warps"], **_OPTIONS)
+                                             MB=meta["MB"], BT=_BT, BK=bk, num_warps=meta["num_warps"], **OPTIONS)
     dphi = partials[0] if splits == 1 else partials.sum(0, dtype=torch.float64).to(torch.float32)
     return dx, dlogits, dphi

@@ -4,14 +4,14 @@
         -> (out, stats)                      out = residual + Norm(x), in promote(x, residual)
     addnorm::parallel_add_norm(x, x2?, residual, weight?, bias?, weight2?, bias2?, kind, ndim, eps,
                                weight_offset, cast_before_weight, two, branches_first)
-        -> (y, y2, s, stats)                 s = residual + x + x2 (see ``fused_formulas``); y2 empty unless two
+        -> (y, y2, s, stats)                 s = residual + x + x2 (see ``formulas``); y2 empty unless two
     addnorm::parallel_add_norm_backward(dy?, dy2?, dres?, s, stats, weight?, bias?, weight2?, bias2?, kind, ndim,
                                         eps, weight_offset, output_mask[4])
         -> (ds, dweight, dbias, dweight2, dbias2)     absent ones empty
 
 Norm-then-add's backward is ``addnorm::add_norm_backward`` on x. Implementations as ``schema``'s: the C
 kernels on CPU, Triton on CUDA, the formulas elsewhere (and where the kernels do not take the dtypes);
-opaque to torch.compile. Autograd is registered by ``fused_autograd``.
+opaque to torch.compile. Autograd is registered by ``autograd``.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import math
 
 import torch
 
-from ..kernels.cpu import fused as _cpu
-from ..kernels.triton import fused_ops as _triton
-from . import fused_formulas
-from .last import declined
-from .schema import LIB, _none, _row_size
+from ...kernels.cpu import fused as _cpu
+from ...kernels.triton import fused as _triton
+from ..last import declined
+from ..norm.schema import LIB, empty_if_none, row_size
+from . import formulas as fused_formulas
 
 LIB.define(
     "norm_add(Tensor x, Tensor residual, Tensor? weight, Tensor? bias, str kind, int ndim, float eps, "
@@ -61,7 +61,7 @@ def _norm_add_formulas(x, residual, weight, bias, kind, ndim, eps, weight_offset
 
 def _norm_add_on(kernels):
     def impl(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight):
-        D = _row_size(x, ndim)
+        D = row_size(x, ndim)
         if not kernels.applies(x, residual, weight, bias, D=D):
             declined()
             return _norm_add_formulas(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight)
@@ -93,20 +93,20 @@ def _parallel_formulas(x, x2, residual, weight, bias, weight2, bias2, kind, ndim
                        cast_before_weight, two, branches_first):
     y, y2, s, stats = fused_formulas.parallel_add_norm(x, x2, residual, weight, bias, weight2, bias2, kind, ndim, eps,
                                                        weight_offset, cast_before_weight, two, branches_first)
-    return y.contiguous(), _none(None if y2 is None else y2.contiguous(), x), s.contiguous(), stats.contiguous()
+    return y.contiguous(), empty_if_none(None if y2 is None else y2.contiguous(), x), s.contiguous(), stats.contiguous()
 
 
 def _parallel_on(kernels):
     def impl(x, x2, residual, weight, bias, weight2, bias2, kind, ndim, eps, weight_offset, cast_before_weight, two,
              branches_first):
-        D = _row_size(x, ndim)
+        D = row_size(x, ndim)
         if not kernels.applies(x, x2, residual, weight, bias, weight2, bias2, D=D):
             declined()
             return _parallel_formulas(x, x2, residual, weight, bias, weight2, bias2, kind, ndim, eps, weight_offset,
                                       cast_before_weight, two, branches_first)
         y, y2, s, stats = kernels.parallel_add_norm(x, x2, residual, weight, bias, weight2, bias2, kind, D, eps,
                                                     weight_offset, cast_before_weight, two, branches_first)
-        return y, _none(y2, x), s, stats
+        return y, empty_if_none(y2, x), s, stats
 
     return impl
 
@@ -133,19 +133,19 @@ def _parallel_backward_formulas(dy, dy2, dres, s, stats, weight, bias, weight2, 
                                 weight_offset, output_mask):
     ds, *grads = fused_formulas.parallel_backward(dy, dy2, dres, s, weight, bias, weight2, bias2, kind, ndim, eps,
                                                   weight_offset, output_mask)
-    return (ds.contiguous(), *(_none(g, s) for g in grads))
+    return (ds.contiguous(), *(empty_if_none(g, s) for g in grads))
 
 
 def _parallel_backward_on(kernels):
     def impl(dy, dy2, dres, s, stats, weight, bias, weight2, bias2, kind, ndim, eps, weight_offset, output_mask):
-        D = _row_size(s, ndim)
+        D = row_size(s, ndim)
         if ((dy is None and dy2 is None) or stats.dtype != torch.float32
                 or not kernels.applies(dy, dy2, dres, s, weight, bias, weight2, bias2, D=D)):
             return _parallel_backward_formulas(dy, dy2, dres, s, stats, weight, bias, weight2, bias2, kind, ndim, eps,
                                                weight_offset, output_mask)
         ds, *grads = kernels.parallel_backward(dy, dy2, dres, s, stats, weight, bias, weight2, bias2, kind, D,
                                                weight_offset, output_mask)
-        return (ds, *(_none(g, s) for g in grads))
+        return (ds, *(empty_if_none(g, s) for g in grads))
 
     return impl
 

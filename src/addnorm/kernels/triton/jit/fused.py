@@ -7,13 +7,18 @@
 
 A program takes ROWS rows of up to BLOCK elements, held in registers (rows longer than the largest
 block take the torch formulas). The parameter gradients are summed per program with Kahan compensation
-and reduced across programs in float64 by ``kernels.reduce_partials``, as the Add & Norm backward does.
+and reduced across programs in float64 by ``jit.norm.reduce_partials``, as the Add & Norm backward does.
 """
 
 import triton
 import triton.language as tl
 
-from .kernels import _centred, _kahan, _load, _rstd, _to, _variance
+from .common import cast_rne as _to
+from .common import centred as _centred
+from .common import inv_std as _rstd
+from .common import kahan_add as _kahan
+from .common import load_f32 as _load
+from .common import variance as _variance
 
 
 @triton.jit

@@ -1,12 +1,14 @@
 """Triton kernels of DyT / Derf fused with the add (see ``kernels/cpu/pointwise_rows.h``): rows of D in
 tiles of ROWS x BLOCK (rows longer than one block take the formulas); alpha and shift read from memory, so
 a learned scalar costs no host synchronisation; parameter and scalar gradients summed per program (Kahan)
-and reduced in float64 by ``kernels.reduce_partials``."""
+and reduced in float64 by ``jit.norm.reduce_partials``."""
 
 import triton
 import triton.language as tl
 
-from .kernels import _kahan, _load, _to
+from .common import cast_rne as _to
+from .common import kahan_add as _kahan
+from .common import load_f32 as _load
 
 
 @triton.jit

@@ -6,7 +6,7 @@ import torch
 
 from ..rows import f32 as _f32, resolved
 from .availability import availability
-from .ops import _OPTIONS, MAX_BLOCK, SUPPORTED_DTYPES, _device, _next_pow2, warps
+from .norm import MAX_BLOCK, OPTIONS, SUPPORTED_DTYPES, next_pow2, on_device, warps
 
 MAX_STREAMS = 8
 
@@ -20,7 +20,7 @@ def applies(x: torch.Tensor, *others) -> bool:
 
 
 def _k():
-    from . import stream_kernels
+    from .jit import stream as stream_kernels
 
     return stream_kernels
 
@@ -30,10 +30,10 @@ def _launch(name, x, *args, **meta):
     N = x.numel() // (n * C)
     if N == 0:
         return
-    block = _next_pow2(C)
-    with _device(x):
+    block = next_pow2(C)
+    with on_device(x):
         getattr(_k(), name)[(N,)](*args, C, NS=n, BLOCK=block, RNE=availability().interpreted,
-                                  num_warps=warps(block, 8), **meta, **_OPTIONS)
+                                  num_warps=warps(block, 8), **meta, **OPTIONS)
 
 
 def stream_read(x, h_pre):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from . import formulas
+from ..norm import formulas
 
 
 def norm_add_dtype(x: torch.Tensor, residual: torch.Tensor) -> torch.dtype:

@@ -1,4 +1,4 @@
-"""Triton kernels of mHC's pre step (``addnorm.ops.mhc_formulas.pre``), forward and backward, for mHC
+"""Triton kernels of mHC's pre step (``addnorm.ops.mhc.formulas.pre``), forward and backward, for mHC
 (Sinkhorn-Knopp) and mHC-lite (a softmax mix of the n! permutation matrices).
 
 A program takes a tile of BT tokens. Token t's stream X_t (n, C) is read as v_t = vec(X_t), K = nC values
@@ -33,7 +33,9 @@ Under Triton's interpreter (``RNE``) float32 -> bfloat16 casts truncate; ``_to``
 import triton
 import triton.language as tl
 
-from .kernels import _load, _rstd, _to
+from .common import cast_rne as _to
+from .common import inv_std as _rstd
+from .common import load_f32 as _load
 
 
 @triton.jit

@@ -1,4 +1,5 @@
-"""Host wrappers for the fused CPU kernels, and the CPU implementation of addnorm's operators.
+"""Host wrappers for Add & Norm's CPU kernels, the CPU implementation of its operators, and the C-call helpers
+every family's host code shares (``ptr``, ``params``, ``check_rc``, ``DTYPE``, ``empty_rows_like``, ...).
 
 Layout: host ``forward``/``backward`` (tensors in, tensors out, one C call each) -> ``add_norm`` /
 ``add_norm_backward`` (allocate the outputs; registered by ``addnorm.ops`` as the operators' CPU
@@ -17,29 +18,29 @@ from ..rows import resolved
 from . import output_pool
 from .library import DTYPE_CODES, KIND_CODES, availability, library
 
-_POOL_MIN_NUMEL = output_pool.MIN_BYTES // 4  # the pool itself checks the bytes
+POOL_MIN_NUMEL = output_pool.MIN_BYTES // 4  # the pool itself checks the bytes
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-_DTYPE = {torch.float32: DTYPE_CODES["float32"], torch.bfloat16: DTYPE_CODES["bfloat16"],
+DTYPE = {torch.float32: DTYPE_CODES["float32"], torch.bfloat16: DTYPE_CODES["bfloat16"],
           torch.float16: DTYPE_CODES["float16"]}
-_PARAM_DTYPE = {code: dt for dt, code in _DTYPE.items()}
+PARAM_DTYPE = {code: dt for dt, code in DTYPE.items()}
 
 
 def empty_rows_like(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """An uninitialised contiguous tensor of t's shape (and dtype, unless given). Large ones come from
     the output pool (``output_pool``: memory already faulted in); small ones from ``empty_like``, which
     parses fastest."""
-    if t.numel() >= _POOL_MIN_NUMEL:  # one int compare on the small-call path
+    if t.numel() >= POOL_MIN_NUMEL:  # one int compare on the small-call path
         return output_pool.empty(t.shape, dtype or t.dtype)
     if dtype is not None and dtype != t.dtype:
         return torch.empty(t.shape, device="cpu", dtype=dtype)
     return torch.empty_like(t) if t.is_contiguous() else torch.empty_like(t, memory_format=torch.contiguous_format)
 
 
-_num_threads = torch.get_num_threads
+num_threads = torch.get_num_threads
 
 
-def _ptr(t: torch.Tensor | None) -> int | None:
+def ptr(t: torch.Tensor | None) -> int | None:
     """The data pointer of an optional tensor. A tensor with elements whose storage was freed has a null
     pointer, which the kernels would take for an absent residual or parameter: refused here."""
     if t is None:
@@ -51,11 +52,11 @@ def _ptr(t: torch.Tensor | None) -> int | None:
     return p
 
 
-def _stats_ptrs(stats: torch.Tensor | None, kind: str, N: int) -> tuple[int | None, int | None]:
+def stats_ptrs(stats: torch.Tensor | None, kind: str, N: int) -> tuple[int | None, int | None]:
     """(mean, rstd) pointers into the stats tensor: rows (mean, rstd) for LayerNorm, (rstd,) for RMSNorm."""
     if stats is None:
         return None, None
-    p = _ptr(stats)  # a freed stats tensor (a saved tensor the user freed) is named, not read at address 4 N
+    p = ptr(stats)  # a freed stats tensor (a saved tensor the user freed) is named, not read at address 4 N
     if kind == "layer":
         return p, (p + 4 * N if p else p)
     return None, p
@@ -70,14 +71,14 @@ def params(weight: torch.Tensor | None, bias: torch.Tensor | None, D: int):
     """
     if weight is not None:
         dt = weight.dtype
-        if dt in _DTYPE and weight.is_contiguous() and (bias is None or (bias.dtype == dt and bias.is_contiguous())):
-            return weight, bias, _DTYPE[dt]
+        if dt in DTYPE and weight.is_contiguous() and (bias is None or (bias.dtype == dt and bias.is_contiguous())):
+            return weight, bias, DTYPE[dt]
     elif bias is None:
         return None, None, 0
-    elif bias.dtype in _DTYPE and bias.is_contiguous():
-        return None, bias, _DTYPE[bias.dtype]
+    elif bias.dtype in DTYPE and bias.is_contiguous():
+        return None, bias, DTYPE[bias.dtype]
     f32 = [None if p is None else p.detach().reshape(D).to(torch.float32).contiguous() for p in (weight, bias)]
-    return f32[0], f32[1], _DTYPE[torch.float32]
+    return f32[0], f32[1], DTYPE[torch.float32]
 
 
 def _rs(t: torch.Tensor | None, D: int) -> int:
@@ -85,7 +86,7 @@ def _rs(t: torch.Tensor | None, D: int) -> int:
     return 0 if t is None else D if t.is_contiguous() else t.stride(0)
 
 
-def _check_rc(rc: int, what: str) -> None:
+def check_rc(rc: int, what: str) -> None:
     if rc == -2:
         raise ValueError(f"addnorm CPU {what}: a tensor with elements has no storage (was its storage freed, "
                          "e.g. by untyped_storage().resize_(0)?)")
@@ -108,17 +109,17 @@ def forward(kind, x, r, weight, bias, eps, weight_offset, cast_before_weight, ou
         xs = rs = os_ = ros = D
     else:
         xs, rs, os_, ros = _rs(x, D), _rs(r, D), _rs(out, D), _rs(res_out, D)
-    mean, rstd = _stats_ptrs(stats, kind, N)
+    mean, rstd = stats_ptrs(stats, kind, N)
     dt = x.dtype
-    xdt = _DTYPE[dt]  # the other tensors' dtype codes looked up only where they differ (every lookup counts)
-    rdt = xdt if r is None or r.dtype is dt else _DTYPE[r.dtype]
-    odt = xdt if out.dtype is dt else _DTYPE[out.dtype]
-    sdt = xdt if res_out is None or res_out.dtype is dt else _DTYPE[res_out.dtype]
+    xdt = DTYPE[dt]  # the other tensors' dtype codes looked up only where they differ (every lookup counts)
+    rdt = xdt if r is None or r.dtype is dt else DTYPE[r.dtype]
+    odt = xdt if out.dtype is dt else DTYPE[out.dtype]
+    sdt = xdt if res_out is None or res_out.dtype is dt else DTYPE[res_out.dtype]
     rc = library().forward(
-        KIND_CODES[kind], xdt, rdt, odt, sdt, N, D, x.data_ptr(), xs, _ptr(r), rs, _ptr(p[0]), _ptr(p[1]), p[2],
-        weight_offset, eps, cast_before_weight, out.data_ptr(), os_, _ptr(res_out), ros, mean, rstd, _num_threads())
+        KIND_CODES[kind], xdt, rdt, odt, sdt, N, D, x.data_ptr(), xs, ptr(r), rs, ptr(p[0]), ptr(p[1]), p[2],
+        weight_offset, eps, cast_before_weight, out.data_ptr(), os_, ptr(res_out), ros, mean, rstd, num_threads())
     if rc:
-        _check_rc(rc, "forward")
+        check_rc(rc, "forward")
     return p
 
 
@@ -133,21 +134,21 @@ def backward(kind, dy, s, stats, weight, pcode, weight_offset, dres, dx, want_dw
         stats = stats.contiguous()
     if not s.is_contiguous():
         s = s.contiguous() if contiguous else as_rows(s, D)
-    pdt = _PARAM_DTYPE[pcode]
+    pdt = PARAM_DTYPE[pcode]
     dw = torch.empty(D, device="cpu", dtype=pdt) if want_dweight else None  # (D,) ints parse faster than a shape tuple
     db = torch.empty(D, device="cpu", dtype=pdt) if want_dbias else None
     if contiguous:
         dys = ss = drs = dxs = D
     else:
         dys, ss, drs, dxs = _rs(dy, D), _rs(s, D), _rs(dres, D), _rs(dx, D)
-    mean, rstd = _stats_ptrs(stats, kind, N)
-    sdt = _DTYPE[s.dtype]
+    mean, rstd = stats_ptrs(stats, kind, N)
+    sdt = DTYPE[s.dtype]
     rc = library().backward(
-        KIND_CODES[kind], _DTYPE[dy.dtype], sdt, sdt if dx2 is None else _DTYPE[dx2.dtype], N, D, dy.data_ptr(), dys,
-        s.data_ptr(), ss, mean, rstd, _ptr(weight), pcode, weight_offset, _ptr(dres), drs, dx.data_ptr(), dxs,
-        _ptr(dx2), _rs(dx2, D), _ptr(dw), _ptr(db), _num_threads())
+        KIND_CODES[kind], DTYPE[dy.dtype], sdt, sdt if dx2 is None else DTYPE[dx2.dtype], N, D, dy.data_ptr(), dys,
+        s.data_ptr(), ss, mean, rstd, ptr(weight), pcode, weight_offset, ptr(dres), drs, dx.data_ptr(), dxs,
+        ptr(dx2), _rs(dx2, D), ptr(dw), ptr(db), num_threads())
     if rc:
-        _check_rc(rc, "backward")
+        check_rc(rc, "backward")
     return dw, db
 
 
@@ -172,8 +173,8 @@ def like(g: torch.Tensor | None, spec):
 
 def applies(x: torch.Tensor, residual, out_dtype, D: int) -> bool:
     """Whether the kernels take these dtypes (else the operator computes with torch ops)."""
-    return (x.dtype in _DTYPE and (residual is None or residual.dtype in _DTYPE)
-            and (out_dtype is None or out_dtype in _DTYPE) and D > 0 and availability().available)
+    return (x.dtype in DTYPE and (residual is None or residual.dtype in DTYPE)
+            and (out_dtype is None or out_dtype in DTYPE) and D > 0 and availability().available)
 
 
 def add_norm(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight, out_dtype, sum_dtype,

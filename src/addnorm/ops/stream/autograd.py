@@ -1,5 +1,5 @@
 """Autograd of the widened stream's operators: backward on the kernels (one pass), double backward and
-forward-mode AD from ``stream_formulas``. ``StreamRead`` / ``StreamWrite`` redispatch to the operators (what
+forward-mode AD from ``formulas``. ``StreamRead`` / ``StreamWrite`` redispatch to the operators (what
 tracing sees); their ``Direct``/``Triton`` variants call one implementation without the dispatcher."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 import torch
 import torch.autograd.forward_ad as _fwad
 
-from . import stream_formulas as sf
-from .autograd import _primal, differentiable_backward, direct_subclass
-from .stream_schema import CPU, TRITON, LIB
+from ..norm.autograd import differentiable_backward, direct_subclass, primal
+from . import formulas as sf
+from .schema import CPU, TRITON, LIB
 
 _read = torch.ops.addnorm.stream_read.default
 _read_backward = torch.ops.addnorm.stream_read_backward.default
@@ -29,7 +29,7 @@ class StreamRead(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         ctx.direct = None
         if _fwad._current_level >= 0:  # jvp cannot read saved tensors
-            ctx.primals = tuple(_primal(t) for t in inputs)
+            ctx.primals = tuple(primal(t) for t in inputs)
 
     @staticmethod
     def backward(ctx, dh):
@@ -62,7 +62,7 @@ class StreamWrite(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         ctx.direct = None
         if _fwad._current_level >= 0:
-            ctx.primals = tuple(_primal(t) for t in (*inputs, output[0]))
+            ctx.primals = tuple(primal(t) for t in (*inputs, output[0]))
 
     @staticmethod
     def backward(ctx, dx2, dq):

@@ -6,20 +6,20 @@
                               perms?, p, rstd, eps, iters)
         -> (dx, dphi, da_pre, da_post, da_res, db_pre, db_post, db_res)
 
-See ``mhc_formulas`` for the math. CPU: the C kernels (``kernels.cpu.mhc``) where they take the call (a kernel
+See ``formulas`` for the math. CPU: the C kernels (``kernels.cpu.mhc``) where they take the call (a kernel
 dtype, n <= 8, m <= 128, iters <= 64, perms that are permutation matrices), else the formulas; CUDA: the Triton
-kernels where Triton is installed, else the formulas; other devices: the formulas. Autograd: ``mhc_autograd``.
+kernels where Triton is installed, else the formulas; other devices: the formulas. Autograd: ``autograd``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..kernels.cpu import mhc as _cpu
-from ..kernels.triton import mhc_ops as _triton
-from . import mhc_formulas as mf
-from .last import declined
-from .schema import LIB
+from ...kernels.cpu import mhc as _cpu
+from ...kernels.triton import mhc as _triton
+from ..last import declined
+from ..norm.schema import LIB
+from . import formulas as mf
 
 LIB.define("mhc_pre(Tensor x, Tensor phi, Tensor a_pre, Tensor a_post, Tensor a_res, Tensor b_pre, Tensor b_post, "
            "Tensor b_res, Tensor? perms, float eps, int iters) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")

@@ -5,7 +5,8 @@ rounded once (``_to``: round-to-nearest-even under the interpreter too)."""
 import triton
 import triton.language as tl
 
-from .kernels import _load, _to
+from .common import cast_rne as _to
+from .common import load_f32 as _load
 
 
 @triton.jit

@@ -18,7 +18,7 @@ the Triton kernels (``kernels.triton``, the optional extra ``addnorm[gpu]``) whe
 and they take the dtypes, else the formulas; every other device -- the formulas; Meta/fake -- shapes and
 strides only. The Triton implementation also runs on CPU tensors under Triton's interpreter, called
 directly (``backend="triton"``), never through the CPU key. Autograd is registered by
-``addnorm.ops.autograd``. To torch.compile every implementation is opaque: the operator is one node.
+``addnorm.ops.norm.autograd``. To torch.compile every implementation is opaque: the operator is one node.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import math
 
 import torch
 
-from ..kernels.cpu import ops as _cpu
-from ..kernels.triton import ops as _triton
+from ...kernels.cpu import norm as _cpu
+from ...kernels.triton import norm as _triton
 from . import formulas
-from .last import declined
+from ..last import declined
 
 LIB = torch.library.Library("addnorm", "DEF")
 LIB.define(
@@ -45,12 +45,12 @@ LIB.define(
 )
 
 
-def _row_size(x: torch.Tensor, ndim: int) -> int:
+def row_size(x: torch.Tensor, ndim: int) -> int:
     """D: the number of elements in the last ndim dims, the rows the kernels normalize."""
     return math.prod(x.shape[x.dim() - ndim:])
 
 
-def _none(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+def empty_if_none(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return like.new_empty((0,)) if t is None else t
 
 
@@ -66,12 +66,12 @@ def _forward_formulas(x, residual, weight, bias, kind, ndim, eps, weight_offset,
 
 
 def _forward_on(kernels):
-    """The forward implementation on a kernel family (``kernels.cpu.ops`` or ``kernels.triton.ops``): its
+    """The forward implementation on a kernel family (``kernels.cpu.norm`` or ``kernels.triton.norm``): its
     kernels where they take the call, else the formulas."""
 
     def forward(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight, out_dtype,
                 residual_in_fp32):
-        D = _row_size(x, ndim)
+        D = row_size(x, ndim)
         if not kernels.applies(x, residual, out_dtype, D):
             declined()
             return _forward_formulas(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight,
@@ -80,7 +80,7 @@ def _forward_on(kernels):
                                                                                         residual_in_fp32) else None
         y, s, stats = kernels.add_norm(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight,
                                        out_dtype, sdt)
-        return y, _none(s, x), stats
+        return y, empty_if_none(s, x), stats
 
     return forward
 
@@ -114,14 +114,14 @@ LIB.impl("add_norm", _forward_formulas, "CompositeExplicitAutograd")
 def _backward_formulas(dy, dres, s, stats, weight, bias, kind, ndim, eps, weight_offset, x_dtype, output_mask):
     ds, dx, dw, db = formulas.backward(dy, dres, s, weight, bias, kind, ndim, eps, weight_offset, x_dtype,
                                        output_mask)
-    return ds.contiguous(), _none(dx, s), _none(dw, s), _none(db, s)
+    return ds.contiguous(), empty_if_none(dx, s), empty_if_none(dw, s), empty_if_none(db, s)
 
 
 def _backward_on(kernels):
     """The backward implementation on a kernel family, as ``_forward_on``."""
 
     def backward(dy, dres, s, stats, weight, bias, kind, ndim, eps, weight_offset, x_dtype, output_mask):
-        D = _row_size(s, ndim)
+        D = row_size(s, ndim)
         if not (kernels.applies(s, dy, None, D) and stats.dtype == torch.float32):
             return _backward_formulas(dy, dres, s, stats, weight, bias, kind, ndim, eps, weight_offset, x_dtype,
                                       output_mask)
@@ -129,7 +129,7 @@ def _backward_on(kernels):
             dres = dres.to(s.dtype)
         ds, dx, dw, db = kernels.add_norm_backward(dy, dres, s, stats, weight, bias, kind, D, weight_offset, x_dtype,
                                                    output_mask[1], output_mask[2])
-        return ds, _none(dx, s), _none(dw, s), _none(db, s)
+        return ds, empty_if_none(dx, s), empty_if_none(dw, s), empty_if_none(db, s)
 
     return backward
 

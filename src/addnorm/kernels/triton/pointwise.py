@@ -7,7 +7,7 @@ import torch
 
 from ..rows import as_rows, resolved
 from .availability import availability
-from .ops import _OPTIONS, MAX_BLOCK, SUPPORTED_DTYPES, _device, _next_pow2, _programs, _reduce, warps
+from .norm import MAX_BLOCK, OPTIONS, SUPPORTED_DTYPES, next_pow2, on_device, program_count, sum_partials, warps
 
 _TILE = 4096  # on a GPU and in the interpreter alike
 
@@ -21,7 +21,7 @@ def applies(*ts, D: int = 1) -> bool:
 
 
 def _k():
-    from . import pointwise_kernels
+    from .jit import pointwise as pointwise_kernels
 
     return pointwise_kernels
 
@@ -31,8 +31,8 @@ def _scalar_t(v, like):
 
 
 def _config(N, D):
-    block = max(_next_pow2(D), 2)  # the backward's scalar partials take two columns
-    rows = min(max(_TILE // block, 1), _next_pow2(max(N, 1)), 16)
+    block = max(next_pow2(D), 2)  # the backward's scalar partials take two columns
+    rows = min(max(_TILE // block, 1), next_pow2(max(N, 1)), 16)
     return rows, block, warps(rows * block)
 
 
@@ -50,13 +50,13 @@ def forward(x, residual, alpha, shift, weight, bias, kind, D, want_sum):
         w, b = _p(weight, D), _p(bias, D)
         rows, block, warps = _config(N, D)
         a_t = _scalar_t(alpha, x)
-        with _device(x):
+        with on_device(x):
             _k().pointwise_fwd[(-(-N // rows),)](
                 xr, xr if rr is None else rr, a_t, a_t if shift is None else _scalar_t(shift, x),
                 xr if w is None else w, xr if b is None else b, y, y if s is None else s, xr.stride(0),
                 0 if rr is None else rr.stride(0), N, D, IS_DYT=kind == "dyt", HAS_R=rr is not None,
                 HAS_SHIFT=shift is not None, HAS_W=w is not None, HAS_B=b is not None, STORE_S=s is not None,
-                ROWS=rows, BLOCK=block, RNE=availability().interpreted, num_warps=warps, **_OPTIONS)
+                ROWS=rows, BLOCK=block, RNE=availability().interpreted, num_warps=warps, **OPTIONS)
     return y, s
 
 
@@ -68,20 +68,20 @@ def backward(dy, dres, s, alpha, shift, weight, bias, kind, D, mask):
     sums = [None] * 3
     if N:
         rows, block, warps = _config(N, D)
-        programs = _programs(-(-N // rows), s)
+        programs = program_count(-(-N // rows), s)
         per = -(-N // programs)
         programs = -(-N // per)
         part = torch.zeros(3, programs, block, dtype=torch.float32, device=s.device)
         dyr, dresr = as_rows(dy, D), None if dres is None else as_rows(dres, D)
         w = _p(weight, D)
         a_t = _scalar_t(alpha, s)
-        with _device(s):
+        with on_device(s):
             _k().pointwise_bwd[(programs,)](
                 dyr, dyr if dresr is None else dresr, s, a_t, a_t if shift is None else _scalar_t(shift, s),
                 s if w is None else w, ds, part, dyr.stride(0), 0 if dresr is None else dresr.stride(0), N, D, per,
                 IS_DYT=kind == "dyt", HAS_DRES=dresr is not None, HAS_SHIFT=shift is not None, HAS_W=w is not None,
-                ROWS=rows, BLOCK=block, RNE=availability().interpreted, num_warps=warps, **_OPTIONS)
-        sums = [_reduce(part[k].contiguous(), block) for k in range(3)]
+                ROWS=rows, BLOCK=block, RNE=availability().interpreted, num_warps=warps, **OPTIONS)
+        sums = [sum_partials(part[k].contiguous(), block) for k in range(3)]
     dw = db = None
     if weight is not None and mask[2]:
         dw = (sums[0][:D] if N else torch.zeros(D, dtype=torch.float64, device=s.device)).to(weight.dtype)

@@ -5,20 +5,20 @@
     addnorm::stream_write(x, y, h_post, h_res) -> (x2, q)
     addnorm::stream_write_backward(dx2?, dq?, x, y, x2, h_post, h_res) -> (dx, dy, dh_post, dh_res)
 
-See ``stream_formulas``. CPU: the C kernels (``kernels.cpu.stream``) where they take the call (a kernel
+See ``formulas``. CPU: the C kernels (``kernels.cpu.stream``) where they take the call (a kernel
 dtype shared by the activations, n <= 8), else the formulas; CUDA: the Triton kernels where Triton is
-installed, else the formulas; other devices: the formulas. Autograd: ``stream_autograd``.
+installed, else the formulas; other devices: the formulas. Autograd: ``autograd``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..kernels.cpu import stream as _cpu
-from ..kernels.triton import stream_ops as _triton
-from . import stream_formulas
-from .last import declined
-from .schema import LIB
+from ...kernels.cpu import stream as _cpu
+from ...kernels.triton import stream as _triton
+from ..last import declined
+from ..norm.schema import LIB
+from . import formulas as stream_formulas
 
 LIB.define("stream_read(Tensor x, Tensor h_pre) -> Tensor")
 LIB.define("stream_read_backward(Tensor dh, Tensor x, Tensor h_pre) -> (Tensor, Tensor)")

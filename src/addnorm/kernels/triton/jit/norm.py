@@ -1,6 +1,6 @@
 """The Triton kernels of fused Add & Norm: forward, backward, and the weight-gradient reduction.
 
-Same semantics as the CPU kernels and ``addnorm.ops.formulas``, row by row:
+Same semantics as the CPU kernels and ``addnorm.ops.norm.formulas``, row by row:
 
     s = round_sdt(x + residual)           the stream, in its own dtype (stored when it is returned)
     mean = sum(s) / D;  var = sum((s - mean)^2) / D      LayerNorm (two passes, the mean corrected by
@@ -20,50 +20,19 @@ sums dy * xhat and dy over it: per tile in a tree (``tl.sum``), across tiles wit
 in float32; one row of partials per program, which ``reduce_partials`` sums column by column in float64
 in program order. The weight gradient is deterministic and as close to float64 as torch's.
 
-Under Triton's interpreter (``RNE``) float32 -> bfloat16 casts truncate; ``_to`` rounds to nearest-even
-first, as the GPU's cast does, so interpreted results are the GPU's bit for bit in that respect.
+Under Triton's interpreter (``RNE``) float32 -> bfloat16 casts truncate; ``_to`` (``common.cast_rne``) rounds to
+nearest-even first, as the GPU's cast does, so interpreted results are the GPU's bit for bit in that respect.
 """
 
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _to(v, dtype: tl.constexpr, RNE: tl.constexpr):
-    """v (float32) cast to dtype, rounding to nearest-even (the interpreter truncates to bfloat16)."""
-    if RNE and dtype == tl.bfloat16:
-        bits = v.to(tl.uint32, bitcast=True)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-        v = tl.where(v != v, v, bits.to(tl.float32, bitcast=True))
-    return v.to(dtype)
-
-
-@triton.jit
-def _load(P, offs, mask):
-    return tl.load(P + offs, mask=mask, other=0.0).to(tl.float32)
-
-
-@triton.jit
-def _rstd(var, eps):
-    return (1.0 / tl.sqrt(var.to(tl.float64) + eps)).to(tl.float32)
-
-
-@triton.jit
-def _centred(s, mask, D):
-    """LayerNorm's mean of rows in registers and the rows centred on it: sum / D, then corrected by the mean of
-    the deviations from it (0 but for rounding), so that a constant row gets its value as its mean exactly and
-    centres to 0 (as torch's Welford moments do), where the rounded sum / D alone left it a few ulps off."""
-    mean = tl.sum(s, axis=1) / D
-    mean += tl.sum(tl.where(mask, s - mean[:, None], 0.0), axis=1) / D
-    return mean, tl.where(mask, s - mean[:, None], 0.0)
-
-
-@triton.jit
-def _variance(ss, D):
-    """A sum of squares over D as a variance; an overflowed sum (finite inputs) is NaN, as torch's is, not inf
-    (which made every output 0)."""
-    var = ss / D
-    return tl.where(var == float("inf"), float("nan"), var)
+from .common import cast_rne as _to
+from .common import centred as _centred
+from .common import inv_std as _rstd
+from .common import kahan_add as _kahan
+from .common import load_f32 as _load
+from .common import variance as _variance
 
 
 @triton.jit
@@ -189,14 +158,6 @@ def _store_ds(ds, DRES, DS, DX, rdres, rds, rdx, cols, mask, HAS_DRES: tl.conste
     tl.store(DS + rds + cols[None, :], _to(ds, DS.dtype.element_ty, RNE), mask=mask)
     if STORE_DX:  # x's gradient in x's dtype, from the same float32 value (one rounding each)
         tl.store(DX + rdx + cols[None, :], _to(ds, DX.dtype.element_ty, RNE), mask=mask)
-
-
-@triton.jit
-def _kahan(total, carry, v):
-    """total + v with the rounding error carried (compensated summation)."""
-    y = v - carry
-    t = total + y
-    return t, (t - total) - y
 
 
 @triton.jit

@@ -19,8 +19,8 @@ import math
 import torch
 import torch.autograd.forward_ad as _fwad
 
-from ..kernels.cpu import ops as _cpu
-from ..kernels.triton import ops as _triton
+from ...kernels.cpu import norm as _cpu
+from ...kernels.triton import norm as _triton
 from . import formulas
 from .schema import LIB, backward_cpu, backward_triton, forward_cpu, forward_triton
 
@@ -103,7 +103,7 @@ def direct_subclass(name, base, forward_impl, backward_impl, doc=None):
     return type(name, (base,), body if doc is None else {**body, "__doc__": doc})
 
 
-def _primal(t):
+def primal(t):
     return None if t is None else _fwad.unpack_dual(t).primal.detach()
 
 
@@ -114,7 +114,7 @@ def _zero_grads(dres, x_dtype, w, b, want_w, want_b):
 
 
 class AddNorm(torch.autograd.Function):
-    """(x, residual, weight, bias) -> (y, s, stats); see ``addnorm.ops.schema`` for the outputs."""
+    """(x, residual, weight, bias) -> (y, s, stats); see ``addnorm.ops.norm.schema`` for the outputs."""
 
     @staticmethod
     def forward(x, residual, weight, bias, kind, ndim, eps, weight_offset, cast_before_weight, out_dtype,
@@ -134,7 +134,7 @@ class AddNorm(torch.autograd.Function):
         ctx.mark_non_differentiable(*((stats,) if has_sum else (stats, s)))
         ctx.save_for_backward(saved, stats, weight, bias)
         if _fwad._current_level >= 0:  # jvp runs right after forward: plain detached references suffice
-            ctx.primals = (_primal(saved), _primal(weight))
+            ctx.primals = (primal(saved), primal(weight))
         ctx.meta = (kind, ndim, eps, weight_offset, cast_before_weight, out_dtype or x.dtype, x.dtype, has_sum,
                     residual is not None)
         ctx.direct = None  # the backward implementation to call without the dispatcher (the direct subclasses)
@@ -226,7 +226,7 @@ class EagerAddNorm(torch.autograd.Function):
         ctx.save_for_backward(saved, stats, weight, bias)
         ctx.w_read = p[0]  # the weight as the kernels read it (itself, or a float32 copy)
         if _fwad._current_level >= 0:
-            ctx.primals = (_primal(saved), _primal(weight))
+            ctx.primals = (primal(saved), primal(weight))
         ctx.meta = (kind, N, D, eps, weight_offset, cast_before_weight, residual is not None, p[2],
                     _cpu.spec(weight, p[0]), _cpu.spec(bias, p[1]))
         return out, s

@@ -6,7 +6,7 @@
         -> (ds, dalpha, dshift, dweight, dbias)          absent ones empty
 
 ``kind``: "dyt" or "derf"; alpha and shift are 0-dim tensors (learned scalars). CPU: the C kernels; CUDA: Triton;
-elsewhere and for other dtypes: ``pointwise_formulas``. Autograd: ``pointwise_autograd``.
+elsewhere and for other dtypes: ``formulas``. Autograd: ``autograd``.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import math
 
 import torch
 
-from ..kernels.cpu import pointwise as _cpu
-from ..kernels.triton import pointwise_ops as _triton
-from . import pointwise_formulas as pf
-from .last import declined
-from .schema import LIB, _none
+from ...kernels.cpu import pointwise as _cpu
+from ...kernels.triton import pointwise as _triton
+from ..last import declined
+from ..norm.schema import LIB, empty_if_none
+from . import formulas as pf
 
 LIB.define("add_pointwise_norm(Tensor x, Tensor? residual, Tensor alpha, Tensor? shift, Tensor? weight, "
            "Tensor? bias, str kind) -> (Tensor, Tensor)")
@@ -39,7 +39,7 @@ def _formulas(x, residual, alpha, shift, weight, bias, kind):
 
 def _backward_formulas(dy, dres, s, alpha, shift, weight, bias, kind, mask):
     ds, *grads = pf.backward(dy, dres, s, alpha, shift, weight, bias, kind, mask)
-    return (ds.contiguous(), *(_none(g, s) for g in grads))
+    return (ds.contiguous(), *(empty_if_none(g, s) for g in grads))
 
 
 def _scalar(t):
@@ -63,7 +63,7 @@ def _impl(k):
                                          mask)
         da = None if da is None or not mask[0] else da.to(alpha.dtype).reshape(alpha.shape)
         dsh = None if dsh is None or shift is None or not mask[1] else dsh.to(shift.dtype).reshape(shift.shape)
-        return ds, _none(da, s), _none(dsh, s), _none(dw, s), _none(db, s)
+        return ds, empty_if_none(da, s), empty_if_none(dsh, s), empty_if_none(dw, s), empty_if_none(db, s)
 
     return forward, backward
 
