@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 
 import addnorm
-import addnorm.functional as A
-import addnorm.fused_functional as B
+import addnorm.functional.norm as A
+import addnorm.functional.fused as B
 from addnorm.benchmark.add_norm import conditions
 from addnorm.benchmark.timing import measure_interleaved
 from addnorm.kernels.cpu import fused as host

@@ -9,9 +9,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 import addnorm
-from addnorm.fused_functional import layer_norm_add, parallel_add_rms_norm
-from addnorm.pointwise_functional import add_dyt
-from addnorm.stream_functional import mhc_pre, stream_read, stream_write
+from addnorm.functional import add_dyt, layer_norm_add, mhc_pre, parallel_add_rms_norm, stream_read, stream_write
 from tests.backends import KERNELS
 
 D = 16

@@ -1,4 +1,4 @@
-"""Adversarial probes of mHC's fused pre step (``addnorm.stream_functional.mhc_pre`` and the operator
+"""Adversarial probes of mHC's fused pre step (``addnorm.functional.mhc.mhc_pre`` and the operator
 ``torch.ops.addnorm.mhc_pre``): odd layouts, mixed and 16-bit dtypes, partial gradients, edge shapes, NaN / Inf /
 under- and overflow semantics, transforms, compile, threads, instruction sets and the GPT placements that use it.
 
@@ -22,9 +22,9 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 import addnorm
-import addnorm.stream_functional as SF
+import addnorm.functional as SF  # mhc_pre as the model calls it
 from addnorm.ops.mhc import formulas as mf
-from addnorm.stream_functional import mhc_pre
+from addnorm.functional import mhc_pre
 from tests.backends import KERNELS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -213,7 +213,7 @@ def test_empty_perm_stack_is_refused(backend):
 
 EMPTY_PERMS_BACKWARD = r"""
 import json, sys, torch
-from addnorm.stream_functional import mhc_pre
+from addnorm.functional import mhc_pre
 from addnorm.ops.mhc import formulas as mf
 g = torch.Generator().manual_seed(0)
 n, C = 3, 8
@@ -249,7 +249,7 @@ def test_empty_perm_stack_backward_does_not_corrupt_memory():
 
 RAW_OP_SHAPES = r"""
 import json, math, torch
-import addnorm.stream_functional  # registers the operator
+import addnorm.functional.stream  # registers the operator
 g = torch.Generator().manual_seed(0)
 n, C = 3, 8
 def ins():
@@ -308,7 +308,7 @@ def test_zero_streams_is_refused_clearly_or_returns_empty():
     # Was a defect (minor, validation; fixed): n = 0 passes _check_mhc (phi (0, 0), empty coefficients) and then dies in the
     # spec's Sinkhorn with "IndexError: amax(): Expected reduction dim -2 to have non-zero size" -- neither a clear
     # refusal naming n (as the rest of _check_mhc does) nor empty outputs. Fix: refuse n < 1 in _check_mhc
-    # (stream_functional.py), or guard the amax in mhc_formulas.sinkhorn_knopp.
+    # (functional/stream.py), or guard the amax in mhc_formulas.sinkhorn_knopp.
     x = torch.randn(3, 0, 8)
     args = (x, torch.zeros(0, 0), torch.tensor(1.0), torch.tensor(1.0), torch.tensor(1.0), torch.zeros(0),
             torch.zeros(0), torch.zeros(0))
@@ -517,7 +517,7 @@ def test_cpu_autocast_does_not_drop_the_coefficients_to_16_bits(backend, iters):
     # kernels compute in float32. Got errors ~1e-3 (torch, fallback: h 7e-4 rel., H_* 1e-3..3e-3 abs) vs ~3e-7
     # (kernel) against float64: the answer depends on which path takes the call. The model is immune only because
     # ManifoldHyperConnection.read turns autocast off ("never 16 bits"). Fix: run the formulas with autocast
-    # disabled (in stream_functional.mhc_pre's torch path and in ops/mhc/schema.py _pre_formulas/_pre_backward_formulas,
+    # disabled (in functional.mhc.mhc_pre's torch path and in ops/mhc/schema.py _pre_formulas/_pre_backward_formulas,
     # or inside mhc_formulas.pre/pre_backward), as streams.py does.
     if backend == "cpu" and "cpu" not in KERNELS:
         pytest.skip("the compiled CPU kernels are not built")
@@ -659,7 +659,7 @@ def test_threads_deterministic_and_close(lite, dt):
 
 ISA_PROBE = r"""
 import json, math, itertools, torch
-from addnorm.stream_functional import mhc_pre
+from addnorm.functional import mhc_pre
 from addnorm.ops.mhc import formulas as mf
 import addnorm
 def perms_(n):

@@ -24,9 +24,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .. import fused_functional as FF
-from .. import pointwise_functional as PF
-from .. import stream_functional as SF
+from ..functional import fused as FF
+from ..functional import mhc as MF
+from ..functional import pointwise as PF
+from ..functional import stream as SF
 from ..ops.mhc import formulas as mhc_formulas
 from .add_norm import FLOOR_BYTES, LOCAL_FLOOR_BYTES, conditions, copy_floor_gbps, copy_step
 from .timing import measure_interleaved
@@ -111,7 +112,7 @@ def fused(op: str, kind: str):
         return lambda X, y, hp, hpo, hr: (SF.stream_write(X, y, hpo, hr)[0],)
     if op == "mhc_pre":
         def pre(*a):
-            h, _, hpo, hr = SF.mhc_pre(*a, iters=SINKHORN_ITERS)
+            h, _, hpo, hr = MF.mhc_pre(*a, iters=SINKHORN_ITERS)
             return h, hpo, hr
 
         return pre
@@ -132,7 +133,7 @@ def fused(op: str, kind: str):
     return par
 
 
-def _inputs(op, n, d, dtype, kind, grad, device="cpu"):
+def make_inputs(op, n, d, dtype, kind, grad, device="cpu"):
     g = torch.Generator().manual_seed(0)  # drawn on the CPU, then moved: the same values on every device
     mk = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype).requires_grad_(grad)  # noqa: E731
     if op == "mhc_pre":  # mHC's parameters at their init scale (alpha 0.01, phi ~ N(0, 1/(nC)))
@@ -158,9 +159,9 @@ _USED = {"norm_add": (0, 2, 3, 4), "parallel": (0, 1, 2, 3, 4), "parallel2": (0,
 
 def make_step(fn, op, mode, n, d, dtype, kind, device="cpu"):
     if mode == "fwd":
-        args = _inputs(op, n, d, dtype, kind, False, device)
+        args = make_inputs(op, n, d, dtype, kind, False, device)
         return lambda: fn(*args)
-    args = _inputs(op, n, d, dtype, kind, True, device)
+    args = make_inputs(op, n, d, dtype, kind, True, device)
     params = [args[i] for i in _USED[op] if args[i] is not None]
     # one upstream gradient per output
     ups = [torch.randn(o.shape).to(device=o.device, dtype=o.dtype) for o in fn(*args)]

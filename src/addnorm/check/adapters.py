@@ -29,7 +29,7 @@ class Adapted:
     n_inputs: int = 1
 
 
-def _positional_params(fn) -> list[str]:
+def positional_params(fn) -> list[str]:
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -38,14 +38,14 @@ def _positional_params(fn) -> list[str]:
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"]
 
 
-def _find_attr(obj, names):
+def find_attr(obj, names):
     for n in names:
         if hasattr(obj, n):
             return n
     return None
 
 
-def _instantiate(cls, d: int):
+def instantiate(cls, d: int):
     errors = []
     for args, kwargs in (((d,), {}), ((), {"d_model": d}), ((), {"normalized_shape": d}), ((), {"dim": d}),
                          ((), {"hidden_size": d}), ((), {"num_features": d})):
@@ -72,7 +72,7 @@ def adapt(target, d: int, extra=()) -> Adapted:
     if is_max_module(target):
         raise TypeError("this is a MAX module: checking it needs addnorm's MAX extra (pip install 'addnorm[max]')")
     if isinstance(target, type) and issubclass(target, torch.nn.Module):
-        target = _instantiate(target, d)
+        target = instantiate(target, d)
     if isinstance(target, torch.nn.Module):
         return _adapt_torch_module(target)
     if callable(target):
@@ -85,9 +85,9 @@ def _adapt_torch_module(m) -> Adapted:
     import torch
 
     fwd = getattr(m, "forward", None)
-    n_inputs = len(_positional_params(fwd)) if fwd is not None else 1
-    scale_name, shift_name = _find_attr(m, SCALE_NAMES), _find_attr(m, SHIFT_NAMES)
-    eps_name = _find_attr(m, EPS_NAMES)
+    n_inputs = len(positional_params(fwd)) if fwd is not None else 1
+    scale_name, shift_name = find_attr(m, SCALE_NAMES), find_attr(m, SHIFT_NAMES)
+    eps_name = find_attr(m, EPS_NAMES)
 
     def call(*xs):
         with torch.no_grad():
@@ -121,7 +121,7 @@ def _adapt_torch_module(m) -> Adapted:
 def _adapt_function(fn, d: int) -> Adapted:
     import torch
 
-    params = _positional_params(fn)
+    params = positional_params(fn)
     state = {"scale": np.ones(d), "shift": np.zeros(d)}
     has_affine = len(params) >= 3 or any(p in SCALE_NAMES for p in params)
     residual = len(params) == 2 and not has_affine

@@ -80,3 +80,12 @@ def check_out_buffers(x, residual, weight, bias, out, residual_out, D: int, out_
                                  "share its memory")
     if out is not None and residual_out is not None and _overlap(out, residual_out):
         raise ValueError("out and residual_out overlap; they must be separate buffers")
+
+
+def mark_written(*buffers) -> None:
+    """The kernels wrote the caller's buffers through their pointers: bump their version counters, as an in-place
+    torch op does, so that autograd refuses a backward that saved one of them (else it would use the new values)."""
+    ts = [t for t in buffers if t is not None and not t.is_inference()]
+    if ts:
+        torch.autograd.graph.increment_version(ts)
+

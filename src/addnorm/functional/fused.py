@@ -1,5 +1,5 @@
 """The fused forms beyond Add & Norm, as functions: validation and the one backend decision, as
-``addnorm.functional`` does for Add & Norm.
+``functional.norm`` does for Add & Norm (both through ``functional.core``).
 
     layer_norm_add(x, residual, normalized_shape, weight, bias, eps)          -> residual + layer_norm(x)
     rms_norm_add(x, residual, normalized_shape, weight, eps)                  -> residual + rms_norm(x)
@@ -24,22 +24,22 @@ result may differ from eager's by one rounding step. One pass forward and one ba
 from __future__ import annotations
 
 import torch
+import torch.autograd.forward_ad as _fwad
 
-from . import functional as F
-from .kernels.cpu import fused as _cpu
-from .ops import plain
-from .ops.fused import formulas as fused_formulas
-from .ops.norm.autograd import c_apply as _c_apply
-from .ops.fused.autograd import (DirectNormAdd, DirectParallelAddNorm, EagerNormAdd, EagerParallelAddNorm,
-                                 TritonNormAdd, TritonParallelAddNorm)
-from .ops.fused.schema import norm_add_cpu, norm_add_triton, parallel_cpu, parallel_triton
-from .ops.native_nodes import KIND as _KIND
-from .ops.native_nodes import MAX_NUMEL as _NODES_MAX
-from .ops.native_nodes import NODES as _NODES
+from ..kernels.cpu import fused as _cpu
+from ..ops import plain
+from ..ops.fused import formulas as fused_formulas
+from ..ops.fused.autograd import (DirectNormAdd, DirectParallelAddNorm, EagerNormAdd, EagerParallelAddNorm,
+                                  TritonNormAdd, TritonParallelAddNorm)
+from ..ops.fused.schema import norm_add_cpu, norm_add_triton, parallel_cpu, parallel_triton
+from ..ops.last import LAST
+from ..ops.native_nodes import KIND as _KIND
+from ..ops.native_nodes import MAX_NUMEL as _NODES_MAX
+from ..ops.native_nodes import NODES as _NODES
+from ..ops.norm.autograd import c_apply as _c_apply
+from . import core
 
 __all__ = ["layer_norm_add", "rms_norm_add", "parallel_add_layer_norm", "parallel_add_rms_norm"]
-
-
 
 
 _APPLY = {("norm_add", "cpu"): _c_apply(DirectNormAdd), ("norm_add", "triton"): _c_apply(TritonNormAdd),
@@ -62,61 +62,56 @@ def _same(name: str, t, x: torch.Tensor, what: str) -> None:
 
 def _common(x, residual, shape, params, eps, weight_offset, kind):
     """Validate what every fused form takes; returns (shape, eps, weight_offset)."""
-    shape = F._normalized_shape(shape)
-    F._check_input("x", x, shape)
+    shape = core.check_normalized_shape(shape)
+    core.check_input("x", x, shape)
     if residual is None:
         raise TypeError("residual must be a torch.Tensor, got None (these forms add to an existing stream)")
-    F._check_residual(x, residual)
+    core.check_residual(x, residual)
     for name, p in params:
-        F._check_param(name, p, shape, x)
+        core.check_param(name, p, shape, x)
     if eps is None and kind == "rms":
-        eps = F._default_rms_eps(x)
-    eps = F._check_eps(eps)
-    weight_offset = F._finite_real("weight_offset", weight_offset)
-    if not torch.compiler.is_compiling() and not F._functorch_active():
+        eps = core.default_rms_eps(x)
+    eps = core.check_eps(eps)
+    weight_offset = core.finite_real("weight_offset", weight_offset)
+    if not torch.compiler.is_compiling() and not core.functorch_active():
         for name, t in (("x", x), ("residual", residual), *params):
-            F._check_storage(name, t)
+            core.check_storage(name, t)
     return shape, eps, weight_offset
-
-
-def _needs(*ts) -> bool:
-    return F._fwad._current_level >= 0 or (torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in ts))
 
 
 def _norm_add(kind, x, residual, shape, weight, bias, eps, weight_offset, cast_before_weight, backend):
     if type(cast_before_weight) is not bool:
-        cast_before_weight = F._flag("cast_before_weight", cast_before_weight)
+        cast_before_weight = core.check_flag("cast_before_weight", cast_before_weight)
     if eps is None and kind == "rms" and isinstance(x, torch.Tensor):
-        eps = F._default_rms_eps(x)
-    if _NODES is not None and type(cast_before_weight) is bool and F._cpp_fast_ok(backend):  # checks and call in C++
-        F._last["backend"] = "cpu"  # (where it declines, the path below says which backend ran)
+        eps = core.default_rms_eps(x)
+    if _NODES is not None and type(cast_before_weight) is bool and core.cpp_fast_ok(backend):  # checks and call in C++
+        LAST["backend"] = "cpu"  # (where it declines, the path below says which backend ran)
         out = _NODES.fast_norm_add(x, residual, shape, weight, bias, eps, weight_offset, _KIND[kind],
                                    cast_before_weight)
         if out is not None:
             return out
-    x, residual = F._uninferred((x, residual), (weight, bias))  # past the C++ entry, which declines such a call
-    if residual is not None and F._fast_path_ok(x, residual, shape, weight, bias, eps, weight_offset, backend):
-        F._last["backend"] = "cpu"
-        if not _needs(x, residual, weight, bias):
+    x, residual = core.uninferred((x, residual), (weight, bias))  # past the C++ entry, which declines such a call
+    if residual is not None and core.fast_path_ok(x, residual, shape, weight, bias, eps, weight_offset, backend):
+        LAST["backend"] = "cpu"
+        if not core.any_needs_autograd(x, residual, weight, bias):
             if _NODES is not None and x.numel() < _NODES_MAX:
                 return _NODES.norm_add_inference(x, residual, weight, bias, _KIND[kind], eps, float(weight_offset),
                                                  bool(cast_before_weight))
             return _cpu.norm_add_contiguous(x, residual, weight, bias, kind, eps, float(weight_offset),
                                             bool(cast_before_weight), False)[0]
-        if _NODES is not None and F._fwad._current_level < 0 and x.numel() < _NODES_MAX:  # the C++ node
+        if _NODES is not None and _fwad._current_level < 0 and x.numel() < _NODES_MAX:  # the C++ node
             return _NODES.norm_add(x, residual, weight, bias, _KIND[kind], eps, float(weight_offset),
                                    bool(cast_before_weight))
         return _EAGER_NORM_ADD(x, residual, weight, bias, kind, eps, float(weight_offset), bool(cast_before_weight))
     shape, eps, weight_offset = _common(x, residual, shape, (("weight", weight), ("bias", bias)), eps, weight_offset,
                                         kind)
-    which = F._resolve(backend, x, shape, None)
-    F._last["backend"] = which
+    which = core.resolve(backend, x, shape, None)
+    LAST["backend"] = which
     args = (x, residual, weight, bias, kind, len(shape), eps, weight_offset, bool(cast_before_weight))
     if which == "torch":
         return fused_formulas.norm_add(*args)[0]
-    if plain(x) and not F._functorch_active():
-        if _needs(x, residual, weight, bias):
+    if plain(x) and not core.functorch_active():
+        if core.any_needs_autograd(x, residual, weight, bias):
             return _APPLY["norm_add", which](*args)[0]
         with torch.no_grad():
             return _INFER["norm_add", which](*args)[0]
@@ -140,24 +135,24 @@ def rms_norm_add(x, residual, normalized_shape, weight=None, eps: float | None =
 def _parallel(kind, x, x2, residual, shape, weight, bias, weight2, bias2, eps, weight_offset, cast_before_weight,
               branches_first, backend):
     if type(cast_before_weight) is not bool:
-        cast_before_weight = F._flag("cast_before_weight", cast_before_weight)
+        cast_before_weight = core.check_flag("cast_before_weight", cast_before_weight)
     if eps is None and kind == "rms" and isinstance(x, torch.Tensor):
-        eps = F._default_rms_eps(x)
-    if _NODES is not None and type(cast_before_weight) is bool and F._cpp_fast_ok(backend):  # checks and call in C++
-        F._last["backend"] = "cpu"  # (where it declines, the path below says which backend ran)
+        eps = core.default_rms_eps(x)
+    if _NODES is not None and type(cast_before_weight) is bool and core.cpp_fast_ok(backend):  # checks and call in C++
+        LAST["backend"] = "cpu"  # (where it declines, the path below says which backend ran)
         out = _NODES.fast_parallel(x, x2, residual, shape, weight, bias, weight2, bias2, eps, weight_offset,
                                    _KIND[kind], cast_before_weight, branches_first)
         if out is not None:
             return out
-    x, x2, residual = F._uninferred((x, x2, residual), (weight, bias, weight2, bias2))  # past the C++ entry
+    x, x2, residual = core.uninferred((x, x2, residual), (weight, bias, weight2, bias2))  # past the C++ entry
     # residual=None passes _fast_path_ok (Add & Norm takes it) but not here: it must reach _common's TypeError
     if (type(branches_first) is bool and residual is not None
-            and F._fast_path_ok(x, residual, shape, weight, bias, eps, weight_offset, backend)
-            and F._fast_path_ok(x, x2, shape, weight2, bias2, eps, weight_offset, backend)
+            and core.fast_path_ok(x, residual, shape, weight, bias, eps, weight_offset, backend)
+            and core.fast_path_ok(x, x2, shape, weight2, bias2, eps, weight_offset, backend)
             and x.dim() > 0):
-        F._last["backend"] = "cpu"
-        if _needs(x, x2, residual, weight, bias, weight2, bias2):
-            if _NODES is not None and F._fwad._current_level < 0 and x.numel() < _NODES_MAX:  # the C++ node
+        LAST["backend"] = "cpu"
+        if core.any_needs_autograd(x, x2, residual, weight, bias, weight2, bias2):
+            if _NODES is not None and _fwad._current_level < 0 and x.numel() < _NODES_MAX:  # the C++ node
                 return _NODES.parallel(x, x2, residual, weight, bias, weight2, bias2, _KIND[kind], eps,
                                        float(weight_offset), bool(cast_before_weight), branches_first)
             y, y2, s = _EAGER_PARALLEL(x, x2, residual, weight, bias, weight2, bias2, kind, eps, float(weight_offset),
@@ -179,17 +174,17 @@ def _parallel(kind, x, x2, residual, shape, weight, bias, weight2, bias2, eps, w
             raise TypeError(f"x2 dtype {x2.dtype} must equal x dtype {x.dtype} (the two branch outputs)")
     if not isinstance(branches_first, bool):
         raise TypeError(f"branches_first must be a bool, got {type(branches_first).__name__}")
-    if x2 is not None and not torch.compiler.is_compiling() and not F._functorch_active():
-        F._check_storage("x2", x2)
+    if x2 is not None and not torch.compiler.is_compiling() and not core.functorch_active():
+        core.check_storage("x2", x2)
     two = weight2 is not None or bias2 is not None
-    which = F._resolve(backend, x, shape, None)
-    F._last["backend"] = which
+    which = core.resolve(backend, x, shape, None)
+    LAST["backend"] = which
     args = (x, x2, residual, weight, bias, weight2, bias2, kind, len(shape), eps, weight_offset,
             bool(cast_before_weight), two, branches_first)
     if which == "torch":
         y, y2, s, _ = fused_formulas.parallel_add_norm(*args)
-    elif plain(x) and not F._functorch_active():
-        if _needs(x, x2, residual, weight, bias, weight2, bias2):
+    elif plain(x) and not core.functorch_active():
+        if core.any_needs_autograd(x, x2, residual, weight, bias, weight2, bias2):
             y, y2, s, _ = _APPLY["parallel", which](*args)
         else:
             with torch.no_grad():

@@ -10,18 +10,18 @@ have the shape of x's trailing dims. One pass forward, one backward on the "cpu"
 from __future__ import annotations
 
 import torch
+import torch.autograd.forward_ad as _fwad
 
-from . import functional as F
-from .ops import plain
-from .ops.norm.autograd import c_apply as _c_apply
-from .ops.pointwise import formulas as pf
-from .ops.pointwise.autograd import DirectPointwiseNorm, TritonPointwiseNorm
-from .ops.native_nodes import NODES as _NODES
-from .ops.pointwise.schema import CPU, TRITON
+from ..ops import plain
+from ..ops.last import LAST
+from ..ops.native_nodes import NODES as _NODES
+from ..ops.norm.autograd import c_apply as _c_apply
+from ..ops.pointwise import formulas as pf
+from ..ops.pointwise.autograd import DirectPointwiseNorm, TritonPointwiseNorm
+from ..ops.pointwise.schema import CPU, TRITON
+from . import core
 
 __all__ = ["add_dyt", "add_derf"]
-
-
 
 
 _PW_KIND = {"dyt": 0, "derf": 1}  # kernels.cpu.pointwise.KINDS
@@ -67,45 +67,45 @@ def _fast(x, residual, alpha, shift, weight, bias, backend) -> bool:
             and (shift is None or (type(shift) in _SCALARS and shift.numel() == 1 and shift.is_cpu
                                    and shift.dtype.is_floating_point))
             and isinstance(x, torch.Tensor) and x.dim() > 0
-            and F._fast_path_ok(x, residual, x.shape[-1], weight, bias, 0.0, 0.0, backend)
+            and core.fast_path_ok(x, residual, x.shape[-1], weight, bias, 0.0, 0.0, backend)
             and alpha.data_ptr() != 0 and (shift is None or shift.data_ptr() != 0))
 
 
 def _pointwise(kind, x, residual, alpha, shift, weight, bias, backend):
-    if _NODES is not None and F._cpp_fast_ok(backend):  # the checks and the call (or the C++ node) in one C++ call
-        F._last["backend"] = "cpu"  # (where it declines, the path below says which backend ran)
+    if _NODES is not None and core.cpp_fast_ok(backend):  # the checks and the call (or the C++ node) in one C++ call
+        LAST["backend"] = "cpu"  # (where it declines, the path below says which backend ran)
         out = _NODES.fast_pointwise(x, residual, alpha, shift, weight, bias, _PW_KIND[kind])
         if out is not None:
             return out
-    x, residual = F._uninferred((x, residual), (alpha, shift, weight, bias))  # past the C++ entry, which declines
+    x, residual = core.uninferred((x, residual), (alpha, shift, weight, bias))  # past the C++ entry, which declines
     if _fast(x, residual, alpha, shift, weight, bias, backend):
-        F._last["backend"] = "cpu"
+        LAST["backend"] = "cpu"
         args = (x, residual, alpha, shift, weight, bias, kind)
-        needs = F._fwad._current_level >= 0 or (torch.is_grad_enabled() and (
+        needs = _fwad._current_level >= 0 or (torch.is_grad_enabled() and (
             x.requires_grad or alpha.requires_grad or (residual is not None and residual.requires_grad)
             or (shift is not None and shift.requires_grad) or (weight is not None and weight.requires_grad)
             or (bias is not None and bias.requires_grad)))
         y, s = _APPLY["cpu"](*args) if needs else _INFER["cpu"](*args)
         return y, (x if residual is None else s)
     shape = _param_shape(x, weight, bias)
-    F._check_input("x", x, shape)
-    F._check_residual(x, residual)
-    F._check_param("weight", weight, shape, x)
-    F._check_param("bias", bias, shape, x)
+    core.check_input("x", x, shape)
+    core.check_residual(x, residual)
+    core.check_param("weight", weight, shape, x)
+    core.check_param("bias", bias, shape, x)
     _scalar("alpha", alpha, x)
     if shift is not None:
         _scalar("shift", shift, x)
-    if not torch.compiler.is_compiling() and not F._functorch_active():
+    if not torch.compiler.is_compiling() and not core.functorch_active():
         for name, t in (("x", x), ("residual", residual), ("weight", weight), ("bias", bias), ("alpha", alpha),
                         ("shift", shift)):
-            F._check_storage(name, t)
-    which = F._resolve(backend, x, shape, None)
-    F._last["backend"] = which
+            core.check_storage(name, t)
+    which = core.resolve(backend, x, shape, None)
+    LAST["backend"] = which
     args = (x, residual, alpha, shift, weight, bias, kind)
     if which == "torch":
         return pf.forward(*args)
-    if plain(x) and not F._functorch_active():
-        needs = F._fwad._current_level >= 0 or (torch.is_grad_enabled() and any(
+    if plain(x) and not core.functorch_active():
+        needs = _fwad._current_level >= 0 or (torch.is_grad_enabled() and any(
             t is not None and t.requires_grad for t in (x, residual, alpha, shift, weight, bias)))
         y, s = _APPLY[which](*args) if needs else _INFER[which](*args)
     else:

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..check.adapters import EPS_NAMES, SCALE_NAMES, SHIFT_NAMES, Adapted, _find_attr, _instantiate, _positional_params
+from ..check.adapters import EPS_NAMES, SCALE_NAMES, SHIFT_NAMES, Adapted, find_attr, instantiate, positional_params
 from .convert import to_max
 
 
 def adapt_max(target, d: int) -> Adapted:
-    m = _instantiate(target, d) if isinstance(target, type) else target
+    m = instantiate(target, d) if isinstance(target, type) else target
     fwd = getattr(m, "forward", None) or getattr(m, "__call__")
-    n_inputs = len(_positional_params(fwd))
-    scale_name, shift_name = _find_attr(m, SCALE_NAMES), _find_attr(m, SHIFT_NAMES)
-    eps_name = _find_attr(m, EPS_NAMES)
+    n_inputs = len(positional_params(fwd))
+    scale_name, shift_name = find_attr(m, SCALE_NAMES), find_attr(m, SHIFT_NAMES)
+    eps_name = find_attr(m, EPS_NAMES)
 
     def call(*xs):
         out = m(*[to_max(np.asarray(x, dtype=np.float32)) for x in xs])

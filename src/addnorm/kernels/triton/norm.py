@@ -235,7 +235,7 @@ def add_norm(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before
              want_stats=True, out=None, residual_out=None):
     """Forward: y (x's shape, out_dtype), s (x's shape, sum_dtype; None when sum_dtype is None), stats
     (float32; None unless wanted). ``out``/``residual_out``: the caller's buffers (checked by
-    ``addnorm.out_buffers``), written in place of new ones."""
+    ``addnorm.functional.buffers``), written in place of new ones."""
     N = x.numel() // D
     y = out if out is not None else torch.empty(x.shape, dtype=out_dtype or x.dtype, device=x.device)
     s = residual_out
