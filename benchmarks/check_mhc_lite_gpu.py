@@ -9,10 +9,10 @@ import sys
 
 import torch
 
-from addnorm.kernels.triton import mhc_ops
+from addnorm.kernels.triton import mhc as mhc_ops
 from addnorm.model.streams import permutation_matrices
-from addnorm.ops import mhc_formulas
-from addnorm.ops.mhc_schema import perm_index
+from addnorm.ops.mhc import formulas as mhc_formulas
+from addnorm.ops.mhc.schema import perm_index
 
 
 def main() -> int:

@@ -181,7 +181,7 @@ def test_without_liger_its_rows_are_skipped_with_a_reason(no_liger):
 
 
 def _outputs(fn, prepare, op, kind, dtype=torch.float32, tweak=None):
-    args = fused_forms._inputs(gpu_forms._source_op(op), *SHAPE, dtype, kind, False)
+    args = fused_forms.make_inputs(gpu_forms._source_op(op), *SHAPE, dtype, kind, False)
     if tweak:
         args = tweak(args)
     if prepare:
@@ -216,7 +216,7 @@ def test_liger_counterparts_compute_our_op(op, kind, fake_liger):
 
 def test_liger_mhc_takes_phi_in_half_precision_and_grads_reach_every_input(fake_liger):
     fn, prepare = gpu_forms.liger("mhc", "-")
-    args, params = prepare(fused_forms._inputs("mhc_pre", *SHAPE, torch.bfloat16, "-", True), True)
+    args, params = prepare(fused_forms.make_inputs("mhc_pre", *SHAPE, torch.bfloat16, "-", True), True)
     assert args[0].dtype == args[1].dtype == torch.bfloat16 and args[2].shape == (24,)
     assert all(p.is_leaf and p.requires_grad for p in params)
     step = gpu_forms.make_step(fn, "mhc", "bwd", *SHAPE, torch.bfloat16, "-", "cpu", prepare)
@@ -227,7 +227,7 @@ def test_liger_mhc_takes_phi_in_half_precision_and_grads_reach_every_input(fake_
 def test_the_cpu_timer_and_the_journal(tmp_path):
     journal = tmp_path / "j.partial.jsonl"
     rows, _ = gpu_forms.run(["stream_read"], [SHAPE], ["float32"], ["rms"], ["fwd", "fwdbwd"], ["addnorm", "eager"],
-                            device="cpu", floor_bytes=1 << 16, journal=journal)  # gpu._timed's CPU fallback
+                            device="cpu", floor_bytes=1 << 16, journal=journal)  # gpu.time_steps's CPU fallback
     assert {(r.mode, r.method) for r in rows} == {(m, k) for m in ("fwd", "fwdbwd") for k in ("addnorm", "eager")}
     assert all(r.runs >= 5 for r in rows) and len(journal.read_text().splitlines()) == 2
 
@@ -237,7 +237,7 @@ def test_the_cpu_timer_and_the_journal(tmp_path):
     again, _ = gpu_forms.run(["stream_read"], [SHAPE], ["float32"], ["rms"], ["fwd", "fwdbwd"], ["addnorm", "eager"],
                              device="cpu", timer=never, floor_bytes=1 << 16, journal=journal)
     assert again == rows
-    from addnorm.kernels.triton import availability, ops as triton_ops
+    from addnorm.kernels.triton import availability, norm as triton_ops
 
     if availability().available:  # cells measured under other launch parameters are measured again
         old = triton_ops.set_launch(reduce_rows=8 if triton_ops.launch()["reduce_rows"] != 8 else 4)
@@ -270,7 +270,7 @@ def test_add_norm_gpu_bench_resumes_from_its_journal(monkeypatch, tmp_path):
     again, _ = gpu.run([SHAPE], ["float32"], ["rms", "layer"], ["fwd"], ["addnorm", "eager"], "cpu",
                        journal=journal, timer=counting)
     assert len(timed) == 1 and [r.kind for r in again[:2]] == ["rms", "rms"] and {r.kind for r in again[2:]} == {"layer"}
-    monkeypatch.setattr(gpu, "_timed", _quick_timer)
+    monkeypatch.setattr(gpu, "time_steps", _quick_timer)
     assert gpu.main_from_args(_args("--device", "cpu", "--shapes", "8x16", "--dtypes", "float32", "--kinds", "rms",
                                     "--modes", "fwd", "--methods", "addnorm,eager", "--out", str(tmp_path))) == 0
     assert (tmp_path / "add_norm_gpu_cpu.json").exists() and not (tmp_path / "add_norm_gpu_cpu.partial.jsonl").exists()
@@ -288,7 +288,7 @@ def test_bench_gpu_ops_option(monkeypatch, tmp_path, capsys):
     assert "not measured" in capsys.readouterr().err and not list(tmp_path.iterdir())
     assert gpu.main_from_args(_args("--ops", "stream_read,bogus", "--device", "cpu", "--out", str(tmp_path))) == 2
     assert "--ops" in capsys.readouterr().err
-    monkeypatch.setattr(gpu, "_timed", _quick_timer)
+    monkeypatch.setattr(gpu, "time_steps", _quick_timer)
     monkeypatch.setattr(gpu, "FLOOR_BYTES", 1 << 16)
     rc = gpu.main_from_args(_args("--ops", "stream_write,mhc", "--device", "cpu", "--shapes", "8x16", "--dtypes",
                                   "float32", "--modes", "fwd", "--methods", "addnorm,eager", "--out", str(tmp_path)))
@@ -298,7 +298,7 @@ def test_bench_gpu_ops_option(monkeypatch, tmp_path, capsys):
                                                               for m in ("addnorm", "eager")}
     assert (tmp_path / "fused_forms_gpu_cpu.md").exists() and not list(tmp_path.glob("*.partial.jsonl"))
     assert data["conditions"]["ops"] == ["stream_write", "mhc"]
-    from addnorm.kernels.triton import availability, ops as triton_ops
+    from addnorm.kernels.triton import availability, norm as triton_ops
 
     if availability().available:  # the launch parameters the kernels ran with, as ADDNORM_TRITON_LAUNCH writes them
         assert triton_ops.parse_launch(data["conditions"]["launch"]) == triton_ops.launch()
@@ -306,6 +306,6 @@ def test_bench_gpu_ops_option(monkeypatch, tmp_path, capsys):
 
 def test_cpu_behaviour_of_fused_forms_inputs_is_unchanged():
     """device= is the only change to fused_forms: its default is the CPU, and the same values on any device."""
-    a = fused_forms._inputs("mhc_pre", *SHAPE, torch.float32, "-", True)
-    b = fused_forms._inputs("mhc_pre", *SHAPE, torch.float32, "-", True, device="cpu")
+    a = fused_forms.make_inputs("mhc_pre", *SHAPE, torch.float32, "-", True)
+    b = fused_forms.make_inputs("mhc_pre", *SHAPE, torch.float32, "-", True, device="cpu")
     assert all(x.device.type == "cpu" and x.is_leaf and x.requires_grad and torch.equal(x, y) for x, y in zip(a, b))

@@ -89,9 +89,8 @@ def test_inference_tensors_outside_inference_mode_get_a_gradient_graph():
     (its composite saves only what it computed); the fused ops saved the input itself and raised 'Inference
     tensors cannot be saved for backward'. Each public op that saves an input is checked against the same call on
     a normal copy."""
-    from addnorm.fused_functional import parallel_add_rms_norm, rms_norm_add
-    from addnorm.pointwise_functional import add_derf, add_dyt
-    from addnorm.stream_functional import mhc_pre, stream_read, stream_write
+    from addnorm.functional import add_derf, add_dyt, parallel_add_rms_norm, rms_norm_add
+    from addnorm.functional import mhc_pre, stream_read, stream_write
 
     with torch.inference_mode():
         x, r, xs = torch.randn(3, 8), torch.randn(3, 8), torch.randn(3, 4, 8)
@@ -123,4 +122,4 @@ def test_inference_tensors_outside_inference_mode_get_a_gradient_graph():
     assert h.requires_grad
     with torch.no_grad():  # no gradient wanted: nothing to save, no copy (the tensor itself goes through)
         assert addnorm.rms_norm(x, 8, w).shape == x.shape
-    assert AF._uninferred((x, r), (torch.ones(8),))[0] is x  # nothing requires grad: not copied
+    assert AF.core.uninferred((x, r), (torch.ones(8),))[0] is x  # nothing requires grad: not copied

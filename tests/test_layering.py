@@ -92,3 +92,68 @@ def test_no_import_circle_between_experiments_and_report():
     for m in sorted(graph):
         if m not in state:
             visit(m, [m])
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _bindings(path: Path, known: set[str]):
+    """(node, what it imports, the local name) for each addnorm import of a module: what is 'module' for an
+    addnorm module (dotted, without 'addnorm.') or 'module:name' for a name taken from one."""
+    pkg = _module(path).split(".") if path.name == "__init__.py" else _module(path).split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                target = ".".join(pkg[: len(pkg) - node.level + 1] + ([node.module] if node.module else []))
+            elif node.module and (node.module == "addnorm" or node.module.startswith("addnorm.")):
+                target = node.module.removeprefix("addnorm").removeprefix(".")
+            else:
+                continue
+            for a in node.names:
+                sub = f"{target}.{a.name}" if target else a.name
+                yield node, (sub if sub in known else f"{target}:{a.name}"), a.asname or a.name
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("addnorm.") and a.asname:
+                    yield node, a.name.removeprefix("addnorm."), a.asname
+
+
+def _owner(module: str) -> str:
+    """The package a module belongs to ('' for addnorm's own modules)."""
+    return module.rpartition(".")[0]
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    """A name with a leading underscore is its module's own: no other module imports it (``from x import _y``),
+    reads it off an imported module (``x._y``) or imports a private module of another package. A package's
+    private submodules (``nn/_shape.py``, the compiled ``kernels/cpu/_addnorm_cpu``) serve that package."""
+    known = {_module(p) for p in SRC.rglob("*.py")} | {"kernels.cpu._addnorm_cpu", "kernels.cpu._addnorm_nodes"}
+    bad = []
+    for path in SRC.rglob("*.py"):
+        me = _module(path)
+        home = me if path.name == "__init__.py" else _owner(me)
+        modules = {}
+        for node, what, local in _bindings(path, known):
+            module, _, name = what.partition(":")
+            if name and _private(name):
+                bad.append(f"{me} imports {module}.{name}")
+            parts = module.split(".")
+            for i, part in enumerate(parts):
+                if _private(part) and ".".join(parts[:i]) != home:
+                    bad.append(f"{me} imports {module}, a private module of another package")
+            if not name:
+                modules[local] = module
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                    and _private(node.attr)):
+                bad.append(f"{me} reads {modules[node.value.id]}.{node.attr}")
+    assert not bad, "\n".join(sorted(set(bad)))
+
+
+def test_no_addnorm_module_is_aliased_F():
+    """``F`` is torch.nn.functional's alias by convention: an addnorm module under that name misleads."""
+    known = {_module(p) for p in SRC.rglob("*.py")}
+    bad = [f"{_module(path)}: {what} as F" for path in SRC.rglob("*.py")
+           for _, what, local in _bindings(path, known) if local == "F"]
+    assert not bad, "\n".join(bad)

@@ -35,3 +35,24 @@ def test_addnorm_itself_imports_no_old_path():
         for old in _moved.MOVED:
             for form in (f"import {old}\n", f"from {old} import", f"import {old} "):
                 assert form not in text, f"{path.relative_to(src)} imports the old path {old}"
+
+
+# what each moved module exported (its __all__) before it moved: every name still imports from the old path
+OLD_EXPORTS = {
+    "addnorm.fused_functional": ["layer_norm_add", "rms_norm_add", "parallel_add_layer_norm", "parallel_add_rms_norm"],
+    "addnorm.pointwise_functional": ["add_dyt", "add_derf"],
+    "addnorm.stream_functional": ["mhc_pre", "stream_read", "stream_write"],  # mhc_pre now lives in functional.mhc
+    "addnorm.out_buffers": ["check_out_buffers"],
+}
+
+
+@pytest.mark.parametrize("old", sorted(OLD_EXPORTS))
+def test_an_old_path_still_exports_its_names(old):
+    import addnorm.functional
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        module = importlib.import_module(old)
+    for name in OLD_EXPORTS[old]:
+        assert getattr(module, name) is getattr(addnorm.functional, name, getattr(module, name)), (old, name)
+        exec(f"from {old} import {name}", {})  # the form user code has

@@ -2,19 +2,25 @@
 
 from . import _moved, functional, nn
 from .functional import (
+    add_derf,
+    add_dyt,
     add_layer_norm,
     add_rms_norm,
     last_backend,
     layer_norm,
+    layer_norm_add,
+    mhc_pre,
+    parallel_add_layer_norm,
+    parallel_add_rms_norm,
     rms_norm,
+    rms_norm_add,
+    stream_read,
+    stream_write,
     tutorial_layer_norm,
     use_backend,
 )
-from .fused_functional import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
 from .kernels.cpu import availability as cpu_kernel_availability
 from .kernels.cpu.output_pool import POOL as output_pool  # large outputs from recycled memory: .set_limit, .release
-from .pointwise_functional import add_derf, add_dyt
-from .stream_functional import mhc_pre, stream_read, stream_write
 
 __version__ = "0.1.0"
 

@@ -16,6 +16,10 @@ import warnings
 
 # old -> new; a package entry covers its submodules too (addnorm.benchmark.timing -> addnorm.bench.timing)
 MOVED: dict[str, str] = {
+    "addnorm.fused_functional": "addnorm.functional.fused",
+    "addnorm.out_buffers": "addnorm.functional.buffers",
+    "addnorm.pointwise_functional": "addnorm.functional.pointwise",
+    "addnorm.stream_functional": "addnorm.functional.stream",  # (mhc_pre, which it also held, is functional.mhc's)
 }
 
 

@@ -25,9 +25,8 @@ SCRIPT = r'''
 import sys
 import torch
 import addnorm
-from addnorm.fused_functional import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
-from addnorm.pointwise_functional import add_derf, add_dyt
-from addnorm.stream_functional import stream_read, stream_write
+from addnorm.functional import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
+from addnorm.functional import add_derf, add_dyt, stream_read, stream_write
 
 # float32 NaNs whose low half is not zero, and one whose low half is (the kind arithmetic makes)
 BAD = [0x7fffffff, 0x7f800001, 0xffbfffff, 0x7fc0ffff, 0x7fc00000]
@@ -169,7 +168,7 @@ def test_the_triton_kernels_put_nans_and_infinities_where_eager_does(tmp_path):
 def test_an_unused_first_output_with_an_infinite_weight_leaves_the_gradient_finite(dtype):
     """The two-norm parallel form with only the second output used: the first norm's weight, infinite here,
     must not reach the stream's gradient (0 * inf would make it NaN), as in eager."""
-    from addnorm.fused_functional import parallel_add_layer_norm
+    from addnorm.functional import parallel_add_layer_norm
 
     g = torch.Generator().manual_seed(3)
     x, x2, r = (torch.randn(8, 64, generator=g).to(dtype).requires_grad_() for _ in range(3))

@@ -25,7 +25,7 @@ SCRIPT = r'''
 import json, sys
 import torch
 import addnorm
-from addnorm.fused_functional import layer_norm_add, parallel_add_layer_norm
+from addnorm.functional import layer_norm_add, parallel_add_layer_norm
 
 backend = sys.argv[1]
 bad = []
@@ -67,7 +67,7 @@ for row in big if backend != "torch" else ():
         bad.append(f"rms_norm {backend}: overflow gave {r.tolist()}, torch zeros")
 # and with a weight above 1: eager forms x * rsqrt(inf) = 0 before the weight, zeros; a loop that multiplied by the
 # weight first (gcc may, under -fassociative-math) overflowed x * w to inf, and inf * 0 gave NaN
-from addnorm.fused_functional import rms_norm_add, parallel_add_rms_norm
+from addnorm.functional import rms_norm_add, parallel_add_rms_norm
 for D, N in ((4, 1), (4, 2), (1030, 1), (1030, 3)):
     for dt in (torch.float32, torch.bfloat16) if backend != "torch" else ():
         x = torch.full((N, D), 3e38).to(dt)

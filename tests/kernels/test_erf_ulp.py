@@ -67,7 +67,7 @@ def test_erf_and_tanh_within_ulps(isa):
 BF16_SCRIPT = r"""
 import json, math
 import numpy as np, torch
-from addnorm.pointwise_functional import add_dyt, add_derf
+from addnorm.functional import add_dyt, add_derf
 bits = torch.arange(0, 65536, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
 s = bits[torch.isfinite(bits)].view(1, -1)
 s32 = s.float().numpy().ravel()

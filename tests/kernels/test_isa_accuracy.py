@@ -36,9 +36,8 @@ EPS = 1e-5
 # subprocess per ISA (backend "cpu") and here (backend "torch", the eager bfloat16 error).
 OPS = r'''
 import torch
-from addnorm.fused_functional import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
-from addnorm.pointwise_functional import add_derf, add_dyt
-from addnorm.stream_functional import stream_read, stream_write
+from addnorm.functional import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
+from addnorm.functional import add_derf, add_dyt, stream_read, stream_write
 
 def run_ops(inp, cot, backend, eps):
     D = inp["x"].shape[-1]

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import addnorm
-from addnorm.fused_functional import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
+from addnorm.functional import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
 
 BACKENDS = ["cpu", "triton"]
 

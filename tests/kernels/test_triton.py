@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import addnorm
-from addnorm.kernels.triton import ops as T
+from addnorm.kernels.triton import norm as T
 from backends import HAVE_TRITON, NO_TRITON, TRITON
 
 pytestmark = pytest.mark.skipif(not TRITON, reason=NO_TRITON if not HAVE_TRITON else
@@ -189,7 +189,7 @@ import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from addnorm.kernels.triton import kernels as K
+from addnorm.kernels.triton.jit import norm as K
 
 def compile(fn, sig, const, cc):
     sig = dict(sig, **{k: "constexpr" for k in const})
@@ -230,7 +230,7 @@ COMPILE_FUSED = """
 import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from addnorm.kernels.triton import fused_kernels as F, pointwise_kernels as P, stream_kernels as S
+from addnorm.kernels.triton.jit import fused as F, pointwise as P, stream as S
 
 def compile(fn, sig, const, cc):
     sig = dict(sig, **{k: "constexpr" for k in const})

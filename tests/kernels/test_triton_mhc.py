@@ -1,5 +1,5 @@
-"""mHC's pre-step Triton kernels (``kernels.triton.mhc_ops``) in Triton's interpreter, against the spec
-(``addnorm.ops.mhc_formulas.pre``) in float64: the forward outputs, and the backward's dx, dlogits and dphi
+"""mHC's pre-step Triton kernels (``kernels.triton.mhc``) in Triton's interpreter, against the spec
+(``addnorm.ops.mhc.formulas.pre``) in float64: the forward outputs, and the backward's dx, dlogits and dphi
 from torch.autograd on the spec (dlogits as the gradient of a per-token bias: logit = scal * p + bias); and the
 kernels compiled for sm_80 and sm_90 without a GPU."""
 
@@ -12,8 +12,8 @@ import textwrap
 import pytest
 import torch
 
-from addnorm.kernels.triton import mhc_ops as T
-from addnorm.ops.mhc_formulas import pre
+from addnorm.kernels.triton import mhc as T
+from addnorm.ops.mhc.formulas import pre
 from backends import HAVE_TRITON, NO_TRITON, TRITON
 
 pytestmark = pytest.mark.skipif(not TRITON, reason=NO_TRITON if not HAVE_TRITON else
@@ -158,7 +158,7 @@ COMPILE = """
 import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from addnorm.kernels.triton import mhc_kernels as K
+from addnorm.kernels.triton.jit import mhc as K
 
 def compile(fn, sig, const, cc, warps=4):
     sig = dict(sig, **{k: "constexpr" for k in const})

@@ -4,7 +4,7 @@ parameters (no extra pass), sandwich / Peri-LN's output norm as norm-then-add.""
 import pytest
 import torch
 
-import addnorm.fused_functional as FF
+import addnorm.functional.fused as FF
 from addnorm.model import GPT, GPTConfig
 from addnorm.nn import AddLayerNorm, AddRMSNorm
 from addnorm.nn.factory import make_norm

@@ -10,9 +10,8 @@ import re
 import pytest
 import torch
 
-from addnorm.fused_functional import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
-from addnorm.pointwise_functional import add_derf, add_dyt
-from addnorm.stream_functional import stream_read, stream_write
+from addnorm.functional import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
+from addnorm.functional import add_derf, add_dyt, stream_read, stream_write
 
 D = 8
 X, R, X2 = torch.randn(4, D), torch.randn(4, D), torch.randn(4, D)

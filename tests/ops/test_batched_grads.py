@@ -1,7 +1,7 @@
 """``torch.autograd.grad(..., is_grads_batched=True)`` through every fused operator family: the backward runs under
 vmap, so the incoming gradients are batched wrappers with no storage. The kernels' backward read their data
 pointers ("Cannot access data pointer of Tensor that doesn't have storage"); such gradients now go to the torch-op
-backward, which vmap batches (``ops.autograd.differentiable_backward``). Judged against float64 torch."""
+backward, which vmap batches (``ops.norm.autograd.differentiable_backward``). Judged against float64 torch."""
 
 import pytest
 import torch

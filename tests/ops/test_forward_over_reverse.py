@@ -1,7 +1,7 @@
 """A Hessian-vector product taken forward-over-reverse (a gradient inside a forward-mode AD level) through every
 fused operator family: the kernels' backward reads primal values only, so the tangents of the saved tensors and of
 the incoming gradients were dropped -- the gradient came back with no tangent (H v = 0), silently. Every backward
-now runs as torch ops inside a dual level (``ops.autograd.differentiable_backward``); judged against float64
+now runs as torch ops inside a dual level (``ops.norm.autograd.differentiable_backward``); judged against float64
 double backward of the same function."""
 
 import pytest
@@ -9,9 +9,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 import addnorm
-from addnorm.fused_functional import layer_norm_add, parallel_add_rms_norm
-from addnorm.pointwise_functional import add_dyt
-from addnorm.stream_functional import mhc_pre, stream_read, stream_write
+from addnorm.functional import add_dyt, layer_norm_add, mhc_pre, parallel_add_rms_norm, stream_read, stream_write
 from tests.backends import KERNELS
 
 D = 16

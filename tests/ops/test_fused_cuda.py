@@ -8,7 +8,9 @@ import pytest
 import torch
 
 import addnorm
-from addnorm.ops import fused_formulas, pointwise_formulas, stream_formulas
+from addnorm.ops.fused import formulas as fused_formulas
+from addnorm.ops.pointwise import formulas as pointwise_formulas
+from addnorm.ops.stream import formulas as stream_formulas
 
 # ADDNORM_CUDA_TESTS_ON=cpu runs this file's checks on CPU tensors under Triton's interpreter: a check of the
 # checks themselves where there is no GPU (backend="auto" then picks the CPU kernels, so that assertion is skipped)
@@ -130,7 +132,7 @@ def test_mhc_pre(C, lite, dtype):
     """mHC's pre step (the RMS of vec(X), the projection, sigma / 2 sigma / Sinkhorn or the permutation mix, h) on
     CUDA against the float64 spec on the CPU: outputs and every input's gradient."""
     from addnorm.model.streams import permutation_matrices
-    from addnorm.ops import mhc_formulas
+    from addnorm.ops.mhc import formulas as mhc_formulas
 
     n, T = 4, 37
     g = torch.Generator().manual_seed(2)

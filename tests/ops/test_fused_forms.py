@@ -1,4 +1,4 @@
-"""Norm-then-add and the parallel residual (``addnorm.fused_functional``): every backend against a float64
+"""Norm-then-add and the parallel residual (``addnorm.functional.fused``): every backend against a float64
 oracle written independently here, eager composites bit for bit where eager's rounding is defined,
 PyTorch's operator checks, gradcheck, transforms and bad input."""
 
@@ -12,7 +12,7 @@ import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 
 import addnorm
-from addnorm.fused_functional import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
+from addnorm.functional import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
 from tests.backends import BACKENDS, KERNELS
 from tests.compile_spy import addnorm_ops_backend
 from tests.samples import SAMPLES, make, params, upstream
@@ -380,7 +380,7 @@ def test_freed_storage_is_refused(backend):
 
 ISA_SCRIPT = """
 import sys, torch, addnorm
-from addnorm.fused_functional import parallel_add_layer_norm, rms_norm_add
+from addnorm.functional import parallel_add_layer_norm, rms_norm_add
 g = torch.Generator().manual_seed(0)
 dt = getattr(torch, sys.argv[1])
 x, x2, r = (torch.randn(37, 1029, generator=g).to(dt).requires_grad_() for _ in range(3))

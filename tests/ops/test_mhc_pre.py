@@ -1,4 +1,4 @@
-"""mHC's pre step as one fused operator (``addnorm.stream_functional.mhc_pre``): every backend against a float64
+"""mHC's pre step as one fused operator (``addnorm.functional.mhc.mhc_pre``): every backend against a float64
 oracle transcribed from the papers' equations (``addnorm.reference.streams``: mHC eqs. 7-9, mHC-lite's
 permutation mix), PyTorch's operator checks, gradcheck, transforms and bad input."""
 
@@ -10,7 +10,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from addnorm.reference import streams as ref
-from addnorm.stream_functional import mhc_pre
+from addnorm.functional import mhc_pre
 from tests.backends import BACKENDS, KERNELS
 from tests.compile_spy import addnorm_ops_backend
 
@@ -220,7 +220,7 @@ def test_bad_input_is_refused_naming_the_argument(edit, match):
 
 ISA_SCRIPT = r"""
 import sys, torch, addnorm
-from addnorm.stream_functional import mhc_pre
+from addnorm.functional import mhc_pre
 ins, perms, cots = torch.load(sys.argv[1])
 res = {}
 for dt in ("float32", "bfloat16"):

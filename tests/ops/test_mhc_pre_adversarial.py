@@ -1,8 +1,8 @@
-"""Adversarial probes of mHC's fused pre step (``addnorm.stream_functional.mhc_pre`` and the operator
+"""Adversarial probes of mHC's fused pre step (``addnorm.functional.mhc.mhc_pre`` and the operator
 ``torch.ops.addnorm.mhc_pre``): odd layouts, mixed and 16-bit dtypes, partial gradients, edge shapes, NaN / Inf /
 under- and overflow semantics, transforms, compile, threads, instruction sets and the GPT placements that use it.
 
-Every case is compared with the spec ``addnorm.ops.mhc_formulas.pre`` evaluated in float64 (or, where float32
+Every case is compared with the spec ``addnorm.ops.mhc.formulas.pre`` evaluated in float64 (or, where float32
 rounding itself decides the answer -- Sinkhorn underflow, a sum of squares that overflows -- with the float32
 formulas, ``backend="torch"``). Probes that found a defect, since fixed, say "Was a defect" and what it was.
 """
@@ -22,9 +22,9 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 import addnorm
-import addnorm.stream_functional as SF
-from addnorm.ops import mhc_formulas as mf
-from addnorm.stream_functional import mhc_pre
+import addnorm.functional as SF  # mhc_pre as the model calls it
+from addnorm.ops.mhc import formulas as mf
+from addnorm.functional import mhc_pre
 from tests.backends import KERNELS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -213,8 +213,8 @@ def test_empty_perm_stack_is_refused(backend):
 
 EMPTY_PERMS_BACKWARD = r"""
 import json, sys, torch
-from addnorm.stream_functional import mhc_pre
-from addnorm.ops import mhc_formulas as mf
+from addnorm.functional import mhc_pre
+from addnorm.ops.mhc import formulas as mf
 g = torch.Generator().manual_seed(0)
 n, C = 3, 8
 ins = [torch.randn(64, n, C, generator=g), torch.randn(n * C, 2 * n, generator=g) / 5, *(torch.tensor(v) for v in
@@ -249,7 +249,7 @@ def test_empty_perm_stack_backward_does_not_corrupt_memory():
 
 RAW_OP_SHAPES = r"""
 import json, math, torch
-import addnorm.stream_functional  # registers the operator
+import addnorm.functional.stream  # registers the operator
 g = torch.Generator().manual_seed(0)
 n, C = 3, 8
 def ins():
@@ -277,7 +277,7 @@ print(json.dumps(res))
 def test_raw_operator_refuses_inconsistent_shapes():
     # Was a defect (fixed): torch.ops.addnorm.mhc_pre (what torch.compile / export record, and callable directly) does no shape
     # checking of its own on CPU: the formulas would raise (matmul / unflatten / broadcast errors), but the CPU
-    # kernel path (ops/mhc_schema.py _impls.pre -> kernels/cpu/mhc.py mhc_pre/_geometry) takes phi with fewer rows
+    # kernel path (ops/mhc/schema.py _impls.pre -> kernels/cpu/mhc.py mhc_pre/_geometry) takes phi with fewer rows
     # than n*C (reads past phi's buffer: non-finite garbage), phi with m != 2n + n^2 and no perms (Sinkhorn on
     # logits past m; its backward writes past dlogits), and a b_res / b_pre shorter than m (reads past the bias).
     # Got "accepted" for all four. Fix: validate in kernels/cpu/mhc.py _geometry as the Triton host's _geometry
@@ -308,7 +308,7 @@ def test_zero_streams_is_refused_clearly_or_returns_empty():
     # Was a defect (minor, validation; fixed): n = 0 passes _check_mhc (phi (0, 0), empty coefficients) and then dies in the
     # spec's Sinkhorn with "IndexError: amax(): Expected reduction dim -2 to have non-zero size" -- neither a clear
     # refusal naming n (as the rest of _check_mhc does) nor empty outputs. Fix: refuse n < 1 in _check_mhc
-    # (stream_functional.py), or guard the amax in mhc_formulas.sinkhorn_knopp.
+    # (functional/stream.py), or guard the amax in mhc_formulas.sinkhorn_knopp.
     x = torch.randn(3, 0, 8)
     args = (x, torch.zeros(0, 0), torch.tensor(1.0), torch.tensor(1.0), torch.tensor(1.0), torch.zeros(0),
             torch.zeros(0), torch.zeros(0))
@@ -517,7 +517,7 @@ def test_cpu_autocast_does_not_drop_the_coefficients_to_16_bits(backend, iters):
     # kernels compute in float32. Got errors ~1e-3 (torch, fallback: h 7e-4 rel., H_* 1e-3..3e-3 abs) vs ~3e-7
     # (kernel) against float64: the answer depends on which path takes the call. The model is immune only because
     # ManifoldHyperConnection.read turns autocast off ("never 16 bits"). Fix: run the formulas with autocast
-    # disabled (in stream_functional.mhc_pre's torch path and in mhc_schema._pre_formulas/_pre_backward_formulas,
+    # disabled (in functional.mhc.mhc_pre's torch path and in ops/mhc/schema.py _pre_formulas/_pre_backward_formulas,
     # or inside mhc_formulas.pre/pre_backward), as streams.py does.
     if backend == "cpu" and "cpu" not in KERNELS:
         pytest.skip("the compiled CPU kernels are not built")
@@ -533,7 +533,7 @@ def test_cpu_autocast_does_not_drop_the_coefficients_to_16_bits(backend, iters):
 @pytest.mark.parametrize("backend", KERNELS)
 def test_forward_over_reverse_hvp(backend):
     # Was a defect (fixed): forward-over-reverse (a gradient taken inside a forward-AD dual level, the usual Hessian-vector
-    # product) drops the tangent on the kernels: MhcPre.backward (ops/mhc_autograd.py) calls the fused backward
+    # product) drops the tangent on the kernels: MhcPre.backward (ops/mhc/autograd.py) calls the fused backward
     # (ctx.direct / the operator) whenever create_graph is off, and the kernels read the dual tensors' primal data
     # only. fwAD.unpack_dual(grad).tangent is None (i.e. 0) instead of H v (backend="torch" gives H v). The same
     # pattern is in the add_norm and stream autograd Functions. Fix: in backward, when
@@ -659,8 +659,8 @@ def test_threads_deterministic_and_close(lite, dt):
 
 ISA_PROBE = r"""
 import json, math, itertools, torch
-from addnorm.stream_functional import mhc_pre
-from addnorm.ops import mhc_formulas as mf
+from addnorm.functional import mhc_pre
+from addnorm.ops.mhc import formulas as mf
 import addnorm
 def perms_(n):
     return torch.stack([torch.eye(n)[list(p)] for p in itertools.permutations(range(n))])

@@ -15,8 +15,8 @@ import torch.autograd.forward_ad as fwAD
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import addnorm
-import addnorm.functional as A
-import addnorm.fused_functional as B
+import addnorm.functional.norm as A
+import addnorm.functional.fused as B
 from addnorm.kernels.cpu import nodes
 from addnorm.ops import native_nodes
 
@@ -438,7 +438,7 @@ def test_unpack_hook_handing_back_another_layout():
 
 
 def _set_pointwise(on):
-    import addnorm.pointwise_functional as P
+    import addnorm.functional.pointwise as P
 
     P._NODES = NODES if on else None
 
@@ -457,7 +457,7 @@ class _UsePW(_Use):
 def test_pointwise_inference_entry_matches_the_python_path(dt):
     """DyT / Derf inference through the C++ entry: the same bits as the Python path, alpha and shift read as
     float32 whatever their dtype."""
-    from addnorm.pointwise_functional import add_derf, add_dyt
+    from addnorm.functional import add_derf, add_dyt
 
     g = torch.Generator().manual_seed(13)
     x, r = torch.randn(4, 3, D, generator=g).to(dt), torch.randn(4, 3, D, generator=g).to(dt)
@@ -484,7 +484,7 @@ def test_pointwise_inference_entry_matches_the_python_path(dt):
 def test_pointwise_node_matches_the_python_node_bit_for_bit(kind, dt, pdt):
     """DyT / Derf with the add: the C++ node against the Python node (PointwiseNorm), outputs and gradients to the
     bit, for which inputs need gradients (x, residual, alpha, shift, weight, bias) and which outputs are used."""
-    from addnorm.pointwise_functional import add_derf, add_dyt
+    from addnorm.functional import add_derf, add_dyt
 
     g = torch.Generator().manual_seed(14)
     x, r = torch.randn(5, 2, D, generator=g).to(dt), torch.randn(5, 2, D, generator=g).to(dt)
@@ -522,7 +522,7 @@ def test_pointwise_node_matches_the_python_node_bit_for_bit(kind, dt, pdt):
 
 @pytest.mark.parametrize("kind", ["dyt", "derf"])
 def test_pointwise_node_hands_double_backward_and_batched_gradients_to_python(kind):
-    from addnorm.pointwise_functional import add_derf, add_dyt
+    from addnorm.functional import add_derf, add_dyt
 
     g = torch.Generator().manual_seed(15)
     x0, r0 = torch.randn(3, D, generator=g), torch.randn(3, D, generator=g)
@@ -543,7 +543,7 @@ def test_pointwise_node_hands_double_backward_and_batched_gradients_to_python(ki
 
 def test_review_round_two_cases():
     """From the second review of the fast entries: each had crashed, errored or differed."""
-    from addnorm.pointwise_functional import add_derf, add_dyt
+    from addnorm.functional import add_derf, add_dyt
 
     # rows of zero elements: DyT/Derf crashed the process (SIGFPE, N = numel / 0); now the general path's answer
     for fn in (lambda x: add_dyt(x, None, torch.tensor(0.5)), lambda x: add_derf(x, x.clone(), torch.tensor(0.5), None)):

@@ -1,4 +1,4 @@
-"""DyT and Derf fused with the residual add (``addnorm.pointwise_functional``): every backend against an
+"""DyT and Derf fused with the residual add (``addnorm.functional.pointwise``): every backend against an
 independent float64 transcription of the papers' formulas, PyTorch's operator checks, gradcheck, forward AD,
 compile, special values, bad input and every instruction set."""
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from addnorm.pointwise_functional import add_derf, add_dyt
+from addnorm.functional import add_derf, add_dyt
 from tests.backends import BACKENDS, KERNELS
 from tests.compile_spy import addnorm_ops_backend
 from tests.samples import SAMPLES, make, params, upstream
@@ -190,7 +190,7 @@ def test_bad_input_is_refused_naming_the_argument(call, match):
 
 ISA_SCRIPT = """
 import sys, torch, addnorm
-from addnorm.pointwise_functional import add_derf, add_dyt
+from addnorm.functional import add_derf, add_dyt
 g = torch.Generator().manual_seed(0)
 dt = getattr(torch, sys.argv[1])
 x, r = (torch.randn(37, 1029, generator=g).mul(3).to(dt).requires_grad_() for _ in range(2))
@@ -227,7 +227,7 @@ def test_every_instruction_set_variant_agrees(tmp_path, dtype):
 def test_repeated_calls_give_the_same_gradients(D, backend):
     """Scratch memory is kept between calls: every accumulator must start from zero on every call (a stale
     dshift once summed over calls when D = 1)."""
-    from addnorm.fused_functional import parallel_add_layer_norm
+    from addnorm.functional import parallel_add_layer_norm
 
     g = torch.Generator().manual_seed(5)
     x, r = (torch.randn(7, D, generator=g).requires_grad_() for _ in range(2))

@@ -1,11 +1,11 @@
-"""The widened stream's read and write (``addnorm.stream_functional``): every backend against a float64 oracle
+"""The widened stream's read and write (``addnorm.functional.stream``): every backend against a float64 oracle
 written here from the equations, PyTorch's operator checks, gradcheck, transforms and bad input."""
 
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from addnorm.stream_functional import stream_read, stream_write
+from addnorm.functional import stream_read, stream_write
 from tests.backends import BACKENDS, KERNELS
 from tests.compile_spy import addnorm_ops_backend
 
@@ -166,7 +166,7 @@ def test_more_streams_than_the_kernels_hold_take_the_formulas(backend):
 
 ISA_SCRIPT = """
 import sys, torch, addnorm
-from addnorm.stream_functional import stream_read, stream_write
+from addnorm.functional import stream_read, stream_write
 g = torch.Generator().manual_seed(0)
 dt = getattr(torch, sys.argv[1])
 x = torch.randn(37, 4, 1029, generator=g).to(dt).requires_grad_()

@@ -251,11 +251,11 @@ def journal_conditions(allocator: str) -> dict:
     """What a journalled row was measured under: the results' conditions and the build of the kernels. An
     interrupted run's rows are reused only under the same ones."""
     cond = conditions(allocator)
-    try:
-        from ..kernels.cpu import _addnorm_cpu
+    from ..kernels.cpu.library import library
 
-        cond["addnorm_build"] = digest(Path(_addnorm_cpu.__file__).read_bytes())
-    except (ImportError, OSError, AttributeError):
+    try:
+        cond["addnorm_build"] = digest(Path(library().path).read_bytes())
+    except (RuntimeError, OSError):  # not built (library() says why), or the file is gone
         cond["addnorm_build"] = None
     return cond
 

@@ -8,7 +8,7 @@ Ops (each with LayerNorm and RMSNorm):
   * stream_read, stream_write -- the widened stream (n = 4): ``h = H_pre X``; ``X' = H_res X + H_post^T y``
     ("rows" are tokens, "hidden" is C; eager is the broadcast / batched-matmul form of ``model.streams``)
   * mhc_pre    -- mHC's pre step (n = 4): the RMS of vec(X), the projection phi (4C x 24), the sigmoids,
-    20 Sinkhorn-Knopp rounds and h = H_pre X; eager is the same math in torch ops (``ops.mhc_formulas``), the
+    20 Sinkhorn-Knopp rounds and h = H_pre X; eager is the same math in torch ops (``ops.mhc.formulas``), the
     minimum bytes the stream and h (the per-token coefficients, 49 float32 values a token, are not counted)
 Timed as ``addnorm.benchmark.add_norm`` times Add & Norm: interleaved, medians with the p10-p90 spread, the
 floor copied beside every cell that moves >= 32 MiB; GB/s on each op's minimum bytes (every input read
@@ -24,10 +24,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .. import fused_functional as FF
-from .. import pointwise_functional as PF
-from .. import stream_functional as SF
-from ..ops import mhc_formulas
+from ..functional import fused as FF
+from ..functional import mhc as MF
+from ..functional import pointwise as PF
+from ..functional import stream as SF
+from ..ops.mhc import formulas as mhc_formulas
 from .add_norm import FLOOR_BYTES, LOCAL_FLOOR_BYTES, conditions, copy_floor_gbps, copy_step
 from .timing import measure_interleaved
 
@@ -111,7 +112,7 @@ def fused(op: str, kind: str):
         return lambda X, y, hp, hpo, hr: (SF.stream_write(X, y, hpo, hr)[0],)
     if op == "mhc_pre":
         def pre(*a):
-            h, _, hpo, hr = SF.mhc_pre(*a, iters=SINKHORN_ITERS)
+            h, _, hpo, hr = MF.mhc_pre(*a, iters=SINKHORN_ITERS)
             return h, hpo, hr
 
         return pre
@@ -132,7 +133,7 @@ def fused(op: str, kind: str):
     return par
 
 
-def _inputs(op, n, d, dtype, kind, grad, device="cpu"):
+def make_inputs(op, n, d, dtype, kind, grad, device="cpu"):
     g = torch.Generator().manual_seed(0)  # drawn on the CPU, then moved: the same values on every device
     mk = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype).requires_grad_(grad)  # noqa: E731
     if op == "mhc_pre":  # mHC's parameters at their init scale (alpha 0.01, phi ~ N(0, 1/(nC)))
@@ -158,9 +159,9 @@ _USED = {"norm_add": (0, 2, 3, 4), "parallel": (0, 1, 2, 3, 4), "parallel2": (0,
 
 def make_step(fn, op, mode, n, d, dtype, kind, device="cpu"):
     if mode == "fwd":
-        args = _inputs(op, n, d, dtype, kind, False, device)
+        args = make_inputs(op, n, d, dtype, kind, False, device)
         return lambda: fn(*args)
-    args = _inputs(op, n, d, dtype, kind, True, device)
+    args = make_inputs(op, n, d, dtype, kind, True, device)
     params = [args[i] for i in _USED[op] if args[i] is not None]
     # one upstream gradient per output
     ups = [torch.randn(o.shape).to(device=o.device, dtype=o.dtype) for o in fn(*args)]

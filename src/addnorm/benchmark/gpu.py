@@ -23,7 +23,7 @@ import torch
 
 from .. import functional as AF
 from .add_norm import Row, eager_add_norm, make_step, min_bytes, parse_options, write_results
-from .timing import Timing, _summary, measure_interleaved
+from .timing import Timing, measure_interleaved, summary_of
 
 SHAPES = [(4096, 4096), (16384, 8192), (32768, 2048)]
 DTYPES = ["float32", "bfloat16"]
@@ -82,10 +82,10 @@ def cuda_interleaved(fns: dict, *, rounds: int = 30, block: int = 10, warmup: in
             end.record()
             end.synchronize()
             times[name].append(start.elapsed_time(end) / 1e3 / block)
-    return {name: _summary(ts) for name, ts in times.items()}
+    return {name: summary_of(ts) for name, ts in times.items()}
 
 
-def _timed(fns: dict, device: str) -> dict[str, Timing]:
+def time_steps(fns: dict, device: str) -> dict[str, Timing]:
     if device == "cuda":
         return cuda_interleaved(fns)
     return measure_interleaved(fns, min_runs=5, budget_s=0.05)  # --device cpu: the script's own smoke test
@@ -110,7 +110,7 @@ def launch_label() -> str | None:
 
     if not availability().available:
         return None
-    from ..kernels.triton import ops as triton_ops
+    from ..kernels.triton import norm as triton_ops
 
     return ",".join(f"{k}={v}" for k, v in triton_ops.launch().items())
 
@@ -138,7 +138,7 @@ def run(shapes, dtypes, kinds, modes, methods, device, progress=None, *, journal
         timer=None) -> tuple[list[Row], dict]:
     """Every norm x dtype x shape x mode, the methods timed side by side with the copy floor. With ``journal``
     each finished cell is appended there, and a cell found there (with the same methods) is not measured again:
-    a run cut short resumes. ``timer(steps, device) -> {name: Timing}`` defaults to ``_timed``."""
+    a run cut short resumes. ``timer(steps, device) -> {name: Timing}`` defaults to ``time_steps``."""
     import torch._dynamo.config as dynamo_config
 
     # one compiled function per kind meets every shape, dtype and grad mode: each is a recompile of the same
@@ -146,7 +146,7 @@ def run(shapes, dtypes, kinds, modes, methods, device, progress=None, *, journal
     # per cell, and fail loudly rather than time eager under compile's name.
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 4 * len(shapes) * len(dtypes) * len(modes))
     dynamo_config.fail_on_recompile_limit_hit = True
-    timer = timer or _timed
+    timer = timer or time_steps
     done = read_cells(journal, Row)
     rows, skipped, compiled = [], {}, {}
     src = torch.ones(FLOOR_BYTES // 4, device=device)

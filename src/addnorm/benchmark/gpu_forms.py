@@ -172,7 +172,7 @@ def make_step(fn, op, mode, n, d, dtype, kind, device, prepare=None):
     if prepare is None:
         return fused_forms.make_step(fn, src, mode, n, d, dtype, kind, device=device)
     grad = mode != "fwd"
-    args, params = prepare(fused_forms._inputs(src, n, d, dtype, kind, grad, device), grad)
+    args, params = prepare(fused_forms.make_inputs(src, n, d, dtype, kind, grad, device), grad)
     if not grad:
         return lambda: fn(*args)
     ups = [torch.randn(o.shape).to(device=o.device, dtype=o.dtype) for o in fn(*args)]
@@ -209,7 +209,7 @@ def run(ops, shapes, dtypes, kinds, modes, methods=METHODS, device="cuda", progr
     device) -> {name: Timing}`` defaults to gpu's (CUDA events; a short CPU timing for --device cpu)."""
     from . import gpu
 
-    timer = timer or gpu._timed
+    timer = timer or gpu.time_steps
     floor_bytes = floor_bytes or gpu.FLOOR_BYTES
     done = gpu.read_cells(journal, OpRow)
     rows, skipped = [], {}

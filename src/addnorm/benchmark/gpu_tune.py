@@ -1,4 +1,4 @@
-"""Sweep the Triton kernels' launch parameters on the GPU at hand (``kernels.triton.ops.LAUNCH_PARAMS``).
+"""Sweep the Triton kernels' launch parameters on the GPU at hand (``kernels.triton.norm.LAUNCH_PARAMS``).
 
 Four sweeps, each over fused Add & Norm (the op every other fused form's launch follows), per norm x dtype x
 shape, the settings of one sweep timed side by side (CUDA events, interleaved, as ``gpu.cuda_interleaved``):
@@ -64,13 +64,13 @@ def geomean_ratios(cells: list[dict], base: str) -> dict[str, float]:
 
 def run(shapes, dtypes, kinds, sweeps, out: Path, progress=None, *, timer=None, device="cuda") -> list[dict]:
     """Every sweep x norm x dtype x shape; returns the cells (each {"cell", "sweep", "start", "ms": {label: ms}})."""
-    from ..kernels.triton import ops
+    from ..kernels.triton import norm as triton_norm
     from ..store import read_journal
     from .add_norm import make_step
     from .gpu import addnorm_method, cuda_interleaved
 
     timer = timer or (lambda fns: cuda_interleaved(fns, rounds=8, block=5, warmup=2))
-    start = ops.launch()
+    start = triton_norm.launch()
     journal = out / "gpu_tune.partial.jsonl"
     done = dict(read_journal(journal, lambda rec: (rec["cell"], rec)))
     cells = []
@@ -92,11 +92,11 @@ def run(shapes, dtypes, kinds, sweeps, out: Path, progress=None, *, timer=None, 
                     step = make_step(addnorm_method(kind), mode, n, d, getattr(torch, dt_name), kind, device)
                     for s in [start_setting, *settings(sweep)]:
                         def call(s=s):
-                            old = ops.set_launch(**s)
+                            old = triton_norm.set_launch(**s)
                             try:
                                 return step()
                             finally:
-                                ops.set_launch(**old)
+                                triton_norm.set_launch(**old)
 
                         fns.setdefault(label(s), call)
                     timings = timer(fns)

@@ -30,7 +30,7 @@ def measure(fn, *, min_runs: int = 15, max_runs: int = 300, budget_s: float = 0.
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return _summary(times)
+    return summary_of(times)
 
 
 def measure_interleaved(fns: dict, *, min_runs: int = 15, max_runs: int = 300, budget_s: float = 0.6,
@@ -58,10 +58,10 @@ def measure_interleaved(fns: dict, *, min_runs: int = 15, max_runs: int = 300, b
                 fn()
                 ts.append(time.perf_counter() - t0)
         rnd += 1
-    return {name: _summary(ts) for name, ts in times.items()}
+    return {name: summary_of(ts) for name, ts in times.items()}
 
 
-def _summary(times: list[float]) -> Timing:
+def summary_of(times: list[float]) -> Timing:
     times = sorted(times)
     q = statistics.quantiles(times, n=10, method="inclusive") if len(times) >= 2 else [times[0]] * 9
     return Timing(statistics.median(times), q[0], q[-1], len(times))

@@ -50,7 +50,7 @@ class Adapted:
         return self.call(*xs)[0]
 
 
-def _params(fn) -> list[inspect.Parameter]:
+def parameters_of(fn) -> list[inspect.Parameter]:
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -58,18 +58,14 @@ def _params(fn) -> list[inspect.Parameter]:
     return [p for p in sig.parameters.values() if p.name != "self"]
 
 
-def _positional_params(fn) -> list[str]:
-    return [p.name for p in _params(fn) if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-
-
-def _find_attr(obj, names):
+def find_attr(obj, names):
     for n in names:
         if hasattr(obj, n):
             return n
     return None
 
 
-def _instantiate(cls, d: int):
+def instantiate(cls, d: int):
     errors = []
     for args, kwargs in (((d,), {}), ((), {"d_model": d}), ((), {"normalized_shape": d}), ((), {"dim": d}),
                          ((), {"hidden_size": d}), ((), {"num_features": d})):
@@ -114,7 +110,7 @@ def adapt(target, d: int, extra=()) -> Adapted:
     if is_max_module(target):
         raise TypeError("this is a MAX module: checking it needs addnorm's MAX extra (pip install 'addnorm[max]')")
     if isinstance(target, type) and issubclass(target, torch.nn.Module):
-        target = _instantiate(target, d)
+        target = instantiate(target, d)
     if isinstance(target, torch.nn.Module):
         return _adapt_torch_module(target, d)
     if callable(target):
@@ -147,7 +143,7 @@ def _affine_names(m, d: int):
 
 def _module_eps(m) -> tuple[float | None, str]:
     for owner in (m, norm_inside(m)):
-        name = _find_attr(owner, EPS_NAMES) if owner is not None else None
+        name = find_attr(owner, EPS_NAMES) if owner is not None else None
         if name is not None:
             return declared_eps(getattr(owner, name))
     return None, ""
@@ -167,7 +163,7 @@ def _adapt_torch_module(m, d: int) -> Adapted:
     import torch
 
     fwd = getattr(m, "forward", None)
-    rest = [p for p in _params(fwd)[1:] if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    rest = [p for p in parameters_of(fwd)[1:] if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     second = next((r for r in (second_role(p.name, p.default is p.empty) for p in rest[:1]) if r), "")
     owner, scale_name, shift_name = _affine_names(m, d)
 
@@ -207,9 +203,9 @@ def _adapt_torch_module(m, d: int) -> Adapted:
 def _roles(fn) -> tuple[list[tuple[str, str]], float | None, str]:
     """[(argument, role)] for the positional arguments after x that the check gives, and the declared eps."""
     roles, eps, note = [], None, ""
-    required = [p.name for p in _params(fn)[1:] if p.default is p.empty
+    required = [p.name for p in parameters_of(fn)[1:] if p.default is p.empty
                 and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    for p in _params(fn)[1:]:
+    for p in parameters_of(fn)[1:]:
         needed = p.name in required
         if p.name in EPS_NAMES:
             if needed:

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from .. import functional as AF
-from .. import fused_functional as FF
+from ..functional import fused as FF
 
 _LOW = (torch.bfloat16, torch.float16)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..check.adapters import (EPS_NAMES, SCALE_NAMES, SHIFT_NAMES, Adapted, _instantiate, _params, declared_eps,
+from ..check.adapters import (EPS_NAMES, SCALE_NAMES, SHIFT_NAMES, Adapted, declared_eps, instantiate, parameters_of,
                               second_role)
 from .convert import to_max
 
@@ -18,9 +18,9 @@ def _present(m, names):
 
 
 def adapt_max(target, d: int) -> Adapted:
-    m = _instantiate(target, d) if isinstance(target, type) else target
+    m = instantiate(target, d) if isinstance(target, type) else target
     fwd = getattr(m, "forward", None) or getattr(m, "__call__")
-    rest = [p for p in _params(fwd)[1:] if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    rest = [p for p in parameters_of(fwd)[1:] if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     second = next((r for r in (second_role(p.name, p.default is p.empty) for p in rest[:1]) if r), "")
     scale_name, shift_name = _present(m, SCALE_NAMES), _present(m, SHIFT_NAMES)
     eps_name = next((n for n in EPS_NAMES if hasattr(m, n)), None)  # eps=None is torch's convention, not "none"

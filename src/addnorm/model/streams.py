@@ -15,8 +15,8 @@ with per-token coefficients H_pre (1 x n), H_post (1 x n), H_res (n x n) compute
     "mhc_lite"  mHC-lite (arXiv:2601.05732): as mhc, with H_res = sum_k softmax(a)_k P_k over the n!
                 permutation matrices P_k -- doubly stochastic exactly, no iteration
 
-The math is in functions (``hc_coefficients``; mHC's in ``addnorm.ops.mhc_formulas``, run by the fused operator
-``addnorm.stream_functional.mhc_pre``); the modules hold parameters. Each connection passes its H_res through
+The math is in functions (``hc_coefficients``; mHC's in ``addnorm.ops.mhc.formulas``, run by the fused operator
+``addnorm.functional.mhc.mhc_pre``); the modules hold parameters. Each connection passes its H_res through
 ``self.h_res_tap`` (an identity) so that diagnostics can read the mixing matrices with a hook.
 """
 
@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import stream_functional as SF
-from ..ops.mhc_formulas import permutation_mix, sinkhorn_knopp  # noqa: F401  (the math lives with the operator)
+from .. import functional as AF
+from ..ops.mhc.formulas import permutation_mix, sinkhorn_knopp  # noqa: F401  (the math lives with the operator)
 
 # --- the math
 
@@ -67,19 +67,19 @@ class StreamConnection(nn.Module):
         raise NotImplementedError
 
     def read(self, x: torch.Tensor):
-        """(h, mix): h = H_pre X by the fused read (``addnorm.stream_functional``: one pass, the coefficients
+        """(h, mix): h = H_pre X by the fused read (``addnorm.functional.stream``: one pass, the coefficients
         kept in float32 beside 16-bit streams)."""
         if x.dim() < 2 or x.size(-2) != self.n:
             raise ValueError(f"a widened stream must be (..., n={self.n}, C), got shape {tuple(x.shape)}")
         with torch.autocast(x.device.type, enabled=False):  # the coefficients in float32 at least, never 16 bits
             h_pre, h_post, h_res = self.coefficients(x)
         h_res = self.h_res_tap(h_res)
-        return SF.stream_read(x, h_pre), (h_post, h_res)
+        return AF.stream_read(x, h_pre), (h_post, h_res)
 
     def write(self, x: torch.Tensor, y: torch.Tensor, mix) -> torch.Tensor:
         """X' = H_res X + H_post^T y by the fused write (one pass)."""
         h_post, h_res = mix
-        return SF.stream_write(x, y.to(x.dtype), h_post, h_res)[0]
+        return AF.stream_write(x, y.to(x.dtype), h_post, h_res)[0]
 
     def extra_repr(self) -> str:
         return f"n={self.n}"
@@ -194,7 +194,7 @@ class ManifoldHyperConnection(StreamConnection):
         self.b_res.fill_(self.OFF_DIAGONAL_INIT).fill_diagonal_(0.0)
 
     def _pre(self, x, backend=None):
-        return SF.mhc_pre(x, self.phi, self.alpha_pre, self.alpha_post, self.alpha_res, self.b_pre, self.b_post,
+        return AF.mhc_pre(x, self.phi, self.alpha_pre, self.alpha_post, self.alpha_res, self.b_pre, self.b_post,
                           self.b_res, perms=getattr(self, "perms", None), eps=self.eps, iters=self.sinkhorn_iters, backend=backend)
 
     def coefficients(self, x):
@@ -202,7 +202,7 @@ class ManifoldHyperConnection(StreamConnection):
         return self._pre(x, backend="torch")[1:]
 
     def read(self, x: torch.Tensor):
-        """(h, mix) in one fused pass over X (``stream_functional.mhc_pre``): the RMS of vec(X), the projection,
+        """(h, mix) in one fused pass over X (``functional.mhc.mhc_pre``): the RMS of vec(X), the projection,
         the sigmoids and Sinkhorn-Knopp (or mHC-lite's permutation mix) and h = H_pre X."""
         if x.dim() < 2 or x.size(-2) != self.n:
             raise ValueError(f"a widened stream must be (..., n={self.n}, C), got shape {tuple(x.shape)}")

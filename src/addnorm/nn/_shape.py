@@ -5,7 +5,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..functional import _dim
+from ..functional.core import as_dim
 
 
 def as_normalized_shape(normalized_shape) -> tuple[int, ...]:
@@ -13,9 +13,9 @@ def as_normalized_shape(normalized_shape) -> tuple[int, ...]:
     torch takes as one: a numpy int, a 0-dim integer tensor), never a float, a bool or a string -- 64.7 is not
     truncated to 64 -- and none negative."""
     if isinstance(normalized_shape, numbers.Integral | torch.Tensor) and not isinstance(normalized_shape, bool):
-        shape = (_dim(normalized_shape),)
+        shape = (as_dim(normalized_shape),)
     elif isinstance(normalized_shape, torch.Size | Sequence) and not isinstance(normalized_shape, str | bytes):
-        shape = tuple(_dim(s) for s in normalized_shape)
+        shape = tuple(as_dim(s) for s in normalized_shape)
     else:
         raise TypeError(f"normalized_shape must be an int or a tuple of ints, got {normalized_shape!r}")
     if any(s < 0 for s in shape):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .. import functional as AF
-from .. import fused_functional as FF
+from ..functional import fused as FF
 from ._scale import fold
 from .layer_norm import LayerNorm
 from .rms_norm import RMSNorm

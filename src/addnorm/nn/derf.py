@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import pointwise_functional as PF
+from ..functional import pointwise as PF
 from ._shape import as_normalized_shape
 
 

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from .. import functional as AF
+from ..functional.core import check_eps
 from ._shape import as_normalized_shape
 
 
@@ -23,7 +24,7 @@ class LayerNorm(nn.Module):
                  device=None, dtype=None, *, backend: str | None = None) -> None:
         super().__init__()
         self.normalized_shape = as_normalized_shape(normalized_shape)
-        self.eps = AF._check_eps(eps)
+        self.eps = check_eps(eps)
         self.elementwise_affine = elementwise_affine
         self.backend = backend
         kw = {"device": device, "dtype": dtype}

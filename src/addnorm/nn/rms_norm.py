@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from .. import functional as AF
+from ..functional.core import check_eps
 from ._shape import as_normalized_shape
 
 
@@ -28,7 +29,7 @@ class RMSNorm(nn.Module):
                  backend: str | None = None) -> None:
         super().__init__()
         self.normalized_shape = as_normalized_shape(normalized_shape)
-        self.eps = None if eps is None else AF._check_eps(eps)
+        self.eps = None if eps is None else check_eps(eps)
         self.elementwise_affine = elementwise_affine
         self.zero_centered = zero_centered
         self.cast_before_weight = cast_before_weight

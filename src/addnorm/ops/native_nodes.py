@@ -14,16 +14,16 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from ..kernels.cpu import nodes as _nodes
-from ..kernels.cpu import ops as _cpu
-from .autograd import EagerAddNorm
-from .fused_autograd import EagerNormAdd, EagerParallelAddNorm
-from .pointwise_autograd import DirectPointwiseNorm
-from .pointwise_schema import CPU as PW_CPU
+from ..kernels.cpu import norm as _cpu
+from .fused.autograd import EagerNormAdd, EagerParallelAddNorm
+from .norm.autograd import EagerAddNorm
+from .pointwise.autograd import DirectPointwiseNorm
+from .pointwise.schema import CPU as PW_CPU
 
 KIND = {"layer": 0, "rms": 1}
 _KIND_NAME = ("layer", "rms")
 _PW_NAME = ("dyt", "derf")  # kernels.cpu.pointwise.KINDS
-MAX_NUMEL = _cpu._POOL_MIN_NUMEL
+MAX_NUMEL = _cpu.POOL_MIN_NUMEL
 
 
 def _backward(op, saved, grads, needs, meta):

@@ -19,7 +19,7 @@ from ...store import atomic_write_text, read_json
 from .config import RunConfig, Study, StudyGrid
 from .data import SplitCorpus
 from .probe import SLOTS
-from .runner import _world, build_model, grad_profile, read_metrics, train_run
+from .runner import build_model, grad_profile, rank_and_world, read_metrics, train_run
 
 # what a run measured beyond its loss, kept in its row (summary.json/csv/md) where the run recorded it: the
 # flattening of the long preset's stopping rule, BatchNorm's train-mode loss and future leak, and the DyT/Derf
@@ -55,7 +55,7 @@ def run_study(grid: StudyGrid | Study, data: SplitCorpus, out_dir: Path, progres
         if progress is not None:
             progress.update(task, completed=cfg.steps, visible=False)
             progress.update(overall, advance=cfg.steps)
-    if _world()[0] != 0:  # under torchrun: rank 0 writes the study's outputs
+    if rank_and_world()[0] != 0:  # under torchrun: rank 0 writes the study's outputs
         return {}
     return write_outputs(grid, data, out_dir)
 

@@ -63,7 +63,7 @@ def build_model(cfg: RunConfig) -> GPT:
     return model.normalize_()  # nGPT: the re-initialised weights back on the sphere (nothing otherwise)
 
 
-def _world() -> tuple[int, int]:
+def rank_and_world() -> tuple[int, int]:
     """(rank, world size): (0, 1) outside a process group."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
@@ -313,7 +313,7 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
     """Train (or resume, or reuse) one run; returns its summary. ``on_step(step)`` is called after each step;
     ``tensorboard``: a directory to write the metrics into as TensorBoard scalars too (tensorboard.py)."""
     run_dir = Path(run_dir)
-    rank, world = _world()
+    rank, world = rank_and_world()
     lead = rank == 0  # the one process that writes
     if cfg.batch % world:
         raise ValueError(f"batch {cfg.batch} must be divisible by the number of processes ({world})")

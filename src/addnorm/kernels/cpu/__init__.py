@@ -1,6 +1,6 @@
 """The fused CPU kernels: a small C library (plain C ABI) with fast-call Python entry points."""
 
 from .library import availability
-from .ops import SUPPORTED_DTYPES
+from .norm import SUPPORTED_DTYPES
 
 __all__ = ["availability", "SUPPORTED_DTYPES"]

@@ -533,7 +533,7 @@ py::tuple parallel(const Tensor &x, const std::optional<Tensor> &x2, const Tenso
 }
 
 // ---------------------------------------------------------------- the eager fast path's checks and call, in one
-// functional._fast_path_ok's tensor checks (the caller has asked the rest: no compiler, transform, dispatch mode or
+// functional.core.fast_path_ok's tensor checks (the caller has asked the rest: no compiler, transform, dispatch mode or
 // tracer, a kernel backend), then the node or the inference entry. Returns None where the fast path does not
 // apply (the caller then takes its general path, which validates fully), or inside a forward-AD level (the Python
 // node carries tangents). Written for speed: in Python these checks cost ~3 us, a quarter of a 64 x 768 call.
@@ -594,7 +594,7 @@ bool fast_core(PyObject *xo, PyObject *ro, long long D, PyObject *wo, PyObject *
 Tensor unpack(PyObject *o) { return o == Py_None ? Tensor() : THPVariable_Unpack(o); }
 
 // 1: the node, 0: inference, -1: not here (a forward-AD level: the Python node; an inference tensor where a
-// gradient is wanted: autograd cannot save it, and Python's path copies it first, as functional._uninferred says)
+// gradient is wanted: autograd cannot save it, and Python's path copies it first, as functional.core.uninferred says)
 int route(std::initializer_list<PyObject *> ts) {
     bool grad = false;
     if (at::GradMode::is_enabled())
@@ -746,7 +746,7 @@ struct PointwiseNode : public torch::autograd::Function<PointwiseNode> {
     }
 };
 
-// DyT / Derf of x + residual: (y, s or x), or None where the fast path does not apply (pointwise_functional._fast's
+// DyT / Derf of x + residual: (y, s or x), or None where the fast path does not apply (functional.pointwise._fast's
 // rules) or inside a forward-AD level (the Python node carries tangents).
 bool pw_scalar(PyObject *o) {
     if (o == Py_None) return true;

@@ -16,12 +16,12 @@ import torch
 
 from ..rows import as_rows, resolved
 from .library import KIND_CODES, availability, library
-from .ops import _DTYPE, _PARAM_DTYPE, _check_rc, _num_threads, _ptr, _stats_ptrs, empty_rows_like, like, params, spec
+from .norm import DTYPE, PARAM_DTYPE, check_rc, empty_rows_like, like, num_threads, params, ptr, spec, stats_ptrs
 
 
 def applies(*ts, D: int = 1) -> bool:
     """Whether the kernels take these tensors' dtypes (None: absent) and a row of D elements."""
-    return D > 0 and all(t is None or t.dtype in _DTYPE for t in ts) and availability().available
+    return D > 0 and all(t is None or t.dtype in DTYPE for t in ts) and availability().available
 
 
 def _params(ps, D: int):
@@ -31,8 +31,8 @@ def _params(ps, D: int):
     if not present:
         return list(ps), 0
     dt = present[0].dtype
-    if dt in _DTYPE and all(p.dtype == dt and p.is_contiguous() for p in present):
-        return list(ps), _DTYPE[dt]
+    if dt in DTYPE and all(p.dtype == dt and p.is_contiguous() for p in present):
+        return list(ps), DTYPE[dt]
     return [None if p is None else p.detach().reshape(D).to(torch.float32).contiguous() for p in ps], 0
 
 
@@ -43,8 +43,8 @@ def _rs(t, D):
 def _run_forward(kind, x, a, m, post, params, eps, weight_offset, cast_before_weight, amdt, ndt, y, y2, s_out,
                  stats, N, D):
     (w1, b1, w2, b2), pcode = params
-    mean, rstd = _stats_ptrs(stats, kind, N)
-    code = _DTYPE
+    mean, rstd = stats_ptrs(stats, kind, N)
+    code = DTYPE
     xr, ar, mr, pr = as_rows(x, D), None if a is None else as_rows(a, D), None if m is None else as_rows(m, D), \
         None if post is None else as_rows(post, D)
     yv, y2v, sv = (None if t is None else t.view(N, D) for t in (y, y2, s_out))
@@ -53,11 +53,11 @@ def _run_forward(kind, x, a, m, post, params, eps, weight_offset, cast_before_we
         KIND_CODES[kind], int(cast_before_weight), code[x.dtype], code[a.dtype] if a is not None else 0,
         code[m.dtype] if m is not None else 0, code[amdt], code[(s_out.dtype if s_out is not None else x.dtype)],
         code[post.dtype] if post is not None else 0, code[odt], code[ndt], N, D,
-        _ptr(xr), _rs(xr, D), _ptr(ar), _rs(ar, D), _ptr(mr), _rs(mr, D), _ptr(pr), _rs(pr, D),
-        _ptr(w1), _ptr(b1), _ptr(w2), _ptr(b2), pcode, float(weight_offset), float(eps),
-        _ptr(yv), _rs(yv, D), _ptr(y2v), _rs(y2v, D), _ptr(sv), _rs(sv, D), mean, rstd, _num_threads())
+        ptr(xr), _rs(xr, D), ptr(ar), _rs(ar, D), ptr(mr), _rs(mr, D), ptr(pr), _rs(pr, D),
+        ptr(w1), ptr(b1), ptr(w2), ptr(b2), pcode, float(weight_offset), float(eps),
+        ptr(yv), _rs(yv, D), ptr(y2v), _rs(y2v, D), ptr(sv), _rs(sv, D), mean, rstd, num_threads())
     if rc:
-        _check_rc(rc, "fused forward")
+        check_rc(rc, "fused forward")
 
 
 def norm_add(x, residual, weight, bias, kind, D, eps, weight_offset, cast_before_weight, out_dtype, want_stats=True):
@@ -104,21 +104,21 @@ def parallel_backward(dy, dy2, dres, s, stats, weight, bias, weight2, bias2, kin
     (w1, b1, w2, b2), pcode = _params(ps, D)
     want = [p is not None and bool(mk) and d is not None
             for p, mk, d in zip(ps, output_mask, (dy, dy, dy2, dy2), strict=True)]
-    pdt = _PARAM_DTYPE[pcode]
+    pdt = PARAM_DTYPE[pcode]
     grads = [torch.empty(D, device="cpu", dtype=pdt) if w else None for w in want]
     ds = empty_rows_like(s)
     sr = as_rows(s, D)
     dyr, dy2r, dresr = (None if t is None else as_rows(t, D) for t in (dy, dy2, dres))
-    mean, rstd = _stats_ptrs(stats, kind, N)
-    code = _DTYPE
+    mean, rstd = stats_ptrs(stats, kind, N)
+    code = DTYPE
     rc = library().fused_backward(
         KIND_CODES[kind], code[s.dtype], code[dy.dtype] if dy is not None else 0,
         code[dy2.dtype] if dy2 is not None else 0, code[dres.dtype] if dres is not None else 0, code[s.dtype], N, D,
-        _ptr(sr), _rs(sr, D), mean, rstd, _ptr(dyr), _rs(dyr, D), _ptr(dy2r), _rs(dy2r, D), _ptr(w1),
-        _ptr(w2), pcode, float(weight_offset), _ptr(dresr), _rs(dresr, D), _ptr(ds.view(-1, D) if N else ds), D,
-        *(_ptr(g) for g in grads), _num_threads())
+        ptr(sr), _rs(sr, D), mean, rstd, ptr(dyr), _rs(dyr, D), ptr(dy2r), _rs(dy2r, D), ptr(w1),
+        ptr(w2), pcode, float(weight_offset), ptr(dresr), _rs(dresr, D), ptr(ds.view(-1, D) if N else ds), D,
+        *(ptr(g) for g in grads), num_threads())
     if rc:
-        _check_rc(rc, "fused backward")
+        check_rc(rc, "fused backward")
     read = (w1, b1, w2, b2)
     out = []
     for g, p, r, mk in zip(grads, ps, read, output_mask, strict=True):
@@ -142,14 +142,14 @@ def norm_add_contiguous(x, residual, weight, bias, kind, eps, weight_offset, cas
     out = empty_rows_like(x)
     stats = torch.empty(2 if kind == "layer" else 1, N, device="cpu", dtype=torch.float32) if want_stats else None
     w, b, pcode = params(weight, bias, D)
-    code = _DTYPE[x.dtype]
-    mean, rstd = _stats_ptrs(stats, kind, N)
+    code = DTYPE[x.dtype]
+    mean, rstd = stats_ptrs(stats, kind, N)
     rc = library().fused_forward(
-        KIND_CODES[kind], int(cast_before_weight), code, 0, 0, code, code, code, code, code, N, D, _ptr(x), D,
-        None, 0, None, 0, _ptr(residual), D, _ptr(w), _ptr(b), None, None, pcode, weight_offset, eps,
-        _ptr(out), D, None, 0, None, 0, mean, rstd, _num_threads())
+        KIND_CODES[kind], int(cast_before_weight), code, 0, 0, code, code, code, code, code, N, D, ptr(x), D,
+        None, 0, None, 0, ptr(residual), D, ptr(w), ptr(b), None, None, pcode, weight_offset, eps,
+        ptr(out), D, None, 0, None, 0, mean, rstd, num_threads())
     if rc:
-        _check_rc(rc, "fused forward")
+        check_rc(rc, "fused forward")
     return out, stats
 
 
@@ -166,19 +166,19 @@ def parallel_contiguous(x, x2, residual, weight, bias, weight2, bias2, kind, eps
     s = empty_rows_like(x)
     stats = torch.empty(2 if kind == "layer" else 1, N, device="cpu", dtype=torch.float32) if want_stats else None
     (w1, b1, w2, b2), pcode = _params((weight, bias, weight2, bias2), D)
-    code = _DTYPE[x.dtype]
+    code = DTYPE[x.dtype]
     if x2 is None:
         X, A, M = residual, x, None
     elif branches_first:
         X, A, M = residual, x, x2
     else:
         X, A, M = x2, residual, x
-    mean, rstd = _stats_ptrs(stats, kind, N)
+    mean, rstd = stats_ptrs(stats, kind, N)
     rc = library().fused_forward(
-        KIND_CODES[kind], int(cast_before_weight), code, code, code, code, code, 0, code, code, N, D, _ptr(X), D,
-        _ptr(A), D, _ptr(M), D, None, 0, _ptr(w1), _ptr(b1), _ptr(w2), _ptr(b2),
-        pcode, weight_offset, eps, _ptr(y), D, _ptr(y2), D, _ptr(s), D, mean,
-        rstd, _num_threads())
+        KIND_CODES[kind], int(cast_before_weight), code, code, code, code, code, 0, code, code, N, D, ptr(X), D,
+        ptr(A), D, ptr(M), D, None, 0, ptr(w1), ptr(b1), ptr(w2), ptr(b2),
+        pcode, weight_offset, eps, ptr(y), D, ptr(y2), D, ptr(s), D, mean,
+        rstd, num_threads())
     if rc:
-        _check_rc(rc, "fused forward")
+        check_rc(rc, "fused forward")
     return y, y2, s, stats

@@ -1,4 +1,4 @@
-"""Host side of mHC's pre-step CPU kernels (``mhc_rows.h``); the Triton host (``kernels.triton.mhc_ops``) has the
+"""Host side of mHC's pre-step CPU kernels (``mhc_rows.h``); the Triton host (``kernels.triton.mhc``) has the
 same signatures.
 
     mhc_pre(x, phi, scal, bias, perm_idx, eps, iters)          -> (h, h_pre, h_post, h_res, p, rstd)
@@ -17,7 +17,7 @@ import torch
 
 from ..rows import f32 as _f32, resolved
 from .library import availability, library
-from .ops import _DTYPE, _num_threads, _ptr, empty_rows_like
+from .norm import DTYPE, empty_rows_like, num_threads, ptr
 
 MAX_STREAMS = 8
 MAX_OUTPUTS = 128  # AN_MHC_MAX_M: m = 2n + n^2 (mHC) or 2n + n! (mHC-lite)
@@ -27,7 +27,7 @@ FWD, BWD = 0, 1
 
 def applies(x: torch.Tensor, m: int, iters: int) -> bool:
     """Whether the kernels take this call: a kernel dtype, 1 <= n <= 8, C >= 1, m <= 128, iters <= 64."""
-    return (x.dtype in _DTYPE and x.dim() >= 2 and 1 <= x.shape[-2] <= MAX_STREAMS and x.shape[-1] > 0
+    return (x.dtype in DTYPE and x.dim() >= 2 and 1 <= x.shape[-2] <= MAX_STREAMS and x.shape[-1] > 0
             and m <= MAX_OUTPUTS and 0 <= iters <= MAX_ITERS and availability().available)
 
 
@@ -41,9 +41,9 @@ def _run(op, x, n, C, N, m, r, iters, phi, phiT, scal, bias, perm_idx, eps, outs
     mp = -(-m // 8) * 8
     a = [float(v) for v in scal.tolist()]
     phi_mp = _padded(phi, mp)  # held here: the kernel reads it through a raw pointer
-    rc = library().mhc(op, n, _DTYPE[x.dtype], N, C, m, mp, r, iters, _ptr(x), _ptr(phi_mp),
-                       _ptr(phiT), a[0], a[1], a[2], _ptr(bias), _ptr(perm_idx), float(eps), *map(_ptr, outs),
-                       *map(_ptr, grads), _num_threads())
+    rc = library().mhc(op, n, DTYPE[x.dtype], N, C, m, mp, r, iters, ptr(x), ptr(phi_mp),
+                       ptr(phiT), a[0], a[1], a[2], ptr(bias), ptr(perm_idx), float(eps), *map(ptr, outs),
+                       *map(ptr, grads), num_threads())
     if rc == -1:
         raise MemoryError("addnorm CPU mHC kernel could not allocate its partial sums")
     if rc:

@@ -16,7 +16,7 @@ import torch
 
 from ..rows import f32 as _f32, resolved
 from .library import availability, library
-from .ops import _DTYPE, _num_threads, _ptr, empty_rows_like
+from .norm import DTYPE, empty_rows_like, num_threads, ptr
 
 MAX_STREAMS = 8  # AN_STREAM_MAX_N
 READ, READ_BWD, WRITE, WRITE_BWD = 0, 1, 2, 3
@@ -24,7 +24,7 @@ READ, READ_BWD, WRITE, WRITE_BWD = 0, 1, 2, 3
 
 def applies(x: torch.Tensor, *others) -> bool:
     """Whether the kernels take this call: one kernel dtype for the activations, n <= 8, C >= 1."""
-    return (x.dtype in _DTYPE and all(t is None or t.dtype == x.dtype for t in others) and x.dim() >= 2
+    return (x.dtype in DTYPE and all(t is None or t.dtype == x.dtype for t in others) and x.dim() >= 2
             and 1 <= x.shape[-2] <= MAX_STREAMS and x.shape[-1] > 0 and availability().available)
 
 
@@ -33,9 +33,9 @@ def _c(t):
 
 
 def _run(op, n, x, y, xin, xout, out, dy, h_pre, h_post, h_res, q, dq, d_pre, d_post, d_res, N, C):
-    rc = library().stream(op, n, _DTYPE[x.dtype], N, C, _ptr(x), _ptr(y), _ptr(xin), _ptr(xout), _ptr(out), _ptr(dy),
-                          _ptr(h_pre), _ptr(h_post), _ptr(h_res), _ptr(q), _ptr(dq), _ptr(d_pre), _ptr(d_post),
-                          _ptr(d_res), _num_threads())
+    rc = library().stream(op, n, DTYPE[x.dtype], N, C, ptr(x), ptr(y), ptr(xin), ptr(xout), ptr(out), ptr(dy),
+                          ptr(h_pre), ptr(h_post), ptr(h_res), ptr(q), ptr(dq), ptr(d_pre), ptr(d_post),
+                          ptr(d_res), num_threads())
     if rc == -1:
         raise MemoryError("addnorm CPU stream kernel could not allocate its scratch rows")
     if rc:

@@ -27,7 +27,7 @@ def _probe() -> Availability:
         import triton
         from triton.runtime.interpreter import InterpretedFunction
 
-        from . import kernels
+        from .jit import norm as kernels
     except Exception as e:  # noqa: BLE001  (not installed, or an install that cannot load: say which)
         return Availability(False, f"Triton cannot be imported ({type(e).__name__}: {e}); "
                                    "pip install 'addnorm[gpu]'", False)

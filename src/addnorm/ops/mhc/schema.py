@@ -1,0 +1,120 @@
+"""mHC's pre step as an operator: schema, fake implementation and device implementations.
+
+    addnorm::mhc_pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms?, eps, iters)
+        -> (h, h_pre, h_post, h_res, p, rstd)
+    addnorm::mhc_pre_backward(dh?, dh_pre?, dh_post?, dh_res?, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res,
+                              perms?, p, rstd, eps, iters)
+        -> (dx, dphi, da_pre, da_post, da_res, db_pre, db_post, db_res)
+
+See ``formulas`` for the math. CPU: the C kernels (``kernels.cpu.mhc``) where they take the call (a kernel
+dtype, n <= 8, m <= 128, iters <= 64, perms that are permutation matrices), else the formulas; CUDA: the Triton
+kernels where Triton is installed, else the formulas; other devices: the formulas. Autograd: ``autograd``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...kernels.cpu import mhc as _cpu
+from ...kernels.triton import mhc as _triton
+from ..last import declined
+from ..norm.schema import LIB
+from . import formulas as mf
+
+LIB.define("mhc_pre(Tensor x, Tensor phi, Tensor a_pre, Tensor a_post, Tensor a_res, Tensor b_pre, Tensor b_post, "
+           "Tensor b_res, Tensor? perms, float eps, int iters) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+LIB.define("mhc_pre_backward(Tensor? dh, Tensor? dh_pre, Tensor? dh_post, Tensor? dh_res, Tensor x, Tensor phi, "
+           "Tensor a_pre, Tensor a_post, Tensor a_res, Tensor b_pre, Tensor b_post, Tensor b_res, Tensor? perms, "
+           "Tensor p, Tensor rstd, float eps, int iters) "
+           "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+
+COEFFS = ("a_pre", "a_post", "a_res", "b_pre", "b_post", "b_res")
+
+
+def _pre_formulas(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
+    return tuple(t.contiguous() for t in mf.pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters))
+
+
+def _pre_backward_formulas(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, p,
+                           rstd, eps, iters):
+    gs = mf.pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps,
+                         iters)
+    return tuple(g.contiguous() for g in gs)
+
+
+def perm_index(perms: torch.Tensor | None, n: int) -> torch.Tensor | None | bool:
+    """mHC-lite's (r, n, n) permutation matrices as the kernels' index table (r, n) int32: P_k[i, idx[k, i]] = 1.
+    False when ``perms`` are not permutation matrices (the formulas take those)."""
+    if perms is None:
+        return None
+    if perms.dim() != 3 or perms.shape[1:] != (n, n) or perms.shape[0] < 1:
+        return False
+    one_hot = ((perms == 0) | (perms == 1)).all() and (perms.sum(-1) == 1).all() and (perms.sum(-2) == 1).all()
+    if not bool(one_hot):
+        return False
+    return perms.argmax(-1).to(device=perms.device, dtype=torch.int32).contiguous()
+
+
+def _kernel_params(x, phi, coeffs):
+    return (x.dtype != torch.float64 and phi.dtype != torch.float64
+            and all(t.dtype != torch.float64 for t in coeffs))
+
+
+def _scal_bias(a_pre, a_post, a_res, b_pre, b_post, b_res):
+    scal = torch.stack([a_pre.reshape(()), a_post.reshape(()), a_res.reshape(())]).float()
+    bias = torch.cat([b_pre.reshape(-1), b_post.reshape(-1), b_res.reshape(-1)]).float()
+    return scal, bias
+
+
+def _kernel_index(k, x, phi, coeffs, perms, iters):
+    """The permutation index table (None for mHC) when kernel backend ``k`` takes the call, else False."""
+    if x.dim() < 2 or not (_kernel_params(x, phi, coeffs) and k.applies(x, phi.shape[-1], iters)):
+        return False
+    return perm_index(perms, x.shape[-2])
+
+
+def _impls(k):
+    def pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
+        coeffs = (a_pre, a_post, a_res, b_pre, b_post, b_res)
+        idx = _kernel_index(k, x, phi, coeffs, perms, iters)
+        if idx is False:
+            declined()
+            return _pre_formulas(x, phi, *coeffs, perms, eps, iters)
+        return k.mhc_pre(x, phi, *_scal_bias(*coeffs), idx, eps, iters)
+
+    def pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, p, rstd,
+                     eps, iters):
+        coeffs = (a_pre, a_post, a_res, b_pre, b_post, b_res)
+        idx = _kernel_index(k, x, phi, coeffs, perms, iters)
+        if idx is False or (dh is not None and dh.dtype != x.dtype) or p.dtype != torch.float32:
+            return _pre_backward_formulas(dh, dh_pre, dh_post, dh_res, x, phi, *coeffs, perms, p, rstd, eps, iters)
+        dx, dlogits, dphi = k.mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, *_scal_bias(*coeffs), idx, p, rstd,
+                                               iters)
+        return (dx, dphi.to(phi.dtype), *mf.coefficient_grads(dlogits, p, x.shape[-2], coeffs))
+
+    return pre, pre_backward
+
+
+CPU = _impls(_cpu)
+TRITON = _impls(_triton)
+LIB.impl("mhc_pre", CPU[0], "CPU")
+LIB.impl("mhc_pre_backward", CPU[1], "CPU")
+LIB.impl("mhc_pre", TRITON[0], "CUDA")
+LIB.impl("mhc_pre_backward", TRITON[1], "CUDA")
+LIB.impl("mhc_pre", _pre_formulas, "CompositeExplicitAutograd")
+LIB.impl("mhc_pre_backward", _pre_backward_formulas, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("addnorm::mhc_pre", lib=LIB)
+def _pre_fake(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
+    ct = mf.compute_dtype(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res)
+    lead, n, m = x.shape[:-2], x.shape[-2], phi.shape[-1]
+    f = dict(dtype=ct)
+    return (x.new_empty(lead + x.shape[-1:]), x.new_empty(lead + (n,), **f), x.new_empty(lead + (n,), **f),
+            x.new_empty(lead + (n, n), **f), x.new_empty(lead + (m,), **f), x.new_empty(lead, **f))
+
+
+@torch.library.register_fake("addnorm::mhc_pre_backward", lib=LIB)
+def _pre_backward_fake(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, p, rstd,
+                       eps, iters):
+    return tuple(t.new_empty(t.shape) for t in (x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res))
