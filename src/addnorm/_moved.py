@@ -16,6 +16,7 @@ import warnings
 
 # old -> new; a package entry covers its submodules too (addnorm.benchmark.timing -> addnorm.bench.timing)
 MOVED: dict[str, str] = {
+    "addnorm.placement": "addnorm.model.placement",
 }
 
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from ..nn.factory import make_norm
-from ..placement import Placement, deepnorm_constants
+from .placement import Placement, deepnorm_constants
 from .attention import MultiHeadAttention
 from .config import GPTConfig
 from .feedforward import FeedForward

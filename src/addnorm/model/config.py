@@ -7,7 +7,7 @@ import numbers
 from dataclasses import dataclass
 
 from ..nn.factory import NORM_KINDS, POINTWISE_KINDS
-from ..placement import Placement, PlacementSpec, resolve_placements
+from .placement import Placement, PlacementSpec, resolve_placements
 
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu")
 DEFAULT_STREAMS = 4  # n_streams of a widened placement when not given (HC, mHC and DeepSeek V4 use 4)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..nn.factory import make_norm
-from ..placement import deepnorm_constants, final_norm_needed
+from .placement import deepnorm_constants, final_norm_needed
 from .block import TransformerBlock
 from .config import GPTConfig
 from .denseformer import DepthWeightedAverage

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..nn.factory import POINTWISE_KINDS, make_norm
-from ..placement import Placement
+from .placement import Placement
 
 
 class ResidualSubLayer(nn.Module):

@@ -32,6 +32,8 @@ import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from ..nn.factory import NORM_KINDS
+
 RESIDUAL_FORMS = ("add", "scaled", "gated", "none", "normalized", "from_norm")
 STREAMS = ("single", "hc", "mhc", "mhc_lite")
 
@@ -63,8 +65,6 @@ class Placement:
         if self.stream != "single" and (self.after_sum is not None or self.residual != "add"):
             raise ValueError(f"a widened stream ({self.stream!r}) mixes its streams itself: after_sum must be None "
                              f"and residual 'add', got after_sum={self.after_sum!r}, residual={self.residual!r}")
-        from .nn.factory import NORM_KINDS
-
         for slot in ("before", "after_branch", "after_sum"):
             v = getattr(self, slot)
             if v is not None and v != "default" and v not in NORM_KINDS:
