@@ -42,6 +42,8 @@ class GPTConfig:
     dyt_alpha: float | tuple[float, float, float] = DYT_ALPHA  # DyT/Derf alpha0: one, or (attention, FFN, final)
     dense_dilation: int = 1  # denseformer: block i averages the outputs j with (i - j) % dilation == 0
     dense_period: int = 1  # denseformer: a DWA after every dense_period-th block only
+    embed_scale: float | None = None  # a learned scalar on the token embedding, starting at this value (the DyT
+    #                                   paper's LLaMA code: sqrt(n_embd)); None: no scale
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "d_ff"):
@@ -56,6 +58,8 @@ class GPTConfig:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.embed_scale is not None and not _positive_number(self.embed_scale):
+            raise ConfigError(f"embed_scale must be None or a finite number > 0, got {self.embed_scale!r}")
         object.__setattr__(self, "placement", _placement_spec(self.placement))
         if isinstance(self.dyt_alpha, list):
             object.__setattr__(self, "dyt_alpha", tuple(self.dyt_alpha))

@@ -27,6 +27,7 @@ class GPT(nn.Module):
         placements = r.placements
         # the modules in the order checkpoints (state_dict keys, parameter order) have always had them
         self.wte = nn.Embedding(c.vocab_size, c.n_embd)
+        self.embed_scale = None if c.embed_scale is None else nn.Parameter(torch.tensor(float(c.embed_scale)))
         self.wpe = r.position_embedding()  # None where attention rotates q and k itself (nGPT's RoPE)
         self.drop = nn.Dropout(c.dropout)
         self.h = nn.ModuleList(r.block(i, p) for i, p in enumerate(placements))
@@ -51,14 +52,20 @@ class GPT(nn.Module):
 
     def _init_weights(self) -> None:
         """GPT-2's N(0, 0.02) everywhere, then the regime's own init over it (GPT-2's residual-scaled
-        projections, DeepNorm's and LNS's variants of them, or nGPT's sphere)."""
+        projections, DeepNorm's and LNS's variants of them, or nGPT's sphere); the embedding scale at its
+        option's value."""
         gpt2_init_(self)
         self.regime.init_weights_(self)
+        if self.embed_scale is not None:
+            with torch.no_grad():
+                self.embed_scale.fill_(float(self.config.embed_scale))
 
     def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        """(B, T) token ids -> (B, T, C): the token embedding plus the learned positions (where the regime
-        has them), dropout applied."""
+        """(B, T) token ids -> (B, T, C): the token embedding (times the learned ``embed_scale``, where the
+        config has one), plus the learned positions (where the regime has them), dropout applied."""
         x = self.wte(idx)
+        if self.embed_scale is not None:
+            x = self.embed_scale * x
         if self.wpe is not None:
             x = x + self.wpe(torch.arange(idx.size(1), device=idx.device))
         return self.drop(x)

@@ -20,7 +20,8 @@ from .base import Regime
 # the GPTConfig fields that nGPT's blocks do not read, with their defaults: anything else would be ignored
 _UNREAD = {"activation": ("gelu_tanh", "its MLP is SwiGLU"),
            "eps": (1e-5, "it normalizes by the L2 norm, with no norm layer"),
-           "backend": (None, "it has no norm layer to run on a backend")}
+           "backend": (None, "it has no norm layer to run on a backend"),
+           "embed_scale": (None, "its stream starts on the unit sphere, where a scale would take it off")}
 
 
 class NormalizedStream(Regime):
