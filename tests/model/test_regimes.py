@@ -59,3 +59,18 @@ def test_a_residual_sublayer_refuses_the_normalized_form():
     the branch as if the form were 'add'."""
     with pytest.raises(ValueError, match="residual='normalized' .* nGPT's own block"):
         ResidualSubLayer(torch.nn.Linear(8, 8), 8, PLACEMENTS["ngpt"])
+
+
+@pytest.mark.parametrize("placement", ["denseformer", "ngpt"])
+def test_a_copied_model_runs_on_its_own_parts(placement):
+    """The regime holds the parts it built (DenseFormer's averages, nGPT's s_z): a deepcopy's regime must use the
+    copy's, or training the copy would read the original's weights."""
+    import copy
+
+    m = GPT(GPTConfig(**TINY, placement=placement))
+    c = copy.deepcopy(m)
+    idx = torch.randint(0, 16, (2, 5), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        part = c.dwa[1].weight if placement == "denseformer" else c.s_z.weight
+        part.add_(1.0)
+    assert not torch.equal(c(idx), m(idx))
