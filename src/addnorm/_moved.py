@@ -20,6 +20,7 @@ MOVED: dict[str, str] = {
     "addnorm.out_buffers": "addnorm.functional.buffers",
     "addnorm.pointwise_functional": "addnorm.functional.pointwise",
     "addnorm.stream_functional": "addnorm.functional.stream",  # (mhc_pre, which it also held, is functional.mhc's)
+    "addnorm.placement": "addnorm.model.placement",
 }
 
 

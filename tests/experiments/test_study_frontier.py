@@ -20,7 +20,7 @@ from addnorm.experiments.study.config import DYT_PAPER_ALPHA, FRONTIER_FORMS, St
 from addnorm.experiments.study.data import load_split
 from addnorm.experiments.study.flat import flatten_step, improvement
 from addnorm.experiments.study.probe import probe, saturated, slot_of
-from addnorm.placement import FRONTIER
+from addnorm.model.placement import FRONTIER
 
 TINY = dict(depth=2, d_model=32, heads=2, seq_len=32, batch=4, steps=30, eval_every=10, eval_batches=2,
             checkpoint_every=5)

@@ -197,7 +197,7 @@ def test_bad_combinations_are_refused_naming_the_argument(kw, match):
 
 
 def _custom(**kw):
-    from addnorm.placement import Placement
+    from addnorm.model.placement import Placement
 
     return Placement("custom", **kw)
 
@@ -256,7 +256,7 @@ def test_widened_placements_default_to_four_streams_and_single_ones_to_one():
     dict(before="dyt", after_branch="rms", depth_scaled=True, dense=True),
 ])
 def test_custom_placements_compose(kw):
-    from addnorm.placement import Placement
+    from addnorm.model.placement import Placement
 
     p = Placement("custom", final_norm=True, **kw)
     cfg = GPTConfig(**TINY, placement=p, value_residual=True, n_streams=3 if p.widened else None)
@@ -268,7 +268,7 @@ def test_custom_placements_compose(kw):
 
 
 def test_a_widened_stream_refuses_a_norm_of_the_sum():
-    from addnorm.placement import Placement
+    from addnorm.model.placement import Placement
 
     with pytest.raises(ValueError, match="after_sum must be None"):
         Placement("x", stream="mhc", after_sum="layer")
@@ -405,7 +405,7 @@ def test_the_n_copies_become_n_streams_in_training(name):
 
 def test_every_placement_name_resolves_to_n_layer_placements():
     """hybrid_star gave one placement for n_layer = 0 (and for -2): its first block came unconditionally."""
-    from addnorm.placement import PLACEMENTS, resolve_placements
+    from addnorm.model.placement import PLACEMENTS, resolve_placements
 
     for name in [*PLACEMENTS, "mix", "hybrid_star"]:
         for n in (0, 1, 3):

@@ -7,7 +7,7 @@ from torch import nn
 
 import addnorm
 from addnorm.model import GPT, FeedForward, GPTConfig, MultiHeadAttention, ResidualSubLayer, TransformerBlock
-from addnorm.placement import PLACEMENTS
+from addnorm.model.placement import PLACEMENTS
 
 
 def test_seed_002_attention_sublayer_parameter_count():

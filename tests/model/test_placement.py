@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from addnorm.model import GPT, GPTConfig, ResidualSubLayer
-from addnorm.placement import NAMES, PLACEMENTS, Placement, deepnorm_constants, resolve_placements
+from addnorm.model.placement import NAMES, PLACEMENTS, Placement, deepnorm_constants, resolve_placements
 
 D = 16
 

@@ -6,7 +6,7 @@ import struct
 import matplotlib.colors as mcolors
 import pytest
 
-from addnorm.placement import NAMES
+from addnorm.model.placement import NAMES
 from addnorm.report import study_figures, study_style
 
 PLACEMENTS = ("post", "pre", "sandwich", "deepnorm", "mix", "rezero", "layerscale", "hc", "mhc", "mhc_lite", "lns",

@@ -66,7 +66,7 @@ def test_report_files_and_numbers_match_json(tour_dir):
 
 
 def test_frontier_diagrams_cover_every_new_placement(tmp_path):
-    from addnorm.placement import PLACEMENTS
+    from addnorm.model.placement import PLACEMENTS
     from addnorm.report.frontier_diagrams import PANELS, frontier_diagrams
 
     drawn = {name for key in PANELS for name in key.split(" / ")}

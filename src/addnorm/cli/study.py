@@ -13,6 +13,7 @@ from ..experiments.study.config import PRESETS, Study, StudyConfigError, as_stud
 from ..experiments.study.data import load_split
 from ..experiments.study import tensorboard
 from ..experiments.study.grid import report_only, run_study
+from ..model.placement import parse_placement
 from ..store import check_writable_dir
 from .output import console as make_console
 from .output import error
@@ -113,7 +114,7 @@ def grid_from_args(args) -> Study:
              "clips": float, "inits": str}
     over = {k: _axis(k, getattr(args, k), kinds[k]) for k in kinds if getattr(args, k) is not None}
     if "placements" in over:  # "post+post+pre+pre": one placement per layer
-        over["placements"] = tuple(tuple(p.split("+")) if "+" in p else p for p in over["placements"])
+        over["placements"] = tuple(parse_placement(p) for p in over["placements"])
     for option, axis, kind in (("n_streams", "n_streams", int), ("value_residual", "value_residuals", _switch),
                                ("dyt_alpha", "dyt_alphas", _alpha)):
         if getattr(args, option) is not None:

@@ -22,7 +22,7 @@ from rich.markup import escape
 from .. import diagnostics
 from ..diagnostics import plots
 from ..model import GPT, GPTConfig
-from ..placement import NAMES, PLACEMENTS
+from ..model.placement import NAMES, PLACEMENTS
 from .corpus import load_corpus
 from ..store import atomic_write_text, digest, read_json
 

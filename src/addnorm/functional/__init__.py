@@ -14,7 +14,7 @@ backend runs.
 
 The ``add_*`` forms are the fused "Add & Norm": ``s = x + residual; y = norm(s)``, returning the
 new residual stream ``s`` beside ``y`` (that is their whole point, so there is no flag for it; in
-particular nothing here is called "prenorm" -- placement lives in ``addnorm.placement``).
+particular nothing here is called "prenorm" -- placement lives in ``addnorm.model.placement``).
 
 Backends (chosen explicitly, never by environment at import time):
     "cpu"    -- the fused C kernels (float32/bfloat16/float16 on the CPU), one pass each way

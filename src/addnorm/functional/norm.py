@@ -10,7 +10,7 @@ dispatcher's cost.
 
 The ``add_*`` forms are the fused "Add & Norm": ``s = x + residual; y = norm(s)``, returning the
 new residual stream ``s`` beside ``y`` (that is their whole point, so there is no flag for it; in
-particular nothing here is called "prenorm" -- placement lives in ``addnorm.placement``).
+particular nothing here is called "prenorm" -- placement lives in ``addnorm.model.placement``).
 """
 
 from __future__ import annotations

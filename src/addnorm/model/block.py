@@ -8,9 +8,8 @@ import torch
 from torch import nn
 
 from ..nn.factory import make_norm
-from ..placement import Placement, deepnorm_constants
+from .placement import Placement, deepnorm_constants
 from .attention import MultiHeadAttention
-from .config import GPTConfig
 from .feedforward import FeedForward
 from .streams import make_connection
 from .sublayer import ResidualSubLayer
@@ -25,7 +24,8 @@ class TransformerBlock(nn.Module):
     mhc_lite) ``x`` is (B, T, n, C) and each sub-layer has its own stream connection.
     """
 
-    def __init__(self, config: GPTConfig, layer_idx: int = 0, placement: Placement | None = None):
+    def __init__(self, config, layer_idx: int = 0, placement: Placement | None = None):
+        """``config``: a GPTConfig (not imported here: the config imports the regimes that build blocks)."""
         super().__init__()
         c = config
         self.layer_idx = layer_idx

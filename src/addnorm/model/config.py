@@ -7,16 +7,14 @@ import numbers
 from dataclasses import dataclass
 
 from ..nn.factory import NORM_KINDS, POINTWISE_KINDS
-from ..placement import Placement, PlacementSpec, resolve_placements
+from . import regimes
+from .errors import ConfigError, spec_name
+from .placement import Placement, PlacementSpec, final_norm_needed, parse_placement, resolve_placements
 
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu")
 DEFAULT_STREAMS = 4  # n_streams of a widened placement when not given (HC, mHC and DeepSeek V4 use 4)
 DYT_ALPHA = 0.5  # DyT's default alpha0 (Zhu et al. 2025); their LLaMA 7B uses (0.8, 0.2, 0.2)
-MHC_LITE_MAX_STREAMS = 6  # n! permutation matrices: 720 at n = 6, 40320 at n = 8
-
-
-class ConfigError(ValueError):
-    """A bad GPTConfig field; the message starts with the field's name."""
+ALPHA_SLOTS = ("attn", "mlp", "final")  # the entries of a dyt_alpha tuple
 
 
 @dataclass(frozen=True)
@@ -44,107 +42,79 @@ class GPTConfig:
     dyt_alpha: float | tuple[float, float, float] = DYT_ALPHA  # DyT/Derf alpha0: one, or (attention, FFN, final)
     dense_dilation: int = 1  # denseformer: block i averages the outputs j with (i - j) % dilation == 0
     dense_period: int = 1  # denseformer: a DWA after every dense_period-th block only
+    embed_scale: float | None = None  # a learned scalar on the token embedding, starting at this value (the DyT
+    #                                   paper's LLaMA code: sqrt(n_embd)); None: no scale
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "d_ff"):
             v = getattr(self, name)
             if (v is not None or name != "d_ff") and (isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1):
                 raise ConfigError(f"{name} must be an integer >= 1, got {v!r}")
-        if isinstance(self.eps, bool) or not isinstance(self.eps, int | float) or not math.isfinite(self.eps):
-            raise ConfigError(f"eps must be a finite number, got {self.eps!r}")
+        if not _positive_number(self.eps):
+            raise ConfigError(f"eps must be a finite number > 0, got {self.eps!r}")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if isinstance(self.placement, list):  # keep the config hashable and frozen
-            object.__setattr__(self, "placement", tuple(self.placement))
+        if self.embed_scale is not None and not _positive_number(self.embed_scale):
+            raise ConfigError(f"embed_scale must be None or a finite number > 0, got {self.embed_scale!r}")
+        object.__setattr__(self, "placement", _placement_spec(self.placement))
         if isinstance(self.dyt_alpha, list):
             object.__setattr__(self, "dyt_alpha", tuple(self.dyt_alpha))
-        ngpt = _is_ngpt(self.placement)
-        if ngpt and self.norm is not None:
-            raise ConfigError(f"norm: nGPT normalizes by the L2 norm on the sphere and takes no norm kind, "
-                              f"got norm={self.norm!r}")
-        if self.norm is None and not ngpt:
-            object.__setattr__(self, "norm", "layer")
         if self.norm is not None and self.norm not in NORM_KINDS:
             raise ConfigError(f"norm kind must be one of {NORM_KINDS}, got {self.norm!r}")
-        placements = self.placements()  # validates names and the norm kind
-        self._check_frontier(placements)
-
-    def _check_frontier(self, placements: list[Placement]) -> None:
-        for p in placements:  # a sub-layer without a connection on a widened stream would run once per copy
-            if p.for_mlp().stream != p.stream:
-                raise ConfigError(f"placement: the FFN's placement must use the attention's residual stream, "
-                                  f"got {p.stream!r} for attention and {p.for_mlp().stream!r} for the FFN "
-                                  f"(placement {p.name!r})")
-        streams = {p.stream for p in placements}
-        if len(streams) > 1:
-            raise ConfigError(f"placement: every layer must use the same residual stream, got {sorted(streams)}")
-        stream = streams.pop()
-        n = self.n_streams
-        if n is not None:
-            if isinstance(n, bool) or not isinstance(n, int):
-                raise ConfigError(f"n_streams must be an integer, got {n!r} ({type(n).__name__})")
-            if n < 1:
-                raise ConfigError(f"n_streams must be >= 1, got {n}")
-            if n > 1 and stream == "single":
-                raise ConfigError(f"n_streams={n} needs a widened-stream placement (hc, mhc, mhc_lite); "
-                                  f"placement {_spec_name(self.placement)} has one stream")
-            if stream == "mhc_lite" and n > MHC_LITE_MAX_STREAMS:
-                raise ConfigError(f"n_streams={n} is too wide for mhc_lite: it mixes all n! = {math.factorial(n)} "
-                                  f"permutation matrices; use n_streams <= {MHC_LITE_MAX_STREAMS} or placement='mhc'")
-        it = self.sinkhorn_iters
-        if isinstance(it, bool) or not isinstance(it, int) or it < 1:
-            raise ConfigError(f"sinkhorn_iters must be an integer >= 1, got {it!r}")
+        self._check_mix_post_layers()
+        placements = self.placements()  # validates the names
+        if self.norm is None:
+            object.__setattr__(self, "norm", regimes.default_norm(placements))
+        regimes.validate(self, placements)  # the residual stream's regime and its own options
         if not isinstance(self.value_residual, bool):
             raise ConfigError(f"value_residual must be True or False, got {self.value_residual!r}")
+        self._check_dyt_alpha(placements)
+
+    def _check_mix_post_layers(self) -> None:
+        k = self.mix_post_layers
+        if k is None:
+            return
+        if self.placement != "mix":
+            raise ConfigError(f"mix_post_layers={k!r} sets how many leading layers of placement 'mix' are post-norm; "
+                              f"placement {spec_name(self.placement)} does not read it")
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 0 <= k <= self.n_layer:
+            raise ConfigError(f"mix_post_layers must be an integer in [0, n_layer={self.n_layer}], got {k!r}")
+
+    def _check_dyt_alpha(self, placements: list[Placement]) -> None:
         a = self.dyt_alpha
         alphas = a if isinstance(a, tuple) else (a,)
         if isinstance(a, tuple) and len(a) != 3:
             raise ConfigError(f"dyt_alpha must be one number or (attention, FFN, final), got {len(a)} values")
         if any(isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) for v in alphas):
             raise ConfigError(f"dyt_alpha must be finite numbers, got {a!r}")
-        for name in ("dense_dilation", "dense_period"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{name} must be an integer >= 1, got {v!r}")
-        normalized = [q.residual == "normalized" for p in placements for q in (p, p.for_mlp())]
-        if any(normalized) and not all(normalized):
-            raise ConfigError("placement: 'ngpt' cannot be mixed with other placements in one model")
-        if all(normalized):  # nGPT's blocks read none of these: refuse rather than ignore them
-            for p in placements:
-                for q in (p, p.for_mlp()):
-                    for field in ("before", "after_branch", "after_sum"):
-                        if getattr(q, field) is not None:
-                            raise ConfigError(f"placement: nGPT (residual='normalized') normalizes by the L2 norm "
-                                              f"and takes no norm slot, got {field}={getattr(q, field)!r} in "
-                                              f"placement {q.name!r}")
-                    for field in ("dense", "depth_scaled", "qkv_norm"):
-                        if getattr(q, field):
-                            raise ConfigError(f"placement: nGPT (residual='normalized') takes no {field}, "
-                                              f"got {field}=True in placement {q.name!r}")
-        dense = {p.dense for p in placements}
-        if len(dense) > 1:  # GPT puts the DWAs after every block or none
-            raise ConfigError(f"placement: every layer must agree on dense (DenseFormer's depth-weighted averages "
-                              f"follow every block or none), got dense={[p.dense for p in placements]}")
-        if not dense.pop():
-            for name in ("dense_dilation", "dense_period"):
-                if getattr(self, name) != 1:
-                    raise ConfigError(f"{name}={getattr(self, name)} needs a DenseFormer placement (dense=True); "
-                                      f"placement {_spec_name(self.placement)} has none")
-        if any(v != DYT_ALPHA for v in alphas) and not self._has_pointwise_norm(placements):
+        read = self._alpha_slots(placements)
+        if any(v != DYT_ALPHA for v in alphas) and not read:
             raise ConfigError(f"dyt_alpha={a!r} sets the alpha of DyT/Derf norms, and this model has none "
-                              f"(norm={self.norm!r}, placement {_spec_name(self.placement)})")
+                              f"(norm={self.norm!r}, placement {spec_name(self.placement)})")
+        if isinstance(a, tuple):
+            for slot, v in zip(ALPHA_SLOTS, a):
+                if v != DYT_ALPHA and slot not in read:
+                    raise ConfigError(f"dyt_alpha={a!r}: its {slot} entry sets the alpha of DyT/Derf norms in the "
+                                      f"{slot} slot, and this model has none there (norm={self.norm!r}, "
+                                      f"placement {spec_name(self.placement)}); leave it at {DYT_ALPHA}")
 
-    def _has_pointwise_norm(self, placements: list[Placement]) -> bool:
-        """Does any norm of the model take dyt_alpha: the norm kind DyT or Derf (default slots, the final
-        norm, HybridNorm's QKV norms), or a DyT/Derf kind in a placement's own slot?"""
-        if self.norm in POINTWISE_KINDS:
-            return True
-        return any(getattr(q, s) in POINTWISE_KINDS for p in placements for q in (p, p.for_mlp())
-                   for s in ("before", "after_branch", "after_sum"))
+    def _alpha_slots(self, placements: list[Placement]) -> set[str]:
+        """The entries of dyt_alpha that some DyT/Derf norm reads: 'attn' (attention's norm slots and
+        HybridNorm's QKV norms), 'mlp' (the FFN's norm slots), 'final' (the final norm)."""
+        slots = ("before", "after_branch", "after_sum")
+        read = set()
+        if any(getattr(p, s) in POINTWISE_KINDS for p in placements for s in slots) or \
+                (self.norm in POINTWISE_KINDS and any(p.qkv_norm for p in placements)):
+            read.add("attn")
+        if any(getattr(p.for_mlp(), s) in POINTWISE_KINDS for p in placements for s in slots):
+            read.add("mlp")
+        if self.norm in POINTWISE_KINDS and final_norm_needed(placements):
+            read.add("final")
+        return read
 
     @property
     def ff_dim(self) -> int:
@@ -167,15 +137,22 @@ class GPTConfig:
                                   self.mix_post_layers)
 
 
-def _spec_name(spec: PlacementSpec) -> str:
-    """The placement as the user gave it, for messages: 'mix', 'hybrid_star', or each layer's name."""
+
+def _positive_number(v) -> bool:
+    return not isinstance(v, bool) and isinstance(v, numbers.Real) and math.isfinite(v) and v > 0
+
+
+def _placement_spec(spec) -> PlacementSpec:
+    """The placement as a name, a Placement, or a tuple of them (hashable and frozen); 'a+b+c' is the CLI's
+    one placement per layer."""
     if isinstance(spec, str):
-        return repr(spec)
+        try:
+            return parse_placement(spec)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     if isinstance(spec, Placement):
-        return repr(spec.name)
-    return repr([p if isinstance(p, str) else p.name for p in spec])
-
-
-def _is_ngpt(spec: PlacementSpec) -> bool:
-    names = [spec] if isinstance(spec, str | Placement) else list(spec)
-    return any((p == "ngpt") if isinstance(p, str) else p.residual == "normalized" for p in names)
+        return spec
+    if isinstance(spec, list | tuple) and spec and all(isinstance(p, str | Placement) for p in spec):
+        return tuple(spec)
+    raise ConfigError(f"placement must be a placement name, a Placement, or a list of them (one per layer), "
+                      f"got {spec!r}")

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..nn.factory import POINTWISE_KINDS, make_norm
-from ..placement import Placement
+from .placement import Placement
 
 
 class ResidualSubLayer(nn.Module):
@@ -27,6 +27,10 @@ class ResidualSubLayer(nn.Module):
         super().__init__()
         if "default" in (placement.before, placement.after_branch, placement.after_sum):
             raise ValueError("placement has 'default' slots; call placement.with_norm(kind) first")
+        if placement.residual == "normalized":
+            raise ValueError(f"placement {placement.name!r}: residual='normalized' is nGPT's stream on the sphere, "
+                             f"built by nGPT's own block (model/ngpt.py, GPT with placement='ngpt'), "
+                             f"not by a ResidualSubLayer")
         if placement.widened != (streams is not None):
             raise ValueError(f"placement {placement.name!r} (stream {placement.stream!r}) needs "
                              f"{'a' if placement.widened else 'no'} stream connection")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ...model import GPTConfig, MultiHeadAttention, ResidualSubLayer, TransformerBlock
-from ...placement import PLACEMENTS
+from ...model.placement import PLACEMENTS
 
 
 def run(seed: int = 0) -> dict:

@@ -9,7 +9,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 
 from ...model.config import DYT_ALPHA, ConfigError, GPTConfig
-from ...placement import NAMES, PLACEMENTS
+from ...model.placement import NAMES, PLACEMENTS
 
 NORMS = ("layer", "rms", "dyt", "derf", "batch")
 INITS = ("gpt2", "xavier")

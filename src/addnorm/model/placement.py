@@ -13,7 +13,9 @@ Residual forms, with F the branch and x the residual stream:
     "scaled"  alpha * x + F              (DeepNorm: alpha = (2N)^(1/4) up-weights the skip path)
     "gated"   x + g * F,  g learnable    (ReZero: scalar g = 0 at init; LayerScale: vector g small)
     "none"    F                          (no skip path at all)
-    "normalized"  Norm(x + a * (Norm(F) - x)), a learnable  (nGPT: the stream stays on the unit sphere)
+    "normalized"  Norm(x + a * (Norm(F) - x)), a learnable  (nGPT: the stream stays on the unit sphere; built
+                  by nGPT's own block and regime, model/ngpt.py and model/regimes/normalized.py: a
+                  ResidualSubLayer refuses it)
     "from_norm"   Norm(x) + F(Norm(x))      (HybridNorm's FFN: the skip path starts after the norm)
 
 Beyond the three slots, a placement says what the residual stream is:
@@ -31,6 +33,8 @@ from __future__ import annotations
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+
+from ..nn.factory import NORM_KINDS
 
 RESIDUAL_FORMS = ("add", "scaled", "gated", "none", "normalized", "from_norm")
 STREAMS = ("single", "hc", "mhc", "mhc_lite")
@@ -63,8 +67,6 @@ class Placement:
         if self.stream != "single" and (self.after_sum is not None or self.residual != "add"):
             raise ValueError(f"a widened stream ({self.stream!r}) mixes its streams itself: after_sum must be None "
                              f"and residual 'add', got after_sum={self.after_sum!r}, residual={self.residual!r}")
-        from .nn.factory import NORM_KINDS
-
         for slot in ("before", "after_branch", "after_sum"):
             v = getattr(self, slot)
             if v is not None and v != "default" and v not in NORM_KINDS:
@@ -147,6 +149,18 @@ _HYBRID_FIRST = Placement("hybrid_star_first", before="default", qkv_norm=True, 
 NAMES = tuple(PLACEMENTS) + PER_LAYER
 
 PlacementSpec = str | Placement | Sequence[str | Placement]
+
+
+def parse_placement(text: str) -> str | tuple[str, ...]:
+    """A placement as written on the command line or in a config: a name, or ``"a+b+c"``, one name per layer
+    (``"post+post+pre+pre"``). The one parser of that syntax (the CLI's and GPTConfig's)."""
+    if "+" not in text:
+        return text
+    names = tuple(n.strip() for n in text.split("+"))
+    if not all(names):
+        raise ValueError(f"placement {text!r}: 'a+b+c' needs a placement name on each side of every '+' "
+                         f"(one per layer), e.g. 'post+pre+pre'")
+    return names
 
 
 def get_placement(name: str | Placement) -> Placement:
