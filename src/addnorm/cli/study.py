@@ -15,15 +15,14 @@ from ..experiments.study import tensorboard
 from ..experiments.study.grid import report_only, run_study
 from ..store import check_writable_dir
 from .output import console as make_console
-from .output import error
+from .output import add_out, error
 
 FLAGS = {"placement": "--placements", "norm": "--norms", "depth": "--depths", "lr": "--lrs", "warmup": "--warmups",
          "seed": "--seeds", "clip": "--clips", "init": "--inits", "steps": "--steps", "n_streams": "--n-streams",
          "value_residual": "--value-residual", "dyt_alpha": "--dyt-alpha", "d_model": "--d-model"}
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("study", help="train a grid of models: placements x norms x depth x lr x warmup x seed")
+def add_arguments(p) -> None:
     p.add_argument("--preset", default="default", choices=sorted(PRESETS),
                    help="quick: <= 3 min on 2 cores; default: <= 25 min; dyt: ~10 min; paper, frontier, depth, long, "
                         "wide, mixing: hours (times and sharding in docs/study.md) (default %(default)s)")
@@ -46,7 +45,7 @@ def add_parser(sub) -> None:
                         "tensorboard package; metrics.jsonl stays the record) (default: off)")
     p.add_argument("--data", default=None, help="a folder of text files, split by file (default: the Python "
                                                  "standard library)")
-    p.add_argument("--out", default="results/study", help="results directory (default %(default)s)")
+    add_out(p, "study", "results directory")
     p.add_argument("--shard", default="0/1", help="i/n: run every n-th run starting at i (default %(default)s)")
     p.add_argument("--list", action="store_true", help="print the grid and exit (default: off)")
     p.add_argument("--report-only", action="store_true",
