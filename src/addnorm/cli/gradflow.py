@@ -26,7 +26,8 @@ def add_arguments(p) -> None:
     p.add_argument("--depth", type=int, default=GradflowConfig.depth, help="blocks per stack (default %(default)s)")
     p.add_argument("--d-model", type=int, default=GradflowConfig.d_model, help="model width")
     p.add_argument("--heads", type=int, default=GradflowConfig.n_head, help="attention heads")
-    p.add_argument("--seq-len", type=int, default=GradflowConfig.seq_len, help="tokens per sequence")
+    p.add_argument("--seq-len", type=int, default=GradflowConfig.seq_len,
+                   help="tokens per sequence, at most the model's context (1024)")
     p.add_argument("--batch", type=int, default=GradflowConfig.batch, help="sequences per batch")
     p.add_argument("--norm", default=GradflowConfig.norm, choices=["layer", "rms", "dyt", "derf"], help="norm kind")
     p.add_argument("--n-streams", type=int, default=None,
