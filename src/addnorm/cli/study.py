@@ -16,6 +16,7 @@ from ..experiments.study.grid import report_only, run_study
 from ..store import check_writable_dir
 from .output import console as make_console
 from .output import add_out, error
+from .study_summary import print_summary, run_line
 
 FLAGS = {"placement": "--placements", "norm": "--norms", "depth": "--depths", "lr": "--lrs", "warmup": "--warmups",
          "seed": "--seeds", "clip": "--clips", "init": "--inits", "steps": "--steps", "n_streams": "--n-streams",
@@ -178,17 +179,20 @@ def run(args) -> int:
             return _error(f"--tensorboard: {e}")
     console.print(f"data: {escape(data.source)} ({data.train_files} training files, {data.val_files} validation files; "
                   f"unigram plateau {data.unigram_nats:.3f} nats)")
+    # in a terminal the bars; in a log (stdout redirected) a line per finished run, as it finishes
+    live = console.is_terminal
+    on_run = None if live else (lambda k, total, row: console.print(run_line(k, total, row), markup=False))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
-                  TimeElapsedColumn(), TimeRemainingColumn(), console=console, disable=rank != 0) as progress:
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=console, disable=rank != 0 or not live) as progress:
         study = run_study(grid, data, Path(args.out), progress, (i, n),
-                          tensorboard=None if args.tensorboard is None else Path(args.tensorboard))
+                          tensorboard=None if args.tensorboard is None else Path(args.tensorboard), on_run=on_run)
     if rank != 0:
         return 0
     return _done(console, args.out, study)
 
 
 def _done(console, out: str, study: dict) -> int:
-    console.print((Path(out) / "summary.md").read_text(encoding="utf-8"), markup=False)
-    console.print(f"results in {escape(out)}/: index.html (the report), summary.csv, summary.json, summary.md, "
-                  f"figures/{{{','.join(study['figures'])}}}")
+    print_summary(console, study, out)  # the full Markdown tables are in summary.md
+    console.print(f"results in {escape(out)}/: index.html (the report), summary.md (every table), summary.csv, "
+                  f"summary.json, figures/{{{','.join(study['figures'])}}}")
     return 0
