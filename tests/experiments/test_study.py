@@ -275,6 +275,7 @@ def test_a_smoke_run_is_too_short_to_judge_not_failed_and_each_run_is_a_log_line
     md = (tmp_path / "summary.md").read_text()
     assert "| 0 / 1; 1 too short to judge (12 steps) |" in md and "(plateau)" not in md
     assert f"Give --steps {JUDGED_FROM} or more to judge them" in md
+    assert "1 too short to judge (12 steps)" in (tmp_path / "index.html").read_text()  # the report says it too
     assert "run 1/2 post-layer-L6" in out and "run 2/2 pre-layer-L6" in out
     assert out.count("too short to judge (on the unigram plateau") == 2 and "(plateau)" not in out
 
