@@ -122,3 +122,30 @@ def test_the_per_slot_alpha_lands_in_its_slot(norm, placement):
             seen.setdefault(slot, set()).add(round(m.alpha.item(), 6))
     assert seen["attn"] == {0.8} and seen["mlp"] == {0.2}
     assert seen.get("final", {0.2}) == {0.2}  # post-norm has no final norm
+
+
+@pytest.mark.parametrize("backend, dtype", [("cpu", torch.float32), ("torch", torch.float32), (None, torch.float64)])
+def test_alpha_and_shift_may_be_numbers_or_tensors(backend, dtype):
+    """add_dyt / add_derf take alpha (and shift) as a number as well as a one-element tensor: the same result,
+    and the formula's (a number was refused: 'alpha must be a one-element torch.Tensor')."""
+    from addnorm import add_derf, add_dyt
+
+    torch.manual_seed(0)
+    x, r = torch.randn(4, 33, dtype=dtype), torch.randn(4, 33, dtype=dtype)
+    w, b = torch.randn(33, dtype=dtype), torch.randn(33, dtype=dtype)
+    as_tensor = torch.tensor(0.7, dtype=torch.float64 if dtype == torch.float64 else torch.float32)
+    y, s = add_dyt(x, r, 0.7, w, b, backend=backend)
+    y_t, s_t = add_dyt(x, r, as_tensor, w, b, backend=backend)
+    assert torch.equal(y, y_t) and torch.equal(s, s_t)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    want = dyt_np((x + r).double().numpy(), 0.7, w.double().numpy(), b.double().numpy())
+    np.testing.assert_allclose(y.double().numpy(), want, atol=tol, rtol=tol)
+    y, _ = add_derf(x, r, 0.7, -0.2, w, b, backend=backend)
+    y_t, _ = add_derf(x, r, as_tensor, torch.tensor(-0.2, dtype=as_tensor.dtype), w, b, backend=backend)
+    assert torch.equal(y, y_t)
+    want = derf_np((x + r).double().numpy(), 0.7, -0.2, w.double().numpy(), b.double().numpy())
+    np.testing.assert_allclose(y.double().numpy(), want, atol=tol, rtol=tol)
+    xg = x.clone().requires_grad_()
+    add_dyt(xg, None, 2, backend=backend)[0].sum().backward()  # an int is a number too; x still gets its gradient
+    np.testing.assert_allclose(xg.grad.double().numpy(), 2 * (1 - np.tanh(2 * x.double().numpy()) ** 2),
+                               atol=tol, rtol=tol)

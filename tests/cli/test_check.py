@@ -138,12 +138,12 @@ def test_a_directory_or_a_file_that_is_not_python_is_named(tmp_path, capsys):
 
 
 def test_ctrl_c_is_a_line_not_a_traceback(monkeypatch, capsys):
-    from addnorm.cli import main as cli
+    from addnorm.cli import gradflow
 
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli.COMMANDS["gradflow"], "run", interrupted)
+    monkeypatch.setattr(gradflow, "run", interrupted)
     assert main(["gradflow"]) == 130
     err = capsys.readouterr().err
     assert "interrupted; run the same command again to resume" in err and "Traceback" not in err

@@ -192,3 +192,37 @@ def test_by_block_keeps_block_positions_and_ignores_stale_or_late_gradients():
         m(idx, idx)[1].backward()
     prof = rec.by_block("param_grad_norm")
     assert len(prof) == 4 and prof[0] != prof[0] and all(v == v for v in prof[1:])  # NaN for the frozen block
+
+
+def test_an_unknown_quantity_site_or_step_is_refused_naming_the_known_ones():
+    """rec.by_block("grad_nrom") returned a profile of NaN: every method taking a quantity name (by_block, frame,
+    depth_profile) refuses a name the recorder never records, naming the ones it does; a site or step likewise."""
+    m = _model()
+    idx = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(0))
+    with diagnostics.record(m) as rec:
+        m(idx, idx)[1].backward()
+    for call in (lambda: rec.by_block("grad_nrom"), lambda: rec.frame("grad_nrom"),
+                 lambda: diagnostics.depth_profile(rec.records, "grad_nrom")):
+        with pytest.raises(ValueError, match=r"unknown diagnostics quantity 'grad_nrom'; known: .*\bgrad_norm\b"):
+            call()
+    with pytest.raises(ValueError, match=r"unknown site 'atn'; this model's: attn, attn.norm_before, block"):
+        rec.by_block("grad_norm", site="atn")
+    with pytest.raises(ValueError, match="step must be an integer from 0 to 0"):
+        rec.frame("grad_norm", step=1)
+    empty = rec.by_block("stream2_rms")  # a real name with no record here (one stream): NaN, as before
+    assert len(empty) == 4 and all(v != v for v in empty)
+    assert len(rec.frame("norm_out_std", site="attn.norm_before")) == 4
+
+
+def test_every_quantity_recorded_is_a_known_one():
+    """The names the recorder writes are the ones it accepts (mixing gains and per-stream RMS included)."""
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=32, placement="mhc"))
+    idx = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(0))
+    with diagnostics.record(m) as rec:
+        m(idx, idx)[1].backward()
+    recorded = {r["quantity"] for r in rec.records}
+    assert {q for q in recorded if not q.startswith("stream") or not q[6].isdigit()} == set(diagnostics.QUANTITIES)
+    assert {"stream0_rms", "stream3_rms"} <= recorded
+    for q in recorded:
+        rec.frame(q)  # accepted

@@ -60,6 +60,8 @@ SMALL = ["--placements", "pre", "--depth", "3", "--d-model", "16", "--heads", "2
 
 @pytest.mark.parametrize("args, message", [
     (["--seq-len", "0"], "--seq-len must be an integer >= 1, got 0"),
+    (["--seq-len", "100000"], "--seq-len must be at most the model's context, 1024 positions (GPTConfig.block_size, "
+                              "GPT-2's), got 100000"),  # it sat at 0/1 until killed
     (["--steps", "-1"], "--steps must be an integer >= 0, got -1"),
     (["--heads", "0"], "--heads must be an integer >= 1, got 0"),
     (["--d-model", "0"], "--d-model must be an integer >= 1, got 0"),

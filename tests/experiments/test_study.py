@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -256,3 +257,41 @@ def test_run_names_tell_apart_settings_beyond_six_digits():
     assert a.name() != b.name()
     assert "-lr0.001-" in a.name() and "-lr0.0010000001-" in b.name()
     assert "-c1-" in RunConfig(**TINY, lr=3e-4, clip=1.0).name() and "-lr0.0003-" in RunConfig(**TINY, lr=3e-4).name()
+
+
+def test_a_smoke_run_is_too_short_to_judge_not_failed_and_each_run_is_a_log_line(tmp_path, capsys):
+    """--steps 12: every run, pre-norm included, ended on the unigram plateau and was reported failed '(plateau)'.
+    On a budget under JUDGED_FROM steps that says nothing about the setting: marked too short to judge, with the
+    budget, and not counted as failed. With stdout not a terminal (a log), each finished run is a line as it ends."""
+    from addnorm.experiments.study.verdict import JUDGED_FROM, too_short
+
+    assert too_short("plateau", JUDGED_FROM - 1) and not too_short("plateau", JUDGED_FROM)
+    assert not too_short("spike", 12) and not too_short(None, 12)  # a divergence is judged at any budget
+    grid = ["--preset", "quick", "--placements", "post,pre", "--steps", "12", "--warmups", "0", "--seeds", "0"]
+    assert main(["study", *grid, "--out", str(tmp_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    rows = json.loads((tmp_path / "summary.json").read_text())["runs"]
+    assert [(r["placement"], r["failed"], r["too_short"]) for r in rows] == [("post", False, True), ("pre", False, True)]
+    md = (tmp_path / "summary.md").read_text()
+    assert "| 0 / 1; 1 too short to judge (12 steps) |" in md and "(plateau)" not in md
+    assert f"Give --steps {JUDGED_FROM} or more to judge them" in md
+    assert "1 too short to judge (12 steps)" in (tmp_path / "index.html").read_text()  # the report says it too
+    assert "run 1/2 post-layer-L6" in out and "run 2/2 pre-layer-L6" in out
+    assert out.count("too short to judge (on the unigram plateau") == 2 and "(plateau)" not in out
+
+
+def test_the_summary_is_a_table_that_fits_the_terminal():
+    """The summary was summary.md's raw Markdown, hard-wrapped at 80 columns: a rich table now, every cell
+    folded rather than cut, as wide as the console (the frontier study: 14 settings, the widest committed)."""
+    from rich.console import Console
+
+    from addnorm.cli.study_summary import summary_table
+
+    root = Path(__file__).resolve().parents[2]
+    study = json.loads((root / "benchmarks/results/study/frontier/summary.json").read_text())
+    for width in (80, 120):
+        console = Console(width=width, record=True)
+        console.print(summary_table(study))
+        text = console.export_text()
+        assert max(len(line) for line in text.splitlines()) <= width and "…" not in text
+        assert sum(line.count("/ 5") for line in text.splitlines()) == len(study["groups"])  # a row per setting

@@ -353,3 +353,12 @@ def test_a_patched_model_compiles(name):
     ref = build(name)
     m = torch.compile(patch_hf_model(copy.deepcopy(ref)))
     _assert_same(m, ref)
+
+
+def test_a_model_without_decoder_layers_is_refused_naming_replace_norms():
+    """nn.Sequential(Linear, LayerNorm) was 'patched' (norms: 1) though it is no HF decoder: refused, naming the way
+    to swap the norms of any model."""
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8))
+    with pytest.raises(ValueError, match=r"Sequential has no decoder layer .*addnorm\.nn\.replace_norms\(model\)"):
+        patch_hf_model(m)
+    assert "forward" not in m[1].__dict__ and not hasattr(m, "_addnorm_patched")  # nothing changed

@@ -175,9 +175,9 @@ def test_f_keeps_its_relative_accuracy_at_every_magnitude(kind, backend):
         assert err.max() <= 4.0, f"{what}: {err.max():.1f} ulp at u = {u[err.argmax()]!r}"
 
 @pytest.mark.parametrize("call, match", [
-    (lambda x: add_dyt(x, None, 0.5), "alpha must be a one-element torch.Tensor"),
+    (lambda x: add_dyt(x, None, True), "alpha must be a number or a one-element torch.Tensor"),
     (lambda x: add_dyt(x, None, torch.ones(2)), "alpha must be a one-element"),
-    (lambda x: add_derf(x, None, torch.tensor(0.5), 0.1), "shift must be a one-element torch.Tensor"),
+    (lambda x: add_derf(x, None, torch.tensor(0.5), "0.1"), "shift must be a number or a one-element torch.Tensor"),
     (lambda x: add_dyt(x, torch.randn(3, 7), torch.tensor(0.5)), "residual must have x's shape"),
     (lambda x: add_dyt(x, None, torch.tensor(0.5), torch.randn(5)), "weight of shape \\(5,\\) must equal the trailing"),
     (lambda x: add_dyt(x.long(), None, torch.tensor(0.5)), "x must be a floating-point tensor"),

@@ -42,8 +42,7 @@ def _timeout(s: str) -> float:
     return t
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("check", help="validate your own LayerNorm / RMSNorm / residual implementation")
+def add_arguments(p) -> None:
     p.add_argument("target", help="FILE.py:NAME -- an nn.Module class or instance, a NumPy/torch function, a MAX module")
     p.add_argument("--features", type=_features, default=768, help="feature size to test with (default %(default)s)")
     p.add_argument("--timeout", type=_timeout, default=60.0,

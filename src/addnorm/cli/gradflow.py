@@ -12,7 +12,7 @@ from ..experiments.corpus import load_corpus
 from ..experiments.gradflow import DEFAULT_PLACEMENTS, ConfigError, GradflowConfig, run_gradflow
 from ..store import check_writable_dir
 from .output import console as make_console
-from .output import error
+from .output import add_out, error
 
 # the option that sets each configuration field
 FLAGS = {"placements": "--placements", "depth": "--depth", "d_model": "--d-model", "n_head": "--heads",
@@ -21,13 +21,13 @@ FLAGS = {"placements": "--placements", "depth": "--depth", "d_model": "--d-model
          "n_streams": "--n-streams"}
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("gradflow", help="measure gradient flow vs depth for several placements")
+def add_arguments(p) -> None:
     p.add_argument("--placements", default=",".join(DEFAULT_PLACEMENTS), help="comma separated (default %(default)s)")
     p.add_argument("--depth", type=int, default=GradflowConfig.depth, help="blocks per stack (default %(default)s)")
     p.add_argument("--d-model", type=int, default=GradflowConfig.d_model, help="model width")
     p.add_argument("--heads", type=int, default=GradflowConfig.n_head, help="attention heads")
-    p.add_argument("--seq-len", type=int, default=GradflowConfig.seq_len, help="tokens per sequence")
+    p.add_argument("--seq-len", type=int, default=GradflowConfig.seq_len,
+                   help="tokens per sequence, at most the model's context (1024)")
     p.add_argument("--batch", type=int, default=GradflowConfig.batch, help="sequences per batch")
     p.add_argument("--norm", default=GradflowConfig.norm, choices=["layer", "rms", "dyt", "derf"], help="norm kind")
     p.add_argument("--n-streams", type=int, default=None,
@@ -37,7 +37,7 @@ def add_parser(sub) -> None:
     p.add_argument("--lr", type=float, default=GradflowConfig.lr, help="AdamW learning rate for --steps")
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--data", default=None, help="a text file or folder (default: the Python standard library)")
-    p.add_argument("--out", default="results/gradflow", help="results directory (default %(default)s)")
+    add_out(p, "gradflow", "results directory")
 
 
 def _error(msg: str) -> int:

@@ -16,15 +16,15 @@ from ..experiments.study.grid import report_only, run_study
 from ..model.placement import parse_placement
 from ..store import check_writable_dir
 from .output import console as make_console
-from .output import error
+from .output import add_out, error
+from .study_summary import print_summary, run_line
 
 FLAGS = {"placement": "--placements", "norm": "--norms", "depth": "--depths", "lr": "--lrs", "warmup": "--warmups",
          "seed": "--seeds", "clip": "--clips", "init": "--inits", "steps": "--steps", "n_streams": "--n-streams",
          "value_residual": "--value-residual", "dyt_alpha": "--dyt-alpha", "d_model": "--d-model"}
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("study", help="train a grid of models: placements x norms x depth x lr x warmup x seed")
+def add_arguments(p) -> None:
     p.add_argument("--preset", default="default", choices=sorted(PRESETS),
                    help="quick: <= 3 min on 2 cores; default: <= 25 min; dyt: ~10 min; paper, frontier, depth, long, "
                         "wide, mixing: hours (times and sharding in docs/study.md) (default %(default)s)")
@@ -47,7 +47,7 @@ def add_parser(sub) -> None:
                         "tensorboard package; metrics.jsonl stays the record) (default: off)")
     p.add_argument("--data", default=None, help="a folder of text files, split by file (default: the Python "
                                                  "standard library)")
-    p.add_argument("--out", default="results/study", help="results directory (default %(default)s)")
+    add_out(p, "study", "results directory")
     p.add_argument("--shard", default="0/1", help="i/n: run every n-th run starting at i (default %(default)s)")
     p.add_argument("--list", action="store_true", help="print the grid and exit (default: off)")
     p.add_argument("--report-only", action="store_true",
@@ -180,17 +180,20 @@ def run(args) -> int:
             return _error(f"--tensorboard: {e}")
     console.print(f"data: {escape(data.source)} ({data.train_files} training files, {data.val_files} validation files; "
                   f"unigram plateau {data.unigram_nats:.3f} nats)")
+    # in a terminal the bars; in a log (stdout redirected) a line per finished run, as it finishes
+    live = console.is_terminal
+    on_run = None if live else (lambda k, total, row: console.print(run_line(k, total, row), markup=False))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
-                  TimeElapsedColumn(), TimeRemainingColumn(), console=console, disable=rank != 0) as progress:
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=console, disable=rank != 0 or not live) as progress:
         study = run_study(grid, data, Path(args.out), progress, (i, n),
-                          tensorboard=None if args.tensorboard is None else Path(args.tensorboard))
+                          tensorboard=None if args.tensorboard is None else Path(args.tensorboard), on_run=on_run)
     if rank != 0:
         return 0
     return _done(console, args.out, study)
 
 
 def _done(console, out: str, study: dict) -> int:
-    console.print((Path(out) / "summary.md").read_text(encoding="utf-8"), markup=False)
-    console.print(f"results in {escape(out)}/: index.html (the report), summary.csv, summary.json, summary.md, "
-                  f"figures/{{{','.join(study['figures'])}}}")
+    print_summary(console, study, out)  # the full Markdown tables are in summary.md
+    console.print(f"results in {escape(out)}/: index.html (the report), summary.md (every table), summary.csv, "
+                  f"summary.json, figures/{{{','.join(study['figures'])}}}")
     return 0

@@ -11,14 +11,13 @@ from rich.table import Table
 
 from ..experiments.walkthrough import WalkthroughConfig, run_walkthrough
 from .output import console as make_console
-from .output import error
+from .output import add_out, error
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("tour", help="every Add & Norm demonstration, measured, as an HTML report")
+def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed (default %(default)s)")
     p.add_argument("--depth", type=int, default=48, help="blocks in the gradient-flow stacks (default %(default)s)")
-    p.add_argument("--out", default="addnorm-report", help="report directory (default %(default)s)")
+    add_out(p, "tour", "report directory")
 
 
 def print_walkthrough(w, console: Console) -> None:

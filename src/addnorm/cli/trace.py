@@ -7,8 +7,7 @@ import sys
 from ..experiments.seed001 import TOKEN_NAMES, cross_check, run_seed001, trace_position
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("trace", help="seed 001's step-by-step LayerNorm calculation (pure Python)")
+def add_arguments(p) -> None:
     p.add_argument("--position", type=int, default=0, help="position 0-4 in '<BOS> I like transformers <EOS>'")
     p.add_argument("--check", action="store_true", help="also recompute everything with PyTorch and compare")
 

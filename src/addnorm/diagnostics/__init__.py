@@ -7,14 +7,15 @@
 
 Per block (and per sub-layer for addnorm models): the gradient norm w.r.t. the residual stream
 entering it, parameter-gradient norms, residual-stream mean/std/RMS/max|x|; for every norm layer,
-the statistics of its input and output. Hooks are removed when the context exits, so a detached
+the statistics of its input and output (``QUANTITIES`` names them all; any other name is refused). Hooks are removed when the context exits, so a detached
 model runs at full speed.
 """
 
 from .blocks import find_blocks
 from .recorder import Recorder, depth_profile, record
 from .mixing import amax_gain, composite_gains
+from .quantities import QUANTITIES
 from .stats import per_stream_rms, tensor_stats
 
 __all__ = ["record", "Recorder", "depth_profile", "find_blocks", "tensor_stats", "per_stream_rms", "amax_gain",
-           "composite_gains"]
+           "composite_gains", "QUANTITIES"]

@@ -15,6 +15,7 @@ from torch import nn
 
 from .blocks import find_blocks, is_norm
 from .mixing import composite_gains
+from .quantities import check_quantity
 from .stats import per_stream_rms, tensor_stats
 
 
@@ -22,7 +23,9 @@ def depth_profile(records: Iterable[dict], quantity: str, sites: tuple[str, ...]
                   step: int = 0, n_blocks: int | None = None) -> list[float]:
     """One value per block, in block order: the first record of ``quantity`` at ``step`` whose site is
     one of ``sites`` (any site when None); NaN for a block with none (a frozen block has no gradient), so that
-    position k is always block k. ``n_blocks``: the length at least (the blocks after the last record)."""
+    position k is always block k. ``n_blocks``: the length at least (the blocks after the last record). An unknown
+    ``quantity`` raises ``ValueError`` naming the known ones."""
+    check_quantity(quantity)
     out: dict[int, float] = {}
     for r in records:
         if r["quantity"] == quantity and r["step"] == step and (sites is None or r["site"] in sites):
@@ -236,14 +239,37 @@ class Recorder:
         self._snapshot_grads()
 
     # ---- export
+    def sites(self) -> list[str]:
+        """Where records are taken: each block's sub-layers ("attn", "mlp" in addnorm's blocks), the whole block
+        ("block", and its parameters), and each norm by its module name (inside a block, relative to it)."""
+        names = {"attn", "mlp", "block"}
+        inside = {id(m) for b in self.blocks for m in b.modules()}
+        for b in self.blocks:
+            names.update(name for name, m in b.named_modules() if name and is_norm(m))
+        names.update(name for name, m in self.model.named_modules() if name and is_norm(m) and id(m) not in inside)
+        return sorted(names)
+
+    def _check(self, quantity, site, step) -> None:
+        """A quantity, site or step the recording cannot hold is refused by name: it read as no records (NaN)."""
+        if quantity is not None:
+            check_quantity(quantity)
+        if site is not None and site not in self.sites():
+            raise ValueError(f"unknown site {site!r}; this model's: {', '.join(self.sites())}")
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= self.step):
+            raise ValueError(f"step must be an integer from 0 to {self.step} (the steps recorded so far: "
+                             f"next_step() starts the next), got {step!r}")
+
     def frame(self, quantity: str | None = None, site: str | None = None, step: int | None = None) -> list[dict]:
-        """The records, filtered."""
+        """The records, filtered. An unknown quantity or site, or a step not recorded, raises ``ValueError``
+        naming what there is."""
+        self._check(quantity, site, step)
         return [r for r in self.records if (quantity is None or r["quantity"] == quantity)
                 and (site is None or r["site"] == site) and (step is None or r["step"] == step)]
 
     def by_block(self, quantity: str, site: str | None = None, step: int = 0) -> list[float]:
         """One value per block (the first site matching, in block order; NaN where none was recorded): a depth
-        profile."""
+        profile. An unknown quantity or site, or a step not recorded, raises ``ValueError`` naming what there is."""
+        self._check(quantity, site, step)
         return depth_profile(self.records, quantity, None if site is None else (site,), step, len(self.blocks))
 
     def to_csv(self, path) -> Path:

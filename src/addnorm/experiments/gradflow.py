@@ -64,6 +64,9 @@ class GradflowConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(name, f"must be an integer >= 1, got {v!r}")
+        if self.seq_len > GPTConfig.block_size:  # past it the run sat at 0/1 on a (T x T) attention per head
+            raise ConfigError("seq_len", f"must be at most the model's context, {GPTConfig.block_size} positions "
+                                         f"(GPTConfig.block_size, GPT-2's), got {self.seq_len}")
         if self.d_model % self.n_head:
             raise ConfigError("d_model", f"{self.d_model} must be divisible by the number of heads ({self.n_head})")
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 0:

@@ -3,8 +3,9 @@
     add_dyt(x, residual, alpha, weight, bias)          -> (weight * tanh(alpha s) + bias, s),  s = x + residual
     add_derf(x, residual, alpha, shift, weight, bias)  -> (weight * erf(alpha s + shift) + bias, s)
 
-``residual=None``: s is x. alpha and shift are one-element tensors (the learned scalars); weight and bias
-have the shape of x's trailing dims. One pass forward, one backward on the "cpu" and "triton" backends.
+``residual=None``: s is x. alpha and shift are numbers or one-element tensors (the learned scalars: a tensor
+that requires grad gets its gradient); weight and bias have the shape of x's trailing dims. One pass forward,
+one backward on the "cpu" and "triton" backends.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ _INFER = {"cpu": CPU[0], "triton": TRITON[0]}
 
 def _scalar(name, t, x):
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a one-element torch.Tensor (a learned scalar), got {type(t).__name__}")
+        raise TypeError(f"{name} must be a number or a one-element torch.Tensor (a learned scalar), got "
+                        f"{type(t).__name__}")
     if t.numel() != 1 or not t.dtype.is_floating_point:
         raise ValueError(f"{name} must be a one-element floating-point tensor, got shape {tuple(t.shape)} {t.dtype}")
     if not (t.is_cpu and x.is_cpu) and t.device != x.device:
@@ -113,12 +115,22 @@ def _pointwise(kind, x, residual, alpha, shift, weight, bias, backend):
     return y, (x if residual is None else s)
 
 
+def _number(t, x):
+    """A Python number as the one-element tensor the kernels take (float32, float64 for a float64 x, as a learned
+    scalar would be); a tensor as given (a bool is neither: refused by name further on)."""
+    if isinstance(t, int | float) and not isinstance(t, bool) and isinstance(x, torch.Tensor):
+        return torch.tensor(t, dtype=torch.float64 if x.dtype == torch.float64 else torch.float32, device=x.device)
+    return t
+
+
 def add_dyt(x, residual, alpha, weight=None, bias=None, *, backend: str | None = None):
-    """DyT (arXiv 2503.10622) of s = x + residual: ``(weight * tanh(alpha * s) + bias, s)``."""
-    return _pointwise("dyt", x, residual, alpha, None, weight, bias, backend)
+    """DyT (arXiv 2503.10622) of s = x + residual: ``(weight * tanh(alpha * s) + bias, s)``. ``alpha``: a number
+    (``0.5``) or a one-element tensor (``nn.DyT``'s learned ``alpha``, which then gets its gradient)."""
+    return _pointwise("dyt", x, residual, _number(alpha, x), None, weight, bias, backend)
 
 
 def add_derf(x, residual, alpha, shift, weight=None, bias=None, *, backend: str | None = None):
     """Derf (arXiv 2512.10938) of s = x + residual: ``(weight * erf(alpha * s + shift) + bias, s)``;
-    ``shift=None`` is no shift (``erf(alpha * s)``), on every backend."""
-    return _pointwise("derf", x, residual, alpha, shift, weight, bias, backend)
+    ``shift=None`` is no shift (``erf(alpha * s)``), on every backend. ``alpha`` and ``shift``: numbers or
+    one-element tensors (``nn.Derf``'s learned scalars, which then get their gradients)."""
+    return _pointwise("derf", x, residual, _number(alpha, x), _number(shift, x), weight, bias, backend)

@@ -413,9 +413,15 @@ def _fusions(layer: nn.Module, plan) -> dict[str, int]:
 def patch_hf_model(model: nn.Module, *, verify: bool = True) -> nn.Module:
     """Fuse each decoder layer's residual adds with the norms around them, and run every norm addnorm can
     reproduce on its kernels; returns the model, patched in place. ``model._addnorm_patched`` says what was
-    patched, and per layer class which fusions it got. Raises -- with nothing changed -- when a layer of a
-    known structure has a norm addnorm cannot reproduce, when nothing at all can be patched, or when the
-    patched model's outputs differ on a probe."""
+    patched, and per layer class which fusions it got. Raises -- with nothing changed -- when the model has no
+    decoder layers (``addnorm.nn.replace_norms`` swaps the norms of any model), when a layer of a known structure
+    has a norm addnorm cannot reproduce, when nothing at all can be patched, or when the patched model's outputs
+    differ on a probe."""
+    if not _decoder_layers(model, {id(m) for m in model.modules() if _is_norm(m)}):
+        raise ValueError(f"{type(model).__name__} has no decoder layer (a ModuleList of layers holding norms), so it is "
+                         f"not a decoder patch_hf_model can patch: supported: {_SUPPORTED}. To run the "
+                         f"torch.nn.LayerNorm / RMSNorm of any model on addnorm's kernels, keeping their "
+                         f"parameters: addnorm.nn.replace_norms(model)")
     norms = _norms(model)
     layers = _layers(model, norms)
     refused = [(n, p) for n, _, p, _ in layers if isinstance(p, str)]

@@ -5,7 +5,9 @@ from .derf import Derf
 from .dyt import DyT
 from .factory import NORM_KINDS, make_norm
 from .layer_norm import LayerNorm
+from .replace import replace_norms
 from .rms_norm import RMSNorm
 from .tutorial import TutorialLayerNorm
 
-__all__ = ["LayerNorm", "RMSNorm", "AddLayerNorm", "AddRMSNorm", "TutorialLayerNorm", "DyT", "Derf", "make_norm", "NORM_KINDS"]
+__all__ = ["LayerNorm", "RMSNorm", "AddLayerNorm", "AddRMSNorm", "TutorialLayerNorm", "DyT", "Derf", "make_norm", "NORM_KINDS",
+           "replace_norms"]

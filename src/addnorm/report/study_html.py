@@ -11,7 +11,8 @@ from pathlib import Path
 from ..store import atomic_write_text
 from .html import Page
 from .study_figures import CAPTIONS, FIGURES
-from .study_tables import INTERVAL_NOTE, axis_text, budget_text, cell_text, group_columns, lr_range, p_text
+from .study_tables import (INTERVAL_NOTE, axis_text, budget_text, cell_text, group_columns, lr_range, p_text,
+                           too_short_note, too_short_text)
 
 
 def _interval(p: Page, key: str, mean, low, high, fmt: str = "{:.3f}") -> str:
@@ -30,6 +31,7 @@ def _outcomes(p: Page, study: dict) -> None:
     for i, g in enumerate(study["groups"]):
         fails = p.num(f"g{i}.failures", g["failures"], "{}")
         kinds = f" <span class='bad'>{html.escape(', '.join(g['failure_kinds']))}</span>" if g["failure_kinds"] else ""
+        kinds += f"; {html.escape(too_short_text(g))}" if g.get("too_short") else ""
         tokens, per_param = budget_text(g)
         rows.append([html.escape(axis_text(c, g[c])) for c in cols] + [
             f"{fails} / {g['seeds']}{kinds}",
@@ -41,7 +43,9 @@ def _outcomes(p: Page, study: dict) -> None:
           "validation loss at or above the unigram plateau). <em>val − train</em>: the final validation loss minus the "
           "training split's, both in evaluation mode on fixed batches — the generalization gap. Tokens seen: steps "
           "done × batch × sequence length; tokens / parameter: that over the model's parameter count.</p>"
-          f"<p class='note'>{html.escape(INTERVAL_NOTE)}</p>")
+          f"<p class='note'>{html.escape(INTERVAL_NOTE)}</p>"
+          + (f"<p class='note'>{html.escape(too_short_note(study))}</p>"
+             if any(g.get("too_short") for g in study["groups"]) else ""))
     p.table([*cols, "failed / seeds", "final validation loss, mean [95 % interval] of runs that trained",
              "val − train", "tokens seen", "tokens / parameter"], rows)
 

@@ -61,6 +61,7 @@ def groups(rows: list[dict]) -> list[dict]:
         lo, hi = _span(_ok(rs, "final_val_loss"))
         out.append({**dict(zip(SETTING_AXES, key)), "seeds": len(rs), "failures": sum(r["failed"] for r in rs),
                     "failure_kinds": sorted({r["failure"] for r in rs if r["failed"]}),
+                    "too_short": sum(bool(r.get("too_short")) for r in rs),  # on the plateau, on a short budget
                     "val_loss_mean": val and val.mean, "val_loss_low": val and val.low,
                     "val_loss_high": val and val.high, "val_loss_min": lo, "val_loss_max": hi,
                     "gap_mean": gap and gap.mean, "gap_low": gap and gap.low, "gap_high": gap and gap.high,
@@ -239,6 +240,20 @@ INTERVAL_NOTE = (f"[low, high]: the 95 % percentile bootstrap interval of the me
                  "of 3 gives p = 0.1, not called.")
 
 
+def too_short_text(g: dict) -> str:
+    """A group's runs too short to judge, with their budget."""
+    return f"{g['too_short']} too short to judge ({g['steps']} steps)"
+
+
+def too_short_note(study: dict) -> str:
+    n = sum(bool(r.get("too_short")) for r in study["runs"])
+    least = study.get("judged_from")
+    return (f"Too short to judge: {n} run{'s' if n != 1 else ''} ended on the unigram plateau on a budget where "
+            f"every setting, pre-norm LayerNorm included, is still on it"
+            + (f" (under {least} steps)" if least else "") + "; not counted as failed. "
+            + (f"Give --steps {least} or more to judge them." if least else ""))
+
+
 def group_columns(groups_: list[dict]) -> list[str]:
     return list(BASE_AXES) + varying(groups_)
 
@@ -252,6 +267,7 @@ def markdown(study: dict) -> str:
              "| tokens seen | tokens / parameter |", "|---|" + "---|" * (len(cols) + 4)]
     for g in gs:
         kinds = f" ({', '.join(g['failure_kinds'])})" if g["failure_kinds"] else ""
+        kinds += f"; {too_short_text(g)}" if g.get("too_short") else ""
         tokens, per_param = budget_text(g)
         lines.append("| " + " | ".join(axis_text(c, g[c]) for c in cols) + f" | {g['failures']} / {g['seeds']}{kinds} "
                      f"| {interval_text(g['val_loss_mean'], g['val_loss_low'], g['val_loss_high'])} "
@@ -260,6 +276,8 @@ def markdown(study: dict) -> str:
               "fixed batches (the generalization gap; mean of the runs that trained). Tokens seen: steps done × "
               "batch × sequence length, per run; tokens / parameter: that over the model's parameter count.",
               "", INTERVAL_NOTE]
+    if any(g.get("too_short") for g in gs):
+        lines += ["", too_short_note(study)]
     lines += pairwise_table(study.get("pairwise", []), cols)
     lines += lr_range_table(study["runs"])
     if study["missing"]:

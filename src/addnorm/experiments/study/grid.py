@@ -20,6 +20,7 @@ from .config import RunConfig, Study, StudyGrid
 from .data import SplitCorpus
 from .probe import SLOTS
 from .runner import build_model, grad_profile, rank_and_world, read_metrics, train_run
+from .verdict import JUDGED_FROM, too_short
 
 # what a run measured beyond its loss, kept in its row (summary.json/csv/md) where the run recorded it: the
 # flattening of the long preset's stopping rule, BatchNorm's train-mode loss and future leak, and the DyT/Derf
@@ -29,7 +30,7 @@ MEASURED = ("max_composite_gain_fwd", "max_composite_gain_bwd", "flattened", "fl
             "train_mode_val_loss", "future_leak", *PER_SLOT)
 COLUMNS = ["name", "placement", "norm", "depth", "d_model", "lr", "warmup", "seed", "clip", "init", "steps",
            "n_streams", "value_residual", "dyt_alpha", "steps_done", "tokens_seen", "n_params", "final_train_loss",
-           "final_val_loss", "final_train_split_loss", "generalization_gap", "failed", "failure",
+           "final_val_loss", "final_train_split_loss", "generalization_gap", "failed", "failure", "too_short",
            *(k for k in MEASURED if k not in PER_SLOT), *(f"{k}_{s}" for k in PER_SLOT for s in SLOTS)]
 
 
@@ -38,7 +39,9 @@ def run_dir(out_dir: Path, cfg: RunConfig, data: SplitCorpus) -> Path:
 
 
 def run_study(grid: StudyGrid | Study, data: SplitCorpus, out_dir: Path, progress=None, shard: tuple[int, int] = (0, 1),
-              on_step=None, tensorboard: Path | None = None) -> dict:
+              on_step=None, tensorboard: Path | None = None, on_run=None) -> dict:
+    """Every run of this shard, then the outputs. ``on_run(i, n, row)``: after each run (the i-th of this shard's
+    n), with its line in the tables (``_row``)."""
     out_dir = Path(out_dir)
     runs = grid.runs()
     mine = [r for i, r in enumerate(runs) if i % shard[1] == shard[0]]
@@ -55,6 +58,8 @@ def run_study(grid: StudyGrid | Study, data: SplitCorpus, out_dir: Path, progres
         if progress is not None:
             progress.update(task, completed=cfg.steps, visible=False)
             progress.update(overall, advance=cfg.steps)
+        if on_run is not None:
+            on_run(i + 1, len(mine), {**_row(summary, cfg), "reused": summary.get("reused", False)})
     if rank_and_world()[0] != 0:  # under torchrun: rank 0 writes the study's outputs
         return {}
     return write_outputs(grid, data, out_dir)
@@ -97,6 +102,9 @@ def _row(s: dict, cfg: RunConfig) -> dict:
     """A run's line in the tables: its setting, budget and outcome (tokens and parameters computed from its
     configuration for a run finished before they were recorded)."""
     tokens = s.get("tokens_seen", s["steps_done"] * cfg.batch * cfg.seq_len)
+    if too_short(s["failure"], cfg.steps):  # on the plateau, but so is every setting at this budget (verdict.py)
+        s = {**s, "failed": False, "failure": None}
+        return {**_row(s, cfg), "too_short": True}
     return {"name": s["name"], "placement": cfg.placement_name, "norm": cfg.norm, "depth": cfg.depth,
             "d_model": cfg.d_model, "lr": cfg.lr, "warmup": cfg.warmup, "seed": cfg.seed, "clip": cfg.clip,
             "init": cfg.init, "steps": cfg.steps, "n_streams": cfg.n_streams, "value_residual": cfg.value_residual,
@@ -104,7 +112,7 @@ def _row(s: dict, cfg: RunConfig) -> dict:
             "n_params": s.get("n_params") or _n_params(cfg), "final_train_loss": s["final_train_loss"],
             "final_val_loss": s["final_val_loss"], "final_train_split_loss": s.get("final_train_split_loss", math.nan),
             "generalization_gap": s.get("generalization_gap", math.nan), "failed": s["failed"],
-            "failure": s["failure"] or "", **{k: s[k] for k in MEASURED if k in s}}
+            "failure": s["failure"] or "", "too_short": False, **{k: s[k] for k in MEASURED if k in s}}
 
 
 def _csv_row(r: dict) -> dict:
@@ -244,7 +252,7 @@ def _write(head: dict, rows: list[dict], curves: dict, profiles: dict, missing: 
     w.writeheader()
     w.writerows(_csv_row(r) for r in rows)
     atomic_write_text(out_dir / "summary.csv", buf.getvalue())
-    study = {**head, "runs": rows, "missing": missing, "groups": study_tables.groups(rows),
+    study = {**head, "judged_from": JUDGED_FROM, "runs": rows, "missing": missing, "groups": study_tables.groups(rows),
              "pairwise": study_tables.pairwise(rows), "curves": curves, "saturation_curves": saturation or {},
              "grad_profiles": profiles, "mixing": mixing or []}
     atomic_write_text(out_dir / "summary.md", study_tables.markdown(study))
