@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from addnorm.experiments.study.statistics import (CONTRADICTED, HIGHER, INCONCLUSIVE, LOWER, SUPPORTED, differences,
-                                                  fisher_exact, fisher_power, holm, mde_paired, mde_rate,
-                                                  min_sign_flip_p, paired_t_interval, paired_t_power, sign_flip_p,
-                                                  verdict)
+from addnorm.experiments.study.statistics import (CONTRADICTED, HIGHER, INCONCLUSIVE, LOWER, SAME, SUPPORTED,
+                                                  differences, fisher_exact, fisher_power, holm, mde_paired, mde_rate,
+                                                  min_sign_flip_p, paired_t_interval, paired_t_power,
+                                                  rate_difference_interval, sign_flip_p, verdict, wilson_interval)
 
 
 # ---- the paired-t interval ------------------------------------------------------------------------------------
@@ -125,6 +125,30 @@ def test_fisher_refuses_bad_counts(bad):
         fisher_exact(*bad)
 
 
+def test_wilson_by_hand():
+    # 0/3: centre = (0 + z^2/6) / (1 + z^2/3), half = z sqrt(z^2/36) / (1 + z^2/3) = (z^2/6) / (1 + z^2/3):
+    # [0, (z^2/3) / (1 + z^2/3)] = [0, z^2 / (3 + z^2)] = [0, 3.8415 / 6.8415] = [0, 0.56149]
+    assert wilson_interval(0, 3) == pytest.approx((0.0, 0.56149), abs=1e-5)
+    assert wilson_interval(3, 3) == pytest.approx((1 - 0.56149, 1.0), abs=1e-5)
+    # 5/10: centre 0.5, half = 1.959964 sqrt(0.025 + 3.841459/400) / 1.3841459 = 1.959964 * 0.186020 / 1.3841459
+    # = 0.263407
+    assert wilson_interval(5, 10) == pytest.approx((0.5 - 0.263407, 0.5 + 0.263407), abs=1e-6)
+    for k, n in ((0, 3), (2, 7), (5, 10), (12, 12)):
+        ci = stats.binomtest(k, n).proportion_ci(0.95, method="wilson")
+        assert wilson_interval(k, n) == pytest.approx((ci.low, ci.high), abs=1e-12)
+    with pytest.raises(ValueError, match="k of n"):
+        wilson_interval(4, 3)
+
+
+def test_rate_difference_interval_by_hand():
+    # 3/3 against 0/3: d = 1; low = 1 - sqrt((1 - 0.43851)^2 + (0.56149 - 0)^2) = 1 - 0.56149 sqrt(2) = 0.20593;
+    # high = 1 + sqrt(0 + 0) = 1
+    low, high = rate_difference_interval(3, 3, 0, 3)
+    assert low == pytest.approx(0.20593, abs=1e-5) and high == 1.0
+    low, high = rate_difference_interval(1, 3, 1, 3)
+    assert low == pytest.approx(-high) and 0 < high < 1
+
+
 # ---- Holm -----------------------------------------------------------------------------------------------------
 
 def test_holm_by_hand():
@@ -207,11 +231,12 @@ def test_mde_rate():
     (-0.1, 0.01, LOWER, SUPPORTED), (-0.1, 0.01, HIGHER, CONTRADICTED), (0.1, 0.01, HIGHER, SUPPORTED),
     (0.1, 0.01, LOWER, CONTRADICTED), (-0.1, 0.05, LOWER, INCONCLUSIVE), (-0.1, 0.25, LOWER, INCONCLUSIVE),
     (0.0, 0.001, LOWER, INCONCLUSIVE), (None, None, LOWER, INCONCLUSIVE), (-0.1, None, LOWER, INCONCLUSIVE),
+    (0.1, 0.01, SAME, CONTRADICTED), (-0.1, 0.01, SAME, CONTRADICTED), (0.1, 0.2, SAME, INCONCLUSIVE),
 ])
 def test_verdict(effect, p_holm, direction, want):
     assert verdict(effect, p_holm, direction) == want
 
 
 def test_verdict_refuses_an_unknown_direction():
-    with pytest.raises(ValueError, match="direction must be 'lower' or 'higher', got 'down'"):
+    with pytest.raises(ValueError, match="direction must be 'lower', 'higher' or 'same', got 'down'"):
         verdict(-0.1, 0.01, "down")

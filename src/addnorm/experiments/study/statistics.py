@@ -34,6 +34,7 @@ RESAMPLES = 200_000  # random sign vectors beyond EXACT_MAX_N
 SEED = 0
 SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
 LOWER, HIGHER = "lower", "higher"  # a claim's direction: the arm's value is lower (higher) than the baseline's
+SAME = "same"  # a claim that the arm makes no difference: a difference test can contradict it, never support it
 
 
 def _values(x, name: str) -> np.ndarray:
@@ -135,6 +136,35 @@ def fisher_exact(failed_a: int, runs_a: int, failed_b: int, runs_b: int) -> floa
     return min(1.0, sum(w for w in ways if w <= seen * (1 + 1e-9)) / math.comb(total, failed))
 
 
+def wilson_interval(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
+    """Wilson's score interval of a proportion k/n: (p + z^2/2n -+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n),
+    z = Phi^-1((1+level)/2). Unlike p -+ z sqrt(p(1-p)/n) it is not empty at 0/n: 0/3 gives [0, z^2/(3 + z^2)]
+    = [0, 0.5615]."""
+    if isinstance(k, bool) or not isinstance(k, int) or isinstance(n, bool) or not isinstance(n, int) \
+            or n < 1 or not 0 <= k <= n:
+        raise ValueError(f"k of n: expected integers with 0 <= k <= n and n >= 1, got {k!r} of {n!r}")
+    z = float(stats.norm.ppf((1 + level) / 2))
+    p, z2 = k / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    # at k = 0 (k = n) the bound is 0 (1) exactly; the formula leaves rounding there
+    return (0.0 if k == 0 else centre - half), (1.0 if k == n else centre + half)
+
+
+def rate_difference_interval(failed_a: int, runs_a: int, failed_b: int, runs_b: int,
+                             level: float = LEVEL) -> tuple[float, float]:
+    """Newcombe's (1998, method 10) interval of the difference of two rates d = k_a/n_a - k_b/n_b, from the Wilson
+    intervals [l_a, u_a] and [l_b, u_b] of each: [d - sqrt((p_a - l_a)^2 + (u_b - p_b)^2),
+    d + sqrt((u_a - p_a)^2 + (p_b - l_b)^2)]. It is a score interval, not the inversion of Fisher's test: the two
+    can disagree at a few runs (3/3 against 0/3 gives [0.21, 1] while Fisher's p = 0.1), and the verdict follows
+    the test."""
+    la, ua = wilson_interval(failed_a, runs_a, level)
+    lb, ub = wilson_interval(failed_b, runs_b, level)
+    pa, pb = failed_a / runs_a, failed_b / runs_b
+    d = pa - pb
+    return d - math.sqrt((pa - la) ** 2 + (ub - pb) ** 2), d + math.sqrt((ua - pa) ** 2 + (pb - lb) ** 2)
+
+
 def holm(p_values) -> list[float]:
     """Holm's (1979) step-down adjusted p-values, in the order given.
 
@@ -226,9 +256,14 @@ def mde_rate(base_rate: float, runs_a: int, runs_b: int, alpha: float = ALPHA, p
 def verdict(effect: float | None, p_holm: float | None, direction: str, alpha: float = ALPHA) -> str:
     """``supported`` where p_holm < alpha and the effect has the claim's sign (``direction``: ``lower``, the arm's
     value below the baseline's -- a negative effect; ``higher``, a positive one), ``contradicted`` where p_holm <
-    alpha and it has the other sign, else ``inconclusive`` (no test, a zero effect, or p_holm >= alpha)."""
-    if direction not in (LOWER, HIGHER):
-        raise ValueError(f"direction must be {LOWER!r} or {HIGHER!r}, got {direction!r}")
+    alpha and it has the other sign, else ``inconclusive`` (no test, a zero effect, or p_holm >= alpha).
+    A ``same`` claim (no difference) is ``contradicted`` by a difference at p_holm < alpha and otherwise
+    ``inconclusive``: failing to find a difference is not evidence of its absence (the record's mde says how
+    large a difference could have gone unseen)."""
+    if direction not in (LOWER, HIGHER, SAME):
+        raise ValueError(f"direction must be {LOWER!r}, {HIGHER!r} or {SAME!r}, got {direction!r}")
     if effect is None or p_holm is None or effect == 0 or not p_holm < alpha:
         return INCONCLUSIVE
+    if direction == SAME:
+        return CONTRADICTED
     return SUPPORTED if (effect < 0) == (direction == LOWER) else CONTRADICTED
