@@ -9,7 +9,7 @@ from scipy import stats
 
 from addnorm.experiments.study.statistics import (CONTRADICTED, HIGHER, INCONCLUSIVE, LOWER, SAME, SUPPORTED,
                                                   differences, fisher_exact, fisher_power, holm, mde_paired, mde_rate,
-                                                  min_sign_flip_p, paired_t_interval, paired_t_power,
+                                                  min_sign_flip_p, pairs_to_reach, paired_t_interval, paired_t_power,
                                                   rate_difference_interval, sign_flip_p, verdict, wilson_interval)
 
 
@@ -93,6 +93,14 @@ def test_sign_flip_beyond_exact_is_a_seeded_monte_carlo_estimate():
     assert est == sign_flip_p(d, resamples=40_000)  # reproducible
     assert abs(est - exact) < 4 * math.sqrt(exact * (1 - exact) / 40_000) + 1 / 40_000
     assert sign_flip_p([1.0] * 25, resamples=1000) == pytest.approx(1 / 1001)  # never 0: (1 + 0) / (1 + R)
+
+
+def test_pairs_to_reach():
+    # 2/2^5 = 0.0625 >= 0.05 > 2/2^6 = 0.03125; Holm over 31 tests: 0.05/31 = 0.00161 > 2/2^11 = 0.00098, while
+    # 2/2^10 = 0.00195 is not below it
+    assert pairs_to_reach(0.05) == 6 and pairs_to_reach(0.05 / 31) == 11 and pairs_to_reach(1.0) == 2
+    with pytest.raises(ValueError, match="level must be in"):
+        pairs_to_reach(0)
 
 
 def test_min_sign_flip_p():

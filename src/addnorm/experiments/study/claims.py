@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .config import RunConfig
 from .statistics import (ALPHA, HIGHER, INCONCLUSIVE, LOWER, POWER, SAME, differences, fisher_exact, holm, mde_paired,
-                         mde_rate, min_sign_flip_p, paired_t_interval, rate_difference_interval, sign_flip_p, verdict)
+                         mde_rate, min_sign_flip_p, pairs_to_reach, paired_t_interval, rate_difference_interval, sign_flip_p, verdict)
 
 RESULTS = Path("benchmarks/results/study")
 # The study's corpus (the Python 3.11 standard library, data digest 1e036d48d73fa298) split by file: the training
@@ -131,14 +131,14 @@ def _row_from_run(config: dict, summary: dict) -> dict:
             "value_residual": c.get("value_residual", False), "dyt_alpha": _alpha_text(c.get("dyt_alpha", 0.5)),
             "n_params": summary.get("n_params"), "final_val_loss": summary["final_val_loss"],
             "generalization_gap": summary.get("generalization_gap"), "failed": summary["failed"],
-            "seconds": summary.get("seconds_this_session")}
+            "steps_done": summary.get("steps_done"), "seconds": summary.get("seconds_this_session")}
 
 
 def _row_from_summary(r: dict) -> dict:
     """A run's line from a results directory's summary.json (where its runs/ is not committed): batch, sequence
     length and evaluation batches are not recorded there and were RunConfig's defaults for every preset."""
     keep = ("name", "placement", "norm", "init", "depth", "d_model", "lr", "warmup", "seed", "steps",
-            "value_residual", "dyt_alpha", "n_params", "final_val_loss", "generalization_gap", "failed")
+            "value_residual", "dyt_alpha", "n_params", "final_val_loss", "generalization_gap", "failed", "steps_done")
     return {**{k: r.get(k) for k in keep}, "batch": _DEFAULT.batch, "seq_len": _DEFAULT.seq_len,
             "eval_batches": _DEFAULT.eval_batches, "seconds": None}
 
@@ -173,7 +173,7 @@ def _median(xs: list[float]) -> float:
     return (s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2
 
 
-def _matches(row: dict, select) -> bool:
+def matches(row: dict, select) -> bool:
     return all(row.get(k) in v if isinstance(v, tuple) else row.get(k) == v for k, v in select)
 
 
@@ -258,8 +258,8 @@ def measure(spec: Spec, rows: list[dict] | None) -> dict:
         return _empty(spec, f"not measured: {spec.needs}")
     if rows is None:
         return _empty(spec, f"not measured: benchmarks/results/study/{spec.preset}/ is not committed")
-    arm_all = [r for r in rows if _matches(r, spec.arm)]
-    base_all = [r for r in rows if _matches(r, spec.baseline)]
+    arm_all = [r for r in rows if matches(r, spec.arm)]
+    base_all = [r for r in rows if matches(r, spec.baseline)]
     if not arm_all or not base_all:
         return _empty(spec, f"not measured: {spec.preset}/ holds {len(arm_all)} runs of the arm and "
                             f"{len(base_all)} of the baseline")
@@ -346,8 +346,11 @@ def build(specs: tuple[Spec, ...] | None = None, results: Path = RESULTS) -> lis
 
 
 def to_json(claims: list[Claim]) -> str:
-    head = {"method": METHOD, "alpha": ALPHA, "power": POWER, "holm_family": sum(c.p is not None for c in claims),
-            "claims": [asdict(c) for c in claims]}
+    m = sum(c.p is not None for c in claims)
+    head = {"method": METHOD, "alpha": ALPHA, "power": POWER, "holm_family": m,
+            # the fewest seeds with which a loss claim can be decided at all: its sign-flip p, with every seed of
+            # one sign, below Holm's first threshold alpha / m
+            "seeds_to_decide": pairs_to_reach(ALPHA / m) if m else None, "claims": [asdict(c) for c in claims]}
     return json.dumps(head, indent=1, ensure_ascii=False) + "\n"
 
 

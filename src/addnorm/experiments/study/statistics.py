@@ -116,6 +116,18 @@ def min_sign_flip_p(n: int) -> float:
     return min(1.0, 2.0 / 2 ** n)
 
 
+def pairs_to_reach(level: float) -> int:
+    """The fewest pairs with which the exact sign-flip test can give p < ``level`` at all (every difference of one
+    sign): the least n with 2 / 2^n < level. 6 for 0.05; under Holm's correction over m tests the first rejection
+    needs p < 0.05 / m, so 31 tests need 11 pairs."""
+    if not 0 < level <= 1:
+        raise ValueError(f"level must be in (0, 1], got {level!r}")
+    n = 1
+    while min_sign_flip_p(n) >= level:
+        n += 1
+    return n
+
+
 def fisher_exact(failed_a: int, runs_a: int, failed_b: int, runs_b: int) -> float:
     """Fisher's exact test, two-sided, of the 2x2 table (failed, trained) x (a, b).
 
