@@ -94,6 +94,19 @@ def test_a_loss_claim_pairs_by_seed_and_tests_the_differences():
     assert r["ci"] == pytest.approx([-0.3 - 0.19632, -0.3 + 0.19632], abs=1e-5)
     assert (r["tokens"], r["val_bytes"], r["tokens_per_param"]) == (100 * 16 * 64, 4096, 102.4)
     assert r["epochs"] == pytest.approx(102400 / 4194304, abs=1e-4)
+    # each side's mean over the paired runs: pre 3 + (0+1+2+3+4)/5 = 5, lns 5 - 0.3
+    assert (r["arm"]["mean"], r["baseline"]["mean"]) == (pytest.approx(4.7), pytest.approx(5.0))
+
+
+def test_a_batchnorm_gap_claim_says_when_the_leak_was_not_recorded():
+    rows = [_run("pre", s, 2.5, gap=0.01, future_leak=0.0) for s in range(3)]
+    rows += [_run("pre", s, 2.6, gap=0.05, future_leak=None) | {"norm": "batch"} for s in range(3)]
+    spec = _spec(measure=C.GAP, direction=HIGHER, arm=(("norm", "batch"),), baseline=(("norm", "layer"),),
+                 remarks=("a remark",))
+    r = C.measure(spec, rows)
+    assert r["effect"] == pytest.approx(0.04) and r["p"] == 0.25
+    assert any(n.startswith("future_leak and train_mode_val_loss were not recorded") for n in r["notes"])
+    assert r["notes"][-2] == "a remark"  # the spec's remarks ride along
 
 
 def test_a_tuned_claim_takes_each_side_at_its_own_best_learning_rate():
@@ -109,6 +122,7 @@ def test_a_failure_claim_uses_fisher_on_the_rates():
     rows = [_run("pre", s, 2.5) for s in range(3)] + [_run("lns", s, 3.1, failed=True) for s in range(3)]
     r = C.measure(_spec(measure=C.FAILURE, direction=HIGHER), rows)
     assert r["effect"] == 1.0 and r["p"] == pytest.approx(0.1) and r["mde"] is None
+    assert (r["arm"]["mean"], r["baseline"]["mean"]) == (1.0, 0.0)  # the failure rates
     assert r["ci"] == pytest.approx([0.20593, 1.0], abs=1e-5)
     assert any("cannot reach p < 0.05" in n for n in r["notes"])
 

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from .config import RunConfig
 from .statistics import (ALPHA, HIGHER, INCONCLUSIVE, LOWER, POWER, SAME, differences, fisher_exact, holm, mde_paired,
-                         mde_rate, min_sign_flip_p, pairs_to_reach, paired_t_interval, rate_difference_interval, sign_flip_p, verdict)
+                         mde_rate, min_sign_flip_p, paired_t_interval, pairs_to_reach, rate_difference_interval,
+                         sign_flip_p, verdict)
 
 RESULTS = Path("benchmarks/results/study")
 # The study's corpus (the Python 3.11 standard library, data digest 1e036d48d73fa298) split by file: the training
@@ -75,6 +76,7 @@ class Spec:
     pair_by: tuple[str, ...] = ("seed",)  # what makes a pair; ("lr", "seed") spans the learning-rate grid
     published: Published | None = None
     needs: str = ""  # the runs the claim needs that do not exist yet ("" where the committed runs answer it)
+    remarks: tuple[str, ...] = ()  # what a reader must know to compare it (kept in the record's notes)
 
     def __post_init__(self):
         for name, value, valid in (("preset", self.preset, tuple(_STUDY)),
@@ -131,14 +133,16 @@ def _row_from_run(config: dict, summary: dict) -> dict:
             "value_residual": c.get("value_residual", False), "dyt_alpha": _alpha_text(c.get("dyt_alpha", 0.5)),
             "n_params": summary.get("n_params"), "final_val_loss": summary["final_val_loss"],
             "generalization_gap": summary.get("generalization_gap"), "failed": summary["failed"],
-            "steps_done": summary.get("steps_done"), "seconds": summary.get("seconds_this_session")}
+            "steps_done": summary.get("steps_done"), "seconds": summary.get("seconds_this_session"),
+            "future_leak": summary.get("future_leak"), "train_mode_val_loss": summary.get("train_mode_val_loss")}
 
 
 def _row_from_summary(r: dict) -> dict:
     """A run's line from a results directory's summary.json (where its runs/ is not committed): batch, sequence
     length and evaluation batches are not recorded there and were RunConfig's defaults for every preset."""
     keep = ("name", "placement", "norm", "init", "depth", "d_model", "lr", "warmup", "seed", "steps",
-            "value_residual", "dyt_alpha", "n_params", "final_val_loss", "generalization_gap", "failed", "steps_done")
+            "value_residual", "dyt_alpha", "n_params", "final_val_loss", "generalization_gap", "failed", "steps_done",
+            "future_leak", "train_mode_val_loss")
     return {**{k: r.get(k) for k in keep}, "batch": _DEFAULT.batch, "seq_len": _DEFAULT.seq_len,
             "eval_batches": _DEFAULT.eval_batches, "seconds": None}
 
@@ -199,8 +203,9 @@ def _tuned(rows: list[dict], axes: tuple[str, ...]) -> tuple[list[dict], dict]:
     return [r for r in rows if _setting(r, axes) == best], info
 
 
-def _side(spec_select, rows: list[dict], info: dict) -> dict:
-    """What a side is, as the record states it: its selection, and the setting that was run or chosen."""
+def _side(spec_select, rows: list[dict], info: dict, mean: float | None = None) -> dict:
+    """What a side is, as the record states it: its selection, the setting that was run or chosen, and the mean
+    of the measure over the runs the test read (the failure rate for a failure claim)."""
     out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in spec_select}
     first = rows[0] if rows else {}
     for k in ("placement", "norm", "init", "depth", "d_model", "warmup", "steps", "dyt_alpha", "value_residual"):
@@ -213,6 +218,8 @@ def _side(spec_select, rows: list[dict], info: dict) -> dict:
     out["lr"] = lrs[0] if len(lrs) == 1 else lrs
     out.update(info)
     out["runs"] = len(rows)
+    if mean is not None:
+        out["mean"] = _round(mean)
     if first.get("n_params"):
         out["n_params"] = int(_median([r["n_params"] for r in rows if r.get("n_params")]))
     return out
@@ -269,6 +276,7 @@ def measure(spec: Spec, rows: list[dict] | None) -> dict:
     if spec.measure == FAILURE:
         ka, na = sum(r["failed"] for r in arm), len(arm)
         kb, nb = sum(r["failed"] for r in base), len(base)
+        means = (ka / na, kb / nb)
         effect = ka / na - kb / nb
         low, high = rate_difference_interval(ka, na, kb, nb)
         p = fisher_exact(ka, na, kb, nb)
@@ -287,6 +295,7 @@ def measure(spec: Spec, rows: list[dict] | None) -> dict:
             return _empty(spec, f"not measured: no {key} recorded for both sides at the same "
                                 f"{' and '.join(spec.pair_by)}")
         d = differences([a[k] for k in pairs], [b[k] for k in pairs])
+        means = (sum(a[k] for k in pairs) / len(pairs), sum(b[k] for k in pairs) / len(pairs))
         iv = paired_t_interval(d)
         effect, low, high, n = iv.mean, iv.low, iv.high, len(pairs)
         p = sign_flip_p(d)
@@ -311,11 +320,16 @@ def measure(spec: Spec, rows: list[dict] | None) -> dict:
     if inits[0] != inits[1] and "init" not in dict(spec.arm):
         notes.append(f"the arm ran only at {'/'.join(sorted(inits[0]))} init, the baseline at "
                      f"{'/'.join(sorted(inits[1]))}: the effect includes the init's")
+    if spec.measure == GAP and any(r["norm"] == "batch" and r.get("future_leak") is None for r in arm):
+        notes.append("future_leak and train_mode_val_loss were not recorded for these BatchNorm runs (null): the "
+                     "claim is judged on the generalization gap alone")
+    notes += spec.remarks
     budget = _budget(arm)
     if budget["val_bytes"] < 262144:
         notes.append(f"final losses measured on {budget['val_bytes']:,} held-out bytes")
     return dict(id=spec.id, source=spec.source, statement=spec.statement, preset=spec.preset,
-                arm=_side(spec.arm, arm, arm_info), baseline=_side(spec.baseline, base, base_info),
+                arm=_side(spec.arm, arm, arm_info, means[0]),
+                baseline=_side(spec.baseline, base, base_info, means[1]),
                 measure=spec.measure, direction=spec.direction, test=_test_name(spec, n), n_seeds=n, **budget,
                 effect=_round(effect), ci=[_round(low), _round(high)] if low is not None else None, p=_round(p),
                 mde=_round(mde), min_p=_round(min_p), published=_published(spec), command=_command(spec), notes=notes)
@@ -463,10 +477,15 @@ SPECS: tuple[Spec, ...] = (
     # the mixing gains
     Spec("hc_gain_depth", "2512.24880", "HC's composite mixing gain grows with depth: its peak forward gain over "
          "training is larger at 24 layers than at 6.", "mixing", GAIN_FWD, HIGHER,
-         (("placement", "hc"), ("depth", 24)), (("placement", "hc"), ("depth", 6)), published=_MHC),
+         (("placement", "hc"), ("depth", 24)), (("placement", "hc"), ("depth", 6)), published=_MHC,
+         remarks=("the peak over training, not the last evaluation (HC's gain falls again late in training); the "
+                  "paper's 3000 is at 27B parameters, these runs have 1.2M",)),
     Spec("mhc_gain", "2512.24880", "mHC keeps the composite mixing gain near 1 where HC's grows: at 24 layers mHC's "
          "peak backward gain over training is below HC's.", "mixing", GAIN_BWD, LOWER,
-         (("placement", "mhc"), ("depth", 24)), (("placement", "hc"), ("depth", 24)), published=_MHC),
+         (("placement", "mhc"), ("depth", 24)), (("placement", "hc"), ("depth", 24)), published=_MHC,
+         remarks=("backward (column sums) because mHC's forward gain is 1 by construction: Sinkhorn's last step "
+                  "normalizes rows, and a product of row-stochastic matrices has every row sum 1; the backward gain "
+                  "is what the paper's 1.6 measures (finite Sinkhorn rounds leave the columns off 1)",)),
     # budgets and widths: DyT's sign flip, and the frontier forms 20 times longer (long) and 4 times wider (wide)
     _frontier("dyt_budget", "2604.23434", "DyT in place of LayerNorm ends below pre-LN at a small token budget "
               "(512k tokens, 24 layers).", (("placement", "pre"), ("norm", "dyt")), _DYT_SMALL, LOWER, "paper24",
