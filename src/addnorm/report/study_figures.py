@@ -155,7 +155,8 @@ def saturation_figure(rows: list[dict], saturation: dict[str, list]):
 
 def lr_figure(rows: list[dict]):
     """Final validation loss against learning rate (Wortsman et al. 2023's view): a line through the means of
-    the runs that trained with their 95 % bootstrap intervals, every run a dot, failures an x at the top."""
+    the runs that trained with their bootstrap intervals (nominal 95 %; the min–max range at 3 seeds), every run
+    a dot, failures an x at the top."""
     from matplotlib.lines import Line2D
 
     from .study_stats import bootstrap_mean
@@ -193,7 +194,8 @@ def lr_figure(rows: list[dict]):
     axes[0].set_ylabel("final validation loss", fontsize=8)
     series.legend(fig, [(Line2D([], [], color="0.3", marker="x", ls=""), "run failed"),
                         (Line2D([], [], color="0.3", marker=".", ls=""), "one run"),
-                        (Line2D([], [], color="0.3", marker="|", ls="-"), "mean, 95 % bootstrap interval")],
+                        (Line2D([], [], color="0.3", marker="|", ls="-"),
+                         "mean, bootstrap interval (3 seeds: min–max)")],
                   "Final validation loss against learning rate")
     return fig
 

@@ -75,7 +75,8 @@ def _pairwise(p: Page, study: dict) -> None:
           "pre-norm with LayerNorm at the same depth, width, learning rate, warmup and step budget, over the runs "
           "that trained — paired by seed where both sides trained on the same seeds (a seed fixes the initial "
           "weights' stream and the batch order), else unpaired. A difference is called <em>better</em> or "
-          "<em>worse</em> only where its 95 % bootstrap interval excludes 0. The failure counts are compared by "
+          "<em>worse</em> only where its bootstrap interval (nominal 95 %; with 3 seeds the min–max range, so every "
+          "seed agreeing in sign) excludes 0. The failure counts are compared by "
           "Fisher's exact test (two-sided) and called <em>fails more</em> or <em>fails less</em> only at p &lt; "
           "0.05: a bootstrap of 0/1 outcomes gives 3 of 3 failed against 0 of 3 a zero-width interval, while "
           "Fisher's p is 0.1.</p>")

@@ -1,6 +1,7 @@
 """The study's tables, from its rows (one dict per finished run, as ``experiments.study.grid`` writes them):
-seeds pooled per setting with 95 % bootstrap intervals, token budgets, differences against pre-LN, and the
-learning rates at which each setting trains. Pure functions of the rows; summary.md is ``markdown(study)``."""
+seeds pooled per setting with percentile bootstrap intervals (nominal 95 %), token budgets, differences against
+pre-LN, and the learning rates at which each setting trains. Pure functions of the rows; summary.md is
+``markdown(study)``."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def _span(values: list[float]) -> tuple[float | None, float | None]:
 
 def groups(rows: list[dict]) -> list[dict]:
     """Seeds pooled, per setting: failures, the mean final validation loss and generalization gap of the runs
-    that trained with their 95 % bootstrap intervals, and the tokens each run saw (and per parameter)."""
+    that trained with their percentile bootstrap intervals (nominal 95 %), and the tokens each run saw (and per
+    parameter)."""
     by: dict[tuple, list[dict]] = {}
     for r in rows:
         by.setdefault(setting(r), []).append(r)
@@ -231,13 +233,15 @@ def lr_range_table(rows: list[dict]) -> list[str]:
     return lines
 
 
-INTERVAL_NOTE = (f"[low, high]: the 95 % percentile bootstrap interval of the mean over seeds (report/study_stats.py: "
-                 f"every resample enumerated up to 5 seeds, {RESAMPLES} seeded draws beyond). A mean of one run has "
-                 "no interval. With 3 seeds the interval is the min–max range, so a paired difference is called "
-                 "whenever the 3 seeds agree in sign -- which noise alone does 1 time in 4: a call from 3 seeds is a "
-                 "lead, not a finding; 5 seeds (the frontier preset) narrow the interval inside the range. Failure counts are "
+INTERVAL_NOTE = (f"[low, high]: the percentile bootstrap interval (nominal 95 %) of the mean over seeds "
+                 f"(report/study_stats.py: every resample enumerated up to 5 seeds, {RESAMPLES} seeded draws beyond). "
+                 "A mean of one run has no interval. With 3 seeds the interval is the min–max range (a 75 % interval; "
+                 "at 5 seeds it covers about 83 % for normal losses), so a paired difference is called whenever the 3 "
+                 "seeds agree in sign -- which noise alone does 1 time in 4: a call from 3 seeds is a lead, not a "
+                 "finding; 5 seeds (the frontier preset) narrow the interval inside the range. Failure counts are "
                  f"compared by Fisher's exact test (two-sided), called only at p < {ALPHA:g}: 3 of 3 failed against 0 "
-                 "of 3 gives p = 0.1, not called.")
+                 "of 3 gives p = 0.1, not called. The tested verdicts (exact tests, Holm-corrected) are in "
+                 "benchmarks/results/study/claims.json.")
 
 
 def too_short_text(g: dict) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..store import atomic_write_text
+from . import claims_table
 from .html import Page
 from .published import PUBLISHED, scale_gap, url
 from .study_stats import bootstrap_mean, failure_call
@@ -122,11 +123,14 @@ CLAIMS = (
           (("placement", "mhc"),), "val_loss_curves.png", (), _WIDE, ("better",), ("worse", "fails more")),
 )
 
-METHOD = ("every interval is a 95 % percentile bootstrap over seeds, and a loss or gap difference is called only "
-          "where its interval excludes 0; failure counts are compared by Fisher's exact test (two-sided) and called "
-          "only at p < 0.05, per setting and pooled over a placement's settings (3 of 3 failed against 0 of 3 gives "
-          "p = 0.1: not called, however clear it looks; a bootstrap of 0/1 outcomes would give it a zero-width "
-          "interval)")
+METHOD = ("every interval is the exact percentile bootstrap of the mean over seeds (nominal 95 %), which with 3 seeds "
+          "is the min–max range of the seeds' values (it covers their median with probability 75 %, not 95 %), and "
+          "a loss or gap difference is called only where that interval excludes 0 (for a difference paired over 3 "
+          "seeds: every seed agrees in sign, p = 0.25 by the sign-flip test), with no multiple-comparison control, "
+          "so the calls below are leads and the tested verdicts are the claims file's, above; failure counts are "
+          "compared by Fisher's exact test (two-sided) and called only at p < 0.05, per setting and pooled over a "
+          "placement's settings (3 of 3 failed against 0 of 3 gives p = 0.1: not called, however clear it looks; a "
+          "bootstrap of 0/1 outcomes would give it a zero-width interval)")
 
 # runs from before phi's random init (or any where mHC and mHC-lite end equal): what their gain of 1 shows
 MHC_SYMMETRY = ("mHC's and mHC-lite's losses agree run for run, the sign that their n streams started as copies of "
@@ -439,6 +443,9 @@ def page(results_root: Path) -> Page:
     p.add("<h1>addnorm study: the claims, measured</h1><p class='lead'>Each claim with its measured answer, its "
           "figure, the published number it is compared with, whether it is reproduced at this scale, and the command "
           f"that reproduces it: {html.escape(METHOD)}.</p>")
+    claims = Path(results_root) / "claims.json"
+    if claims.exists():  # the tested verdicts, from the claims file (benchmarks/study_claims.py)
+        p.add(claims_table.html_table(claims_table.load(claims)))
     for i, c in enumerate(CLAIMS):
         a = answer(c, studies[c.results])
         p.add(f"<h2>{html.escape(c.text)}</h2>")

@@ -1,0 +1,525 @@
+"""The claims file: one record per claim of the seeds and of the papers that the study tests, recomputed from the
+committed runs (``benchmarks/results/study/<preset>/``), never written by hand.
+
+Each claim is a contrast between an arm and its baseline in one results directory:
+
+- a loss or gap claim pairs the arm's runs with the baseline's by seed (and, where the claim spans the grid, by
+  learning rate and seed) and tests the paired differences with the exact sign-flip permutation test; its
+  interval is the paired-t 95 % interval, its mde the paired-t test's at 80 % power (``statistics.py``);
+- a failure claim compares the failure rates with Fisher's exact test (two-sided), its interval Newcombe's;
+- where a claim is "tuned", each side runs at its own best learning rate (and warmup) of the grid: the setting
+  with the lowest mean final validation loss over seeds. That choice is made on the same validation bytes the
+  test then reads (there is no separate dev split yet), which flatters both sides alike;
+- Holm's correction runs over every record that has a p-value, and the verdict follows ``statistics.verdict``.
+
+A claim whose runs do not exist yet keeps its record, with no effect and the verdict ``inconclusive``.
+
+Run: ``python -m addnorm.experiments.study.claims --out benchmarks/results/study/claims.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .config import RunConfig
+from .statistics import (ALPHA, HIGHER, INCONCLUSIVE, LOWER, POWER, SAME, differences, fisher_exact, holm, mde_paired,
+                         mde_rate, min_sign_flip_p, paired_t_interval, pairs_to_reach, rate_difference_interval,
+                         sign_flip_p, verdict)
+
+RESULTS = Path("benchmarks/results/study")
+# The study's corpus (the Python 3.11 standard library, data digest 1e036d48d73fa298) split by file: the training
+# split is capped at 4 MiB (data.load_split's default), so an epoch is 4,194,304 bytes (one token per byte).
+TRAIN_BYTES = 4 << 20
+_DEFAULT = RunConfig()
+_SELF = "python -m addnorm.experiments.study.claims --out benchmarks/results/study/claims.json"
+_STUDY = {  # how each results directory is made from nothing
+    "study": "addnorm study --preset default --out benchmarks/results/study/study",
+    "paper24": "addnorm study --preset paper --out benchmarks/results/study/paper24",
+    "study_residual": ("addnorm study --preset quick --placements no_residual,pre --depths 12 --lrs 1e-3 --warmups 100 "
+                       "--seeds 0,1,2 --steps 400 --out benchmarks/results/study/study_residual"),
+    "study_norms": ("addnorm study --preset quick --placements pre --norms layer,rms,batch --depths 6 --lrs 1e-3 "
+                    "--warmups 100 --seeds 0,1,2 --steps 400 --out benchmarks/results/study/study_norms"),
+    **{p: f"addnorm study --preset {p} --out benchmarks/results/study/{p}"
+       for p in ("frontier", "depth", "long", "wide", "mixing", "dyt")},
+}
+LOSS, GAP, FAILURE = "final_val_loss", "generalization_gap", "failure_rate"
+GAIN_FWD, GAIN_BWD = "peak_composite_gain_fwd", "peak_composite_gain_bwd"  # the largest over training
+
+
+@dataclass(frozen=True)
+class Published:
+    """A paper's own number for the claim, and the setting it was measured in."""
+
+    result: str
+    setting: str
+    arxiv: str
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What a claim compares: the runs of ``preset`` whose axes match ``arm`` against those matching ``baseline``
+    (pairs of (axis, value); a tuple value matches any of its members)."""
+
+    id: str
+    source: str  # a seed document's file name, or an arXiv id
+    statement: str
+    preset: str
+    measure: str  # LOSS, GAP, FAILURE, GAIN_FWD or GAIN_BWD
+    direction: str  # LOWER / HIGHER: the arm's value against the baseline's; SAME: no difference
+    arm: tuple[tuple[str, object], ...]
+    baseline: tuple[tuple[str, object], ...]
+    tune: tuple[str, ...] = ()  # axes each side takes at its own best (lowest mean loss) value: ("lr",), ...
+    pair_by: tuple[str, ...] = ("seed",)  # what makes a pair; ("lr", "seed") spans the learning-rate grid
+    published: Published | None = None
+    needs: str = ""  # the runs the claim needs that do not exist yet ("" where the committed runs answer it)
+    remarks: tuple[str, ...] = ()  # what a reader must know to compare it (kept in the record's notes)
+
+    def __post_init__(self):
+        for name, value, valid in (("preset", self.preset, tuple(_STUDY)),
+                                   ("measure", self.measure, (LOSS, GAP, FAILURE, GAIN_FWD, GAIN_BWD)),
+                                   ("direction", self.direction, (LOWER, HIGHER, SAME))):
+            if value not in valid:
+                raise ValueError(f"claim {self.id!r}: {name} must be one of {', '.join(valid)}, got {value!r}")
+        if self.measure == FAILURE and (self.tune or self.pair_by != ("seed",)):
+            raise ValueError(f"claim {self.id!r}: a failure rate pools every run of each side; tune and pair_by "
+                             "apply to paired measures only")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One record of claims.json."""
+
+    id: str
+    source: str
+    statement: str
+    preset: str
+    arm: dict
+    baseline: dict
+    measure: str
+    direction: str
+    test: str
+    n_seeds: int  # pairs (loss, gap, gain) or the smaller side's runs (failure rate)
+    tokens: int | None  # training tokens per run (steps x batch x sequence length; one token per byte)
+    tokens_per_param: float | None
+    epochs: float | None  # passes over the 4 MiB training split
+    val_bytes: int | None  # the held-out bytes each final loss is measured on
+    effect: float | None  # mean(arm - baseline) over pairs, or rate(arm) - rate(baseline)
+    ci: list | None  # [low, high], 95 %
+    p: float | None
+    p_holm: float | None
+    verdict: str
+    mde: float | None  # the smallest |effect| detected with 80 % power at alpha 0.05 (None: none is)
+    min_p: float | None  # the smallest p the test can give with these runs: below alpha or nothing is decidable
+    published: dict | None
+    command: str
+    notes: list = field(default_factory=list)
+
+
+def _alpha_text(a) -> str:
+    return "/".join(f"{v:g}" for v in a) if isinstance(a, list | tuple) else f"{a:g}"
+
+
+def _row_from_run(config: dict, summary: dict) -> dict:
+    """A run's line, from runs/<name>-<key>/config.json and summary.json."""
+    c = config["config"]
+    placement = c["placement"] if isinstance(c["placement"], str) else "+".join(c["placement"])
+    return {"name": summary["name"], "placement": placement, "norm": c["norm"], "init": c["init"],
+            "depth": c["depth"], "d_model": c["d_model"], "lr": c["lr"], "warmup": c["warmup"], "seed": c["seed"],
+            "steps": c["steps"], "batch": c["batch"], "seq_len": c["seq_len"], "eval_batches": c["eval_batches"],
+            "value_residual": c.get("value_residual", False), "dyt_alpha": _alpha_text(c.get("dyt_alpha", 0.5)),
+            "n_params": summary.get("n_params"), "final_val_loss": summary["final_val_loss"],
+            "generalization_gap": summary.get("generalization_gap"), "failed": summary["failed"],
+            "steps_done": summary.get("steps_done"), "seconds": summary.get("seconds_this_session"),
+            "future_leak": summary.get("future_leak"), "train_mode_val_loss": summary.get("train_mode_val_loss")}
+
+
+def _row_from_summary(r: dict) -> dict:
+    """A run's line from a results directory's summary.json (where its runs/ is not committed): batch, sequence
+    length and evaluation batches are not recorded there and were RunConfig's defaults for every preset."""
+    keep = ("name", "placement", "norm", "init", "depth", "d_model", "lr", "warmup", "seed", "steps",
+            "value_residual", "dyt_alpha", "n_params", "final_val_loss", "generalization_gap", "failed", "steps_done",
+            "future_leak", "train_mode_val_loss")
+    return {**{k: r.get(k) for k in keep}, "batch": _DEFAULT.batch, "seq_len": _DEFAULT.seq_len,
+            "eval_batches": _DEFAULT.eval_batches, "seconds": None}
+
+
+def load_rows(results: Path, preset: str) -> list[dict] | None:
+    """The committed runs of one results directory, one dict per run: from runs/*/ where they are committed (the
+    run's own config.json and summary.json), else from the directory's summary.json; the peak composite gains
+    of a widened run from summary.json's ``mixing`` series. None where the directory is not committed."""
+    d = Path(results) / preset
+    if not (d / "summary.json").exists():
+        return None
+    study = json.loads((d / "summary.json").read_text())
+    run_dirs = sorted(p.parent for p in (d / "runs").glob("*/summary.json")) if (d / "runs").is_dir() else []
+    if run_dirs:
+        rows = [_row_from_run(json.loads((p / "config.json").read_text()), json.loads((p / "summary.json").read_text()))
+                for p in run_dirs]
+    else:
+        rows = [_row_from_summary(r) for r in study["runs"]]
+    peaks = {}
+    for m in study.get("mixing", []):
+        if m.get("series"):
+            key = m.get("name") or (m["placement"], m["depth"], m["seed"], m["lr"])
+            peaks[key] = (max(s[1] for s in m["series"]), max(s[2] for s in m["series"]))
+    for r in rows:
+        peak = peaks.get(r["name"]) or peaks.get((r["placement"], r["depth"], r["seed"], r["lr"]))
+        r[GAIN_FWD], r[GAIN_BWD] = peak if peak else (None, None)
+    return rows
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    return (s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2
+
+
+def matches(row: dict, select) -> bool:
+    return all(row.get(k) in v if isinstance(v, tuple) else row.get(k) == v for k, v in select)
+
+
+def _setting(row: dict, axes: tuple[str, ...]) -> tuple:
+    return tuple(row[a] for a in axes)
+
+
+def _tuned(rows: list[dict], axes: tuple[str, ...]) -> tuple[list[dict], dict]:
+    """The runs at the setting of ``axes`` with the lowest mean final validation loss over seeds (ties: the first
+    in sorted order), and what was chosen: {axis: value, axis_grid: every value, at_grid_edge: bool}."""
+    if not axes:
+        return rows, {}
+    by = {}
+    for r in rows:
+        by.setdefault(_setting(r, axes), []).append(r["final_val_loss"])
+    best = min(sorted(by), key=lambda s: sum(by[s]) / len(by[s]))
+    info = {}
+    for i, a in enumerate(axes):
+        grid = sorted({s[i] for s in by})
+        info[a], info[f"{a}_grid"] = best[i], grid
+        if a == "lr" and len(grid) > 1:  # a best value at the grid's edge may not be the arm's optimum
+            info["lr_at_grid_edge"] = len(grid) < 3 or best[i] in (grid[0], grid[-1])
+    return [r for r in rows if _setting(r, axes) == best], info
+
+
+def _side(spec_select, rows: list[dict], info: dict, mean: float | None = None) -> dict:
+    """What a side is, as the record states it: its selection, the setting that was run or chosen, and the mean
+    of the measure over the runs the test read (the failure rate for a failure claim)."""
+    out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in spec_select}
+    first = rows[0] if rows else {}
+    for k in ("placement", "norm", "init", "depth", "d_model", "warmup", "steps", "dyt_alpha", "value_residual"):
+        if k == "dyt_alpha" and not any(r["norm"] in ("dyt", "derf") for r in rows):
+            continue  # alpha0 means nothing without a DyT or Derf norm
+        vals = sorted({r[k] for r in rows}, key=str)
+        if k not in out and vals:
+            out[k] = vals[0] if len(vals) == 1 else vals
+    lrs = sorted({r["lr"] for r in rows})
+    out["lr"] = lrs[0] if len(lrs) == 1 else lrs
+    out.update(info)
+    out["runs"] = len(rows)
+    if mean is not None:
+        out["mean"] = _round(mean)
+    if first.get("n_params"):
+        out["n_params"] = int(_median([r["n_params"] for r in rows if r.get("n_params")]))
+    return out
+
+
+def _budget(rows: list[dict]) -> dict:
+    """Tokens per run (the planned budget: a run stopped early by a failure saw fewer), per parameter, epochs and
+    the held-out bytes of the arm's runs."""
+    r = rows[0]
+    tokens = r["steps"] * r["batch"] * r["seq_len"]
+    params = [x["n_params"] for x in rows if x.get("n_params")]
+    return {"tokens": tokens, "tokens_per_param": round(tokens / _median(params), 4) if params else None,
+            "epochs": round(tokens / TRAIN_BYTES, 4), "val_bytes": r["eval_batches"] * r["batch"] * r["seq_len"]}
+
+
+def _published(spec: Spec) -> dict | None:
+    return asdict(spec.published) if spec.published else None
+
+
+def _empty(spec: Spec, why: str, rows_seen: int = 0) -> dict:
+    return dict(id=spec.id, source=spec.source, statement=spec.statement, preset=spec.preset,
+                arm={k: (list(v) if isinstance(v, tuple) else v) for k, v in spec.arm},
+                baseline={k: (list(v) if isinstance(v, tuple) else v) for k, v in spec.baseline},
+                measure=spec.measure, direction=spec.direction, test=_test_name(spec, 0), n_seeds=0, tokens=None,
+                tokens_per_param=None, epochs=None, val_bytes=None, effect=None, ci=None, p=None,
+                mde=None, min_p=None, published=_published(spec), command=_command(spec), notes=[why])
+
+
+def _test_name(spec: Spec, n: int) -> str:
+    if spec.measure == FAILURE:
+        return "Fisher's exact test, two-sided; interval: Newcombe (Wilson score)"
+    how = "exact, every sign vector" if n <= 20 else "Monte Carlo, 200,000 sign vectors"
+    return f"paired sign-flip permutation test, two-sided ({how}); interval: paired t"
+
+
+def _command(spec: Spec) -> str:
+    return f"{_STUDY[spec.preset]} && {_SELF}"
+
+
+def measure(spec: Spec, rows: list[dict] | None) -> dict:
+    """The record of one claim before Holm's correction (p_holm and verdict are set by ``build``)."""
+    if spec.needs:
+        return _empty(spec, f"not measured: {spec.needs}")
+    if rows is None:
+        return _empty(spec, f"not measured: benchmarks/results/study/{spec.preset}/ is not committed")
+    arm_all = [r for r in rows if matches(r, spec.arm)]
+    base_all = [r for r in rows if matches(r, spec.baseline)]
+    if not arm_all or not base_all:
+        return _empty(spec, f"not measured: {spec.preset}/ holds {len(arm_all)} runs of the arm and "
+                            f"{len(base_all)} of the baseline")
+    arm, arm_info = _tuned(arm_all, spec.tune)
+    base, base_info = _tuned(base_all, spec.tune)
+    notes = []
+    if spec.measure == FAILURE:
+        ka, na = sum(r["failed"] for r in arm), len(arm)
+        kb, nb = sum(r["failed"] for r in base), len(base)
+        means = (ka / na, kb / nb)
+        effect = ka / na - kb / nb
+        low, high = rate_difference_interval(ka, na, kb, nb)
+        p = fisher_exact(ka, na, kb, nb)
+        mde = mde_rate(kb / nb, na, nb)
+        min_p = fisher_exact(na, na, 0, nb)  # every arm run failed, no baseline run did
+        n = min(len({r["seed"] for r in arm}), len({r["seed"] for r in base}))
+        notes.append(f"failed {ka} of {na} runs against {kb} of {nb}")
+        if mde is None:
+            notes.append(f"Fisher's test cannot reach p < {ALPHA:g} with {na} runs against {nb}, whatever the rates")
+    else:
+        key = spec.measure
+        a = {_setting(r, spec.pair_by): r[key] for r in arm if r.get(key) is not None}
+        b = {_setting(r, spec.pair_by): r[key] for r in base if r.get(key) is not None}
+        pairs = sorted(set(a) & set(b))
+        if not pairs:
+            return _empty(spec, f"not measured: no {key} recorded for both sides at the same "
+                                f"{' and '.join(spec.pair_by)}")
+        d = differences([a[k] for k in pairs], [b[k] for k in pairs])
+        means = (sum(a[k] for k in pairs) / len(pairs), sum(b[k] for k in pairs) / len(pairs))
+        iv = paired_t_interval(d)
+        effect, low, high, n = iv.mean, iv.low, iv.high, len(pairs)
+        p = sign_flip_p(d)
+        mde = mde_paired(iv.sd, n) if iv.sd is not None else None
+        min_p = min_sign_flip_p(n)
+        if spec.pair_by != ("seed",):
+            notes.append(f"paired by {' and '.join(spec.pair_by)}: {n} pairs over {len({k[-1] for k in pairs})} seeds")
+        if any(r["failed"] for r in arm + base):
+            notes.append(f"failed runs keep their final loss: {sum(r['failed'] for r in arm)} of the arm's "
+                         f"{len(arm)}, {sum(r['failed'] for r in base)} of the baseline's {len(base)}")
+    if min_p >= ALPHA:
+        notes.append(f"the test's smallest possible p with these runs is {min_p:.3g} >= {ALPHA:g}: no verdict but "
+                     "inconclusive is possible")
+    if spec.tune and len(arm_info.get("lr_grid", (0, 0))) > 1:
+        notes.append("each side at its own best " + " and ".join(spec.tune) + " (lowest mean final validation loss), "
+                     "chosen on the same validation bytes the test reads")
+    if spec.tune and len(arm_info.get("lr_grid", ())) == 1 and len(base_info.get("lr_grid", ())) == 1:
+        notes.append(f"one learning rate ({arm_info['lr']:g}) for both sides: neither is tuned")
+    elif arm_info.get("lr_at_grid_edge") or base_info.get("lr_at_grid_edge"):
+        notes.append("a best learning rate lies at the edge of the grid: the grid does not bracket that side's optimum")
+    inits = ({r["init"] for r in arm}, {r["init"] for r in base})
+    if inits[0] != inits[1] and "init" not in dict(spec.arm):
+        notes.append(f"the arm ran only at {'/'.join(sorted(inits[0]))} init, the baseline at "
+                     f"{'/'.join(sorted(inits[1]))}: the effect includes the init's")
+    if spec.measure == GAP and any(r["norm"] == "batch" and r.get("future_leak") is None for r in arm):
+        notes.append("future_leak and train_mode_val_loss were not recorded for these BatchNorm runs (null): the "
+                     "claim is judged on the generalization gap alone")
+    notes += spec.remarks
+    budget = _budget(arm)
+    if budget["val_bytes"] < 262144 and spec.measure in (LOSS, GAP):
+        notes.append(f"final losses measured on {budget['val_bytes']:,} held-out bytes")
+    return dict(id=spec.id, source=spec.source, statement=spec.statement, preset=spec.preset,
+                arm=_side(spec.arm, arm, arm_info, means[0]),
+                baseline=_side(spec.baseline, base, base_info, means[1]),
+                measure=spec.measure, direction=spec.direction, test=_test_name(spec, n), n_seeds=n, **budget,
+                effect=_round(effect), ci=[_round(low), _round(high)] if low is not None else None, p=_round(p),
+                mde=_round(mde), min_p=_round(min_p), published=_published(spec), command=_command(spec), notes=notes)
+
+
+def _round(x: float | None) -> float | None:
+    """12 significant digits: the file is byte-stable across platforms whose last bits differ."""
+    return None if x is None else float(f"{x:.12g}")
+
+
+def build(specs: tuple[Spec, ...] | None = None, results: Path = RESULTS) -> list[Claim]:
+    """Every claim's record from the committed runs under ``results``, Holm-corrected across the whole file."""
+    specs = SPECS if specs is None else specs
+    cache: dict[str, list[dict] | None] = {}
+    records = []
+    for s in specs:
+        if s.preset not in cache:
+            cache[s.preset] = load_rows(results, s.preset)
+        records.append(measure(s, cache[s.preset]))
+    tested = [i for i, r in enumerate(records) if r["p"] is not None]
+    adjusted = dict(zip(tested, holm([records[i]["p"] for i in tested])))
+    out = []
+    for i, r in enumerate(records):
+        p_holm = _round(adjusted.get(i))
+        out.append(Claim(**{**r, "p_holm": p_holm, "verdict": verdict(r["effect"], p_holm, r["direction"])
+                            if p_holm is not None else INCONCLUSIVE}))
+    return out
+
+
+def to_json(claims: list[Claim]) -> str:
+    m = sum(c.p is not None for c in claims)
+    head = {"method": METHOD, "alpha": ALPHA, "power": POWER, "holm_family": m,
+            # the fewest seeds with which a loss claim can be decided at all: its sign-flip p, with every seed of
+            # one sign, below Holm's first threshold alpha / m
+            "seeds_to_decide": pairs_to_reach(ALPHA / m) if m else None, "claims": [asdict(c) for c in claims]}
+    return json.dumps(head, indent=1, ensure_ascii=False) + "\n"
+
+
+METHOD = ("Each claim compares an arm with its baseline in one results directory. Loss and gap claims pair runs by "
+          "seed (by learning rate and seed where a claim spans the grid) and test the mean paired difference with "
+          "the exact two-sided sign-flip permutation test (every one of the 2^n sign vectors; p >= 2/2^n, so 3 "
+          "seeds can never give p < 0.25 and 5 seeds never p < 0.05); the interval is the paired-t 95 % interval. "
+          "Failure claims compare failure rates with Fisher's exact test (two-sided); the interval is Newcombe's. "
+          "p_holm is Holm's step-down adjustment across every record with a p-value. A claim is 'supported' or "
+          "'contradicted' only where p_holm < 0.05 with the effect in (or against) its direction; a claim of no "
+          "difference can only be contradicted; everything else is 'inconclusive'. mde is the smallest |effect| "
+          "the paired t-test (noncentral t, the seeds' sd taken as the truth) or Fisher's test (exact binomial "
+          "power) detects with 80 % power at alpha 0.05, before Holm: a lower bound on what this file could "
+          "decide. 'Tuned' sides run at their own best learning rate of the grid, chosen on the same validation "
+          "bytes. effect = arm minus baseline.")
+
+
+# ---- the claims ----------------------------------------------------------------------------------------------
+
+_PRE = (("placement", "pre"), ("norm", "layer"), ("value_residual", False))
+_PRE_GPT2 = (*_PRE, ("init", "gpt2"))  # the tuned baseline of the frontier claims: GPT-2 init (residual / sqrt(2L))
+_POST_DIVERGES = Published("Post-LN diverges from the 250M model up (LLaMA-style models on C4)",
+                           "LLaMA-style models of 71M to 1B parameters trained on C4", "2412.13795")
+_MIXLN = Published("Mix-LN (Post-LN in the first layers, Pre-LN after) reaches a lower perplexity than Pre-LN",
+                   "LLaMA-style models of 71M to 1B parameters trained on C4", "2412.13795")
+_LNS = Published("LayerNorm Scaling reaches a 5-8 % lower perplexity than Pre-LN",
+                 "models of 130M to 7B parameters", "2502.05795")
+_DYT_SMALL = Published("DyT in place of the norm lowers the loss by 27 % at 1M training tokens",
+                       "a 64M-parameter language model at 1M tokens", "2604.23434")
+_DYT_LARGE = Published("DyT in place of the norm raises the loss by 19 % at 118M training tokens",
+                       "small language models at 118M tokens", "2604.23434")
+_MHC = Published("composite mixing gain (Amax gain magnitude of the product of H_res over depth): about 1.6 "
+                 "(backward) for mHC, about 3000 for HC", "a 27B model (mHC's Sinkhorn with 20 rounds)", "2512.24880")
+_SEED_000, _SEED_002, _SEED_003 = "000_3284b066540def01.txt", "002_1b45541e9a6140b9.txt", "003_5111ddd830dec81a.txt"
+
+
+def _frontier(id_: str, source: str, statement: str, arm, published: Published | None, direction: str = LOWER,
+              preset: str = "frontier", baseline=_PRE_GPT2, tune=("lr",)) -> Spec:
+    return Spec(id_, source, statement, preset, LOSS, direction, arm, baseline, tune, ("seed",), published)
+
+
+SPECS: tuple[Spec, ...] = (
+    # the seeds' claims
+    Spec("post_unstable", _SEED_003, "Pre-norm trains more stably than post-norm in a deep network: post-LN fails "
+         "(a plateau at the unigram loss or a loss spike) more often at 24 layers, over a 30x learning-rate range.",
+         "paper24", FAILURE, HIGHER, (("placement", "post"),), _PRE),
+    Spec("post_warmup", _SEED_000, "Post-norm needs learning-rate warmup: without it, post-LN ends at a higher "
+         "validation loss than with 100 warmup steps (the deciding contrast: post-LN without against with warmup, "
+         "at each learning rate of the grid).", "study", LOSS, HIGHER,
+         (("placement", "post"), ("warmup", 0)), (("placement", "post"), ("warmup", 100)), (), ("lr", "seed")),
+    Spec("pre_warmup", _SEED_003, "Pre-norm does not need learning-rate warmup: pre-LN ends at the same validation "
+         "loss without warmup as with 100 warmup steps, at each learning rate of the grid.", "study", LOSS, SAME,
+         (*_PRE, ("warmup", 0)), (*_PRE, ("warmup", 100)), (), ("lr", "seed")),
+    Spec("post_tuned", _SEED_003, "Post-norm can end slightly better than pre-norm with careful tuning: each at its "
+         "own best learning rate and warmup, post-LN ends at a lower validation loss.", "study", LOSS, LOWER,
+         (("placement", "post"),), _PRE, ("lr", "warmup")),
+    Spec("no_residual", _SEED_002, "Without the residual connection a deep network (12 layers) does not train: it "
+         "fails more often than pre-LN.", "study_residual", FAILURE, HIGHER, (("placement", "no_residual"),), _PRE),
+    Spec("batchnorm", _SEED_002, "BatchNorm in place of LayerNorm trains but generalizes poorly: its generalization "
+         "gap (validation minus training-split loss) is larger than LayerNorm's.", "study_norms", GAP, HIGHER,
+         (("placement", "pre"), ("norm", "batch")), _PRE),
+    Spec("rmsnorm", _SEED_003, "RMSNorm provides the same stabilization as LayerNorm: pre-norm with RMSNorm ends at "
+         "the same validation loss as with LayerNorm.", "study_norms", LOSS, SAME,
+         (("placement", "pre"), ("norm", "rms")), _PRE),
+    # the frontier's: each form at its best learning rate against GPT-2-init pre-LN at its own, 24 layers
+    _frontier("mixln", "2412.13795", "Mix-LN (post-norm in the first quarter of the layers) ends below pre-LN.",
+              (("placement", "mix"),), _MIXLN),
+    _frontier("lns", "2502.05795", "LayerNorm Scaling ends below pre-LN.", (("placement", "lns"),), _LNS),
+    _frontier("denseformer", "2402.02622", "DenseFormer ends below pre-LN at the same depth.",
+              (("placement", "denseformer"),),
+              Published("DenseFormer reaches a lower perplexity than a standard transformer of the same depth and "
+                        "size", "language models on OpenWebText2 and PG-19", "2402.02622")),
+    _frontier("hybridnorm", "2503.04598", "HybridNorm (QKV norm in attention, post-norm in the FFN) ends below "
+              "pre-LN, both at GPT-2 (Megatron) init.", (("placement", "hybrid"), ("init", "gpt2")),
+              Published("HybridNorm outperforms both Pre-Norm and Post-Norm", "a 1.2B dense model (1T tokens) and "
+                        "a 6.9B Mixture-of-Experts model (500B tokens)", "2503.04598")),
+    _frontier("hybridnorm_star", "2503.04598", "HybridNorm* (HybridNorm with a post-norm first block) ends below "
+              "pre-LN, both at GPT-2 (Megatron) init.", (("placement", "hybrid_star"), ("init", "gpt2")),
+              Published("HybridNorm* outperforms both Pre-Norm and Post-Norm", "a 1.2B dense model (1T tokens) and "
+                        "a 6.9B Mixture-of-Experts model (500B tokens)", "2503.04598")),
+    _frontier("ngpt", "2410.01131", "nGPT ends below pre-LN at the same step budget (it trains faster).",
+              (("placement", "ngpt"),),
+              Published("nGPT reaches the same accuracy in 4 to 20 times fewer training steps than GPT",
+                        "0.5B and 1B models on OpenWebText, contexts of 1k to 8k tokens", "2410.01131")),
+    _frontier("value_residual", "2410.17897", "A value residual (every layer's values mixed with layer 1's) ends "
+              "below pre-LN without one.", (("placement", "pre"), ("norm", "layer"), ("value_residual", True)),
+              Published("ResFormer reaches the same validation loss with 16.11 % fewer parameters and 20.3 % less "
+                        "training data", "language models (the paper's v5)", "2410.17897")),
+    _frontier("derf", "2512.10938", "Derf in place of LayerNorm ends below pre-LN.",
+              (("placement", "pre"), ("norm", "derf")),
+              Published("Derf reaches 82.8 % ImageNet top-1 against LayerNorm's 82.3 %", "ViT on ImageNet",
+                        "2512.10938")),
+    _frontier("dyt", "2503.10622", "DyT (the DyT paper's per-slot alpha0 0.8/0.2/0.2) in place of LayerNorm ends at "
+              "the same loss as pre-LN.", (("placement", "pre"), ("norm", "dyt")),
+              Published("Transformers with DyT match or exceed their normalized counterparts, mostly without tuning",
+                        "ViT, DiT, LLaMA 7B-70B and others", "2503.10622"), SAME),
+    Spec("dyt_embedding_scale", "2503.10622", "DyT trains as LayerNorm does once the token embedding is multiplied by "
+         "a learnable scalar initialised to sqrt(d), as the DyT paper's LLaMA code does.", "dyt", LOSS, SAME,
+         (("placement", "pre"), ("norm", "dyt")), _PRE,
+         needs="an embedding scale in GPTConfig and the DyT/Derf audit's arms at scale sqrt(d) and at unit-RMS "
+               "embeddings, 5 seeds or more; no committed run has one"),
+    # depth: where each form stops training (48 layers, both learning rates pooled)
+    Spec("post_depth", "2412.13795", "Post-LN stops training at 48 layers, where pre-LN keeps training: it fails more "
+         "often.", "depth", FAILURE, HIGHER, (("placement", "post"), ("depth", 48)), (*_PRE, ("depth", 48)),
+         published=_POST_DIVERGES),
+    *(Spec(f"{form}_depth", arxiv, f"{name} keeps training at 48 layers as pre-LN does: it fails as often.", "depth",
+           FAILURE, SAME, (("placement", form), ("depth", 48)), (*_PRE, ("depth", 48)))
+      for form, name, arxiv in (("deepnorm", "DeepNorm", "2203.00555"), ("mix", "Mix-LN", "2412.13795"),
+                                ("lns", "LayerNorm Scaling", "2502.05795"))),
+    # the mixing gains
+    Spec("hc_gain_depth", "2512.24880", "HC's composite mixing gain grows with depth: its peak forward gain over "
+         "training is larger at 24 layers than at 6.", "mixing", GAIN_FWD, HIGHER,
+         (("placement", "hc"), ("depth", 24)), (("placement", "hc"), ("depth", 6)), published=_MHC,
+         remarks=("the peak over training, not the last evaluation (HC's gain falls again late in training); the "
+                  "paper's 3000 is at 27B parameters (these runs' counts are in arm and baseline)",)),
+    Spec("mhc_gain", "2512.24880", "mHC keeps the composite mixing gain near 1 where HC's grows: at 24 layers mHC's "
+         "peak backward gain over training is below HC's.", "mixing", GAIN_BWD, LOWER,
+         (("placement", "mhc"), ("depth", 24)), (("placement", "hc"), ("depth", 24)), published=_MHC,
+         remarks=("backward (column sums) because mHC's forward gain is 1 by construction: Sinkhorn's last step "
+                  "normalizes rows, and a product of row-stochastic matrices has every row sum 1; the backward gain "
+                  "is what the paper's 1.6 measures (finite Sinkhorn rounds leave the columns off 1)",)),
+    # budgets and widths: DyT's sign flip, and the frontier forms 20 times longer (long) and 4 times wider (wide)
+    _frontier("dyt_budget", "2604.23434", "DyT in place of LayerNorm ends below pre-LN at a small token budget "
+              "(512k tokens, 24 layers).", (("placement", "pre"), ("norm", "dyt")), _DYT_SMALL, LOWER, "paper24",
+              _PRE),
+    _frontier("dyt_long", "2604.23434", "DyT in place of LayerNorm ends above pre-LN at a larger token budget (up to "
+              "10M tokens, 6 layers, trained until flat).", (("placement", "pre"), ("norm", "dyt")), _DYT_LARGE,
+              HIGHER, "long", _PRE),
+    *(_frontier(f"{form}_{preset}", arxiv, f"{name} ends below pre-LN {where}.", (("placement", form),), pub,
+                LOWER, preset, _PRE)
+      for preset, where in (("long", "at a 20 times longer token budget (6 layers, trained until flat)"),
+                            ("wide", "at four times the width (d_model 256, 12 layers)"))
+      for form, name, arxiv, pub in (("mix", "Mix-LN", "2412.13795", _MIXLN),
+                                     ("lns", "LayerNorm Scaling", "2502.05795", _LNS),
+                                     ("mhc", "mHC (4 streams)", "2512.24880", None))),
+    Spec("post_wide", "2412.13795", "Post-LN stops training at d_model 256 (12 layers), where pre-LN trains: it fails "
+         "more often.", "wide", FAILURE, HIGHER, (("placement", "post"),), _PRE, published=_POST_DIVERGES),
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m addnorm.experiments.study.claims",
+                                 description="Write the study's claims file from the committed runs.")
+    ap.add_argument("--results", type=Path, default=RESULTS, help="the results root (default: %(default)s)")
+    ap.add_argument("--out", type=Path, default=RESULTS / "claims.json", help="where to write (default: %(default)s)")
+    args = ap.parse_args(argv)
+    if not args.results.is_dir():
+        ap.error(f"--results {args.results}: not a directory")
+    claims = build(results=args.results)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(to_json(claims), encoding="utf-8")
+    counts = {v: sum(c.verdict == v for c in claims) for v in dict.fromkeys(c.verdict for c in claims)}
+    print(f"{args.out}: {len(claims)} claims ({', '.join(f'{n} {v}' for v, n in counts.items())})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
