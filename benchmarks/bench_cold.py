@@ -33,7 +33,7 @@ import torch
 
 from addnorm.benchmark import add_norm, fused_forms
 from addnorm.benchmark.gpu import addnorm_method
-from addnorm.store import atomic_write_text
+from addnorm.harness.store import atomic_write_text
 
 OPS = ["add_norm:layer", "add_norm:rms", "norm_add:layer", "norm_add:rms", "parallel:layer", "parallel:rms",
        "parallel2:layer", "parallel2:rms", "dyt", "derf", "stream_read", "stream_write"]

@@ -23,14 +23,14 @@ import addnorm
 import addnorm.functional as A
 import addnorm.fused_functional as B
 from addnorm.benchmark.add_norm import conditions
-from addnorm.benchmark.timing import measure_interleaved
+from addnorm.harness.timing import measure_interleaved
 from addnorm.kernels.cpu import fused as host
 from addnorm.kernels.cpu import mhc as mhc_host
 from addnorm.ops import mhc_formulas
 from addnorm.ops.native_nodes import NODES
 from addnorm.kernels.cpu.library import library
 from addnorm.kernels.cpu.ops import _num_threads
-from addnorm.store import atomic_write_text
+from addnorm.harness.store import atomic_write_text
 
 N, D = 64, 768
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 import addnorm
 from addnorm.benchmark.add_norm import conditions
-from addnorm.benchmark.timing import measure_interleaved
+from addnorm.harness.timing import measure_interleaved
 
 N, D = 64, 768
 

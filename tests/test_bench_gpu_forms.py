@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from addnorm.benchmark import fused_forms, gpu, gpu_forms
-from addnorm.benchmark.timing import Timing
+from addnorm.harness.timing import Timing
 
 SHAPE = (8, 16)  # tokens (rows) x C (hidden)
 

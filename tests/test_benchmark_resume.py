@@ -45,7 +45,7 @@ def test_bench_options_are_refused_before_any_work(args, message, tmp_path, caps
 def test_one_journal_reader_skips_the_line_an_interruption_cut_short(tmp_path):
     """store.read_journal, which the Add & Norm, fused-forms (CPU and GPU) and launch-sweep benchmarks resume from:
     records in order, a cut-short or refused line skipped, a missing journal empty."""
-    from addnorm.store import read_journal
+    from addnorm.harness.store import read_journal
 
     j = tmp_path / "x.partial.jsonl"
     assert read_journal(j, dict) == [] and read_journal(None, dict) == []

@@ -14,18 +14,19 @@ import importlib.util
 import sys
 import warnings
 
-# old -> new; a package entry covers its submodules too (addnorm.benchmark.timing -> addnorm.bench.timing)
+# old -> new; a package entry covers its submodules too (addnorm.benchmark.gpu -> addnorm.bench.gpu), and the
+# longest entry that matches wins: a submodule that left its package (addnorm.benchmark.timing) has its own line
 MOVED: dict[str, str] = {
+    "addnorm.store": "addnorm.harness.store",
+    "addnorm.experiments.corpus": "addnorm.harness.corpus",
 }
 
 
 def new_name(old: str) -> str | None:
     """The new dotted path of an old module path, or None where ``old`` did not move."""
-    if old in MOVED:
-        return MOVED[old]
-    for prefix, target in MOVED.items():
-        if old.startswith(prefix + "."):
-            return target + old[len(prefix):]
+    for prefix in sorted(MOVED, key=len, reverse=True):  # the most specific entry first
+        if old == prefix or old.startswith(prefix + "."):
+            return MOVED[prefix] + old[len(prefix):]
     return None
 
 

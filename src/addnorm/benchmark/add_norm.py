@@ -40,8 +40,8 @@ import torch
 import torch.nn.functional as F
 
 from .. import functional as AF
-from ..store import atomic_write, atomic_write_text, check_writable_dir, digest, read_journal
-from .timing import Timing, measure, measure_interleaved
+from ..harness.store import atomic_write, atomic_write_text, check_writable_dir, digest, read_journal
+from ..harness.timing import Timing, measure, measure_interleaved
 
 FUSED_OPS = ("norm_add", "parallel", "parallel2", "dyt", "derf", "stream_read", "stream_write", "mhc_pre")  # fused_forms
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
-from ..store import atomic_write_text, read_json
+from ..harness.store import atomic_write_text, read_json
 from .add_norm import TUNED_MALLOC
-from .timing import measure
+from ..harness.timing import measure
 
 N_STREAMS = 4
 # form -> GPTConfig overrides (GPT-2-small otherwise: 12 layers, 768 wide, 12 heads, GPT-2's vocabulary)

@@ -29,7 +29,7 @@ from .. import pointwise_functional as PF
 from .. import stream_functional as SF
 from ..ops import mhc_formulas
 from .add_norm import FLOOR_BYTES, LOCAL_FLOOR_BYTES, conditions, copy_floor_gbps, copy_step
-from .timing import measure_interleaved
+from ..harness.timing import measure_interleaved
 
 OPS = ["norm_add", "parallel", "parallel2", "dyt", "derf", "stream_read", "stream_write", "mhc_pre"]
 NORM_OPS = ("norm_add", "parallel", "parallel2")  # the ops with a LayerNorm / RMSNorm kind
@@ -172,7 +172,7 @@ def make_step(fn, op, mode, n, d, dtype, kind, device="cpu"):
 
 def run(ops, shapes, dtypes, kinds, modes, methods=("addnorm", "eager", "compile"), progress=None,
         journal: Path | None = None) -> list[OpRow]:
-    from ..store import read_journal
+    from ..harness.store import read_journal
 
     done = {(r.op, r.kind, r.dtype, r.rows, r.hidden, r.mode, r.method): r
             for r in read_journal(journal, lambda rec: OpRow(**rec))}
@@ -248,7 +248,7 @@ def markdown(rows: list[OpRow]) -> str:
 
 
 def write(rows: list[OpRow], out_dir: Path, allocator: str) -> Path:
-    from ..store import atomic_write_text
+    from ..harness.store import atomic_write_text
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"fused_forms_{allocator}.json"

@@ -23,7 +23,7 @@ import torch
 
 from .. import functional as AF
 from .add_norm import Row, eager_add_norm, make_step, min_bytes, parse_options, write_results
-from .timing import Timing, _summary, measure_interleaved
+from ..harness.timing import Timing, _summary, measure_interleaved
 
 SHAPES = [(4096, 4096), (16384, 8192), (32768, 2048)]
 DTYPES = ["float32", "bfloat16"]
@@ -117,7 +117,7 @@ def launch_label() -> str | None:
 
 def read_cells(journal: Path | None, row_type) -> dict:
     """{(cell key, methods): (rows, skipped)} from a GPU benchmark's journal (``append_cell``'s lines)."""
-    from ..store import read_journal
+    from ..harness.store import read_journal
 
     return dict(read_journal(journal, lambda rec: ((rec["cell"], tuple(rec["methods"])),
                                                    ([row_type(**r) for r in rec["rows"]], rec["skipped"]))))

@@ -312,7 +312,7 @@ def conditions(device: str, skipped: dict) -> dict:
 
 
 def write(rows: list[OpRow], cond: dict, out_dir: Path, tag: str = "gpu") -> Path:
-    from ..store import atomic_write_text
+    from ..harness.store import atomic_write_text
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"fused_forms_{tag}.json"

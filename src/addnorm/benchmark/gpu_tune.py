@@ -65,7 +65,7 @@ def geomean_ratios(cells: list[dict], base: str) -> dict[str, float]:
 def run(shapes, dtypes, kinds, sweeps, out: Path, progress=None, *, timer=None, device="cuda") -> list[dict]:
     """Every sweep x norm x dtype x shape; returns the cells (each {"cell", "sweep", "start", "ms": {label: ms}})."""
     from ..kernels.triton import ops
-    from ..store import read_journal
+    from ..harness.store import read_journal
     from .add_norm import make_step
     from .gpu import addnorm_method, cuda_interleaved
 
@@ -184,7 +184,7 @@ def main_from_args(args) -> int:
         return 2
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..store import atomic_write_text
+    from ..harness.store import atomic_write_text
     from .gpu import conditions
 
     out = Path(args.out)

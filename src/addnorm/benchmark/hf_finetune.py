@@ -72,7 +72,7 @@ def build_model(cfg: FinetuneConfig):
 
 def dataset(cfg: FinetuneConfig):
     """steps * batch byte sequences of seq_len from the embedded corpus (consecutive, non-overlapping)."""
-    from ..experiments.corpus import load_corpus
+    from ..harness.corpus import load_corpus
 
     data = load_corpus().data.long()
     n = cfg.steps * cfg.batch

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from .add_norm import TUNED_MALLOC
-from .timing import measure
+from ..harness.timing import measure
 
 
 def one_variant(backend: str, batch: int, seq: int, steps: int) -> dict:

@@ -13,7 +13,7 @@ from ..experiments.study.config import PRESETS, Study, StudyConfigError, as_stud
 from ..experiments.study.data import load_split
 from ..experiments.study import tensorboard
 from ..experiments.study.grid import report_only, run_study
-from ..store import check_writable_dir
+from ..harness.store import check_writable_dir
 from .output import console as make_console
 from .output import error
 

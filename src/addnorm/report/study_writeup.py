@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..store import atomic_write_text
+from ..harness.store import atomic_write_text
 from .html import Page
 from .published import PUBLISHED, scale_gap, url
 from .study_stats import bootstrap_mean, failure_call

@@ -38,7 +38,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ...model import GPT
-from ...store import atomic_write, atomic_write_text, read_json
+from ...harness.store import atomic_write, atomic_write_text, read_json
 from . import tensorboard as tb
 from .config import RunConfig
 from .data import SplitCorpus, lr_at
