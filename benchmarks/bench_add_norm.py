@@ -8,7 +8,7 @@ puts the table into README.md. Same as `addnorm bench`.
 
 import sys
 
-from addnorm.benchmark.add_norm import add_arguments, main_from_args
+from addnorm.bench.add_norm import add_arguments, main_from_args
 
 if __name__ == "__main__":
     import argparse

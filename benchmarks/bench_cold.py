@@ -31,8 +31,8 @@ from pathlib import Path
 
 import torch
 
-from addnorm.benchmark import add_norm, fused_forms
-from addnorm.benchmark.gpu import addnorm_method
+from addnorm.bench import add_norm, fused_forms
+from addnorm.bench.gpu import addnorm_method
 from addnorm.harness.store import atomic_write_text
 
 OPS = ["add_norm:layer", "add_norm:rms", "norm_add:layer", "norm_add:rms", "parallel:layer", "parallel:rms",

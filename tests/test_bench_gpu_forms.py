@@ -1,4 +1,4 @@
-"""The GPU benchmark of the fused forms (addnorm.benchmark.gpu_forms), run on the CPU at a tiny size: its plumbing
+"""The GPU benchmark of the fused forms (addnorm.bench.gpu_forms), run on the CPU at a tiny size: its plumbing
 (every op, norm and mode; the methods; the rows, the files, the journal, --ops), with torch.compile and the timer
 stood in for, and Liger-Kernel replaced by torch versions of the Functions it calls -- written from Liger's
 kernels (liger_kernel/ops/mhc.py, fused_add_rms_norm.py, rms_norm.py, dyt.py) with their argument checks -- so
@@ -13,7 +13,7 @@ import types
 import pytest
 import torch
 
-from addnorm.benchmark import fused_forms, gpu, gpu_forms
+from addnorm.bench import fused_forms, gpu, gpu_forms
 from addnorm.harness.timing import Timing
 
 SHAPE = (8, 16)  # tokens (rows) x C (hidden)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from addnorm.benchmark import add_norm
+from addnorm.bench import add_norm
 from addnorm.cli.main import main
 
 
@@ -56,7 +56,7 @@ def test_one_journal_reader_skips_the_line_an_interruption_cut_short(tmp_path):
 def test_the_fused_forms_benchmark_resumes_from_its_journal(tmp_path, monkeypatch):
     """The CPU fused-forms benchmark reads its journal with store.read_journal too: finished rows are not
     measured again, and a line an interruption cut short is skipped."""
-    from addnorm.benchmark import fused_forms
+    from addnorm.bench import fused_forms
 
     monkeypatch.setattr(fused_forms, "copy_floor_gbps", lambda: 10.0)
     journal = tmp_path / "f.partial.jsonl"

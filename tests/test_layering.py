@@ -28,13 +28,13 @@ def _addnorm_imports(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("layer, forbidden", [
     ("reference", {"kernels", "ops", "functional", "nn", "model", "check", "max", "cli", "experiments",
-                   "diagnostics", "interop", "report", "benchmark"}),
+                   "diagnostics", "interop", "report", "bench"}),
     ("kernels", {"ops", "functional", "nn", "model", "check", "max", "cli", "experiments", "diagnostics",
-                 "interop", "report", "benchmark"}),
+                 "interop", "report", "bench"}),
     ("ops", {"functional", "nn", "model", "check", "max", "cli", "experiments", "diagnostics", "interop",
-             "report", "benchmark"}),
-    ("check", {"max", "cli", "experiments", "report", "benchmark"}),
-    ("benchmark", {"cli", "report"}),
+             "report", "bench"}),
+    ("check", {"max", "cli", "experiments", "report", "bench"}),
+    ("bench", {"cli", "report"}),
     ("experiments", {"cli"}),
     ("report", {"cli", "experiments"}),  # report/ draws from results files and the rows handed to it
 ])

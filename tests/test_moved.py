@@ -35,3 +35,27 @@ def test_addnorm_itself_imports_no_old_path():
         for old in _moved.MOVED:
             for form in (f"import {old}\n", f"from {old} import", f"import {old} "):
                 assert form not in text, f"{path.relative_to(src)} imports the old path {old}"
+
+
+def test_the_most_specific_entry_wins(monkeypatch):
+    """A package entry covers its submodules, except one that left the package and has its own entry -- whatever
+    the order of the table's lines."""
+    assert _moved.new_name("addnorm.benchmark.gpu") == "addnorm.bench.gpu"
+    assert _moved.new_name("addnorm.benchmark.timing") == "addnorm.harness.timing"
+    monkeypatch.setattr(_moved, "MOVED", {"a.pkg": "a.new", "a.pkg.left": "a.low.left", "a.pk": "a.other"})
+    assert _moved.new_name("a.pkg.left") == "a.low.left"
+    assert _moved.new_name("a.pkg.left.sub") == "a.low.left.sub"
+    assert _moved.new_name("a.pkg.stays") == "a.new.stays"
+    assert _moved.new_name("a.pkgx") is None  # a prefix of the name, not of its dotted path
+
+
+def test_a_module_under_an_old_package_path_is_the_new_one():
+    import addnorm.bench.gpu as real
+    import addnorm.harness.timing as timing
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from addnorm.benchmark import gpu
+        from addnorm.benchmark.timing import measure
+
+    assert gpu is real and measure is timing.measure

@@ -19,6 +19,8 @@ import warnings
 MOVED: dict[str, str] = {
     "addnorm.store": "addnorm.harness.store",
     "addnorm.experiments.corpus": "addnorm.harness.corpus",
+    "addnorm.benchmark": "addnorm.bench",
+    "addnorm.benchmark.timing": "addnorm.harness.timing",
 }
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 
 def add_parser(sub) -> None:
-    from ..benchmark.add_norm import add_arguments
+    from ..bench.add_norm import add_arguments
 
     p = sub.add_parser("bench", help="benchmark the fused Add & Norm kernels")
     add_arguments(p)
 
 
 def run(args) -> int:
-    from ..benchmark.add_norm import main_from_args
+    from ..bench.add_norm import main_from_args
 
     return main_from_args(args)

@@ -141,7 +141,7 @@ def main(argv=None) -> int:
         for key in order:
             if key not in done:
                 pr.update(task, description=f"frontier cost: {key}")
-                res = subprocess.run([sys.executable, "-m", "addnorm.benchmark.frontier_cost", "--one",
+                res = subprocess.run([sys.executable, "-m", "addnorm.bench.frontier_cost", "--one",
                                       key.split("#")[0], "--batch", str(args.batch), "--seq", str(args.seq),
                                       "--steps", str(args.steps)],
                                      env=env, check=True, capture_output=True, text=True).stdout

@@ -227,10 +227,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--modes", default=",".join(MODES), help="comma separated, of fwd, bwd, fwdbwd")
     p.add_argument("--methods", default=",".join(METHODS), help="comma separated, of " + ", ".join(METHODS))
     p.add_argument("--ops", default="add_norm",
-                   help="comma separated, of add_norm (default) and the fused forms of addnorm.benchmark.fused_forms "
+                   help="comma separated, of add_norm (default) and the fused forms of addnorm.bench.fused_forms "
                         "(norm_add, parallel, parallel2, dyt, derf, stream_read, stream_write, mhc_pre) and mhc "
                         "(mhc_pre + stream_write); all: every one. The fused forms go to fused_forms_gpu.{json,md} "
-                        "(addnorm.benchmark.gpu_forms)")
+                        "(addnorm.bench.gpu_forms)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cuda (default); cpu only checks the script itself, its numbers mean nothing for a GPU")
     p.add_argument("--out", default="benchmarks/results", help="directory for CSV/JSON (default %(default)s)")
@@ -284,7 +284,7 @@ def _print_summary(rows: list[Row]) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m addnorm.benchmark.gpu", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m addnorm.bench.gpu", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     sys.exit(main_from_args(parser.parse_args()))

@@ -10,7 +10,7 @@ Ops (each with LayerNorm and RMSNorm):
   * mhc_pre    -- mHC's pre step (n = 4): the RMS of vec(X), the projection phi (4C x 24), the sigmoids,
     20 Sinkhorn-Knopp rounds and h = H_pre X; eager is the same math in torch ops (``ops.mhc_formulas``), the
     minimum bytes the stream and h (the per-token coefficients, 49 float32 values a token, are not counted)
-Timed as ``addnorm.benchmark.add_norm`` times Add & Norm: interleaved, medians with the p10-p90 spread, the
+Timed as ``addnorm.bench.add_norm`` times Add & Norm: interleaved, medians with the p10-p90 spread, the
 floor copied beside every cell that moves >= 32 MiB; GB/s on each op's minimum bytes (every input read
 once, every output written once; a gradient that autograd passes on unchanged costs nothing).
 """

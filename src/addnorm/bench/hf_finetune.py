@@ -158,7 +158,7 @@ def main(argv=None) -> int:
     results = []
     for fam in families:
         for patched in (False, True):
-            out = subprocess.run([sys.executable, "-m", "addnorm.benchmark.hf_finetune", "--one", fam,
+            out = subprocess.run([sys.executable, "-m", "addnorm.bench.hf_finetune", "--one", fam,
                                   str(int(patched)), "--steps", str(a.steps), "--hidden", str(a.hidden),
                                   "--layers", str(a.layers)], capture_output=True, text=True)
             if out.returncode:

@@ -391,7 +391,7 @@ def main_from_args(args) -> int:
         env["ADDNORM_BENCH_ALLOCATOR"] = args.allocator
         # compile in-process: no pool of compile workers left running beside the measurements
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-        cmd = [sys.executable, "-m", "addnorm.benchmark.add_norm", "--shapes", args.shapes, "--dtypes", args.dtypes,
+        cmd = [sys.executable, "-m", "addnorm.bench.add_norm", "--shapes", args.shapes, "--dtypes", args.dtypes,
                "--kinds", args.kinds, "--modes", args.modes, "--methods", args.methods, "--out", args.out,
                "--allocator", "current", "--ops", ",".join(opts["ops"])]
         return subprocess.call(cmd, env=env)
@@ -438,6 +438,6 @@ def main_from_args(args) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m addnorm.benchmark.add_norm")
+    parser = argparse.ArgumentParser(prog="python -m addnorm.bench.add_norm")
     add_arguments(parser)
     sys.exit(main_from_args(parser.parse_args()))
