@@ -22,7 +22,7 @@ import torch.nn.functional as F
 import addnorm
 import addnorm.functional as A
 import addnorm.fused_functional as B
-from addnorm.bench.add_norm import conditions
+from addnorm.bench.cpu_cells import conditions
 from addnorm.harness.timing import measure_interleaved
 from addnorm.kernels.cpu import fused as host
 from addnorm.kernels.cpu import mhc as mhc_host

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 import addnorm
-from addnorm.bench.add_norm import conditions
+from addnorm.bench.cpu_cells import conditions
 from addnorm.harness.timing import measure_interleaved
 from addnorm.model import GPTConfig
 from addnorm.model.block import TransformerBlock

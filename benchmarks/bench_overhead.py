@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import addnorm
-from addnorm.bench.add_norm import conditions
+from addnorm.bench.cpu_cells import conditions
 from addnorm.harness.timing import measure_interleaved
 
 N, D = 64, 768

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from addnorm.bench import add_norm
+from addnorm.bench import add_norm, cpu_cells
 from addnorm.cli.main import main
 
 
@@ -80,14 +80,14 @@ def test_a_journal_of_other_conditions_is_not_reused(tmp_path, capsys):
 
     console = Console(file=None, emoji=False)
     journal = tmp_path / "add_norm_current.partial.jsonl"
-    cond = add_norm.journal_conditions("current")
+    cond = cpu_cells.journal_conditions("current")
     assert {"torch_threads", "addnorm_isa", "addnorm_build", "allocator"} <= set(cond)
-    add_norm.open_journal(journal, cond, console)
+    cpu_cells.open_journal(journal, cond, console)
     rows = add_norm.run_benchmark([(8, 16)], ["float32"], ["rms"], ["fwd"], ["addnorm"], floor=10.0, journal=journal)
     kept = journal.read_text()
-    add_norm.open_journal(journal, dict(cond), console)  # the same conditions: resumed
+    cpu_cells.open_journal(journal, dict(cond), console)  # the same conditions: resumed
     assert journal.read_text() == kept and rows
-    add_norm.open_journal(journal, dict(cond, torch_threads=cond["torch_threads"] + 1), console)
+    cpu_cells.open_journal(journal, dict(cond, torch_threads=cond["torch_threads"] + 1), console)
     assert len(journal.read_text().splitlines()) == 1  # only the new conditions: the rows are measured again
     assert "torch_threads" in capsys.readouterr().out
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from ..harness.store import atomic_write_text, read_json
-from .add_norm import TUNED_MALLOC
+from .cpu_cells import TUNED_MALLOC
 from ..harness.timing import measure
 
 N_STREAMS = 4

@@ -27,9 +27,9 @@ import torch.nn.functional as F
 from .. import fused_functional as FF
 from .. import pointwise_functional as PF
 from .. import stream_functional as SF
-from ..ops import mhc_formulas
-from .add_norm import FLOOR_BYTES, LOCAL_FLOOR_BYTES, conditions, copy_floor_gbps, copy_step
 from ..harness.timing import measure_interleaved
+from ..ops import mhc_formulas
+from .cpu_cells import FLOOR_BYTES, LOCAL_FLOOR_BYTES, conditions, copy_floor_gbps, copy_step
 
 OPS = ["norm_add", "parallel", "parallel2", "dyt", "derf", "stream_read", "stream_write", "mhc_pre"]
 NORM_OPS = ("norm_add", "parallel", "parallel2")  # the ops with a LayerNorm / RMSNorm kind

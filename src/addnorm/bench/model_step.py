@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .add_norm import TUNED_MALLOC
+from .cpu_cells import TUNED_MALLOC
 from ..harness.timing import measure
 
 
