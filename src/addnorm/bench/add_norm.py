@@ -41,10 +41,9 @@ import torch.nn.functional as F
 from .. import functional as AF
 from ..harness.store import atomic_write, atomic_write_text, check_writable_dir, read_journal
 from ..harness.timing import measure_interleaved
+from . import fused_forms
 from .cpu_cells import (FLOOR_BYTES, LOCAL_FLOOR_BYTES, TUNED_MALLOC, conditions, copy_floor_gbps, copy_step,
                         journal_conditions, open_journal)
-
-FUSED_OPS = ("norm_add", "parallel", "parallel2", "dyt", "derf", "stream_read", "stream_write", "mhc_pre")  # fused_forms
 
 SHAPES = [(64, 768), (4096, 768), (8192, 1024), (2048, 4096), (16384, 768)]
 DTYPES = ["float32", "bfloat16"]
@@ -262,7 +261,7 @@ def parse_options(args, methods=METHODS) -> dict:
             "kinds": _parse_list("--kinds", args.kinds, KINDS),
             "modes": _parse_list("--modes", args.modes, MODES),
             "methods": _parse_list("--methods", args.methods, methods),
-            "ops": _parse_list("--ops", getattr(args, "ops", "add_norm"), ["add_norm", *FUSED_OPS])}
+            "ops": _parse_list("--ops", getattr(args, "ops", "add_norm"), ["add_norm", *fused_forms.OPS])}
     try:
         check_writable_dir(Path(args.out))
     except OSError as e:
@@ -319,8 +318,6 @@ def main_from_args(args) -> int:
     console = Console(emoji=False)
     fused_ops = [o for o in opts["ops"] if o != "add_norm"]
     if fused_ops:
-        from . import fused_forms
-
         out_dir = Path(args.out)
         out_dir.mkdir(parents=True, exist_ok=True)
         journal = out_dir / f"fused_forms_{allocator}.partial.jsonl"
