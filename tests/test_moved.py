@@ -59,3 +59,13 @@ def test_a_module_under_an_old_package_path_is_the_new_one():
         from addnorm.benchmark.timing import measure
 
     assert gpu is real and measure is timing.measure
+
+
+def test_python_dash_m_runs_a_module_by_its_old_path():
+    """runpy asks the loader for the module's code; the alias hands over the new module's."""
+    import subprocess
+
+    p = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-m", "addnorm.benchmark.gpu", "--help"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "--ops" in p.stdout

@@ -44,6 +44,12 @@ class _AliasLoader(importlib.abc.Loader):
     def exec_module(self, module):  # the real module ran its code when it was imported under its new name
         module.__spec__ = self._spec
 
+    def get_code(self, fullname):
+        """``python -m <old path>`` (runpy asks the loader for code to run as __main__): code that runs the new
+        module as __main__ under its own name, so that its relative imports are its own package's."""
+        return compile(f"import runpy\nrunpy.run_module({self.new!r}, run_name='__main__', alter_sys=True)\n",
+                       f"<{fullname} moved to {self.new}>", "exec")
+
 
 class _MovedFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
