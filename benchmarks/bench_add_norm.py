@@ -9,7 +9,7 @@ puts the headline numbers into README.md and the full tables into docs/performan
 
 import sys
 
-from addnorm.benchmark.add_norm import add_arguments, main_from_args
+from addnorm.bench.add_norm import add_arguments, main_from_args
 
 if __name__ == "__main__":
     import argparse

@@ -16,7 +16,7 @@ flush; median of many calls), the difference scaled to the full shape -- the per
 difference. Its column "arith bound" is the fraction of the floor the kernel could reach if its memory traffic
 cost nothing: below 0.85 (0.75 fwd+bwd), the floor target is out of this machine's reach at that arithmetic.
 
-It runs under the tuned allocator, as `addnorm bench --allocator tuned` does (add_norm.TUNED_MALLOC: glibc
+It runs under the tuned allocator, as `addnorm bench --allocator tuned` does (cpu_cells.TUNED_MALLOC: glibc
 keeps freed memory; it re-executes itself with them when they are not set). Writes
 benchmarks/results/cold/cold_<tag>.{json,md}.
 """
@@ -31,9 +31,9 @@ from pathlib import Path
 
 import torch
 
-from addnorm.benchmark import add_norm, fused_forms
-from addnorm.benchmark.gpu import addnorm_method
-from addnorm.store import atomic_write_text
+from addnorm.bench import add_norm, cpu_cells, fused_forms
+from addnorm.bench.gpu import addnorm_method
+from addnorm.harness.store import atomic_write_text
 
 OPS = ["add_norm:layer", "add_norm:rms", "norm_add:layer", "norm_add:rms", "parallel:layer", "parallel:rms",
        "parallel2:layer", "parallel2:rms", "dyt", "derf", "stream_read", "stream_write"]
@@ -114,12 +114,12 @@ def main() -> int:
         a, b = args.compare.split(",")
         print(compare(Path(args.out), a, b), end="")
         return 0
-    if any(os.environ.get(k) != v for k, v in add_norm.TUNED_MALLOC.items()):  # glibc reads them at start-up
-        os.execve(sys.executable, [sys.executable, *sys.argv], dict(os.environ, **add_norm.TUNED_MALLOC))
+    if any(os.environ.get(k) != v for k, v in cpu_cells.TUNED_MALLOC.items()):  # glibc reads them at start-up
+        os.execve(sys.executable, [sys.executable, *sys.argv], dict(os.environ, **cpu_cells.TUNED_MALLOC))
     n, d = (int(v) for v in args.shape.split("x"))
     flush = torch.ones(FLUSH_FLOATS)
-    floor_bytes = add_norm.FLOOR_BYTES
-    floor = 2 * floor_bytes / cold_median(add_norm.copy_step(floor_bytes), flush, args.runs) / 1e9
+    floor_bytes = cpu_cells.FLOOR_BYTES
+    floor = 2 * floor_bytes / cold_median(cpu_cells.copy_step(floor_bytes), flush, args.runs) / 1e9
     rows = []
     for spec in args.ops.split(","):
         op, _, kind = spec.partition(":")
@@ -138,7 +138,7 @@ def main() -> int:
                     note = f"; arithmetic {a * 1e3:.2f} ms, bound {rows[-1]['arith_bound'] or 0:.2f} of the floor"
                 print(f"{op} {kind} {dt} {mode}: {t * 1e3:.2f} ms, {rows[-1]['of_floor']:.2f} of the floor{note}",
                       flush=True)
-    cond = add_norm.conditions("tuned") | {
+    cond = cpu_cells.conditions("tuned") | {
         "shape": args.shape, "runs": args.runs, "floor_gbps": floor, "warm_rows": args.warm_rows,
         "timing": "median of runs, each call after a read-only pass over 1 GiB; the floor: torch copy_ of "
                   f"{floor_bytes >> 20} MiB timed the same way (bytes read + written)"}

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from addnorm import diagnostics
-from addnorm.benchmark.timing import measure
+from addnorm.harness.timing import measure
 from addnorm.model import GPT, GPTConfig
 
 

@@ -22,15 +22,15 @@ import torch.nn.functional as F
 import addnorm
 import addnorm.functional.norm as A
 import addnorm.functional.fused as B
-from addnorm.benchmark.add_norm import conditions
-from addnorm.benchmark.timing import measure_interleaved
+from addnorm.bench.cpu_cells import conditions
+from addnorm.harness.timing import measure_interleaved
 from addnorm.kernels.cpu import fused as host
 from addnorm.kernels.cpu import mhc as mhc_host
 from addnorm.ops.mhc import formulas as mhc_formulas
 from addnorm.ops.native_nodes import NODES
 from addnorm.kernels.cpu.library import library
+from addnorm.harness.store import atomic_write_text
 from addnorm.kernels.cpu.norm import num_threads as _num_threads
-from addnorm.store import atomic_write_text
 
 N, D = 64, 768
 

@@ -18,11 +18,11 @@ from pathlib import Path
 import torch
 
 import addnorm
-from addnorm.benchmark.add_norm import conditions
-from addnorm.benchmark.timing import measure_interleaved
+from addnorm.bench.cpu_cells import conditions
+from addnorm.harness.timing import measure_interleaved
 from addnorm.model import GPTConfig
 from addnorm.model.block import TransformerBlock
-from addnorm.store import atomic_write_text
+from addnorm.harness.store import atomic_write_text
 
 FORMS = ("pre", "hc", "mhc", "mhc_lite", "mhc_sk1")  # mhc_sk1: mHC with one Sinkhorn iteration (what 19 cost)
 

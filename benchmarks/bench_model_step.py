@@ -5,7 +5,7 @@
 
 import sys
 
-from addnorm.benchmark.model_step import main
+from addnorm.bench.model_step import main
 
 if __name__ == "__main__":
     sys.exit(main())

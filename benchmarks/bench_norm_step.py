@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from addnorm.benchmark.timing import measure_interleaved
+from addnorm.harness.timing import measure_interleaved
 from addnorm.experiments.study import RunConfig
 from addnorm.experiments.study.config import NORMS
 from addnorm.experiments.study.data import load_split

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 
 import addnorm
-from addnorm.benchmark.add_norm import conditions
-from addnorm.benchmark.timing import measure_interleaved
+from addnorm.bench.cpu_cells import conditions
+from addnorm.harness.timing import measure_interleaved
 
 N, D = 64, 768
 

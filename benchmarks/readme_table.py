@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from addnorm.benchmark.report import markdown_table
+from addnorm.bench.report import markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"

@@ -1,4 +1,4 @@
-"""Sweep the Triton kernels' launch parameters on this GPU; see ``addnorm.benchmark.gpu_tune``. Writes
+"""Sweep the Triton kernels' launch parameters on this GPU; see ``addnorm.bench.gpu_tune``. Writes
 benchmarks/results/gpu_tune/gpu_tune.{json,md} and prints the ADDNORM_TRITON_LAUNCH line of the best settings.
 
     python benchmarks/tune_gpu.py [--shapes 4096x4096,16384x8192,32768x2048] [--sweeps fwd,bwd,reduce]
@@ -7,7 +7,7 @@ benchmarks/results/gpu_tune/gpu_tune.{json,md} and prints the ADDNORM_TRITON_LAU
 import argparse
 import sys
 
-from addnorm.benchmark.gpu_tune import add_arguments, main_from_args
+from addnorm.bench.gpu_tune import add_arguments, main_from_args
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="tune_gpu.py", description=__doc__,

@@ -1,4 +1,4 @@
-"""The GPU benchmark of the fused forms (addnorm.benchmark.gpu_forms), run on the CPU at a tiny size: its plumbing
+"""The GPU benchmark of the fused forms (addnorm.bench.gpu_forms), run on the CPU at a tiny size: its plumbing
 (every op, norm and mode; the methods; the rows, the files, the journal, --ops), with torch.compile and the timer
 stood in for, and Liger-Kernel replaced by torch versions of the Functions it calls -- written from Liger's
 kernels (liger_kernel/ops/mhc.py, fused_add_rms_norm.py, rms_norm.py, dyt.py) with their argument checks -- so
@@ -13,8 +13,8 @@ import types
 import pytest
 import torch
 
-from addnorm.benchmark import fused_forms, gpu, gpu_forms
-from addnorm.benchmark.timing import Timing
+from addnorm.bench import fused_forms, gpu, gpu_cells, gpu_forms
+from addnorm.harness.timing import Timing
 
 SHAPE = (8, 16)  # tokens (rows) x C (hidden)
 
@@ -227,7 +227,7 @@ def test_liger_mhc_takes_phi_in_half_precision_and_grads_reach_every_input(fake_
 def test_the_cpu_timer_and_the_journal(tmp_path):
     journal = tmp_path / "j.partial.jsonl"
     rows, _ = gpu_forms.run(["stream_read"], [SHAPE], ["float32"], ["rms"], ["fwd", "fwdbwd"], ["addnorm", "eager"],
-                            device="cpu", floor_bytes=1 << 16, journal=journal)  # gpu.time_steps's CPU fallback
+                            device="cpu", floor_bytes=1 << 16, journal=journal)  # gpu_cells.timed's CPU fallback
     assert {(r.mode, r.method) for r in rows} == {(m, k) for m in ("fwd", "fwdbwd") for k in ("addnorm", "eager")}
     assert all(r.runs >= 5 for r in rows) and len(journal.read_text().splitlines()) == 2
 
@@ -253,7 +253,7 @@ def test_the_cpu_timer_and_the_journal(tmp_path):
 def test_add_norm_gpu_bench_resumes_from_its_journal(monkeypatch, tmp_path):
     """Add & Norm's own GPU table journals each finished cell too: a stage cut short keeps its cells, and the
     next run measures only the rest; the journal goes once the results are written."""
-    monkeypatch.setattr(gpu, "FLOOR_BYTES", 1 << 16)
+    monkeypatch.setattr(gpu_cells, "FLOOR_BYTES", 1 << 16)
     journal = tmp_path / "a.partial.jsonl"
     rows, _ = gpu.run([SHAPE], ["float32"], ["rms", "layer"], ["fwd"], ["addnorm", "eager"], "cpu",
                       journal=journal, timer=_quick_timer)
@@ -270,7 +270,7 @@ def test_add_norm_gpu_bench_resumes_from_its_journal(monkeypatch, tmp_path):
     again, _ = gpu.run([SHAPE], ["float32"], ["rms", "layer"], ["fwd"], ["addnorm", "eager"], "cpu",
                        journal=journal, timer=counting)
     assert len(timed) == 1 and [r.kind for r in again[:2]] == ["rms", "rms"] and {r.kind for r in again[2:]} == {"layer"}
-    monkeypatch.setattr(gpu, "time_steps", _quick_timer)
+    monkeypatch.setattr(gpu_cells, "timed", _quick_timer)
     assert gpu.main_from_args(_args("--device", "cpu", "--shapes", "8x16", "--dtypes", "float32", "--kinds", "rms",
                                     "--modes", "fwd", "--methods", "addnorm,eager", "--out", str(tmp_path))) == 0
     assert (tmp_path / "add_norm_gpu_cpu.json").exists() and not (tmp_path / "add_norm_gpu_cpu.partial.jsonl").exists()
@@ -288,8 +288,8 @@ def test_bench_gpu_ops_option(monkeypatch, tmp_path, capsys):
     assert "not measured" in capsys.readouterr().err and not list(tmp_path.iterdir())
     assert gpu.main_from_args(_args("--ops", "stream_read,bogus", "--device", "cpu", "--out", str(tmp_path))) == 2
     assert "--ops" in capsys.readouterr().err
-    monkeypatch.setattr(gpu, "time_steps", _quick_timer)
-    monkeypatch.setattr(gpu, "FLOOR_BYTES", 1 << 16)
+    monkeypatch.setattr(gpu_cells, "timed", _quick_timer)
+    monkeypatch.setattr(gpu_cells, "FLOOR_BYTES", 1 << 16)
     rc = gpu.main_from_args(_args("--ops", "stream_write,mhc", "--device", "cpu", "--shapes", "8x16", "--dtypes",
                                   "float32", "--modes", "fwd", "--methods", "addnorm,eager", "--out", str(tmp_path)))
     assert rc == 0, capsys.readouterr().err

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from addnorm.benchmark import add_norm
+from addnorm.bench import add_norm, cpu_cells
 from addnorm.cli.main import main
 
 
@@ -45,7 +45,7 @@ def test_bench_options_are_refused_before_any_work(args, message, tmp_path, caps
 def test_one_journal_reader_skips_the_line_an_interruption_cut_short(tmp_path):
     """store.read_journal, which the Add & Norm, fused-forms (CPU and GPU) and launch-sweep benchmarks resume from:
     records in order, a cut-short or refused line skipped, a missing journal empty."""
-    from addnorm.store import read_journal
+    from addnorm.harness.store import read_journal
 
     j = tmp_path / "x.partial.jsonl"
     assert read_journal(j, dict) == [] and read_journal(None, dict) == []
@@ -56,7 +56,7 @@ def test_one_journal_reader_skips_the_line_an_interruption_cut_short(tmp_path):
 def test_the_fused_forms_benchmark_resumes_from_its_journal(tmp_path, monkeypatch):
     """The CPU fused-forms benchmark reads its journal with store.read_journal too: finished rows are not
     measured again, and a line an interruption cut short is skipped."""
-    from addnorm.benchmark import fused_forms
+    from addnorm.bench import fused_forms
 
     monkeypatch.setattr(fused_forms, "copy_floor_gbps", lambda: 10.0)
     journal = tmp_path / "f.partial.jsonl"
@@ -80,14 +80,14 @@ def test_a_journal_of_other_conditions_is_not_reused(tmp_path, capsys):
 
     console = Console(file=None, emoji=False)
     journal = tmp_path / "add_norm_current.partial.jsonl"
-    cond = add_norm.journal_conditions("current")
+    cond = cpu_cells.journal_conditions("current")
     assert {"torch_threads", "addnorm_isa", "addnorm_build", "allocator"} <= set(cond)
-    add_norm.open_journal(journal, cond, console)
+    cpu_cells.open_journal(journal, cond, console)
     rows = add_norm.run_benchmark([(8, 16)], ["float32"], ["rms"], ["fwd"], ["addnorm"], floor=10.0, journal=journal)
     kept = journal.read_text()
-    add_norm.open_journal(journal, dict(cond), console)  # the same conditions: resumed
+    cpu_cells.open_journal(journal, dict(cond), console)  # the same conditions: resumed
     assert journal.read_text() == kept and rows
-    add_norm.open_journal(journal, dict(cond, torch_threads=cond["torch_threads"] + 1), console)
+    cpu_cells.open_journal(journal, dict(cond, torch_threads=cond["torch_threads"] + 1), console)
     assert len(journal.read_text().splitlines()) == 1  # only the new conditions: the rows are measured again
     assert "torch_threads" in capsys.readouterr().out
 

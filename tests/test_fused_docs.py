@@ -1,11 +1,11 @@
 """The performance journal (docs/performance-journal.md, where the measured cells live; docs/performance.md is the
 reference) shows the committed fused-forms benchmark results as they are: the tables are the results' own Markdown
-(``benchmark.fused_forms.markdown``), regenerated from the JSON here."""
+(``bench.fused_forms.markdown``), regenerated from the JSON here."""
 
 import json
 from pathlib import Path
 
-from addnorm.benchmark.fused_forms import OpRow, markdown
+from addnorm.bench.fused_forms import OpRow, markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 JOURNAL = ROOT / "docs" / "performance-journal.md"
@@ -24,7 +24,7 @@ def test_docs_show_the_committed_fused_forms_results():
 
 
 def test_docs_show_the_committed_small_call_add_norm_results():
-    from addnorm.benchmark.report import markdown_table
+    from addnorm.bench.report import markdown_table
 
     docs = JOURNAL.read_text()
     for sub in ("", "avx2/"):
@@ -35,7 +35,7 @@ def test_docs_show_the_committed_small_call_add_norm_results():
 def test_docs_show_the_committed_gpu_session():
     """The H200 sessions' tables: the fused-forms cells, the launch sweep's ranking, and the backward and forward
     pair tables (fractions of the copy bandwidth measured in the same session) -- all regenerated here."""
-    from addnorm.benchmark import gpu_forms, gpu_tune
+    from addnorm.bench import gpu_forms, gpu_tune
 
     docs = JOURNAL.read_text()
     forms = json.loads((ROOT / "benchmarks" / "results" / "fused_forms_gpu.json").read_text())

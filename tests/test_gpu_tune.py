@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from addnorm.benchmark import gpu_tune
+from addnorm.bench import gpu_tune
 from addnorm.kernels.triton import norm as triton_norm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +52,7 @@ def test_settings_are_the_grid_and_the_start_is_timed_beside_them(tmp_path):
 
 
 def test_a_setting_is_in_force_during_its_call(tmp_path, monkeypatch):
-    import addnorm.benchmark.gpu as gpu
+    import addnorm.bench.gpu as gpu
 
     inside = []
     real = gpu.addnorm_method

@@ -56,3 +56,37 @@ def test_an_old_path_still_exports_its_names(old):
     for name in OLD_EXPORTS[old]:
         assert getattr(module, name) is getattr(addnorm.functional, name, getattr(module, name)), (old, name)
         exec(f"from {old} import {name}", {})  # the form user code has
+
+
+def test_the_most_specific_entry_wins(monkeypatch):
+    """A package entry covers its submodules, except one that left the package and has its own entry -- whatever
+    the order of the table's lines."""
+    assert _moved.new_name("addnorm.benchmark.gpu") == "addnorm.bench.gpu"
+    assert _moved.new_name("addnorm.benchmark.timing") == "addnorm.harness.timing"
+    monkeypatch.setattr(_moved, "MOVED", {"a.pkg": "a.new", "a.pkg.left": "a.low.left", "a.pk": "a.other"})
+    assert _moved.new_name("a.pkg.left") == "a.low.left"
+    assert _moved.new_name("a.pkg.left.sub") == "a.low.left.sub"
+    assert _moved.new_name("a.pkg.stays") == "a.new.stays"
+    assert _moved.new_name("a.pkgx") is None  # a prefix of the name, not of its dotted path
+
+
+def test_a_module_under_an_old_package_path_is_the_new_one():
+    import addnorm.bench.gpu as real
+    import addnorm.harness.timing as timing
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from addnorm.benchmark import gpu
+        from addnorm.benchmark.timing import measure
+
+    assert gpu is real and measure is timing.measure
+
+
+def test_python_dash_m_runs_a_module_by_its_old_path():
+    """runpy asks the loader for the module's code; the alias hands over the new module's."""
+    import subprocess
+
+    p = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-m", "addnorm.benchmark.gpu", "--help"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "--ops" in p.stdout

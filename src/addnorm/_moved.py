@@ -14,23 +14,26 @@ import importlib.util
 import sys
 import warnings
 
-# old -> new; a package entry covers its submodules too (addnorm.benchmark.timing -> addnorm.bench.timing)
+# old -> new; a package entry covers its submodules too (addnorm.benchmark.gpu -> addnorm.bench.gpu), and the
+# longest entry that matches wins: a submodule that left its package (addnorm.benchmark.timing) has its own line
 MOVED: dict[str, str] = {
     "addnorm.fused_functional": "addnorm.functional.fused",
     "addnorm.out_buffers": "addnorm.functional.buffers",
     "addnorm.pointwise_functional": "addnorm.functional.pointwise",
     "addnorm.stream_functional": "addnorm.functional.stream",  # (mhc_pre, which it also held, is functional.mhc's)
     "addnorm.placement": "addnorm.model.placement",
+    "addnorm.store": "addnorm.harness.store",
+    "addnorm.experiments.corpus": "addnorm.harness.corpus",
+    "addnorm.benchmark": "addnorm.bench",
+    "addnorm.benchmark.timing": "addnorm.harness.timing",
 }
 
 
 def new_name(old: str) -> str | None:
     """The new dotted path of an old module path, or None where ``old`` did not move."""
-    if old in MOVED:
-        return MOVED[old]
-    for prefix, target in MOVED.items():
-        if old.startswith(prefix + "."):
-            return target + old[len(prefix):]
+    for prefix in sorted(MOVED, key=len, reverse=True):  # the most specific entry first
+        if old == prefix or old.startswith(prefix + "."):
+            return MOVED[prefix] + old[len(prefix):]
     return None
 
 
@@ -45,6 +48,12 @@ class _AliasLoader(importlib.abc.Loader):
 
     def exec_module(self, module):  # the real module ran its code when it was imported under its new name
         module.__spec__ = self._spec
+
+    def get_code(self, fullname):
+        """``python -m <old path>`` (runpy asks the loader for code to run as __main__): code that runs the new
+        module as __main__ under its own name, so that its relative imports are its own package's."""
+        return compile(f"import runpy\nrunpy.run_module({self.new!r}, run_name='__main__', alter_sys=True)\n",
+                       f"<{fullname} moved to {self.new}>", "exec")
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder):

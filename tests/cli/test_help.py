@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from addnorm.benchmark.report import summary_table
+from addnorm.bench.report import summary_table
 from addnorm.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]

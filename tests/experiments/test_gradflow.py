@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from addnorm.cli.main import main
-from addnorm.experiments.corpus import load_corpus
+from addnorm.harness.corpus import load_corpus
 from addnorm.experiments.gradflow import GradflowConfig, run_gradflow
 
 

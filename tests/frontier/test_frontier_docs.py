@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from addnorm.benchmark.frontier_cost import table
+from addnorm.bench.frontier_cost import table
 from addnorm.model.placement import FRONTIER, NAMES, PLACEMENTS, markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("transformers", reason="transformers not installed (pip install -e '.[hf]')")
 pytest.importorskip("accelerate", reason="accelerate not installed (pip install -e '.[hf]'); HF Trainer needs it")
 
-from addnorm.benchmark.hf_finetune import FinetuneConfig, run  # noqa: E402
+from addnorm.bench.hf_finetune import FinetuneConfig, run  # noqa: E402
 
 
 @pytest.mark.parametrize("family, adds", [("llama", 4), ("gpt2", 4), ("neox", 2), ("olmo2", 4)])
@@ -28,6 +28,6 @@ def test_config_and_command_line_are_validated():
         FinetuneConfig(steps=0)
     for args, msg in ((["--families", "bert"], "--families: unknown"), (["--steps", "2"], "--steps must be at least"),
                       (["--hidden", "0"], "--hidden must be positive"), (["--hidden", "66"], "--hidden must be a multiple")):
-        p = subprocess.run([sys.executable, "-m", "addnorm.benchmark.hf_finetune", *args], capture_output=True,
+        p = subprocess.run([sys.executable, "-m", "addnorm.bench.hf_finetune", *args], capture_output=True,
                            text=True, timeout=120)
         assert p.returncode == 2 and msg in p.stderr

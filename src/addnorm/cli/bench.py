@@ -6,7 +6,7 @@ from .output import out_help, results_dir
 
 
 def add_arguments(p) -> None:
-    from ..benchmark.add_norm import add_arguments as benchmark_arguments
+    from ..bench.add_norm import add_arguments as benchmark_arguments
 
     benchmark_arguments(p)
     # the benchmark's own default is the committed results folder (benchmarks/bench_add_norm.py refreshes it);
@@ -16,6 +16,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..benchmark.add_norm import main_from_args
+    from ..bench.add_norm import main_from_args
 
     return main_from_args(args)

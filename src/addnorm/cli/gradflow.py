@@ -8,9 +8,9 @@ from rich.markdown import Markdown
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..experiments.corpus import load_corpus
 from ..experiments.gradflow import DEFAULT_PLACEMENTS, ConfigError, GradflowConfig, run_gradflow
-from ..store import check_writable_dir
+from ..harness.corpus import load_corpus
+from ..harness.store import check_writable_dir
 from .output import console as make_console
 from .output import add_out, error
 

@@ -13,8 +13,8 @@ from ..experiments.study.config import PRESETS, Study, StudyConfigError, as_stud
 from ..experiments.study.data import load_split
 from ..experiments.study import tensorboard
 from ..experiments.study.grid import report_only, run_study
+from ..harness.store import check_writable_dir
 from ..model.placement import parse_placement
-from ..store import check_writable_dir
 from .output import console as make_console
 from .output import add_out, error
 from .study_summary import print_summary, run_line

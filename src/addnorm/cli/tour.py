@@ -39,7 +39,7 @@ def print_walkthrough(w, console: Console) -> None:
 
 
 def run(args) -> int:
-    from ..store import check_writable_dir
+    from ..harness.store import check_writable_dir
     from ..experiments.tour import run_tour
 
     # checked before any work: the gradient-flow section compares block 1 with the last

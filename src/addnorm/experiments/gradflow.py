@@ -22,9 +22,9 @@ from rich.markup import escape
 from .. import diagnostics
 from ..diagnostics import plots
 from ..model import GPT, GPTConfig
+from ..harness.corpus import load_corpus
+from ..harness.store import atomic_write_text, digest, read_json
 from ..model.placement import NAMES, PLACEMENTS
-from .corpus import load_corpus
-from ..store import atomic_write_text, digest, read_json
 
 DEFAULT_PLACEMENTS = ("no_residual", "none", "post", "pre", "sandwich", "deepnorm", "rezero")
 NORM_KINDS = ("layer", "rms", "dyt", "derf")

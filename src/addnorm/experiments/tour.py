@@ -36,60 +36,28 @@ def _seed001_section(position: int = 0) -> dict:
             "cross_check": seed001.cross_check(run)}
 
 
-def run_tour(out_dir: Path, seed: int = 0, depth: int = 48, progress=None) -> dict:
+def _parts(out_dir: Path, seed: int, depth: int) -> list[tuple[str, str, object]]:
+    """(key in the tour's data, what the progress bar says, the computation) of each part, in the tour's order."""
+    return [
+        ("pipeline", "Add & Norm pipeline", lambda: pipeline.run(seed)),
+        ("seed001", "seed 001 in pure Python", _seed001_section),
+        ("batchnorm", "LayerNorm vs BatchNorm", lambda: batchnorm.run(seed)),
+        ("rms_vs_layer", "LayerNorm vs RMSNorm", lambda: rms_vs_layer.run(seed)),
+        ("gradient_flow", f"gradient flow, {depth} blocks",
+         lambda: residual_flow.run(out_dir / "gradflow", depth=depth, seed=seed)),
+        ("training", "training: post vs pre, with and without warmup",
+         lambda: training.run(out_dir / "training", seed=seed)),
+        ("block", "transformer block", lambda: block.run(seed)),
+        ("pitfall", "tutorial pitfall", pitfall.run),
+    ]
+
+
+def _figures(data: dict, out_dir: Path, fig_dir: Path) -> dict[str, str]:
+    """{name: file in fig_dir} of every figure the page shows: drawn from ``data``, or copied from the
+    gradient-flow runs' own directory."""
     from ..report import figures as figs
     from ..report.frontier_diagrams import frontier_diagrams
-    from ..report import html
 
-    t0 = time.perf_counter()
-    out_dir = Path(out_dir)
-    fig_dir = out_dir / "figures"
-    if fig_dir.exists():
-        shutil.rmtree(fig_dir)
-    fig_dir.mkdir(parents=True)
-    task = progress.add_task("tour", total=len(SECTIONS)) if progress else None
-
-    section_seconds: dict[str, float] = {}  # where the tour's time goes (its budget is 90 s on 2 cores)
-    current = {"name": None, "t": 0.0}
-
-    def step(name):
-        current.update(name=name, t=time.perf_counter())
-        if progress:
-            progress.update(task, description=f"tour: {name}")
-
-    def done():
-        section_seconds[current["name"]] = time.perf_counter() - current["t"]
-        if progress:
-            progress.advance(task)
-
-    data: dict = {}
-    torch.manual_seed(seed)
-    step("Add & Norm pipeline")
-    data["pipeline"] = pipeline.run(seed)
-    done()
-    step("seed 001 in pure Python")
-    data["seed001"] = _seed001_section()
-    done()
-    step("LayerNorm vs BatchNorm")
-    data["batchnorm"] = batchnorm.run(seed)
-    done()
-    step("LayerNorm vs RMSNorm")
-    data["rms_vs_layer"] = rms_vs_layer.run(seed)
-    done()
-    step(f"gradient flow, {depth} blocks")
-    data["gradient_flow"] = residual_flow.run(out_dir / "gradflow", depth=depth, seed=seed)
-    done()
-    step("training: post vs pre, with and without warmup")
-    data["training"] = training.run(out_dir / "training", seed=seed)
-    done()
-    step("transformer block")
-    data["block"] = block.run(seed)
-    done()
-    step("tutorial pitfall")
-    data["pitfall"] = pitfall.run()
-    done()
-
-    step("report")
     f = {
         "pipeline": figs.pipeline(data["pipeline"], fig_dir),
         "wild": figs.wild(data["pipeline"], fig_dir),
@@ -109,7 +77,40 @@ def run_tour(out_dir: Path, seed: int = 0, depth: int = 48, progress=None) -> di
     for name in data["gradient_flow"]["training_figures"]:
         shutil.copy(out_dir / "gradflow" / "training" / name, fig_dir / name)
         f[name.removesuffix(".png")] = name
-    section_seconds["figures"] = time.perf_counter() - current["t"]
+    return f
+
+
+def run_tour(out_dir: Path, seed: int = 0, depth: int = 48, progress=None) -> dict:
+    """Compute every part of the tour (each timed: ``meta.section_seconds``), draw its figures, write index.html
+    and tour.json into ``out_dir``; returns the page's path, the numbers it shows and the data."""
+    from ..report import html
+
+    t0 = time.perf_counter()
+    out_dir = Path(out_dir)
+    fig_dir = out_dir / "figures"
+    if fig_dir.exists():
+        shutil.rmtree(fig_dir)
+    fig_dir.mkdir(parents=True)
+    task = progress.add_task("tour", total=len(SECTIONS)) if progress else None
+
+    def step(name):
+        if progress:
+            progress.update(task, description=f"tour: {name}")
+        return time.perf_counter()
+
+    section_seconds: dict[str, float] = {}  # where the tour's time goes (its budget is 90 s on 2 cores)
+    data: dict = {}
+    torch.manual_seed(seed)
+    for key, name, compute in _parts(out_dir, seed, depth):
+        start = step(name)
+        data[key] = compute()
+        section_seconds[name] = time.perf_counter() - start
+        if progress:
+            progress.advance(task)
+
+    start = step("report")
+    f = _figures(data, out_dir, fig_dir)
+    section_seconds["figures"] = time.perf_counter() - start
     data["meta"] = {"seed": seed, "torch": torch.__version__, "threads": torch.get_num_threads(),
                     "backend": AF.last_backend() or "cpu", "seconds": time.perf_counter() - t0, "figures": f,
                     "section_seconds": section_seconds}

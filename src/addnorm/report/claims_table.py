@@ -9,7 +9,7 @@ import html
 import json
 from pathlib import Path
 
-from ..store import atomic_write_text
+from ..harness.store import atomic_write_text
 from .published import url
 
 START, END = "<!-- claims-table:start -->", "<!-- claims-table:end -->"

@@ -52,8 +52,17 @@ class Page:
 
 
 def build(data: dict, figures: dict[str, str]) -> Page:
+    """The page: its header, then one section per part of the tour (each reads its own part of ``data``)."""
     p = Page()
-    meta = data["meta"]
+    _header(p, data["meta"])
+    for key, section in SECTIONS:
+        section(p, data[key], figures)
+    _diagrams(p, figures)
+    return p
+
+
+def _header(p: Page, meta: dict) -> None:
+    """The title, and where the numbers came from: seed, torch, threads, backend, time."""
     p.add("<h1>addnorm tour: Add &amp; Norm, measured</h1>")
     p.add(f"<p class='lead'>Every number on this page was computed by <code>addnorm tour</code> on this machine "
           f"(seed {p.num('meta.seed', meta['seed'], '{}')}, torch {html.escape(meta['torch'])}, "
@@ -61,8 +70,9 @@ def build(data: dict, figures: dict[str, str]) -> Page:
           f"<code>{html.escape(meta['backend'])}</code>), in {p.num('meta.seconds', meta['seconds'], '{:.1f}')} s. "
           "The same numbers are in <code>tour.json</code> beside this page.</p>")
 
-    # 1. pipeline
-    d = data["pipeline"]
+
+def _pipeline(p: Page, d: dict, figures: dict[str, str]) -> None:
+    """1. The Add & Norm pipeline on one real vector, and a wild one."""
     p.add("<h2>1. The Add &amp; Norm pipeline on one real vector</h2>")
     p.add(f"<p>The sentence <em>{html.escape(' '.join(d['tokens']))}</em> is embedded and passed through a real causal "
           f"self-attention sub-layer F. One position's 64 features go through the four stages:</p>")
@@ -76,8 +86,9 @@ def build(data: dict, figures: dict[str, str]) -> Page:
           "(just below 1: ε sits inside the square root).</p>")
     p.img(figures["wild"], "wild vector before and after LayerNorm")
 
-    # 2. seed 001
-    d = data["seed001"]
+
+def _seed001(p: Page, d: dict, figures: dict[str, str]) -> None:
+    """2. Seed 001 in pure Python, with its cross-check against PyTorch."""
     p.add("<h2>2. Seed 001 in pure Python: a tiny transformer step by step</h2>")
     p.add("<p>Five tokens, d_model 16, two causal heads, a GELU feed-forward, the residual Add and LayerNorm — all in "
           "Python lists (<code>addnorm.reference.pure_python</code>). The detailed calculation for position "
@@ -95,8 +106,9 @@ def build(data: dict, figures: dict[str, str]) -> Page:
           f"LayerNorm {p.num('seed001.check.layer_norm', cc['layer_norm_output'], '{:.1e}')}.</p>")
     p.img(figures["seed001"], "variance before and after")
 
-    # 3. BatchNorm
-    d = data["batchnorm"]
+
+def _batchnorm(p: Page, d: dict, figures: dict[str, str]) -> None:
+    """3. LayerNorm vs BatchNorm: what each normalizes over, and what changes their outputs."""
     o, c, pad, m = d["normalizes_over"], d["composition"], d["padding"], d["mode"]
     p.add("<h2>3. LayerNorm vs BatchNorm, measured</h2>")
     p.add(f"<p>On a batch of shape {html.escape(str(tuple(d['shape'])))}: LayerNorm makes every <b>token</b> mean 0 "
@@ -117,8 +129,9 @@ def build(data: dict, figures: dict[str, str]) -> Page:
     ])
     p.img(figures["batchnorm"], "LayerNorm vs BatchNorm")
 
-    # 4. RMSNorm
-    d = data["rms_vs_layer"]
+
+def _rms_vs_layer(p: Page, d: dict, figures: dict[str, str]) -> None:
+    """4. LayerNorm vs RMSNorm: output statistics and speed."""
     p.add("<h2>4. LayerNorm vs RMSNorm</h2>")
     rows = []
     for case in ("real", "shifted"):
@@ -137,8 +150,9 @@ def build(data: dict, figures: dict[str, str]) -> Page:
           f"({html.escape(d.get('speed_method', ''))}).</p>")
     p.img(figures["rms_vs_layer"], "LayerNorm vs RMSNorm statistics")
 
-    # 5. gradient flow
-    d = data["gradient_flow"]
+
+def _gradient_flow(p: Page, d: dict, figures: dict[str, str]) -> None:
+    """5. Gradient flow with and without residuals, at initialisation and trained."""
     p.add(f"<h2>5. Gradient flow with and without residuals ({p.num('flow.depth', d['depth'], '{}')} blocks)</h2>")
     p.add("<p>Real forward/backward passes on bytes of the Python standard library, measured with "
           "<code>addnorm.diagnostics</code> (not simulated): the norm of ∂loss/∂(residual stream) entering each block.</p>")
@@ -176,8 +190,9 @@ def build(data: dict, figures: dict[str, str]) -> Page:
         for name in d.get("training_figures", []):
             p.img(name, f"{name}: gradient norm vs depth over training steps")
 
-    # 6. block
-    d = data["block"]
+
+def _block(p: Page, d: dict, figures: dict[str, str]) -> None:
+    """6. The complete transformer block."""
     p.add("<h2>6. The complete transformer block</h2>")
     p.add(f"<p>Pre-norm block, d_model 512, 8 heads, d_ff 2048: input {html.escape(str(tuple(d['input_shape'])))} → output "
           f"{html.escape(str(tuple(d['output_shape'])))} (shape preserved); "
@@ -186,8 +201,9 @@ def build(data: dict, figures: dict[str, str]) -> Page:
           f"(seed: {d['seed002_expected']:,}); mean |output − input| = "
           f"{p.num('block.diff', d['mean_abs_difference'], '{:.4f}')}.</p>")
 
-    # 7. pitfall
-    d = data["pitfall"]
+
+def _pitfall(p: Page, d: dict, figures: dict[str, str]) -> None:
+    """7. The tutorial pitfall against torch.nn.LayerNorm."""
     p.add("<h2>7. The tutorial pitfall</h2>")
     p.add("<p>Seed 000's LayerNorm divides by the <em>unbiased</em> std plus ε (ε outside the root). Against "
           "<code>torch.nn.LayerNorm</code> at D = 768:</p>")
@@ -197,8 +213,9 @@ def build(data: dict, figures: dict[str, str]) -> Page:
              for i, r in enumerate(d["rows"])])
     p.img(figures["pitfall"], "tutorial pitfall")
 
-    # training
-    d = data["training"]
+
+def _training(p: Page, d: dict, figures: dict[str, str]) -> None:
+    """Training: post-norm vs pre-norm, with and without warmup."""
     p.add("<h2>Training: post-norm vs pre-norm, with and without warmup</h2>")
     p.add(f"<p>Four real training runs of a {p.num('train.depth', d['depth'], '{}')}-layer byte-level GPT "
           f"(d_model {d['d_model']}, AdamW, lr {d.get('lr', 3e-3):g}, {p.num('train.steps', d['steps'], '{}')} steps) "
@@ -218,7 +235,9 @@ def build(data: dict, figures: dict[str, str]) -> Page:
     p.table(["placement", "warmup steps", "outcome", "final validation loss"], rows)
     p.img(figures["training"], "training loss, post vs pre, with and without warmup")
 
-    # 8. diagrams
+
+def _diagrams(p: Page, figures: dict[str, str]) -> None:
+    """8. Pre-norm vs post-norm drawn, and (9.) the frontier placements where the tour drew them."""
     p.add("<h2>8. Pre-norm vs post-norm</h2>")
     p.img(figures["diagrams"], "pre-norm and post-norm diagrams")
     p.add("<p class='note'>Drawn by <code>addnorm.report.figures.placement_diagrams</code>; an SVG version is beside the PNG.</p>")
@@ -230,7 +249,11 @@ def build(data: dict, figures: dict[str, str]) -> Page:
               "<code>mhc_lite</code>, <code>lns</code>, <code>denseformer</code>, <code>hybrid</code>, <code>ngpt</code>; "
               "<code>value_residual=True</code> with any of them), tested against a float64 transcription of its "
               "paper; see docs/frontier.md. Drawn by <code>addnorm.report.frontier_diagrams</code>.</p>")
-    return p
+
+
+# the tour's parts in the page's order: (key of the tour's data, the section that shows it)
+SECTIONS = [("pipeline", _pipeline), ("seed001", _seed001), ("batchnorm", _batchnorm), ("rms_vs_layer", _rms_vs_layer),
+            ("gradient_flow", _gradient_flow), ("block", _block), ("pitfall", _pitfall), ("training", _training)]
 
 
 def write(data: dict, figures: dict[str, str], out_dir: Path) -> tuple[Path, dict]:

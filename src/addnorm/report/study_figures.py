@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..store import atomic_write
+from ..harness.store import atomic_write
 from . import study_style as style
 from .study_tables import axis, axis_text
 

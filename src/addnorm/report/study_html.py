@@ -8,7 +8,7 @@ import html
 import json
 from pathlib import Path
 
-from ..store import atomic_write_text
+from ..harness.store import atomic_write_text
 from .html import Page
 from .study_figures import CAPTIONS, FIGURES
 from .study_tables import (INTERVAL_NOTE, axis_text, budget_text, cell_text, group_columns, lr_range, p_text,

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..store import atomic_write_text
+from ..harness.store import atomic_write_text
 from . import claims_table
 from .html import Page
 from .published import PUBLISHED, scale_gap, url

@@ -6,9 +6,9 @@ import torch
 import torch.nn.functional as F
 
 from ... import functional as AF
-from ...benchmark.timing import measure_interleaved
+from ...harness.corpus import load_corpus
+from ...harness.timing import measure_interleaved
 from ...model import GPT, GPTConfig
-from ..corpus import load_corpus
 
 
 def run(seed: int = 0) -> dict:
@@ -43,6 +43,6 @@ def run(seed: int = 0) -> dict:
         speed[f"{n}x{d}"] = {f"{k}_ms": v.median_s * 1e3 for k, v in t.items()}
         speed[f"{n}x{d}"]["runs"] = min(v.runs for v in t.values())
     method = ("inference, float32, one process; each method warmed up, then timed call by call in rounds of 5 "
-              "calls of each in turn (benchmark.timing.measure_interleaved, as addnorm bench); medians")
+              "calls of each in turn (harness.timing.measure_interleaved, as addnorm bench); medians")
     return {"stats": stats, "speed": speed, "speed_method": method, "backend": AF.last_backend(),
             "corpus": corpus.source}

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from ..corpus import read_files, text_files
-from ...store import digest
+from ...harness.corpus import read_files, text_files
+from ...harness.store import digest
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from ...report import mixing_figure, study_figures, study_html, study_tables
-from ...store import atomic_write_text, read_json
+from ...harness.store import atomic_write_text, read_json
 from .config import RunConfig, Study, StudyGrid
 from .data import SplitCorpus
 from .probe import SLOTS

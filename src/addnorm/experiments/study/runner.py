@@ -31,6 +31,7 @@ import json
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -38,7 +39,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ...model import GPT
-from ...store import atomic_write, atomic_write_text, read_json
+from ...harness.store import atomic_write, atomic_write_text, read_json
 from . import tensorboard as tb
 from .config import RunConfig
 from .data import SplitCorpus, lr_at
@@ -308,16 +309,38 @@ def _train_split_from_checkpoint(cfg: RunConfig, data: SplitCorpus, run_dir: Pat
     return _train_split(model, data, cfg, summary["final_val_loss"], summary.get("failure"))
 
 
+@dataclass
+class _Session:
+    """One session of a run: the model and optimizer where its checkpoint left them, and what the run did
+    before (its losses, its validation curve); what the session adds is appended to them."""
+    model: GPT
+    net: nn.Module  # the model, or its DistributedDataParallel wrapper under torchrun
+    opt: torch.optim.Optimizer
+    params: list[nn.Parameter]  # the trained ones, in the optimizer's order
+    device: torch.device
+    start: int  # the steps already done
+    losses: list[float]
+    curve: list[tuple[int, float]]  # (steps done, val loss): the stopping rule's input
+    ckpt: Path
+    metrics_path: Path
+    notes: list[str]
+    rank: int
+    world: int
+
+    @property
+    def lead(self) -> bool:
+        return self.rank == 0  # the one process that writes
+
+
 def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, task=None,
               on_step=None, tensorboard: Path | None = None) -> dict:
     """Train (or resume, or reuse) one run; returns its summary. ``on_step(step)`` is called after each step;
     ``tensorboard``: a directory to write the metrics into as TensorBoard scalars too (tensorboard.py)."""
     run_dir = Path(run_dir)
     rank, world = rank_and_world()
-    lead = rank == 0  # the one process that writes
     if cfg.batch % world:
         raise ValueError(f"batch {cfg.batch} must be divisible by the number of processes ({world})")
-    if lead:
+    if rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
     if world > 1:
         dist.barrier()
@@ -325,11 +348,22 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
     summary, why = read_json(run_dir / "summary.json")
     notes = [why] if why else []
     if summary is not None and summary.get("key") == key and "final_val_loss" in summary:
-        if lead and _backfill(summary, cfg, data, run_dir):
+        if rank == 0 and _backfill(summary, cfg, data, run_dir):
             atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, default=list))
         summary["reused"] = True
         return summary
-    if lead:
+    s = _resume(cfg, data, run_dir, key, notes, rank, world)
+    writer = tb.open_writer(Path(tensorboard) / run_dir.name, s.start) if tensorboard is not None and s.lead else None
+    t0 = time.perf_counter()
+    failure, flat, loop_seconds = _train(cfg, data, s, writer, progress, task, on_step)
+    return _finish(cfg, data, run_dir, key, s, failure, flat, loop_seconds, t0)
+
+
+def _resume(cfg: RunConfig, data: SplitCorpus, run_dir: Path, key: str, notes: list[str], rank: int,
+            world: int) -> _Session:
+    """The run's config written, its model and optimizer made and brought to its checkpoint (if any), and its
+    metrics cut back to the checkpoint's step: a session that goes on where the last one's checkpoint stands."""
+    if rank == 0:
         atomic_write_text(run_dir / "config.json", json.dumps({"config": cfg.__dict__, "data_digest": data.digest,
                                                                "key": key}, indent=1, default=list))
     device = _device()
@@ -342,78 +376,52 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
         notes.append(why)
     metrics_path = run_dir / "metrics.jsonl"
     kept = _metric_lines(metrics_path, start)
-    if lead:
+    if rank == 0:
         atomic_write_text(metrics_path, "".join(line + "\n" for line in kept))
-    curve = _val_curve(json.loads(line) for line in kept)  # (steps done, val loss): the stopping rule's input
-    writer = tb.open_writer(Path(tensorboard) / run_dir.name, start) if tensorboard is not None and lead else None
-    # one fixed validation batch for probe.py (saturation of DyT/Derf, mixing gains of a widened stream)
-    probe_x = data.val_batches(1, cfg.batch, cfg.seq_len)[0][0] if cfg.bounded or cfg.widened else None
+    curve = _val_curve(json.loads(line) for line in kept)
     net = model
     if world > 1:
         net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
                                                         else None)
-    part = cfg.batch // world
-    position = {id(p): i for i, p in enumerate(params)}
-    blocks = [torch.tensor([position[id(p)] for p in b.parameters() if p.requires_grad]) for b in model.h]
-    stats = _StreamStats(model)
+    return _Session(model, net, opt, params, device, start, losses, curve, ckpt, metrics_path, notes, rank, world)
+
+
+def _train(cfg: RunConfig, data: SplitCorpus, s: _Session, writer, progress, task, on_step):
+    """The session's steps, each logged (and written to ``writer``, a TensorBoard writer or None), evaluated and
+    probed every ``cfg.eval_every`` steps and checkpointed every ``cfg.checkpoint_every``, until the last step, a
+    failure or a flattened curve. Returns (failure or None, whether the curve flattened, the loop's seconds)."""
+    # one fixed validation batch for probe.py (saturation of DyT/Derf, mixing gains of a widened stream)
+    probe_x = data.val_batches(1, cfg.batch, cfg.seq_len)[0][0] if cfg.bounded or cfg.widened else None
+    position = {id(p): i for i, p in enumerate(s.params)}
+    blocks = [torch.tensor([position[id(p)] for p in b.parameters() if p.requires_grad]) for b in s.model.h]
+    stats = _StreamStats(s.model)
     persist = SPIKE_PERSIST if cfg.until_flat else 1
-    failure, t0 = (_failure(losses, persist) if losses else None), time.perf_counter()  # a failure before the crash stands
+    failure = _failure(s.losses, persist) if s.losses else None  # a failure before the crash stands
     # so does a flattening: the run had stopped (not on the unigram plateau: see flat.py)
-    flat = cfg.until_flat and flatten_step(curve, data.unigram_nats) is not None
-    model.train()
+    flat = cfg.until_flat and flatten_step(s.curve, data.unigram_nats) is not None
+    s.model.train()
     loop_t0 = time.perf_counter()
     try:
-        with open(metrics_path if lead else os.devnull, "a") as log:
-            for step in range(start, cfg.steps if failure is None and not flat else start):
-                lr = lr_at(step, cfg.lr, cfg.warmup, cfg.steps)
-                for group in opt.param_groups:
-                    group["lr"] = lr
-                x, y = data.batch(step, cfg.batch, cfg.seq_len, cfg.seed)  # the global batch; this rank's slice
-                x, y = x[rank * part:(rank + 1) * part].to(device), y[rank * part:(rank + 1) * part].to(device)
-                _, loss = net(x, y)
-                loss.backward()
-                if world > 1:  # the global batch's loss: the mean of the ranks' equal-size slices
-                    loss = loss.detach().clone()
-                    dist.all_reduce(loss)
-                    loss /= world
-                with torch.no_grad():  # one pass over the gradients gives the total and per-block norms
-                    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-                    norms = torch.stack(torch._foreach_norm(grads))
-                    total = torch.linalg.vector_norm(norms)
-                    layer_grad = torch.stack([torch.linalg.vector_norm(norms[i]) for i in blocks]).tolist()
-                    grad_norm = total.item()  # before clipping
-                    if cfg.clip > 0:  # torch's clip_grad_norm_ rule, from the norm already computed
-                        torch._foreach_mul_(grads, torch.clamp(cfg.clip / (total + 1e-6), max=1.0))
-                    old = torch._foreach_mul(params, 1.0)  # the weights before the step (one foreach copy)
-                    wn = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(old)))
-                opt.step()
-                model.normalize_()  # nGPT: weights back on the sphere after every step (nothing otherwise)
-                opt.zero_grad(set_to_none=True)
-                with torch.no_grad():
-                    torch._foreach_sub_(old, params)  # minus the update
-                    du = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(old)))
-                    ratio = (du / wn).item() if wn > 0 else 0.0
-                losses.append(loss.item())
-                rms, mx = stats.read()
-                line = {"step": step, "loss": losses[-1], "lr": lr, "grad_norm": grad_norm,
-                        "layer_grad_norm": layer_grad, "stream_rms": rms, "stream_max": mx, "update_ratio": ratio}
-                failure = _failure(losses, persist)
+        with open(s.metrics_path if s.lead else os.devnull, "a") as log:
+            for step in range(s.start, cfg.steps if failure is None and not flat else s.start):
+                line = _step(cfg, data, s, step, blocks, stats)
+                failure = _failure(s.losses, persist)
                 if not failure and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
-                    line["val_loss"] = evaluate(model, data, cfg)
+                    line["val_loss"] = evaluate(s.model, data, cfg)
                     if probe_x is not None:
-                        line.update(probe(model, probe_x.to(device)))
-                    curve.append((step + 1, line["val_loss"]))
-                    flat = cfg.until_flat and flatten_step(curve, data.unigram_nats) is not None
+                        line.update(probe(s.model, probe_x.to(s.device)))
+                    s.curve.append((step + 1, line["val_loss"]))
+                    flat = cfg.until_flat and flatten_step(s.curve, data.unigram_nats) is not None
                 log.write(json.dumps(line) + "\n")
                 log.flush()
                 if writer is not None:
                     tb.write_line(writer, line)
-                if lead and (failure or flat or (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
+                if s.lead and (failure or flat or (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
                     if writer is not None:  # the events up to the checkpoint on disk before it: a resume purges
                         writer.flush()  # only what comes after, so nothing before it may still be in a queue
-                    _save_checkpoint(ckpt, model, opt, step + 1, losses)
+                    _save_checkpoint(s.ckpt, s.model, s.opt, step + 1, s.losses)
                 if progress is not None and task is not None:
-                    progress.update(task, advance=1, loss=f"{losses[-1]:.3f}")
+                    progress.update(task, advance=1, loss=f"{s.losses[-1]:.3f}")
                 if on_step is not None:
                     on_step(step)
                 if failure or flat:
@@ -422,31 +430,79 @@ def train_run(cfg: RunConfig, data: SplitCorpus, run_dir: Path, progress=None, t
         stats.remove()
         if writer is not None:
             writer.close()
-    loop_seconds = time.perf_counter() - loop_t0  # the training loop: steps, their logging, validations, checkpoints
-    if world > 1:
+    # the training loop: steps, their logging, validations, checkpoints
+    return failure, flat, time.perf_counter() - loop_t0
+
+
+def _step(cfg: RunConfig, data: SplitCorpus, s: _Session, step: int, blocks: list[torch.Tensor],
+          stats: _StreamStats) -> dict:
+    """One optimizer step on this rank's slice of the step's global batch; its loss appended to ``s.losses``.
+    Returns its metrics line: loss, lr, gradient norm before clipping, per-block gradient norms, the residual
+    stream's per-block RMS and max|x| (``stats``, from this step's forward), update/weight ratio."""
+    lr = lr_at(step, cfg.lr, cfg.warmup, cfg.steps)
+    for group in s.opt.param_groups:
+        group["lr"] = lr
+    part = cfg.batch // s.world
+    x, y = data.batch(step, cfg.batch, cfg.seq_len, cfg.seed)  # the global batch; this rank's slice
+    x, y = x[s.rank * part:(s.rank + 1) * part].to(s.device), y[s.rank * part:(s.rank + 1) * part].to(s.device)
+    _, loss = s.net(x, y)
+    loss.backward()
+    if s.world > 1:  # the global batch's loss: the mean of the ranks' equal-size slices
+        loss = loss.detach().clone()
+        dist.all_reduce(loss)
+        loss /= s.world
+    with torch.no_grad():  # one pass over the gradients gives the total and per-block norms
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in s.params]
+        norms = torch.stack(torch._foreach_norm(grads))
+        total = torch.linalg.vector_norm(norms)
+        layer_grad = torch.stack([torch.linalg.vector_norm(norms[i]) for i in blocks]).tolist()
+        grad_norm = total.item()  # before clipping
+        if cfg.clip > 0:  # torch's clip_grad_norm_ rule, from the norm already computed
+            torch._foreach_mul_(grads, torch.clamp(cfg.clip / (total + 1e-6), max=1.0))
+        old = torch._foreach_mul(s.params, 1.0)  # the weights before the step (one foreach copy)
+        wn = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(old)))
+    s.opt.step()
+    s.model.normalize_()  # nGPT: weights back on the sphere after every step (nothing otherwise)
+    s.opt.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        torch._foreach_sub_(old, s.params)  # minus the update
+        du = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(old)))
+        ratio = (du / wn).item() if wn > 0 else 0.0
+    s.losses.append(loss.item())
+    rms, mx = stats.read()
+    return {"step": step, "loss": s.losses[-1], "lr": lr, "grad_norm": grad_norm, "layer_grad_norm": layer_grad,
+            "stream_rms": rms, "stream_max": mx, "update_ratio": ratio}
+
+
+def _finish(cfg: RunConfig, data: SplitCorpus, run_dir: Path, key: str, s: _Session, failure, flat,
+            loop_seconds: float, t0: float) -> dict:
+    """The run's outcome once its steps are done: the final validation loss (a NaN model or one on the unigram
+    plateau failed), the train/eval gap, the probes' summary from the metrics; written as summary.json."""
+    if s.world > 1:
         dist.barrier()  # rank 0's metrics are complete
     lines = read_metrics(run_dir)
     vals = [(m["step"], m["val_loss"]) for m in lines if "val_loss" in m]
-    final_val = evaluate(model, data, cfg) if failure != "nan" else float("nan")
+    final_val = evaluate(s.model, data, cfg) if failure != "nan" else float("nan")
     if failure is None and not math.isfinite(final_val):  # finite training losses, a model that gives NaN on text
         failure = "nan"
     if failure is None and final_val >= data.unigram_nats:
         failure = "plateau"
-    gap = train_eval_gap(model, data, cfg) if failure != "nan" else {}
-    gap.update(_train_split(model, data, cfg, final_val, failure))
+    gap = train_eval_gap(s.model, data, cfg) if failure != "nan" else {}
+    gap.update(_train_split(s.model, data, cfg, final_val, failure))
+    losses = s.losses
     summary = {"key": key, "name": cfg.name(), "run_dir": str(run_dir), "config": cfg.__dict__,
                "data_digest": data.digest,
                "steps_done": len(losses), "final_train_loss": losses[-1] if losses else float("nan"),
                "final_val_loss": final_val, **gap, "val_curve": vals, "failed": failure is not None, "failure": failure,
                **_convergence(vals, data.unigram_nats), "stopped_flat": bool(flat),
                "tokens_seen": len(losses) * cfg.batch * cfg.seq_len,
-               "n_params": sum(p.numel() for p in model.parameters()), **_probe_summary(lines),
+               "n_params": sum(p.numel() for p in s.model.parameters()), **_probe_summary(lines),
                "grad_profile": grad_profile(lines),
                "unigram_nats": data.unigram_nats, "seconds_this_session": time.perf_counter() - t0,
                "loop_seconds_this_session": loop_seconds,
-               "notes": notes, "reused": False}
-    if lead:
+               "notes": s.notes, "reused": False}
+    if s.lead:
         atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1, default=list))
-    if world > 1:
+    if s.world > 1:
         dist.barrier()
     return summary

@@ -15,22 +15,21 @@ Without a CUDA device it says so and measures nothing (exit 2): GPU numbers are 
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 from pathlib import Path
 
 import torch
 
 from .. import functional as AF
+from . import gpu_cells, gpu_forms
 from .add_norm import Row, eager_add_norm, make_step, min_bytes, parse_options, write_results
-from .timing import Timing, measure_interleaved, summary_of
+from .gpu_cells import append_cell, conditions, launch_label, read_cells
 
 SHAPES = [(4096, 4096), (16384, 8192), (32768, 2048)]
 DTYPES = ["float32", "bfloat16"]
 KINDS = ["layer", "rms"]
 MODES = ["fwd", "bwd", "fwdbwd"]
 METHODS = ["addnorm", "eager", "compile", "liger", "flash_attn"]
-FLOOR_BYTES = 512 << 20
 
 
 def addnorm_method(kind):
@@ -64,33 +63,6 @@ def flash_attn_method(kind):
     return lambda x, r, w, b: rms_norm_fn(x, w, None, residual=r, eps=1e-6, prenorm=True)
 
 
-def cuda_interleaved(fns: dict, *, rounds: int = 30, block: int = 10, warmup: int = 5) -> dict:
-    """{name: Timing} per call: ``rounds`` rounds of ``block`` calls of each in turn (the starting one
-    rotates), each block timed between CUDA events."""
-    names = list(fns)
-    for name in names:
-        for _ in range(warmup):
-            fns[name]()
-    torch.cuda.synchronize()
-    times = {name: [] for name in names}
-    for rnd in range(rounds):
-        for name in names[rnd % len(names):] + names[: rnd % len(names)]:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(block):
-                fns[name]()
-            end.record()
-            end.synchronize()
-            times[name].append(start.elapsed_time(end) / 1e3 / block)
-    return {name: summary_of(ts) for name, ts in times.items()}
-
-
-def time_steps(fns: dict, device: str) -> dict[str, Timing]:
-    if device == "cuda":
-        return cuda_interleaved(fns)
-    return measure_interleaved(fns, min_runs=5, budget_s=0.05)  # --device cpu: the script's own smoke test
-
-
 def _method(method, kind, compiled):
     if method == "addnorm":
         return addnorm_method(kind)
@@ -103,42 +75,11 @@ def _method(method, kind, compiled):
     return {"liger": liger_method, "flash_attn": flash_attn_method}[method](kind)
 
 
-def launch_label() -> str | None:
-    """The Triton kernels' launch parameters in force, as ADDNORM_TRITON_LAUNCH writes them (None without Triton):
-    the results' conditions say it, and a journalled cell measured under other parameters is measured again."""
-    from ..kernels.triton import availability
-
-    if not availability().available:
-        return None
-    from ..kernels.triton import norm as triton_ops
-
-    return ",".join(f"{k}={v}" for k, v in triton_ops.launch().items())
-
-
-def read_cells(journal: Path | None, row_type) -> dict:
-    """{(cell key, methods): (rows, skipped)} from a GPU benchmark's journal (``append_cell``'s lines)."""
-    from ..store import read_journal
-
-    return dict(read_journal(journal, lambda rec: ((rec["cell"], tuple(rec["methods"])),
-                                                   ([row_type(**r) for r in rec["rows"]], rec["skipped"]))))
-
-
-def append_cell(journal: Path | None, key: str, methods, skipped: dict, rows: list) -> None:
-    """One finished cell, a JSON line, so that a run cut short resumes after it (``read_cells``)."""
-    import json
-    from dataclasses import asdict
-
-    if journal is not None:
-        with Path(journal).open("a") as f:
-            f.write(json.dumps({"cell": key, "methods": list(methods), "skipped": skipped,
-                                "rows": [asdict(r) for r in rows]}) + "\n")
-
-
 def run(shapes, dtypes, kinds, modes, methods, device, progress=None, *, journal: Path | None = None,
         timer=None) -> tuple[list[Row], dict]:
     """Every norm x dtype x shape x mode, the methods timed side by side with the copy floor. With ``journal``
     each finished cell is appended there, and a cell found there (with the same methods) is not measured again:
-    a run cut short resumes. ``timer(steps, device) -> {name: Timing}`` defaults to ``time_steps``."""
+    a run cut short resumes. ``timer(steps, device) -> {name: Timing}`` defaults to ``gpu_cells.timed``."""
     import torch._dynamo.config as dynamo_config
 
     # one compiled function per kind meets every shape, dtype and grad mode: each is a recompile of the same
@@ -146,10 +87,11 @@ def run(shapes, dtypes, kinds, modes, methods, device, progress=None, *, journal
     # per cell, and fail loudly rather than time eager under compile's name.
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 4 * len(shapes) * len(dtypes) * len(modes))
     dynamo_config.fail_on_recompile_limit_hit = True
-    timer = timer or time_steps
+    timer = timer or gpu_cells.timed
+    floor_bytes = gpu_cells.FLOOR_BYTES
     done = read_cells(journal, Row)
     rows, skipped, compiled = [], {}, {}
-    src = torch.ones(FLOOR_BYTES // 4, device=device)
+    src = torch.ones(floor_bytes // 4, device=device)
     dst = torch.empty_like(src)
     floor_step = lambda: dst.copy_(src)  # noqa: E731
     total = len(shapes) * len(dtypes) * len(kinds) * len(modes)
@@ -185,7 +127,7 @@ def run(shapes, dtypes, kinds, modes, methods, device, progress=None, *, journal
                                 cell_skipped[f"{m}/{kind}/{dt_name}"] = f"{type(e).__name__}: {e}"[:200]
                         steps["floor"] = floor_step
                         timings = timer(steps, device)
-                    floor = 2 * FLOOR_BYTES / timings["floor"].median_s / 1e9
+                    floor = 2 * floor_bytes / timings["floor"].median_s / 1e9
                     mb = min_bytes(mode, n, d, es)
                     for m in steps:
                         if m == "floor":
@@ -205,21 +147,6 @@ def run(shapes, dtypes, kinds, modes, methods, device, progress=None, *, journal
     return rows, skipped
 
 
-def conditions(device: str, skipped: dict) -> dict:
-    from ..kernels.triton import availability
-
-    cond = {"device": device, "torch": torch.__version__, "python": platform.python_version(),
-            "triton": availability().reason, "skipped": skipped,
-            "timing": "CUDA events around blocks of 10 calls, methods interleaved, 30 rounds; median per call"}
-    if availability().available:  # the Triton kernels' launch parameters in force (ADDNORM_TRITON_LAUNCH)
-        cond["launch"] = launch_label()
-    if device == "cuda":
-        p = torch.cuda.get_device_properties(0)
-        cond |= {"gpu": p.name, "sms": p.multi_processor_count, "memory_gib": round(p.total_memory / 2**30, 1),
-                 "cuda": torch.version.cuda}
-    return cond
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shapes", default=",".join(f"{n}x{d}" for n, d in SHAPES), help="rows x hidden, comma separated")
     p.add_argument("--dtypes", default=",".join(DTYPES), help="comma separated, of float32, bfloat16, float16")
@@ -227,46 +154,53 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--modes", default=",".join(MODES), help="comma separated, of fwd, bwd, fwdbwd")
     p.add_argument("--methods", default=",".join(METHODS), help="comma separated, of " + ", ".join(METHODS))
     p.add_argument("--ops", default="add_norm",
-                   help="comma separated, of add_norm (default) and the fused forms of addnorm.benchmark.fused_forms "
+                   help="comma separated, of add_norm (default) and the fused forms of addnorm.bench.fused_forms "
                         "(norm_add, parallel, parallel2, dyt, derf, stream_read, stream_write, mhc_pre) and mhc "
                         "(mhc_pre + stream_write); all: every one. The fused forms go to fused_forms_gpu.{json,md} "
-                        "(addnorm.benchmark.gpu_forms)")
+                        "(addnorm.bench.gpu_forms)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cuda (default); cpu only checks the script itself, its numbers mean nothing for a GPU")
     p.add_argument("--out", default="benchmarks/results", help="directory for CSV/JSON (default %(default)s)")
 
 
 def main_from_args(args) -> int:
-    if getattr(args, "ops", "add_norm") != "add_norm":  # the other fused ops (and add_norm, if asked, back here)
-        from . import gpu_forms
-
-        return gpu_forms.main_from_args(args)
+    """bench_gpu.py: Add & Norm's table (``--ops add_norm``, the default) and the other fused forms' (``gpu_forms``),
+    every option checked before either is measured."""
     try:
-        opts = parse_options(args, METHODS)
+        ops = gpu_forms.parse_ops(getattr(args, "ops", "add_norm"))
+        opts = parse_options(argparse.Namespace(**{**vars(args), "ops": "add_norm"}), METHODS)
     except ValueError as e:
         print(f"bench_gpu: error: {e}", file=sys.stderr)
         return 2
-    shapes, dtypes, kinds, modes, methods = (opts[k] for k in ("shapes", "dtypes", "kinds", "modes", "methods"))
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device here: the GPU benchmark measures nothing (GPU numbers are not measured, never "
               "estimated). Run it on a machine with an NVIDIA GPU and `pip install 'addnorm[gpu]'`.", file=sys.stderr)
         return 2
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    tag = "gpu" if args.device == "cuda" else "gpu_cpu"
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if "add_norm" in ops:
+        _add_norm_table(opts, args.device, out_dir)
+    forms = [o for o in ops if o != "add_norm"]
+    if forms:
+        gpu_forms.measure_and_write(forms, opts, args.device, out_dir)
+    return 0
+
+
+def _add_norm_table(opts: dict, device: str, out_dir: Path) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    shapes, dtypes, kinds, modes, methods = (opts[k] for k in ("shapes", "dtypes", "kinds", "modes", "methods"))
+    tag = "gpu" if device == "cuda" else "gpu_cpu"
     journal = out_dir / f"add_norm_{tag}.partial.jsonl"  # resumable: finished cells survive a cut-short run
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as pr:
-        rows, skipped = run(shapes, dtypes, kinds, modes, methods, args.device, pr, journal=journal)
-    cond = conditions(args.device, skipped)
+        rows, skipped = run(shapes, dtypes, kinds, modes, methods, device, pr, journal=journal)
+    cond = conditions(device, skipped)
     csv_path, json_path = write_results(rows, cond, out_dir, tag=tag)
     journal.unlink(missing_ok=True)
     _print_summary(rows)
     print(f"results: {csv_path}  {json_path}")
     for k, v in skipped.items():
         print(f"skipped {k}: {v}")
-    return 0
 
 
 def _print_summary(rows: list[Row]) -> None:
@@ -284,7 +218,7 @@ def _print_summary(rows: list[Row]) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m addnorm.benchmark.gpu", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m addnorm.bench.gpu", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     sys.exit(main_from_args(parser.parse_args()))

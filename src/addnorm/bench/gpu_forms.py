@@ -44,17 +44,17 @@ Without a CUDA device it says so and measures nothing (exit 2); ``--device cpu``
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from . import fused_forms
+from ..harness.store import atomic_write_text
+from . import fused_forms, gpu_cells
 from .fused_forms import NORM_OPS, OpRow, SINKHORN_ITERS
+from .gpu_cells import append_cell, launch_label, read_cells
 
 GPU_OPS = [*fused_forms.OPS, "mhc"]  # mhc: mhc_pre + stream_write, LigerMHC's whole forward
 METHODS = ["addnorm", "eager", "compile", "liger"]
@@ -197,8 +197,6 @@ def _method(method, op, kind):
 
 
 def _cell_key(op, kind, dt, n, d, mode) -> str:
-    from .gpu import launch_label
-
     return f"{op}|{kind}|{dt}|{n}|{d}|{mode}|{launch_label()}"  # other launch parameters: measured again
 
 
@@ -206,12 +204,10 @@ def run(ops, shapes, dtypes, kinds, modes, methods=METHODS, device="cuda", progr
         floor_bytes: int | None = None, journal: Path | None = None) -> tuple[list[OpRow], dict]:
     """Every op x norm x dtype x shape x mode, its methods timed side by side with the copy floor. Returns the rows
     and {what: why} for each method not timed (not importable, no such op, or its call failed). ``timer(steps,
-    device) -> {name: Timing}`` defaults to gpu's (CUDA events; a short CPU timing for --device cpu)."""
-    from . import gpu
-
-    timer = timer or gpu.time_steps
-    floor_bytes = floor_bytes or gpu.FLOOR_BYTES
-    done = gpu.read_cells(journal, OpRow)
+    device) -> {name: Timing}`` defaults to ``gpu_cells.timed`` (CUDA events; a short CPU timing for --device cpu)."""
+    timer = timer or gpu_cells.timed
+    floor_bytes = floor_bytes or gpu_cells.FLOOR_BYTES
+    done = read_cells(journal, OpRow)
     rows, skipped = [], {}
     src = torch.ones(floor_bytes // 4, device=device)
     dst = torch.empty_like(src)
@@ -237,7 +233,7 @@ def run(ops, shapes, dtypes, kinds, modes, methods=METHODS, device="cuda", progr
                                                             device, timer, floor_step, floor_bytes)
                             rows += cell_rows
                             skipped |= cell_skipped
-                            gpu.append_cell(journal, key, methods, cell_skipped, cell_rows)
+                            append_cell(journal, key, methods, cell_skipped, cell_rows)
                         if progress:
                             progress.advance(task)
     return rows, skipped
@@ -297,13 +293,11 @@ def markdown(rows: list[OpRow]) -> str:
 def conditions(device: str, skipped: dict) -> dict:
     from importlib import metadata
 
-    from . import gpu
-
     try:
         liger_version = metadata.version("liger-kernel")
     except metadata.PackageNotFoundError:
         liger_version = None
-    return gpu.conditions(device, skipped) | {
+    return gpu_cells.conditions(device, skipped) | {
         "liger_kernel": liger_version, "n_streams": fused_forms.N_STREAMS, "sinkhorn_iters": SINKHORN_ITERS,
         "compile": "torch.compile(eager, dynamic=False), compiled afresh per cell",
         "min_bytes": "fused_forms.TRAFFIC (mhc: mhc_pre's plus stream_write's)",
@@ -312,8 +306,6 @@ def conditions(device: str, skipped: dict) -> dict:
 
 
 def write(rows: list[OpRow], cond: dict, out_dir: Path, tag: str = "gpu") -> Path:
-    from ..store import atomic_write_text
-
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"fused_forms_{tag}.json"
     atomic_write_text(path, json.dumps({"conditions": cond, "rows": [asdict(r) for r in rows]}, indent=1))
@@ -335,41 +327,21 @@ def parse_ops(s: str) -> list[str]:
     return items
 
 
-def main_from_args(args) -> int:
-    """bench_gpu.py with --ops: add_norm through gpu.main_from_args, the other ops here."""
-    from . import gpu
-    from .add_norm import parse_options
-
-    try:
-        ops = parse_ops(args.ops)
-        opts = parse_options(argparse.Namespace(**{**vars(args), "ops": "add_norm"}), gpu.METHODS)
-    except ValueError as e:
-        print(f"bench_gpu: error: {e}", file=sys.stderr)
-        return 2
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("no CUDA device here: the GPU benchmark measures nothing (GPU numbers are not measured, never "
-              "estimated). Run it on a machine with an NVIDIA GPU and `pip install 'addnorm[gpu]'`.", file=sys.stderr)
-        return 2
-    rc = 0
-    if "add_norm" in ops:
-        rc = gpu.main_from_args(argparse.Namespace(**{**vars(args), "ops": "add_norm"}))
-    forms = [o for o in ops if o != "add_norm"]
-    if not forms:
-        return rc
+def measure_and_write(forms: list[str], opts: dict, device: str, out_dir: Path) -> Path:
+    """bench_gpu.py's fused forms (``gpu.main_from_args`` checked the options and the device): measured, written
+    to ``fused_forms_<tag>.{json,md}`` in ``out_dir``, printed."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    tag = "gpu" if args.device == "cuda" else "gpu_cpu"
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    tag = "gpu" if device == "cuda" else "gpu_cpu"
     journal = out_dir / f"fused_forms_{tag}.partial.jsonl"  # resumable: finished cells survive a cut-short run
     t0 = time.perf_counter()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as pr:
         rows, skipped = run(forms, opts["shapes"], opts["dtypes"], opts["kinds"], opts["modes"], opts["methods"],
-                            args.device, pr, journal=journal)
-    path = write(rows, conditions(args.device, skipped) | {"ops": forms}, out_dir, tag)
+                            device, pr, journal=journal)
+    path = write(rows, conditions(device, skipped) | {"ops": forms}, out_dir, tag)
     journal.unlink(missing_ok=True)
     print(markdown(rows))
     print(f"results: {path}  {path.with_suffix('.md')}  ({time.perf_counter() - t0:.0f} s)")
     for k, v in skipped.items():
         print(f"skipped {k}: {v}")
-    return rc
+    return path

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
-from ..store import atomic_write_text, read_json
-from .add_norm import TUNED_MALLOC
-from .timing import measure
+from ..harness.store import atomic_write_text, read_json
+from .cpu_cells import TUNED_MALLOC
+from ..harness.timing import measure
 
 N_STREAMS = 4
 # form -> GPTConfig overrides (GPT-2-small otherwise: 12 layers, 768 wide, 12 heads, GPT-2's vocabulary)
@@ -141,7 +141,7 @@ def main(argv=None) -> int:
         for key in order:
             if key not in done:
                 pr.update(task, description=f"frontier cost: {key}")
-                res = subprocess.run([sys.executable, "-m", "addnorm.benchmark.frontier_cost", "--one",
+                res = subprocess.run([sys.executable, "-m", "addnorm.bench.frontier_cost", "--one",
                                       key.split("#")[0], "--batch", str(args.batch), "--seq", str(args.seq),
                                       "--steps", str(args.steps)],
                                      env=env, check=True, capture_output=True, text=True).stdout

@@ -72,7 +72,7 @@ def build_model(cfg: FinetuneConfig):
 
 def dataset(cfg: FinetuneConfig):
     """steps * batch byte sequences of seq_len from the embedded corpus (consecutive, non-overlapping)."""
-    from ..experiments.corpus import load_corpus
+    from ..harness.corpus import load_corpus
 
     data = load_corpus().data.long()
     n = cfg.steps * cfg.batch
@@ -158,7 +158,7 @@ def main(argv=None) -> int:
     results = []
     for fam in families:
         for patched in (False, True):
-            out = subprocess.run([sys.executable, "-m", "addnorm.benchmark.hf_finetune", "--one", fam,
+            out = subprocess.run([sys.executable, "-m", "addnorm.bench.hf_finetune", "--one", fam,
                                   str(int(patched)), "--steps", str(a.steps), "--hidden", str(a.hidden),
                                   "--layers", str(a.layers)], capture_output=True, text=True)
             if out.returncode:

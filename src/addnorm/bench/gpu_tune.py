@@ -1,7 +1,7 @@
 """Sweep the Triton kernels' launch parameters on the GPU at hand (``kernels.triton.norm.LAUNCH_PARAMS``).
 
 Four sweeps, each over fused Add & Norm (the op every other fused form's launch follows), per norm x dtype x
-shape, the settings of one sweep timed side by side (CUDA events, interleaved, as ``gpu.cuda_interleaved``):
+shape, the settings of one sweep timed side by side (CUDA events, interleaved, as ``gpu_cells.cuda_interleaved``):
 
   * fwd  -- tile x elems_per_warp, timing the forward;
   * bwd  -- backward_rows x programs_per_sm x backward_elems_per_warp, timing the backward;
@@ -64,10 +64,11 @@ def geomean_ratios(cells: list[dict], base: str) -> dict[str, float]:
 
 def run(shapes, dtypes, kinds, sweeps, out: Path, progress=None, *, timer=None, device="cuda") -> list[dict]:
     """Every sweep x norm x dtype x shape; returns the cells (each {"cell", "sweep", "start", "ms": {label: ms}})."""
+    from ..harness.store import read_journal
     from ..kernels.triton import norm as triton_norm
-    from ..store import read_journal
     from .add_norm import make_step
-    from .gpu import addnorm_method, cuda_interleaved
+    from .gpu import addnorm_method
+    from .gpu_cells import cuda_interleaved
 
     timer = timer or (lambda fns: cuda_interleaved(fns, rounds=8, block=5, warmup=2))
     start = triton_norm.launch()
@@ -184,8 +185,8 @@ def main_from_args(args) -> int:
         return 2
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..store import atomic_write_text
-    from .gpu import conditions
+    from ..harness.store import atomic_write_text
+    from .gpu_cells import conditions
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

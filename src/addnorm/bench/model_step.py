@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from .add_norm import TUNED_MALLOC
-from .timing import measure
+from .cpu_cells import TUNED_MALLOC
+from ..harness.timing import measure
 
 
 def one_variant(backend: str, batch: int, seq: int, steps: int) -> dict:
@@ -46,7 +46,7 @@ def one_variant(backend: str, batch: int, seq: int, steps: int) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m addnorm.benchmark.model_step")
+    p = argparse.ArgumentParser(prog="python -m addnorm.bench.model_step")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--steps", type=int, default=5)
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     results = []
     env = dict(os.environ, **TUNED_MALLOC)
     for variant in ("torch", "cpu"):
-        out = subprocess.run([sys.executable, "-m", "addnorm.benchmark.model_step", "--variant", variant,
+        out = subprocess.run([sys.executable, "-m", "addnorm.bench.model_step", "--variant", variant,
                               "--batch", str(args.batch), "--seq", str(args.seq), "--steps", str(args.steps)],
                              env=env, check=True, capture_output=True, text=True).stdout
         results.append(json.loads(out.strip().splitlines()[-1]))

@@ -30,7 +30,6 @@ import csv
 import io
 import json
 import os
-import platform
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -40,17 +39,17 @@ import torch
 import torch.nn.functional as F
 
 from .. import functional as AF
-from ..store import atomic_write, atomic_write_text, check_writable_dir, digest, read_journal
-from .timing import Timing, measure, measure_interleaved
-
-FUSED_OPS = ("norm_add", "parallel", "parallel2", "dyt", "derf", "stream_read", "stream_write", "mhc_pre")  # fused_forms
+from ..harness.store import atomic_write, atomic_write_text, check_writable_dir, read_journal
+from ..harness.timing import measure_interleaved
+from . import fused_forms
+from .cpu_cells import (FLOOR_BYTES, LOCAL_FLOOR_BYTES, TUNED_MALLOC, conditions, copy_floor_gbps, copy_step,
+                        journal_conditions, open_journal)
 
 SHAPES = [(64, 768), (4096, 768), (8192, 1024), (2048, 4096), (16384, 768)]
 DTYPES = ["float32", "bfloat16"]
 KINDS = ["layer", "rms"]
 MODES = ["fwd", "bwd", "fwdbwd"]
 METHODS = ["addnorm", "eager", "compile"]
-TUNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(1 << 32), "MALLOC_TRIM_THRESHOLD_": str(1 << 36)}
 
 
 @dataclass(frozen=True)
@@ -92,31 +91,6 @@ def addnorm_add_norm(kind: str):
 def min_bytes(mode: str, n: int, d: int, es: int) -> int:
     per = {"fwd": 4, "bwd": 4, "fwdbwd": 8}[mode]
     return per * n * d * es
-
-
-# two buffers of this size (512 MiB) exceed the last-level cache, so the copy runs at DRAM bandwidth: on the
-# 2-core Xeon, whose cache is 480 MiB, it ran at the same 26 GB/s with the caches emptied before each call
-# (benchmarks/bench_cold.py) as without
-FLOOR_BYTES = 256 << 20
-
-
-# cells moving at least this many bytes time the floor again beside their methods: this machine's
-# bandwidth drifts by tens of percent within a run, and a floor measured minutes earlier misjudges them
-LOCAL_FLOOR_BYTES = 32 << 20
-
-
-def copy_step(nbytes: int = FLOOR_BYTES):
-    """One torch copy_ of nbytes between two pre-faulted buffers (bytes read + written: 2 * nbytes)."""
-    src = torch.ones(nbytes // 4)
-    dst = torch.empty_like(src)
-    dst.copy_(src)  # pre-fault
-    return lambda: dst.copy_(src)
-
-
-def copy_floor_gbps(nbytes: int = FLOOR_BYTES) -> float:
-    """Bandwidth of torch's copy_ between two pre-faulted buffers (bytes read + bytes written)."""
-    t = measure(copy_step(nbytes), min_runs=20, budget_s=1.0)
-    return 2 * nbytes / t.median_s / 1e9
 
 
 def _inputs(n, d, dtype, kind, grad, device="cpu"):
@@ -227,66 +201,6 @@ def _method_fn(method, kind, n, d, dt_name, mode, compiled: dict):
     return compiled[key]
 
 
-def conditions(allocator: str) -> dict:
-    from ..kernels.cpu import availability
-    from ..kernels.cpu import nodes
-    from ..ops import native_nodes  # noqa: F401  (loads the C++ nodes, so that their status is known)
-
-    av = availability()
-    return {
-        "machine": platform.machine(),
-        "processor": _cpu_model(),
-        "cores": os.cpu_count(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-        "allocator": allocator,
-        "addnorm_cpu_kernel": av.available,
-        "addnorm_isa": av.isa,
-        "addnorm_cpp_nodes": nodes.status(),
-    }
-
-
-def journal_conditions(allocator: str) -> dict:
-    """What a journalled row was measured under: the results' conditions and the build of the kernels. An
-    interrupted run's rows are reused only under the same ones."""
-    cond = conditions(allocator)
-    from ..kernels.cpu.library import library
-
-    try:
-        cond["addnorm_build"] = digest(Path(library().path).read_bytes())
-    except (RuntimeError, OSError):  # not built (library() says why), or the file is gone
-        cond["addnorm_build"] = None
-    return cond
-
-
-def open_journal(journal: Path, cond: dict, console) -> None:
-    """Start ``journal`` with its conditions, or keep an interrupted run's if they are these; otherwise say what
-    changed and start afresh (the rows of another thread count, instruction set or build are not this run's)."""
-    if journal.exists():
-        try:
-            first = json.loads(journal.read_text().splitlines()[0])
-        except (IndexError, ValueError):
-            first = {}
-        old = first.get("conditions") if isinstance(first, dict) else None
-        if old == cond:
-            return
-        changed = sorted(k for k in set(cond) | set(old or {}) if (old or {}).get(k) != cond.get(k))
-        console.print(f"{journal.name}: an interrupted run's rows were measured under other conditions "
-                      f"({', '.join(changed) if old else 'unrecorded'}); measuring again", markup=False)
-    journal.write_text(json.dumps({"conditions": cond}) + "\n")
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def write_results(rows: list[Row], cond: dict, out_dir: Path, tag: str | None = None) -> tuple[Path, Path]:
     """add_norm_<tag>.{csv,json} (tag: the allocator by default)."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -347,7 +261,7 @@ def parse_options(args, methods=METHODS) -> dict:
             "kinds": _parse_list("--kinds", args.kinds, KINDS),
             "modes": _parse_list("--modes", args.modes, MODES),
             "methods": _parse_list("--methods", args.methods, methods),
-            "ops": _parse_list("--ops", getattr(args, "ops", "add_norm"), ["add_norm", *FUSED_OPS])}
+            "ops": _parse_list("--ops", getattr(args, "ops", "add_norm"), ["add_norm", *fused_forms.OPS])}
     try:
         check_writable_dir(Path(args.out))
     except OSError as e:
@@ -391,7 +305,7 @@ def main_from_args(args) -> int:
         env["ADDNORM_BENCH_ALLOCATOR"] = args.allocator
         # compile in-process: no pool of compile workers left running beside the measurements
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-        cmd = [sys.executable, "-m", "addnorm.benchmark.add_norm", "--shapes", args.shapes, "--dtypes", args.dtypes,
+        cmd = [sys.executable, "-m", "addnorm.bench.add_norm", "--shapes", args.shapes, "--dtypes", args.dtypes,
                "--kinds", args.kinds, "--modes", args.modes, "--methods", args.methods, "--out", args.out,
                "--allocator", "current", "--ops", ",".join(opts["ops"])]
         return subprocess.call(cmd, env=env)
@@ -404,8 +318,6 @@ def main_from_args(args) -> int:
     console = Console(emoji=False)
     fused_ops = [o for o in opts["ops"] if o != "add_norm"]
     if fused_ops:
-        from . import fused_forms
-
         out_dir = Path(args.out)
         out_dir.mkdir(parents=True, exist_ok=True)
         journal = out_dir / f"fused_forms_{allocator}.partial.jsonl"
@@ -438,6 +350,6 @@ def main_from_args(args) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m addnorm.benchmark.add_norm")
+    parser = argparse.ArgumentParser(prog="python -m addnorm.bench.add_norm")
     add_arguments(parser)
     sys.exit(main_from_args(parser.parse_args()))

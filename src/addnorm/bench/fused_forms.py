@@ -10,7 +10,7 @@ Ops (each with LayerNorm and RMSNorm):
   * mhc_pre    -- mHC's pre step (n = 4): the RMS of vec(X), the projection phi (4C x 24), the sigmoids,
     20 Sinkhorn-Knopp rounds and h = H_pre X; eager is the same math in torch ops (``ops.mhc.formulas``), the
     minimum bytes the stream and h (the per-token coefficients, 49 float32 values a token, are not counted)
-Timed as ``addnorm.benchmark.add_norm`` times Add & Norm: interleaved, medians with the p10-p90 spread, the
+Timed as ``addnorm.bench.add_norm`` times Add & Norm: interleaved, medians with the p10-p90 spread, the
 floor copied beside every cell that moves >= 32 MiB; GB/s on each op's minimum bytes (every input read
 once, every output written once; a gradient that autograd passes on unchanged costs nothing).
 """
@@ -28,9 +28,9 @@ from ..functional import fused as FF
 from ..functional import mhc as MF
 from ..functional import pointwise as PF
 from ..functional import stream as SF
+from ..harness.timing import measure_interleaved
 from ..ops.mhc import formulas as mhc_formulas
-from .add_norm import FLOOR_BYTES, LOCAL_FLOOR_BYTES, conditions, copy_floor_gbps, copy_step
-from .timing import measure_interleaved
+from .cpu_cells import FLOOR_BYTES, LOCAL_FLOOR_BYTES, conditions, copy_floor_gbps, copy_step
 
 OPS = ["norm_add", "parallel", "parallel2", "dyt", "derf", "stream_read", "stream_write", "mhc_pre"]
 NORM_OPS = ("norm_add", "parallel", "parallel2")  # the ops with a LayerNorm / RMSNorm kind
@@ -173,7 +173,7 @@ def make_step(fn, op, mode, n, d, dtype, kind, device="cpu"):
 
 def run(ops, shapes, dtypes, kinds, modes, methods=("addnorm", "eager", "compile"), progress=None,
         journal: Path | None = None) -> list[OpRow]:
-    from ..store import read_journal
+    from ..harness.store import read_journal
 
     done = {(r.op, r.kind, r.dtype, r.rows, r.hidden, r.mode, r.method): r
             for r in read_journal(journal, lambda rec: OpRow(**rec))}
@@ -249,7 +249,7 @@ def markdown(rows: list[OpRow]) -> str:
 
 
 def write(rows: list[OpRow], out_dir: Path, allocator: str) -> Path:
-    from ..store import atomic_write_text
+    from ..harness.store import atomic_write_text
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"fused_forms_{allocator}.json"

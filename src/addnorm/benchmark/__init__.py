@@ -1,1 +1,0 @@
-"""Benchmarks (not tests): timing helpers and the Add & Norm benchmark behind `addnorm bench`."""
