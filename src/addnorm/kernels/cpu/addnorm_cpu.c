@@ -40,7 +40,10 @@
 enum { AN_F32 = 0, AN_BF16 = 1, AN_F16 = 2 };
 enum { AN_LAYER = 0, AN_RMS = 1 };
 #define AN_MAX_THREADS 256
-#define AN_MAX_CHUNKS 512 /* the tasks live on the caller's stack: 512 x 64 bytes */
+/* the task table lives on the heap above AN_STACK_TASKS tasks: a caller's thread may have a small stack (a
+ * Python thread made with threading.stack_size(32768)), and 512 tasks of 96 bytes on it overran it */
+#define AN_MAX_CHUNKS 512
+#define AN_STACK_TASKS 8
 /* work of at least this many elements is cut into AN_CHUNKS_PER_THREAD chunks per thread */
 #define AN_BALANCE_MIN ((int64_t)1 << 20)
 #define AN_CHUNKS_PER_THREAD 8
@@ -178,9 +181,16 @@ typedef struct {
 
 /* per-thread float32 scratch rows; ones/zeros stand in for an absent weight/bias/gradient. An absent bias in an
  * output is nzeros, -0.0f: x + (-0) is x for every x, -0 included, where x + (+0) turned eager's -0 outputs to +0 */
+/* mHC's per-tile buffers (a tile of AN_MHC_TILE tokens' projections z and their gradients dz) and Sinkhorn's rounds
+ * kept for its backward: 25 KiB, in the task's scratch block, not on the stack of a thread that may have 32 KiB */
+#define AN_MHC_TILE 4
+#define AN_MHC_SINKHORN_FLOATS ((1 + AN_MHC_MAX_ITERS) * AN_STREAM_MAX_N * AN_STREAM_MAX_N + \
+                                2 * AN_MHC_MAX_ITERS * AN_STREAM_MAX_N)
+#define AN_MHC_SCRATCH_FLOATS (2 * AN_MHC_TILE * AN_MHC_MAX_M + AN_MHC_SINKHORN_FLOATS)
 typedef struct {
     float *r[12]; /* r[6..9]: a block of rows' float32 parameter-gradient sums (backward) */
     const float *ones, *zeros, *nzeros;
+    float *mhc;   /* AN_MHC_SCRATCH_FLOATS (mHC's tasks only; NULL otherwise) */
 } an_rows;
 
 static inline size_t an_elem_size(int dt) { return dt == AN_F32 ? 4 : 2; }
@@ -433,11 +443,15 @@ static inline double *an_drow(double *rows, int64_t D, int i) {
 static void *an_run_task(void *p) {
     an_task *t = (an_task *)p;
     void *owned;
-    /* 15 rows: r[0..11], ones, zeros, nzeros; the first starts 256 bytes into its page (see an_row_stride) */
-    char *block = an_scratch(&tl_task_cache, 256 + an_row_stride(t->D) * 15, &owned);
+    /* 15 rows: r[0..11], ones, zeros, nzeros; the first starts 256 bytes into its page (see an_row_stride);
+     * then mHC's fixed-size buffers */
+    const size_t rows_bytes = 256 + an_row_stride(t->D) * 15;
+    const size_t mhc_bytes = t->kind == 7 ? sizeof(float) * AN_MHC_SCRATCH_FLOATS : 0;
+    char *block = an_scratch(&tl_task_cache, rows_bytes + mhc_bytes, &owned);
     if (!block) { t->status = -1; return NULL; }
     float *rows = (float *)(block + 256);
     an_rows sc;
+    sc.mhc = mhc_bytes ? (float *)(block + rows_bytes) : NULL;
     for (int i = 0; i < 12; i++) sc.r[i] = an_row(rows, t->D, i);
     float *ones = an_row(rows, t->D, 12), *zeros = an_row(rows, t->D, 13), *nzeros = an_row(rows, t->D, 14);
     for (int64_t i = 0; i < t->D; i++) ones[i] = 1.0f;
@@ -479,7 +493,9 @@ static void *an_run_strided(void *p) {
  * Which thread runs a chunk does not change any result: partial sums are kept per chunk. */
 static int an_parallel(int kind, const void *args, int64_t N, int64_t D, int nthreads, int C, double *partial_w,
                        double *partial_b, double *const *partial4) {
-    an_task tasks[AN_MAX_CHUNKS];
+    an_task local[AN_STACK_TASKS];
+    an_task *tasks = C <= AN_STACK_TASKS ? local : (an_task *)malloc(sizeof(an_task) * (size_t)C);
+    if (!tasks) return -1;
     for (int c = 0; c < C; c++) {
         tasks[c].kind = kind;
         tasks[c].chunk = c;
@@ -507,21 +523,28 @@ static int an_parallel(int kind, const void *args, int64_t N, int64_t D, int nth
             while ((c = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED)) < C) an_run_task(&tasks[c]);
         }
 #else
-        /* without OpenMP: T threads, thread t runs chunks t, t + T, ... */
-        pthread_t tids[AN_MAX_THREADS];
-        an_stride st[AN_MAX_THREADS];
-        int started[AN_MAX_THREADS];
-        for (int t = 0; t < T; t++) st[t] = (an_stride){tasks, C, T, t};
-        for (int t = 1; t < T; t++) started[t] = pthread_create(&tids[t], NULL, an_run_strided, &st[t]) == 0;
-        an_run_strided(&st[0]);
-        for (int t = 1; t < T; t++) {
-            if (started[t]) pthread_join(tids[t], NULL);
-            else an_run_strided(&st[t]); /* could not start a thread: run its chunks here */
+        /* without OpenMP: T threads, thread t runs chunks t, t + T, ... (their table on the heap, as the tasks') */
+        pthread_t *tids = (pthread_t *)malloc(sizeof(pthread_t) * (size_t)T);
+        an_stride *st = (an_stride *)malloc(sizeof(an_stride) * (size_t)T);
+        int *started = (int *)calloc((size_t)T, sizeof(int));
+        if (tids && st && started) {
+            for (int t = 0; t < T; t++) st[t] = (an_stride){tasks, C, T, t};
+            for (int t = 1; t < T; t++) started[t] = pthread_create(&tids[t], NULL, an_run_strided, &st[t]) == 0;
+            an_run_strided(&st[0]);
+            for (int t = 1; t < T; t++) {
+                if (started[t]) pthread_join(tids[t], NULL);
+                else an_run_strided(&st[t]); /* could not start a thread: run its chunks here */
+            }
         }
+        free(tids);
+        free(st);
+        free(started);
 #endif
     }
-    for (int c = 0; c < C; c++) if (tasks[c].status != 0) return -1;
-    return 0;
+    int rc = 0;
+    for (int c = 0; c < C; c++) if (tasks[c].status != 0) rc = -1;
+    if (tasks != local) free(tasks);
+    return rc;
 }
 
 static int an_threads_for(int64_t N, int64_t D, int nthreads) {
