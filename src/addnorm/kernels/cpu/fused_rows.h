@@ -111,7 +111,7 @@ static void AN_FN(fused_fwd_rows_any)(const an_ffwd_args *a, int64_t r0, int64_t
                     AN_FN(round_row)(out, D, a->ndt);
                     AN_FN(normalize)(out, out, D, 0.0f, 1.0f, w, b, a->weight_offset); /* in place: not restrict */
                 } else {
-                    AN_FN(norm_post)(out, src, D, om, os, w ? w : sc->ones, b ? b : sc->zeros, off, NULL);
+                    AN_FN(norm_post)(out, src, D, om, os, w ? w : AN_ONES(sc), b ? b : AN_ZEROS(sc), off, NULL);
                 }
                 if (post) {
                     AN_FN(round_row)(out, D, a->ndt);
@@ -119,7 +119,7 @@ static void AN_FN(fused_fwd_rows_any)(const an_ffwd_args *a, int64_t r0, int64_t
                 }
                 if (o != out) memcpy(o, out, sizeof(float) * (size_t)D);
             } else {
-                AN_FN(norm_post)(o, src, D, om, os, w ? w : sc->ones, b ? b : sc->zeros, off, post);
+                AN_FN(norm_post)(o, src, D, om, os, w ? w : AN_ONES(sc), b ? b : AN_ZEROS(sc), off, post);
             }
             if (o == out) AN_FN(put_row)(dst_row, out, D, a->odt, a->nt, tmp);
         }
@@ -202,8 +202,8 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
             uint16_t *restrict d = a->nt ? o16 : dst_row;
             const float *restrict w = (k == 0 ? a->w1 : a->w2), *restrict b = (k == 0 ? a->b1 : a->b2);
             const float off = w ? a->weight_offset : 0.0f;
-            w = w ? w : sc->ones;
-            b = b ? b : sc->zeros;
+            w = w ? w : AN_ONES(sc);
+            b = b ? b : AN_ZEROS(sc);
             if (k == 0 && a->post) { /* norm-then-add: the norm rounded to bf16, then the add, rounded once */
                 const uint16_t *restrict p = (const uint16_t *)a->post + r * a->post_rs;
                 for (i = 0; i < D; i++)
@@ -252,7 +252,7 @@ static void AN_FN(fused_bwd_block)(const an_fbwd_args *a, int64_t r0, int64_t r1
     const int64_t D = a->D;
     const float inv_d = 1.0f / (float)D;
     float *restrict g = sc->r[3], *restrict t = sc->r[4];
-    const float *w1 = a->w1 ? a->w1 : sc->ones, *w2 = a->w2 ? a->w2 : sc->ones;
+    const float *w1 = a->w1 ? a->w1 : AN_ONES(sc), *w2 = a->w2 ? a->w2 : AN_ONES(sc);
     const float off1 = a->w1 ? a->weight_offset : 0.0f, off2 = a->w2 ? a->weight_offset : 0.0f;
     const size_t ses = an_elem_size(a->sdt), dyes = an_elem_size(a->dydt), dy2es = an_elem_size(a->dy2dt),
                  dres_es = an_elem_size(a->dresdt), oes = an_elem_size(a->odt);
@@ -264,7 +264,7 @@ static void AN_FN(fused_bwd_block)(const an_fbwd_args *a, int64_t r0, int64_t r1
         const float *dy2 = a->dy2 ? AN_FN(f32_row)((const char *)a->dy2 + r * a->dy2_rs * dy2es, a->dy2dt, sc->r[2], D)
                                   : NULL;
         const float *dres = a->dres ? AN_FN(f32_row)((const char *)a->dres + r * a->dres_rs * dres_es, a->dresdt,
-                                                     sc->r[5], D) : sc->zeros;
+                                                     sc->r[5], D) : AN_ZEROS(sc);
         const float mean = a->mean ? a->mean[r] : 0.0f, rstd = a->rstd[r];
         if (dy && dy2) for (int64_t i = 0; i < D; i++) g[i] = dy[i] * (w1[i] + off1) + dy2[i] * (w2[i] + off2);
         else if (dy) for (int64_t i = 0; i < D; i++) g[i] = dy[i] * (w1[i] + off1);
@@ -312,10 +312,10 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
     float *restrict a2 = (acc[2] && a->dy2) ? acc[2] : sc->r[2], *restrict a3 = (acc[3] && a->dy2) ? acc[3] : sc->r[5];
     /* without dy the first output's weight is a row of zeros: 0 * (w1 + off) would be NaN for an infinite w1,
      * where that output, not used, contributes nothing */
-    const float *restrict w1 = a->dy ? (a->w1 ? a->w1 : sc->ones) : sc->zeros;
-    const float *restrict w2 = a->w2 ? a->w2 : sc->ones;
+    const float *restrict w1 = a->dy ? (a->w1 ? a->w1 : AN_ONES(sc)) : AN_ZEROS(sc);
+    const float *restrict w2 = a->w2 ? a->w2 : AN_ONES(sc);
     const float off1 = (a->dy && a->w1) ? a->weight_offset : 0.0f, off2 = a->w2 ? a->weight_offset : 0.0f;
-    const uint16_t *zeros16 = (const uint16_t *)sc->zeros;
+    const uint16_t *zeros16 = (const uint16_t *)AN_ZEROS(sc);
     for (int64_t r = r0; r < r1; r++) {
         if (r + AN_PF_AHEAD < r1) { /* a later row's inputs (see prefetch_span) */
             const int64_t f = r + AN_PF_AHEAD;
@@ -379,21 +379,24 @@ static void AN_FN(fused_bwd_block_bf16)(const an_fbwd_args *a, int64_t r0, int64
 }
 
 /* Parameter gradients: float32 sums over blocks of AN_BLOCK rows (scratch rows 6..9), each block added
- * into the chunk's float64 partial rows, as the Add & Norm backward does. */
+ * into the chunk's float64 partial rows, as the Add & Norm backward does (and, as there, straight into float32
+ * partial rows where each chunk is one block: sc->f32_partials). */
 static void AN_FN(fused_bwd_rows)(const an_fbwd_args *a, int64_t r0, int64_t r1, const an_rows *sc,
                                   double *const *partial) {
     const int64_t D = a->D;
+    const int direct = sc->f32_partials;
     float *acc[4];
-    for (int k = 0; k < 4; k++) acc[k] = partial[k] ? sc->r[6 + k] : NULL;
+    for (int k = 0; k < 4; k++) acc[k] = partial[k] ? (direct ? (float *)partial[k] : sc->r[6 + k]) : NULL;
     /* once per chunk: the NaN verdict over the float32 operands (weights, weight_offset, the saved statistics) */
     const int nf = a->uniform_bf16 && an_nan_safe(a->w1, D) && an_nan_safe(a->w2, D) &&
                    an_scalar_nan_safe(a->weight_offset) && an_nan_safe(a->mean ? a->mean + r0 : NULL, r1 - r0) &&
                    an_nan_safe(a->rstd + r0, r1 - r0);
     for (int64_t b0 = r0; b0 < r1; b0 += AN_BLOCK) {
         const int64_t b1 = b0 + AN_BLOCK < r1 ? b0 + AN_BLOCK : r1;
-        for (int k = 0; k < 4; k++) if (acc[k]) memset(acc[k], 0, sizeof(float) * (size_t)D);
+        for (int k = 0; k < 4; k++) if (acc[k] && !direct) memset(acc[k], 0, sizeof(float) * (size_t)D);
         if (a->uniform_bf16) AN_FN(fused_bwd_block_bf16)(a, b0, b1, sc, acc, nf);
         else AN_FN(fused_bwd_block)(a, b0, b1, sc, acc);
+        if (direct) continue;
         for (int k = 0; k < 4; k++)
             if (acc[k]) for (int64_t i = 0; i < D; i++) partial[k][i] += (double)acc[k][i];
     }

@@ -101,6 +101,8 @@ static inline void AN_FN(prefetch_next)(const void *a, const void *b, const void
  * 0.83-0.93 fwd+bwd, when rows of 1024 were prefetched as well (they were left out below 1025;
  * benchmarks/results/cold/compare_before_after.md). */
 #define AN_CHUNK 512
+/* rows of more float32 values than this (1 MiB) stay in no core's L2: their loops keep no whole-row scratch copy */
+#define AN_WIDE_ROW ((int64_t)1 << 18)
 static inline void AN_FN(prefetch_chunk)(const void *a, const void *b, const void *c, int64_t c0, int64_t D, int es) {
     const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
     const size_t o = (size_t)(c0 * es);
@@ -310,8 +312,8 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
     const float inv_d = 1.0f / (float)D;
     float *restrict buf = sc->r[0];
     uint16_t *restrict o16 = (uint16_t *)sc->r[1], *restrict res16 = (uint16_t *)sc->r[2];
-    const float *restrict w = a->weight ? a->weight : sc->ones;
-    const float *restrict b = a->bias ? a->bias : sc->nzeros;
+    const float *restrict w = a->weight ? a->weight : AN_ONES(sc);
+    const float *restrict b = a->bias ? a->bias : AN_NZEROS(sc);
     const float off = a->weight ? a->weight_offset : 0.0f;
     for (int64_t r = r0; r < r1; r++) {
         const uint16_t *restrict x = (const uint16_t *)a->x + r * a->x_rs;
@@ -407,7 +409,7 @@ static inline __attribute__((always_inline)) void AN_FN(bwd_rows_bf16_body)(cons
     } else {
         for (int64_t i = 0; i < D; i++) wo[i] = 1.0f;
     }
-    const uint16_t *zeros16 = (const uint16_t *)sc->zeros;
+    const uint16_t *zeros16 = (const uint16_t *)AN_ZEROS(sc);
     for (int64_t r = r0; r < r1; r++) {
         const uint16_t *restrict s = (const uint16_t *)a->s + r * a->s_rs;
         const uint16_t *restrict dy = (const uint16_t *)a->dy + r * a->dy_rs;
@@ -527,7 +529,7 @@ static void AN_FN(bwd_rows_f32)(const an_bwd_args *a, int64_t r0, int64_t r1, co
     float *restrict dw = dw_acc ? dw_acc : sc->r[3];
     float *restrict db = db_acc ? db_acc : sc->r[4];
     float *restrict o32 = sc->r[5];
-    const float *restrict w = a->weight ? a->weight : sc->ones;
+    const float *restrict w = a->weight ? a->weight : AN_ONES(sc);
     const float off = a->weight ? a->weight_offset : 0.0f;
     for (int64_t r = r0; r < r1; r++) {
         const char *s_row = (const char *)a->s + r * a->s_rs * ses;
@@ -535,7 +537,7 @@ static void AN_FN(bwd_rows_f32)(const an_bwd_args *a, int64_t r0, int64_t r1, co
         const char *dres_row = a->dres ? (const char *)a->dres + r * a->dres_rs * ses : NULL;
         char *dx_row = (char *)a->dx + r * a->dx_rs * ses;
         const float *s = (const float *)s_row, *dy = (const float *)dy_row;
-        const float *dres = dres_row ? (const float *)dres_row : sc->zeros;
+        const float *dres = dres_row ? (const float *)dres_row : AN_ZEROS(sc);
         if (!f32) {
             AN_FN(load_row)(sc->r[0], s_row, D, a->sdt);
             AN_FN(load_row)(sc->r[1], dy_row, D, a->dydt);
@@ -586,11 +588,16 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, const 
         float sum = 0.0f;
         int res_done = 0;
         if (f32 && r_row) {
-            /* unstreamed float32: the new residual is written in the same pass as the sum */
-            float *ro = (a->res_out && !a->nt) ? (float *)((char *)a->res_out + r * a->res_out_rs * ses) : NULL;
-            sum = AN_FN(add_rows_sum)(buf, x_row, r_row, ro, D);
+            /* unstreamed float32: the new residual is written in the same pass as the sum. A row wider than
+             * AN_WIDE_ROW, which no cache keeps, is summed into the new residual itself (stored, not streamed) and
+             * normalized from there: a scratch copy cost one very wide row another row-size of memory */
+            const int wide = D > AN_WIDE_ROW;
+            float *ro = (a->res_out && (!a->nt || wide)) ? (float *)((char *)a->res_out + r * a->res_out_rs * ses)
+                                                         : NULL;
+            sum = (ro && wide) ? AN_FN(add_rows_sum)(ro, x_row, r_row, NULL, D)
+                               : AN_FN(add_rows_sum)(buf, x_row, r_row, ro, D);
             res_done = ro != NULL;
-            src = buf;
+            src = (ro && wide) ? ro : buf;
         } else if (f32) {
             src = x_row;
             if (a->kind == AN_LAYER) sum = AN_FN(row_sum)(src, D);
@@ -641,19 +648,31 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, const 
                 AN_FN(normalize)((float *)out_row + c0, src + c0, c1 - c0, om, os, wc, bc, a->weight_offset);
             }
         } else {
-            AN_FN(normalize)(tmp, src, D, om, os, a->weight, a->bias, a->weight_offset);
-            AN_FN(put_row)(out_row, tmp, D, a->odt, a->nt, buf); /* buf is free once normalized */
+            /* a chunk at a time, normalized into tmp and stored (streamed) from there while it is in L1: a whole
+             * normalized row in scratch cost one very wide row another row-size of memory */
+            float *restrict stage = sc->r[2]; /* put_row's 16-bit staging */
+            for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
+                const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
+                const float *wc = a->weight ? a->weight + c0 : NULL, *bc = a->bias ? a->bias + c0 : NULL;
+                AN_FN(normalize)(tmp, src + c0, c1 - c0, om, os, wc, bc, a->weight_offset);
+                AN_FN(put_row)((char *)out_row + c0 * (int64_t)oes, tmp, c1 - c0, a->odt, a->nt, stage);
+            }
         }
     }
 }
 
 /* Parameter gradients are summed over a block of AN_BLOCK rows in float32 (in r[6], r[7]), and the block
  * sums into the chunk's float64 partial row: the error stays that of a 32-term float32 sum at any row
- * count, where one float32 sum per chunk grew with its rows. */
+ * count, where one float32 sum per chunk grew with its rows. Where every chunk is one block (sc->f32_partials)
+ * the block's float32 sums are the chunk's: summed straight into its partial rows, zeroed and read as float32 by the
+ * caller -- the same values, without two more rows of D floats and the float64 rows (a single very wide row
+ * would otherwise need six row-sizes of scratch). */
 #define AN_BLOCK 32
 static void AN_FN(bwd_rows)(const an_bwd_args *a, int64_t r0, int64_t r1, const an_rows *sc, double *restrict dw_acc,
                             double *restrict db_acc) {
-    float *restrict bw = dw_acc ? sc->r[6] : NULL, *restrict bb = db_acc ? sc->r[7] : NULL;
+    const int direct = sc->f32_partials;
+    float *restrict bw = dw_acc ? (direct ? (float *)dw_acc : sc->r[6]) : NULL;
+    float *restrict bb = db_acc ? (direct ? (float *)db_acc : sc->r[7]) : NULL;
     const int64_t D = a->D;
     const int bf16 = a->uniform && a->dtype == AN_BF16;
     int nf = 0;
@@ -662,10 +681,11 @@ static void AN_FN(bwd_rows)(const an_bwd_args *a, int64_t r0, int64_t r1, const 
              an_nan_safe(a->mean ? a->mean + r0 : NULL, r1 - r0) && an_nan_safe(a->rstd + r0, r1 - r0);
     for (int64_t b0 = r0; b0 < r1; b0 += AN_BLOCK) {
         const int64_t b1 = b0 + AN_BLOCK < r1 ? b0 + AN_BLOCK : r1;
-        if (bw) memset(bw, 0, sizeof(float) * (size_t)D);
-        if (bb) memset(bb, 0, sizeof(float) * (size_t)D);
+        if (bw && !direct) memset(bw, 0, sizeof(float) * (size_t)D);
+        if (bb && !direct) memset(bb, 0, sizeof(float) * (size_t)D);
         if (bf16) AN_FN(bwd_rows_bf16)(a, b0, b1, sc, bw, bb, nf);
         else AN_FN(bwd_rows_f32)(a, b0, b1, sc, bw, bb);
+        if (direct) continue;
         if (bw) for (int64_t i = 0; i < D; i++) dw_acc[i] += (double)bw[i];
         if (bb) for (int64_t i = 0; i < D; i++) db_acc[i] += (double)bb[i];
     }
