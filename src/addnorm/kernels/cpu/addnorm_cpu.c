@@ -202,8 +202,9 @@ typedef struct {
 static const float *an_const_row(const an_rows *sc, int k) {
     float *row = sc->consts[k];
     if (!sc->filled[k]) {
-        const float v = k == AN_CONST_ONES ? 1.0f : k == AN_CONST_ZEROS ? 0.0f : -0.0f;
-        for (int64_t i = 0; i < sc->D; i++) row[i] = v;
+        /* as bits: built with -fno-signed-zeros, gcc may take a -0.0f constant for +0 */
+        const uint32_t v = k == AN_CONST_ONES ? 0x3f800000u : k == AN_CONST_ZEROS ? 0u : 0x80000000u;
+        for (int64_t i = 0; i < sc->D; i++) memcpy(row + i, &v, 4);
         sc->filled[k] = 1;
     }
     return row;
@@ -211,6 +212,11 @@ static const float *an_const_row(const an_rows *sc, int k) {
 #define AN_ONES(sc) an_const_row((sc), AN_CONST_ONES)
 #define AN_ZEROS(sc) an_const_row((sc), AN_CONST_ZEROS)
 #define AN_NZEROS(sc) an_const_row((sc), AN_CONST_NZEROS)
+
+/* a row's float64 statistics, where float32's cannot be formed (norm_rows.h: checked_stats) */
+typedef struct {
+    double mean, rstd;
+} an_big;
 
 static inline size_t an_elem_size(int dt) { return dt == AN_F32 ? 4 : 2; }
 

@@ -84,13 +84,15 @@ static void AN_FN(fused_fwd_rows_any)(const an_ffwd_args *a, int64_t r0, int64_t
         }
         if (a->s_out) AN_FN(put_row)((char *)a->s_out + r * a->s_rs * ses, src, D, a->sdt, a->nt, tmp);
         float mean = 0.0f;
-        const float rstd = an_rstd(a->kind == AN_LAYER ? AN_FN(layer_moments)(src, D, AN_FN(row_sum)(src, D), &mean)
-                                                         / (float)D
-                                                       : AN_FN(sq_dev_sum)(src, 0.0f, D) * inv_d, a->eps);
+        float rstd = an_rstd(a->kind == AN_LAYER ? AN_FN(layer_moments)(src, D, AN_FN(row_sum)(src, D), &mean)
+                                                   / (float)D
+                                                 : AN_FN(sq_dev_sum)(src, 0.0f, D) * inv_d, a->eps);
+        an_big bs; /* a row beyond float32's range: float64 statistics (see checked_stats) */
+        const an_big *big = AN_FN(checked_stats)(src, D, a->kind == AN_RMS, a->eps, &bs, &mean, &rstd);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
         float om, os; /* the outputs' statistics (see output_row) */
-        src = AN_FN(output_row)(buf, src, D, mean, rstd, &om, &os);
+        src = AN_FN(output_row)(buf, src, D, mean, rstd, big, &om, &os);
         if (r + 1 < r1) /* the next row, while this one is written (see prefetch_next) */
             AN_FN(prefetch_next_any)(a, r + 1);
         for (int k = 0; k < 2; k++) {
@@ -187,12 +189,14 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
          * sq_dev_sum's: blocking this pass cost the bfloat16 forwards 7-18 % (caches flushed, 8192 x 1024), and a
          * bfloat16 output rounds away its error (D = 65536 with a channel at 300: eager's bits). LayerNorm's mean
          * and variance come from layer_moments, in blocks, whatever this sum's rounding */
-        const float rstd = an_rstd(rms ? AN_FN(hsum)(acc) * inv_d
-                                       : AN_FN(layer_moments)(buf, D, AN_FN(hsum)(acc), &mean) / (float)D, a->eps);
+        float rstd = an_rstd(rms ? AN_FN(hsum)(acc) * inv_d
+                                 : AN_FN(layer_moments)(buf, D, AN_FN(hsum)(acc), &mean) / (float)D, a->eps);
+        an_big bs; /* a row beyond float32's range: float64 statistics (see checked_stats) */
+        const an_big *big = AN_FN(checked_stats)(buf, D, rms, a->eps, &bs, &mean, &rstd);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
         float om, os; /* the outputs' statistics (see output_row) */
-        AN_FN(output_row)(buf, buf, D, mean, rstd, &om, &os);
+        AN_FN(output_row)(buf, buf, D, mean, rstd, big, &om, &os);
         if (r + 1 < r1) /* the next row, while this one is written (see prefetch_next) */
             AN_FN(prefetch_next_any)(a, r + 1);
         for (int k = 0; k < 2; k++) {
@@ -266,6 +270,13 @@ static void AN_FN(fused_bwd_block)(const an_fbwd_args *a, int64_t r0, int64_t r1
         const float *dres = a->dres ? AN_FN(f32_row)((const char *)a->dres + r * a->dres_rs * dres_es, a->dresdt,
                                                      sc->r[5], D) : AN_ZEROS(sc);
         const float mean = a->mean ? a->mean[r] : 0.0f, rstd = a->rstd[r];
+        char *ds_row = (char *)a->ds + r * a->ds_rs * oes;
+        if (!(rstd >= AN_TINY_RSTD) && /* beyond float32's range: in float64 (see bwd_row_big), into g */
+            AN_FN(bwd_row_big)(s, dy, dy2, a->dres ? dres : NULL, w1, off1, w2, off2, a->kind == AN_RMS, D, acc[0],
+                               acc[1], acc[2], acc[3], g)) {
+            AN_FN(put_row)(ds_row, g, D, a->odt, a->nt, t);
+            continue;
+        }
         if (dy && dy2) for (int64_t i = 0; i < D; i++) g[i] = dy[i] * (w1[i] + off1) + dy2[i] * (w2[i] + off2);
         else if (dy) for (int64_t i = 0; i < D; i++) g[i] = dy[i] * (w1[i] + off1);
         else for (int64_t i = 0; i < D; i++) g[i] = dy2[i] * (w2[i] + off2);
@@ -282,7 +293,6 @@ static void AN_FN(fused_bwd_block)(const an_fbwd_args *a, int64_t r0, int64_t r1
         }
         const float mg = a->kind == AN_LAYER ? AN_FN(hsum)(acc_g) * inv_d : 0.0f;
         const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
-        char *ds_row = (char *)a->ds + r * a->ds_rs * oes;
         /* float32, not streamed: ds written in place in the same loop */
         float *o = (a->odt == AN_F32 && !a->nt) ? (float *)ds_row : g;
         for (i = 0; i < D; i++) o[i] = rstd * (g[i] - mg - (s[i] - mean) * rstd * mgx) + dres[i];
@@ -329,6 +339,19 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
         const uint16_t *restrict dy2 = (has2 && a->dy2) ? (const uint16_t *)a->dy2 + r * a->dy2_rs : zeros16;
         const uint16_t *restrict dres = a->dres ? (const uint16_t *)a->dres + r * a->dres_rs : zeros16;
         const float mean = a->mean ? a->mean[r] : 0.0f, rstd = a->rstd[r];
+        uint16_t *ds_row = (uint16_t *)a->ds + r * a->ds_rs;
+        if (!(rstd >= AN_TINY_RSTD)) { /* beyond float32's range: in float64 (see bwd_row_big), from rows 8..11 */
+            float *fs = sc->r[8], *fdy = sc->r[9], *fdy2 = sc->r[10], *fo = sc->r[11];
+            AN_FN(load_row)(fs, s, D, AN_BF16);
+            AN_FN(load_row)(fdy, dy, D, AN_BF16);
+            AN_FN(load_row)(fdy2, dy2, D, AN_BF16);
+            AN_FN(load_row)(fo, dres, D, AN_BF16);
+            if (AN_FN(bwd_row_big)(fs, fdy, has2 ? fdy2 : NULL, fo, w1, off1, w2, off2, a->kind == AN_RMS, D, a0,
+                                   wantb ? a1 : NULL, has2 ? a2 : NULL, (has2 && wantb) ? a3 : NULL, fo)) {
+                AN_FN(put_row)(ds_row, fo, D, AN_BF16, a->nt, fs);
+                continue;
+            }
+        }
         float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
         int64_t i = 0;
         for (; i + AN_LANES <= D; i += AN_LANES)
@@ -348,7 +371,6 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
         }
         const float mg = a->kind == AN_LAYER ? AN_FN(hsum)(acc_g) * inv_d : 0.0f;
         const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
-        uint16_t *ds_row = (uint16_t *)a->ds + r * a->ds_rs;
         uint16_t *restrict d = a->nt ? o16 : ds_row;
         for (i = 0; i < D; i++) {
             const float xh = (an_bf16_to_f32(s[i]) - mean) * rstd;
