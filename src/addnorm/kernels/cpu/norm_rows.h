@@ -217,7 +217,8 @@ static float AN_FN(sq_dev_sum)(const float *restrict v, float mean, int64_t n) {
  * deviations is s2 - s1^2 / n (Chan, Golub and LeVeque's corrected two-pass algorithm). A constant row gets
  * its value as its mean exactly and 0 as its variance, as torch's Welford moments do: the rounded sum / n
  * alone left xhat at a few 1e-3 (eps 1e-5) or +-1 (eps 0, where torch gives NaN) for most widths. A sum of
- * squares that overflows (finite inputs) is NaN, as torch's is, not 0 (which made every output 0).
+ * squares that overflows is returned NaN, not inf (whose rstd 0 would pass for a statistic): the caller's
+ * checked_stats then takes the row in float64, whose finite answer it has.
  * Returns the sum of squared deviations; *mean_out the mean. */
 static float AN_FN(layer_moments)(const float *restrict v, int64_t n, float sum, float *mean_out) {
     const float m = sum / (float)n;
