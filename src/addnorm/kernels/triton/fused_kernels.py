@@ -13,7 +13,7 @@ and reduced across programs in float64 by ``kernels.reduce_partials``, as the Ad
 import triton
 import triton.language as tl
 
-from .kernels import _centred, _kahan, _load, _rstd, _to, _variance
+from .kernels import _centred, _kahan, _load, _row_scale, _rstd, _rstd_scaled, _to, _variance, _xhat
 
 
 @triton.jit
@@ -50,15 +50,17 @@ def fused_fwd(X, A, M, P, W1, B1, W2, B2, Y, Y2, S, MEAN, RSTD, sx, sa, sm, sp, 
         s = _to(s + t, S.dtype.element_ty, RNE).to(tl.float32)
     if STORE_S:
         tl.store(S + r * ss + cols[None, :], _to(s, S.dtype.element_ty, RNE), mask=mask)
+    c = _row_scale(tl.max(tl.abs(s), axis=1))  # rows of huge values scaled (1 for every other)
+    xc = s * c[:, None]
     mean = tl.zeros([ROWS], dtype=tl.float32)
-    xc = s
     if IS_LAYER:
-        mean, xc = _centred(s, mask, D)
+        mean, xc = _centred(xc, mask, D)
         var = _variance(tl.sum(xc * xc, axis=1), D)
     else:
-        var = tl.sum(xc * xc, axis=1) / D  # RMSNorm: an overflowed sum gives 0, as torch's rms_norm does
-    rstd = _rstd(var, eps)
-    xhat = xc * rstd[:, None]
+        var = tl.sum(xc * xc, axis=1) / D  # RMSNorm: a row with an inf has rstd 0, as torch's rms_norm gives
+    rsc, rstd = _rstd_scaled(var, eps, c)
+    mean = mean / c
+    xhat = xc * rsc[:, None]
     if STORE_Y:
         y = _norm_out(xhat, W1, B1, cols, cmask, weight_offset, NDT, HAS_W1, HAS_B1, CAST_BEFORE_W, RNE)
         if HAS_P:
@@ -107,7 +109,7 @@ def fused_bwd(DY, DY2, DRES, S, MEAN, RSTD, W1, W2, DS, DWP, sdy, sdy2, sdres, s
         mean = tl.zeros([ROWS], dtype=tl.float32)
         if IS_LAYER:
             mean = tl.load(MEAN + rows, mask=rmask, other=0.0)
-        xhat = tl.where(mask, (_load(S, r * s_s + cols[None, :], mask) - mean[:, None]) * rstd[:, None], 0.0)
+        xhat = tl.where(mask, _xhat(_load(S, r * s_s + cols[None, :], mask), mean, rstd), 0.0)
         g = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
         dy = g
         dy2 = g

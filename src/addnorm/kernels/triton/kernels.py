@@ -60,10 +60,40 @@ def _centred(s, mask, D):
 
 @triton.jit
 def _variance(ss, D):
-    """A sum of squares over D as a variance; an overflowed sum (finite inputs) is NaN, as torch's is, not inf
-    (which made every output 0)."""
+    """A sum of squares over D as a variance; an overflowed sum (a row with an inf) is NaN, not inf (which made
+    every output 0). Rows of huge finite values do not overflow it: they are scaled first (_row_scale)."""
     var = ss / D
     return tl.where(var == float("inf"), float("nan"), var)
+
+
+@triton.jit
+def _row_scale(amax):
+    """2^-k per row from its largest magnitude, k = max(exponent - 48, 0): 1 for rows up to 2^48 and for rows with an
+    inf or NaN (the same bits as unscaled). Values above ~1.8e19 overflow a float32 sum of squares, and near float32's
+    largest the sum and x - mean themselves; scaled by a power of two (exactly) a row's largest is below 2^49.
+    Normalizing is scale-free but for eps, which _rstd_scaled scales with the row."""
+    e = (amax.to(tl.int32, bitcast=True) >> 23) & 0xFF
+    k = tl.where((e > 127 + 48) & (e < 255), e - (127 + 48), 0)
+    return ((127 - k) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _rstd_scaled(var, eps, c):
+    """(rstd of the row scaled by c, rstd of the row itself), from the scaled row's variance, in float64 as _rstd:
+    1 / sqrt(var + eps c^2). Where c < 1 the first is capped at float32's largest: a constant row of huge values
+    (variance 0, eps c^2 below float32's range) has xhat = 0 * that = 0. c = 1: _rstd's value twice."""
+    c64 = c.to(tl.float64)
+    r = 1.0 / tl.sqrt(var.to(tl.float64) + eps * c64 * c64)
+    rs = tl.where(c < 1.0, tl.minimum(r, 3.4028234663852886e38), r)
+    return rs.to(tl.float32), (r * c64).to(tl.float32)
+
+
+@triton.jit
+def _xhat(s, mean, rstd):
+    """(s - mean) * rstd of a tile from the saved statistics; a row whose rstd is below 2^-96 (a standard deviation
+    beyond 2^96: s - mean may overflow float32) scaled by 2^-64 first, exactly. Other rows: the same bits."""
+    c = tl.where(rstd < 1.2621774483536189e-29, 5.421010862427522e-20, 1.0)
+    return (s * c[:, None] - (mean * c)[:, None]) * (rstd / c)[:, None]
 
 
 @triton.jit
@@ -116,36 +146,49 @@ def add_norm_fwd(X, R, W, B, Y, S, MEAN, RSTD, stride_x, stride_r, stride_y, str
         cols = tl.arange(0, BLOCK)
         mask = rmask[:, None] & (cols < D)[None, :]
         s = _stream(X, R, S, rx, rr, rs, cols, mask, HAS_R, STORE_S, RNE)
+        c = _row_scale(tl.max(tl.abs(s), axis=1))  # rows of huge values scaled (1 for every other)
+        xc = s * c[:, None]
         mean = tl.zeros([ROWS], dtype=tl.float32)
-        xc = s
         if IS_LAYER:
-            mean, xc = _centred(s, mask, D)
+            mean, xc = _centred(xc, mask, D)
             var = _variance(tl.sum(xc * xc, axis=1), D)
         else:
-            var = tl.sum(xc * xc, axis=1) / D  # RMSNorm: an overflowed sum gives 0, as torch's rms_norm does
-        rstd = _rstd(var, eps)
-        _affine(xc * rstd[:, None], W, B, Y, ry + cols[None, :], cols, mask, cols < D, weight_offset, HAS_W, HAS_B,
+            var = tl.sum(xc * xc, axis=1) / D  # RMSNorm: a row with an inf has rstd 0, as torch's rms_norm gives
+        rsc, rstd = _rstd_scaled(var, eps, c)
+        mean = mean / c
+        _affine(xc * rsc[:, None], W, B, Y, ry + cols[None, :], cols, mask, cols < D, weight_offset, HAS_W, HAS_B,
                 CAST_BEFORE_W, SDT, RNE)
     else:
         acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
-        for c in range(CHUNKS):  # pass 1: the stream (written once), its sum or sum of squares
+        amax = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
+        for c in range(CHUNKS):  # pass 1: the stream (written once), its sum or sum of squares, its largest
             cols = c * BLOCK + tl.arange(0, BLOCK)
             mask = rmask[:, None] & (cols < D)[None, :]
             s = _stream(X, R, S, rx, rr, rs, cols, mask, HAS_R, STORE_S, RNE)
+            amax = tl.maximum(amax, tl.abs(s))
             if IS_LAYER:
                 acc += s
             else:
                 acc += s * s
         tl.debug_barrier()  # the stream written, before any thread reads it back
+        sc = _row_scale(tl.max(amax, axis=1))  # rows of huge values scaled (1 for every other)
         mean = tl.zeros([ROWS], dtype=tl.float32)
-        if IS_LAYER:  # pass 2: the centred sums, about mean0 = sum / D
+        if IS_LAYER:  # pass 2: the centred sums of the scaled rows, about mean0 = sum / D
             mean = tl.sum(acc, axis=1) / D
+            if tl.min(sc) < 1.0:  # rows of huge values: their mean0 again, scaled (the unscaled sum may overflow)
+                acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
+                for c in range(CHUNKS):
+                    cols = c * BLOCK + tl.arange(0, BLOCK)
+                    mask = rmask[:, None] & (cols < D)[None, :]
+                    acc += _stream_again(X, S, rx, rs, cols, mask, STORE_S) * sc[:, None]
+                mean = tl.where(sc < 1.0, tl.sum(acc, axis=1) / D, mean)
             acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
             acc1 = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
             for c in range(CHUNKS):
                 cols = c * BLOCK + tl.arange(0, BLOCK)
                 mask = rmask[:, None] & (cols < D)[None, :]
-                xc = tl.where(mask, _stream_again(X, S, rx, rs, cols, mask, STORE_S) - mean[:, None], 0.0)
+                s = _stream_again(X, S, rx, rs, cols, mask, STORE_S) * sc[:, None]
+                xc = tl.where(mask, s - mean[:, None], 0.0)
                 acc1 += xc
                 acc += xc * xc
             # the corrected two-pass algorithm (Chan, Golub and LeVeque): the mean moved by the mean deviation
@@ -156,14 +199,23 @@ def add_norm_fwd(X, R, W, B, Y, S, MEAN, RSTD, stride_x, stride_r, stride_y, str
             ss = tl.where(ss < 0.0, 0.0, ss)
             var = _variance(ss, D)
         else:
-            var = tl.sum(acc, axis=1) / D  # RMSNorm: an overflowed sum gives 0, as torch's rms_norm does
-        rstd = _rstd(var, eps)
+            var = tl.sum(acc, axis=1) / D
+            if tl.min(sc) < 1.0:  # rows of huge values: their sums of squares again, scaled
+                acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
+                for c in range(CHUNKS):
+                    cols = c * BLOCK + tl.arange(0, BLOCK)
+                    mask = rmask[:, None] & (cols < D)[None, :]
+                    s = _stream_again(X, S, rx, rs, cols, mask, STORE_S) * sc[:, None]
+                    acc += s * s
+                var = tl.sum(acc, axis=1) / D
+        rsc, rstd = _rstd_scaled(var, eps, sc)
         for c in range(CHUNKS):  # pass 3: normalize
             cols = c * BLOCK + tl.arange(0, BLOCK)
             mask = rmask[:, None] & (cols < D)[None, :]
-            s = _stream_again(X, S, rx, rs, cols, mask, STORE_S)
-            _affine((s - mean[:, None]) * rstd[:, None], W, B, Y, ry + cols[None, :], cols, mask, cols < D,
+            s = _stream_again(X, S, rx, rs, cols, mask, STORE_S) * sc[:, None]
+            _affine((s - mean[:, None]) * rsc[:, None], W, B, Y, ry + cols[None, :], cols, mask, cols < D,
                     weight_offset, HAS_W, HAS_B, CAST_BEFORE_W, SDT, RNE)
+        mean = mean / sc
     if STORE_STATS:
         tl.store(RSTD + rows, rstd, mask=rmask)
         if IS_LAYER:
@@ -174,7 +226,7 @@ def add_norm_fwd(X, R, W, B, Y, S, MEAN, RSTD, stride_x, stride_r, stride_y, str
 def _tile_grad(DY, S, W, rdy, rs, cols, mask, mean, rstd, weight_offset, D, HAS_W: tl.constexpr):
     """(dy, xhat, g = dy * (weight + offset)) of one tile, float32, 0 where masked."""
     dy = _load(DY, rdy + cols[None, :], mask)
-    xhat = tl.where(mask, (_load(S, rs + cols[None, :], mask) - mean[:, None]) * rstd[:, None], 0.0)
+    xhat = tl.where(mask, _xhat(_load(S, rs + cols[None, :], mask), mean, rstd), 0.0)
     g = dy
     if HAS_W:
         g = dy * (_load(W, cols, cols < D) + weight_offset)[None, :]
