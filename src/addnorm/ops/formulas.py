@@ -47,9 +47,9 @@ HUGE_EXP = 48
 
 
 def has_huge(t: torch.Tensor) -> bool:
-    """Whether t holds a finite value beyond 2^HUGE_EXP. Eager code only: under torch.compile (a data-dependent
-    branch) False, and such rows there keep float32's statistics."""
-    if torch.compiler.is_compiling() or t.dtype == torch.float64:
+    """Whether t holds a finite value beyond 2^HUGE_EXP. Eager code only: under torch.compile and functorch's
+    transforms (vmap, grad: a data-dependent branch) False, and such rows there keep float32's statistics."""
+    if t.dtype == torch.float64 or torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
         return False
     a = t.detach().abs()
     return bool(((a > 2.0**HUGE_EXP) & (a < torch.inf)).any())
