@@ -137,8 +137,9 @@ def _torch_backend(kind, x, residual, shape, weight, bias, eps, weight_offset, c
     -2e-5)."""
     uniform = ((out_dtype is None or out_dtype == x.dtype) and (residual is None or residual.dtype == x.dtype)
                and not formulas.returns_sum(x, None, residual_in_fp32))
-    if uniform and (kind == "rms" or x.dtype in (torch.float32, torch.float64)):
-        s = torch_ref.add(x, residual)
+    s = torch_ref.add(x, residual) if uniform else None
+    # PyTorch's own layer_norm and HF's RMSNorm overflow their float32 statistics on huge values: formulas then
+    if uniform and (kind == "rms" or x.dtype in (torch.float32, torch.float64)) and not formulas.has_huge(s):
         if kind == "layer":
             y = torch_ref.layer_norm(s, shape, weight, bias, eps, weight_offset)
         else:

@@ -40,7 +40,10 @@
 enum { AN_F32 = 0, AN_BF16 = 1, AN_F16 = 2 };
 enum { AN_LAYER = 0, AN_RMS = 1 };
 #define AN_MAX_THREADS 256
-#define AN_MAX_CHUNKS 512 /* the tasks live on the caller's stack: 512 x 64 bytes */
+/* the task table lives on the heap above AN_STACK_TASKS tasks: a caller's thread may have a small stack (a
+ * Python thread made with threading.stack_size(32768)), and 512 tasks of 96 bytes on it overran it */
+#define AN_MAX_CHUNKS 512
+#define AN_STACK_TASKS 8
 /* work of at least this many elements is cut into AN_CHUNKS_PER_THREAD chunks per thread */
 #define AN_BALANCE_MIN ((int64_t)1 << 20)
 #define AN_CHUNKS_PER_THREAD 8
@@ -176,12 +179,44 @@ typedef struct {
     int uniform_bf16;                     /* every tensor bfloat16: the specialised loop */
 } an_fbwd_args;
 
-/* per-thread float32 scratch rows; ones/zeros stand in for an absent weight/bias/gradient. An absent bias in an
- * output is nzeros, -0.0f: x + (-0) is x for every x, -0 included, where x + (+0) turned eager's -0 outputs to +0 */
+/* per-thread float32 scratch rows; rows of ones/zeros stand in for an absent weight/bias/gradient. An absent bias in
+ * an output is nzeros, -0.0f: x + (-0) is x for every x, -0 included, where x + (+0) turned eager's -0 outputs to +0.
+ * The three are filled on first use (AN_ONES etc.), not per task: a loop that never reads them leaves their pages
+ * untouched, so one very wide row does not cost three more row-sizes of memory. */
+enum { AN_CONST_ONES = 0, AN_CONST_ZEROS = 1, AN_CONST_NZEROS = 2 };
+/* mHC's per-tile buffers (a tile of AN_MHC_TILE tokens' projections z and their gradients dz) and Sinkhorn's rounds
+ * kept for its backward: 25 KiB, in the task's scratch block, not on the stack of a thread that may have 32 KiB */
+#define AN_MHC_TILE 4
+#define AN_MHC_SINKHORN_FLOATS ((1 + AN_MHC_MAX_ITERS) * AN_STREAM_MAX_N * AN_STREAM_MAX_N + \
+                                2 * AN_MHC_MAX_ITERS * AN_STREAM_MAX_N)
+#define AN_MHC_SCRATCH_FLOATS (2 * AN_MHC_TILE * AN_MHC_MAX_M + AN_MHC_SINKHORN_FLOATS)
 typedef struct {
     float *r[12]; /* r[6..9]: a block of rows' float32 parameter-gradient sums (backward) */
-    const float *ones, *zeros, *nzeros;
+    float *consts[3]; /* ones, zeros, nzeros: read them through AN_ONES, AN_ZEROS, AN_NZEROS */
+    int *filled;      /* filled[k]: consts[k] holds its value */
+    int64_t D;
+    float *mhc;   /* AN_MHC_SCRATCH_FLOATS (mHC's tasks only; NULL otherwise) */
+    int f32_partials; /* backward: each chunk is one block, its parameter-gradient rows float32 (see an_f32_partials) */
 } an_rows;
+
+static const float *an_const_row(const an_rows *sc, int k) {
+    float *row = sc->consts[k];
+    if (!sc->filled[k]) {
+        /* as bits: built with -fno-signed-zeros, gcc may take a -0.0f constant for +0 */
+        const uint32_t v = k == AN_CONST_ONES ? 0x3f800000u : k == AN_CONST_ZEROS ? 0u : 0x80000000u;
+        for (int64_t i = 0; i < sc->D; i++) memcpy(row + i, &v, 4);
+        sc->filled[k] = 1;
+    }
+    return row;
+}
+#define AN_ONES(sc) an_const_row((sc), AN_CONST_ONES)
+#define AN_ZEROS(sc) an_const_row((sc), AN_CONST_ZEROS)
+#define AN_NZEROS(sc) an_const_row((sc), AN_CONST_NZEROS)
+
+/* a row's float64 statistics, where float32's cannot be formed (norm_rows.h: checked_stats) */
+typedef struct {
+    double mean, rstd;
+} an_big;
 
 static inline size_t an_elem_size(int dt) { return dt == AN_F32 ? 4 : 2; }
 
@@ -366,6 +401,7 @@ typedef struct {
     int64_t D;
     double *partial_w, *partial_b; /* this chunk's float64 partial sums (bwd) */
     double *partial[4];            /* fused bwd: dw1, db1, dw2, db2 */
+    int f32_partials;              /* see an_f32_partials */
     int status;
 } an_task;
 
@@ -433,19 +469,21 @@ static inline double *an_drow(double *rows, int64_t D, int i) {
 static void *an_run_task(void *p) {
     an_task *t = (an_task *)p;
     void *owned;
-    /* 15 rows: r[0..11], ones, zeros, nzeros; the first starts 256 bytes into its page (see an_row_stride) */
-    char *block = an_scratch(&tl_task_cache, 256 + an_row_stride(t->D) * 15, &owned);
+    /* 15 rows: r[0..11], ones, zeros, nzeros; the first starts 256 bytes into its page (see an_row_stride);
+     * then mHC's fixed-size buffers */
+    const size_t rows_bytes = 256 + an_row_stride(t->D) * 15;
+    const size_t mhc_bytes = t->kind == 7 ? sizeof(float) * AN_MHC_SCRATCH_FLOATS : 0;
+    char *block = an_scratch(&tl_task_cache, rows_bytes + mhc_bytes, &owned);
     if (!block) { t->status = -1; return NULL; }
     float *rows = (float *)(block + 256);
     an_rows sc;
+    sc.mhc = mhc_bytes ? (float *)(block + rows_bytes) : NULL;
     for (int i = 0; i < 12; i++) sc.r[i] = an_row(rows, t->D, i);
-    float *ones = an_row(rows, t->D, 12), *zeros = an_row(rows, t->D, 13), *nzeros = an_row(rows, t->D, 14);
-    for (int64_t i = 0; i < t->D; i++) ones[i] = 1.0f;
-    memset(zeros, 0, sizeof(float) * (size_t)t->D);
-    for (int64_t i = 0; i < t->D; i++) nzeros[i] = -0.0f;
-    sc.ones = ones;
-    sc.zeros = zeros;
-    sc.nzeros = nzeros;
+    int filled[3] = {0, 0, 0};
+    for (int k = 0; k < 3; k++) sc.consts[k] = an_row(rows, t->D, 12 + k);
+    sc.filled = filled;
+    sc.D = t->D;
+    sc.f32_partials = t->f32_partials;
     if (t->kind == 0) g_fwd((const an_fwd_args *)t->args, t->r0, t->r1, &sc);
     else if (t->kind == 1) g_bwd((const an_bwd_args *)t->args, t->r0, t->r1, &sc, t->partial_w, t->partial_b);
     else if (t->kind == 2) g_ffwd((const an_ffwd_args *)t->args, t->r0, t->r1, &sc);
@@ -477,9 +515,16 @@ static void *an_run_strided(void *p) {
  * threads take chunks in turn: a thread that the machine slows down (another process, a vCPU being
  * descheduled) leaves its remaining chunks to the others instead of making every call wait for it.
  * Which thread runs a chunk does not change any result: partial sums are kept per chunk. */
+/* Backward's per-chunk parameter-gradient rows hold float32 sums, not float64, when every chunk is a single block of
+ * at most AN_BLOCK rows (norm_rows.h): its float32 block sums are then exact as they are. The caller zeroes D floats
+ * of each partial row and reads them back as float32 (an_reduce_partials). */
+static int an_f32_partials(int64_t N, int C) { return (N + C - 1) / C <= AN_BLOCK; }
+
 static int an_parallel(int kind, const void *args, int64_t N, int64_t D, int nthreads, int C, double *partial_w,
                        double *partial_b, double *const *partial4) {
-    an_task tasks[AN_MAX_CHUNKS];
+    an_task local[AN_STACK_TASKS];
+    an_task *tasks = C <= AN_STACK_TASKS ? local : (an_task *)malloc(sizeof(an_task) * (size_t)C);
+    if (!tasks) return -1;
     for (int c = 0; c < C; c++) {
         tasks[c].kind = kind;
         tasks[c].chunk = c;
@@ -491,6 +536,7 @@ static int an_parallel(int kind, const void *args, int64_t N, int64_t D, int nth
         tasks[c].partial_b = partial_b ? an_drow(partial_b, D, c) : NULL;
         for (int k = 0; k < 4; k++)
             tasks[c].partial[k] = (partial4 && partial4[k]) ? an_drow(partial4[k], D, c) : NULL;
+        tasks[c].f32_partials = (kind == 1 || kind == 3 || kind == 6) && an_f32_partials(N, C);
         tasks[c].status = -1;
     }
     int T = nthreads < C ? nthreads : C;
@@ -507,21 +553,28 @@ static int an_parallel(int kind, const void *args, int64_t N, int64_t D, int nth
             while ((c = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED)) < C) an_run_task(&tasks[c]);
         }
 #else
-        /* without OpenMP: T threads, thread t runs chunks t, t + T, ... */
-        pthread_t tids[AN_MAX_THREADS];
-        an_stride st[AN_MAX_THREADS];
-        int started[AN_MAX_THREADS];
-        for (int t = 0; t < T; t++) st[t] = (an_stride){tasks, C, T, t};
-        for (int t = 1; t < T; t++) started[t] = pthread_create(&tids[t], NULL, an_run_strided, &st[t]) == 0;
-        an_run_strided(&st[0]);
-        for (int t = 1; t < T; t++) {
-            if (started[t]) pthread_join(tids[t], NULL);
-            else an_run_strided(&st[t]); /* could not start a thread: run its chunks here */
+        /* without OpenMP: T threads, thread t runs chunks t, t + T, ... (their table on the heap, as the tasks') */
+        pthread_t *tids = (pthread_t *)malloc(sizeof(pthread_t) * (size_t)T);
+        an_stride *st = (an_stride *)malloc(sizeof(an_stride) * (size_t)T);
+        int *started = (int *)calloc((size_t)T, sizeof(int));
+        if (tids && st && started) {
+            for (int t = 0; t < T; t++) st[t] = (an_stride){tasks, C, T, t};
+            for (int t = 1; t < T; t++) started[t] = pthread_create(&tids[t], NULL, an_run_strided, &st[t]) == 0;
+            an_run_strided(&st[0]);
+            for (int t = 1; t < T; t++) {
+                if (started[t]) pthread_join(tids[t], NULL);
+                else an_run_strided(&st[t]); /* could not start a thread: run its chunks here */
+            }
         }
+        free(tids);
+        free(st);
+        free(started);
 #endif
     }
-    for (int c = 0; c < C; c++) if (tasks[c].status != 0) return -1;
-    return 0;
+    int rc = 0;
+    for (int c = 0; c < C; c++) if (tasks[c].status != 0) rc = -1;
+    if (tasks != local) free(tasks);
+    return rc;
 }
 
 static int an_threads_for(int64_t N, int64_t D, int nthreads) {
@@ -629,10 +682,11 @@ int addnorm_forward(int kind, int xdt, int rdt, int odt, int sdt, int64_t N, int
 
 /* Sum chunk t's float64 partial row of every element in chunk order (deterministic for a given thread
  * count), then store it in the parameter dtype. */
-static void an_reduce_partials(void *dst, int pdtype, double *partials, int C, int64_t D) {
+static void an_reduce_partials(void *dst, int pdtype, double *partials, int C, int64_t D, int f32) {
     for (int64_t i = 0; i < D; i++) {
         double acc = 0.0;
-        for (int c = 0; c < C; c++) acc += an_drow(partials, D, c)[i];
+        for (int c = 0; c < C; c++) acc += f32 ? (double)((const float *)an_drow(partials, D, c))[i]
+                                               : an_drow(partials, D, c)[i];
         float v = (float)acc;
         if (pdtype == AN_F32) ((float *)dst)[i] = v;
         else if (pdtype == AN_BF16) ((uint16_t *)dst)[i] = an_f32_to_bf16(v);
@@ -663,17 +717,19 @@ int addnorm_backward(int kind, int dydt, int sdt, int dx2dt, int64_t N, int64_t 
     if (!host) return -1;
     double *pw = dweight ? (double *)an_row(host, D, 2) : NULL;
     double *pb = dbias ? (double *)an_row(host, D, 2 + 2 * C) : NULL;
+    const int f32p = an_f32_partials(N, C);
+    const size_t pbytes = (f32p ? sizeof(float) : sizeof(double)) * (size_t)D;
     for (int c = 0; c < C; c++) { /* the kernels accumulate into zeroed partial rows */
-        if (pw) memset(an_drow(pw, D, c), 0, sizeof(double) * (size_t)D);
-        if (pb) memset(an_drow(pb, D, c), 0, sizeof(double) * (size_t)D);
+        if (pw) memset(an_drow(pw, D, c), 0, pbytes);
+        if (pb) memset(an_drow(pb, D, c), 0, pbytes);
     }
     int uniform = dydt == sdt && dx2 == NULL;
     an_bwd_args a = {kind, sdt, dydt, sdt, dx2dt, uniform, N, D, dy, dy_rs, s, s_rs, mean, rstd,
                      an_param_f32(weight, param_dtype, host, D), weight_offset, dres, dres_rs, dx, dx_rs, dx2, dx2_rs,
                      an_use_nt(N, D, sdt, dx2 ? 2 : 1)};
     int rc = an_parallel(1, &a, N, D, T, C, pw, pb, NULL);
-    if (rc == 0 && pw) an_reduce_partials(dweight, param_dtype, pw, C, D);
-    if (rc == 0 && pb) an_reduce_partials(dbias, param_dtype, pb, C, D);
+    if (rc == 0 && pw) an_reduce_partials(dweight, param_dtype, pw, C, D, f32p);
+    if (rc == 0 && pb) an_reduce_partials(dbias, param_dtype, pb, C, D, f32p);
     free(owned);
     return rc;
 }
@@ -735,12 +791,14 @@ int addnorm_fused_backward(int kind, int sdt, int dydt, int dy2dt, int dresdt, i
     if (!host) return -1;
     double *partial[4];
     int slot = 2;
+    const int f32p = an_f32_partials(N, C);
     for (int k = 0; k < 4; k++) {
         partial[k] = NULL;
         if (!grads[k]) continue;
         partial[k] = (double *)an_row(host, D, slot);
         slot += 2 * C;
-        for (int c = 0; c < C; c++) memset(an_drow(partial[k], D, c), 0, sizeof(double) * (size_t)D);
+        for (int c = 0; c < C; c++)
+            memset(an_drow(partial[k], D, c), 0, (f32p ? sizeof(float) : sizeof(double)) * (size_t)D);
     }
     an_fbwd_args args = {kind, sdt, dydt, dy2dt, dresdt, odt, N, D, s, s_rs, mean, rstd, dy, dy_rs, dy2, dy2_rs,
                          an_param_f32(w1, param_dtype, host, D), an_param_f32(w2, param_dtype, an_row(host, D, 1), D),
@@ -749,7 +807,7 @@ int addnorm_fused_backward(int kind, int sdt, int dydt, int dy2dt, int dresdt, i
                         (dy2 == NULL || dy2dt == AN_BF16) && (dres == NULL || dresdt == AN_BF16);
     int rc = an_parallel(3, &args, N, D, T, C, NULL, NULL, partial);
     for (int k = 0; k < 4; k++)
-        if (rc == 0 && grads[k]) an_reduce_partials(grads[k], param_dtype, partial[k], C, D);
+        if (rc == 0 && grads[k]) an_reduce_partials(grads[k], param_dtype, partial[k], C, D, f32p);
     free(owned);
     return rc;
 }
@@ -853,16 +911,18 @@ int addnorm_pointwise_backward(int kind, int sdt, int dydt, int dresdt, int64_t 
     if (!host) return -1;
     double *partial[4] = {dweight ? (double *)an_row(host, D, 2) : NULL, dbias ? (double *)an_row(host, D, 2 + 2 * C) : NULL,
                           dscalars ? (double *)an_row(host, D, 2 + 4 * C) : NULL, NULL};
+    const int f32p = an_f32_partials(N, C); /* dw's and db's rows; the scalars' stay float64 */
     for (int k = 0; k < 3; k++) /* the scalars' row holds two values whatever D is */
         if (partial[k])
             for (int c = 0; c < C; c++)
-                memset(an_drow(partial[k], D, c), 0, sizeof(double) * (size_t)(k == 2 ? 2 : D));
+                memset(an_drow(partial[k], D, c), 0,
+                       k == 2 ? 2 * sizeof(double) : (f32p ? sizeof(float) : sizeof(double)) * (size_t)D);
     an_pw_args a = {kind, an_use_nt(N, D, sdt, 1), 0, 0, sdt, sdt, dydt, dresdt, N, D, NULL, 0, NULL, 0,
                     an_param_f32(weight, param_dtype, host, D), NULL, alpha, shift, NULL, NULL, s, dy, dy_rs, dres,
                     dres_rs, ds};
     int rc = an_parallel(6, &a, N, D, T, C, NULL, NULL, partial);
-    if (rc == 0 && dweight) an_reduce_partials(dweight, param_dtype, partial[0], C, D);
-    if (rc == 0 && dbias) an_reduce_partials(dbias, param_dtype, partial[1], C, D);
+    if (rc == 0 && dweight) an_reduce_partials(dweight, param_dtype, partial[0], C, D, f32p);
+    if (rc == 0 && dbias) an_reduce_partials(dbias, param_dtype, partial[1], C, D, f32p);
     if (rc == 0 && dscalars)
         for (int c = 0; c < C; c++) {
             dscalars[0] += an_drow(partial[2], D, c)[0];

@@ -84,13 +84,15 @@ static void AN_FN(fused_fwd_rows_any)(const an_ffwd_args *a, int64_t r0, int64_t
         }
         if (a->s_out) AN_FN(put_row)((char *)a->s_out + r * a->s_rs * ses, src, D, a->sdt, a->nt, tmp);
         float mean = 0.0f;
-        const float rstd = an_rstd(a->kind == AN_LAYER ? AN_FN(layer_moments)(src, D, AN_FN(row_sum)(src, D), &mean)
-                                                         / (float)D
-                                                       : AN_FN(sq_dev_sum)(src, 0.0f, D) * inv_d, a->eps);
+        float rstd = an_rstd(a->kind == AN_LAYER ? AN_FN(layer_moments)(src, D, AN_FN(row_sum)(src, D), &mean)
+                                                   / (float)D
+                                                 : AN_FN(sq_dev_sum)(src, 0.0f, D) * inv_d, a->eps);
+        an_big bs; /* a row beyond float32's range: float64 statistics (see checked_stats) */
+        const an_big *big = AN_FN(checked_stats)(src, D, a->kind == AN_RMS, a->eps, &bs, &mean, &rstd);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
         float om, os; /* the outputs' statistics (see output_row) */
-        src = AN_FN(output_row)(buf, src, D, mean, rstd, &om, &os);
+        src = AN_FN(output_row)(buf, src, D, mean, rstd, big, &om, &os);
         if (r + 1 < r1) /* the next row, while this one is written (see prefetch_next) */
             AN_FN(prefetch_next_any)(a, r + 1);
         for (int k = 0; k < 2; k++) {
@@ -111,7 +113,7 @@ static void AN_FN(fused_fwd_rows_any)(const an_ffwd_args *a, int64_t r0, int64_t
                     AN_FN(round_row)(out, D, a->ndt);
                     AN_FN(normalize)(out, out, D, 0.0f, 1.0f, w, b, a->weight_offset); /* in place: not restrict */
                 } else {
-                    AN_FN(norm_post)(out, src, D, om, os, w ? w : sc->ones, b ? b : sc->zeros, off, NULL);
+                    AN_FN(norm_post)(out, src, D, om, os, w ? w : AN_ONES(sc), b ? b : AN_ZEROS(sc), off, NULL);
                 }
                 if (post) {
                     AN_FN(round_row)(out, D, a->ndt);
@@ -119,7 +121,7 @@ static void AN_FN(fused_fwd_rows_any)(const an_ffwd_args *a, int64_t r0, int64_t
                 }
                 if (o != out) memcpy(o, out, sizeof(float) * (size_t)D);
             } else {
-                AN_FN(norm_post)(o, src, D, om, os, w ? w : sc->ones, b ? b : sc->zeros, off, post);
+                AN_FN(norm_post)(o, src, D, om, os, w ? w : AN_ONES(sc), b ? b : AN_ZEROS(sc), off, post);
             }
             if (o == out) AN_FN(put_row)(dst_row, out, D, a->odt, a->nt, tmp);
         }
@@ -187,12 +189,14 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
          * sq_dev_sum's: blocking this pass cost the bfloat16 forwards 7-18 % (caches flushed, 8192 x 1024), and a
          * bfloat16 output rounds away its error (D = 65536 with a channel at 300: eager's bits). LayerNorm's mean
          * and variance come from layer_moments, in blocks, whatever this sum's rounding */
-        const float rstd = an_rstd(rms ? AN_FN(hsum)(acc) * inv_d
-                                       : AN_FN(layer_moments)(buf, D, AN_FN(hsum)(acc), &mean) / (float)D, a->eps);
+        float rstd = an_rstd(rms ? AN_FN(hsum)(acc) * inv_d
+                                 : AN_FN(layer_moments)(buf, D, AN_FN(hsum)(acc), &mean) / (float)D, a->eps);
+        an_big bs; /* a row beyond float32's range: float64 statistics (see checked_stats) */
+        const an_big *big = AN_FN(checked_stats)(buf, D, rms, a->eps, &bs, &mean, &rstd);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
         float om, os; /* the outputs' statistics (see output_row) */
-        AN_FN(output_row)(buf, buf, D, mean, rstd, &om, &os);
+        AN_FN(output_row)(buf, buf, D, mean, rstd, big, &om, &os);
         if (r + 1 < r1) /* the next row, while this one is written (see prefetch_next) */
             AN_FN(prefetch_next_any)(a, r + 1);
         for (int k = 0; k < 2; k++) {
@@ -202,8 +206,8 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
             uint16_t *restrict d = a->nt ? o16 : dst_row;
             const float *restrict w = (k == 0 ? a->w1 : a->w2), *restrict b = (k == 0 ? a->b1 : a->b2);
             const float off = w ? a->weight_offset : 0.0f;
-            w = w ? w : sc->ones;
-            b = b ? b : sc->zeros;
+            w = w ? w : AN_ONES(sc);
+            b = b ? b : AN_ZEROS(sc);
             if (k == 0 && a->post) { /* norm-then-add: the norm rounded to bf16, then the add, rounded once */
                 const uint16_t *restrict p = (const uint16_t *)a->post + r * a->post_rs;
                 for (i = 0; i < D; i++)
@@ -252,7 +256,7 @@ static void AN_FN(fused_bwd_block)(const an_fbwd_args *a, int64_t r0, int64_t r1
     const int64_t D = a->D;
     const float inv_d = 1.0f / (float)D;
     float *restrict g = sc->r[3], *restrict t = sc->r[4];
-    const float *w1 = a->w1 ? a->w1 : sc->ones, *w2 = a->w2 ? a->w2 : sc->ones;
+    const float *w1 = a->w1 ? a->w1 : AN_ONES(sc), *w2 = a->w2 ? a->w2 : AN_ONES(sc);
     const float off1 = a->w1 ? a->weight_offset : 0.0f, off2 = a->w2 ? a->weight_offset : 0.0f;
     const size_t ses = an_elem_size(a->sdt), dyes = an_elem_size(a->dydt), dy2es = an_elem_size(a->dy2dt),
                  dres_es = an_elem_size(a->dresdt), oes = an_elem_size(a->odt);
@@ -264,8 +268,15 @@ static void AN_FN(fused_bwd_block)(const an_fbwd_args *a, int64_t r0, int64_t r1
         const float *dy2 = a->dy2 ? AN_FN(f32_row)((const char *)a->dy2 + r * a->dy2_rs * dy2es, a->dy2dt, sc->r[2], D)
                                   : NULL;
         const float *dres = a->dres ? AN_FN(f32_row)((const char *)a->dres + r * a->dres_rs * dres_es, a->dresdt,
-                                                     sc->r[5], D) : sc->zeros;
+                                                     sc->r[5], D) : AN_ZEROS(sc);
         const float mean = a->mean ? a->mean[r] : 0.0f, rstd = a->rstd[r];
+        char *ds_row = (char *)a->ds + r * a->ds_rs * oes;
+        if (!(rstd >= AN_TINY_RSTD) && /* beyond float32's range: in float64 (see bwd_row_big), into g */
+            AN_FN(bwd_row_big)(s, dy, dy2, a->dres ? dres : NULL, w1, off1, w2, off2, a->kind == AN_RMS, D, acc[0],
+                               acc[1], acc[2], acc[3], g)) {
+            AN_FN(put_row)(ds_row, g, D, a->odt, a->nt, t);
+            continue;
+        }
         if (dy && dy2) for (int64_t i = 0; i < D; i++) g[i] = dy[i] * (w1[i] + off1) + dy2[i] * (w2[i] + off2);
         else if (dy) for (int64_t i = 0; i < D; i++) g[i] = dy[i] * (w1[i] + off1);
         else for (int64_t i = 0; i < D; i++) g[i] = dy2[i] * (w2[i] + off2);
@@ -282,7 +293,6 @@ static void AN_FN(fused_bwd_block)(const an_fbwd_args *a, int64_t r0, int64_t r1
         }
         const float mg = a->kind == AN_LAYER ? AN_FN(hsum)(acc_g) * inv_d : 0.0f;
         const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
-        char *ds_row = (char *)a->ds + r * a->ds_rs * oes;
         /* float32, not streamed: ds written in place in the same loop */
         float *o = (a->odt == AN_F32 && !a->nt) ? (float *)ds_row : g;
         for (i = 0; i < D; i++) o[i] = rstd * (g[i] - mg - (s[i] - mean) * rstd * mgx) + dres[i];
@@ -312,10 +322,10 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
     float *restrict a2 = (acc[2] && a->dy2) ? acc[2] : sc->r[2], *restrict a3 = (acc[3] && a->dy2) ? acc[3] : sc->r[5];
     /* without dy the first output's weight is a row of zeros: 0 * (w1 + off) would be NaN for an infinite w1,
      * where that output, not used, contributes nothing */
-    const float *restrict w1 = a->dy ? (a->w1 ? a->w1 : sc->ones) : sc->zeros;
-    const float *restrict w2 = a->w2 ? a->w2 : sc->ones;
+    const float *restrict w1 = a->dy ? (a->w1 ? a->w1 : AN_ONES(sc)) : AN_ZEROS(sc);
+    const float *restrict w2 = a->w2 ? a->w2 : AN_ONES(sc);
     const float off1 = (a->dy && a->w1) ? a->weight_offset : 0.0f, off2 = a->w2 ? a->weight_offset : 0.0f;
-    const uint16_t *zeros16 = (const uint16_t *)sc->zeros;
+    const uint16_t *zeros16 = (const uint16_t *)AN_ZEROS(sc);
     for (int64_t r = r0; r < r1; r++) {
         if (r + AN_PF_AHEAD < r1) { /* a later row's inputs (see prefetch_span) */
             const int64_t f = r + AN_PF_AHEAD;
@@ -329,6 +339,19 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
         const uint16_t *restrict dy2 = (has2 && a->dy2) ? (const uint16_t *)a->dy2 + r * a->dy2_rs : zeros16;
         const uint16_t *restrict dres = a->dres ? (const uint16_t *)a->dres + r * a->dres_rs : zeros16;
         const float mean = a->mean ? a->mean[r] : 0.0f, rstd = a->rstd[r];
+        uint16_t *ds_row = (uint16_t *)a->ds + r * a->ds_rs;
+        if (!(rstd >= AN_TINY_RSTD)) { /* beyond float32's range: in float64 (see bwd_row_big), from rows 8..11 */
+            float *fs = sc->r[8], *fdy = sc->r[9], *fdy2 = sc->r[10], *fo = sc->r[11];
+            AN_FN(load_row)(fs, s, D, AN_BF16);
+            AN_FN(load_row)(fdy, dy, D, AN_BF16);
+            AN_FN(load_row)(fdy2, dy2, D, AN_BF16);
+            AN_FN(load_row)(fo, dres, D, AN_BF16);
+            if (AN_FN(bwd_row_big)(fs, fdy, has2 ? fdy2 : NULL, fo, w1, off1, w2, off2, a->kind == AN_RMS, D, a0,
+                                   wantb ? a1 : NULL, has2 ? a2 : NULL, (has2 && wantb) ? a3 : NULL, fo)) {
+                AN_FN(put_row)(ds_row, fo, D, AN_BF16, a->nt, fs);
+                continue;
+            }
+        }
         float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
         int64_t i = 0;
         for (; i + AN_LANES <= D; i += AN_LANES)
@@ -348,7 +371,6 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
         }
         const float mg = a->kind == AN_LAYER ? AN_FN(hsum)(acc_g) * inv_d : 0.0f;
         const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
-        uint16_t *ds_row = (uint16_t *)a->ds + r * a->ds_rs;
         uint16_t *restrict d = a->nt ? o16 : ds_row;
         for (i = 0; i < D; i++) {
             const float xh = (an_bf16_to_f32(s[i]) - mean) * rstd;
@@ -379,21 +401,24 @@ static void AN_FN(fused_bwd_block_bf16)(const an_fbwd_args *a, int64_t r0, int64
 }
 
 /* Parameter gradients: float32 sums over blocks of AN_BLOCK rows (scratch rows 6..9), each block added
- * into the chunk's float64 partial rows, as the Add & Norm backward does. */
+ * into the chunk's float64 partial rows, as the Add & Norm backward does (and, as there, straight into float32
+ * partial rows where each chunk is one block: sc->f32_partials). */
 static void AN_FN(fused_bwd_rows)(const an_fbwd_args *a, int64_t r0, int64_t r1, const an_rows *sc,
                                   double *const *partial) {
     const int64_t D = a->D;
+    const int direct = sc->f32_partials;
     float *acc[4];
-    for (int k = 0; k < 4; k++) acc[k] = partial[k] ? sc->r[6 + k] : NULL;
+    for (int k = 0; k < 4; k++) acc[k] = partial[k] ? (direct ? (float *)partial[k] : sc->r[6 + k]) : NULL;
     /* once per chunk: the NaN verdict over the float32 operands (weights, weight_offset, the saved statistics) */
     const int nf = a->uniform_bf16 && an_nan_safe(a->w1, D) && an_nan_safe(a->w2, D) &&
                    an_scalar_nan_safe(a->weight_offset) && an_nan_safe(a->mean ? a->mean + r0 : NULL, r1 - r0) &&
                    an_nan_safe(a->rstd + r0, r1 - r0);
     for (int64_t b0 = r0; b0 < r1; b0 += AN_BLOCK) {
         const int64_t b1 = b0 + AN_BLOCK < r1 ? b0 + AN_BLOCK : r1;
-        for (int k = 0; k < 4; k++) if (acc[k]) memset(acc[k], 0, sizeof(float) * (size_t)D);
+        for (int k = 0; k < 4; k++) if (acc[k] && !direct) memset(acc[k], 0, sizeof(float) * (size_t)D);
         if (a->uniform_bf16) AN_FN(fused_bwd_block_bf16)(a, b0, b1, sc, acc, nf);
         else AN_FN(fused_bwd_block)(a, b0, b1, sc, acc);
+        if (direct) continue;
         for (int k = 0; k < 4; k++)
             if (acc[k]) for (int64_t i = 0; i < D; i++) partial[k][i] += (double)acc[k][i];
     }

@@ -18,7 +18,7 @@
 #define AN_CAT2(a, b) a##b
 #define AN_CAT(a, b) AN_CAT2(a, b)
 #define AN_FN(name) AN_CAT(name, AN_SFX)
-#define AN_MHC_TB 4
+#define AN_MHC_TB AN_MHC_TILE
 #define AN_MHC_KB 32
 
 /* out[t][0..MP) = sum_k v_t[k] phi[k][0..MP), for the AN_MHC_TB tokens of a tile */
@@ -243,11 +243,12 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
     const int64_t C = a->C, K = a->K;
     const size_t es = an_elem_size(a->dt);
     const int nn = n * n;
-    float z[AN_MHC_TB * 128], dz[AN_MHC_TB * 128];
-    float lg[128], w[128], hp[AN_STREAM_MAX_N], hpo[AN_STREAM_MAX_N], hr[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
-    /* Sinkhorn's rounds, kept for its backward */
-    float st_buf[(1 + AN_MHC_MAX_ITERS) * AN_STREAM_MAX_N * AN_STREAM_MAX_N + 2 * AN_MHC_MAX_ITERS * AN_STREAM_MAX_N];
-    float *st = a->perm == NULL && a->op == AN_MHC_BWD ? st_buf : NULL, *tmp = sc->r[8];
+    /* the tile's projections and their gradients, and Sinkhorn's rounds kept for its backward: in the task's
+     * scratch (sc->mhc, AN_MHC_SCRATCH_FLOATS), as they would take 25 KiB of the stack */
+    float *restrict z = sc->mhc, *restrict dz = z + AN_MHC_TB * AN_MHC_MAX_M;
+    float lg[AN_MHC_MAX_M], w[AN_MHC_MAX_M], hp[AN_STREAM_MAX_N], hpo[AN_STREAM_MAX_N],
+        hr[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
+    float *st = a->perm == NULL && a->op == AN_MHC_BWD ? dz + AN_MHC_TB * AN_MHC_MAX_M : NULL, *tmp = sc->r[8];
     float *dphi = a->op == AN_MHC_BWD ? a->dphi_part + (size_t)chunk * (size_t)K * (size_t)mp : NULL;
     if (dphi) memset(dphi, 0, sizeof(float) * (size_t)K * (size_t)mp);
     AN_FN(mhc_project_fn) project = AN_FN(mhc_project_for)(mp);

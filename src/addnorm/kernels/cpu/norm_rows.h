@@ -101,6 +101,8 @@ static inline void AN_FN(prefetch_next)(const void *a, const void *b, const void
  * 0.83-0.93 fwd+bwd, when rows of 1024 were prefetched as well (they were left out below 1025;
  * benchmarks/results/cold/compare_before_after.md). */
 #define AN_CHUNK 512
+/* rows of more float32 values than this (1 MiB) stay in no core's L2: their loops keep no whole-row scratch copy */
+#define AN_WIDE_ROW ((int64_t)1 << 18)
 static inline void AN_FN(prefetch_chunk)(const void *a, const void *b, const void *c, int64_t c0, int64_t D, int es) {
     const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
     const size_t o = (size_t)(c0 * es);
@@ -215,7 +217,8 @@ static float AN_FN(sq_dev_sum)(const float *restrict v, float mean, int64_t n) {
  * deviations is s2 - s1^2 / n (Chan, Golub and LeVeque's corrected two-pass algorithm). A constant row gets
  * its value as its mean exactly and 0 as its variance, as torch's Welford moments do: the rounded sum / n
  * alone left xhat at a few 1e-3 (eps 1e-5) or +-1 (eps 0, where torch gives NaN) for most widths. A sum of
- * squares that overflows (finite inputs) is NaN, as torch's is, not 0 (which made every output 0).
+ * squares that overflows is returned NaN, not inf (whose rstd 0 would pass for a statistic): the caller's
+ * checked_stats then takes the row in float64, whose finite answer it has.
  * Returns the sum of squared deviations; *mean_out the mean. */
 static float AN_FN(layer_moments)(const float *restrict v, int64_t n, float sum, float *mean_out) {
     const float m = sum / (float)n;
@@ -248,6 +251,86 @@ static float AN_FN(layer_moments)(const float *restrict v, int64_t n, float sum,
     return ss < 0.0f ? 0.0f : ss;  /* a NaN stays NaN */
 }
 
+/* ---- rows beyond float32's range: statistics and xhat in float64 ----
+ * Values above ~1.8e19 overflow a float32 sum of squares (and values near float32's largest the sum itself), so
+ * float32 statistics come out inf or NaN for rows whose true outputs are finite; a standard deviation above 2^96
+ * leaves rstd near float32's subnormals and (x - mean) able to overflow. Such a row -- its float32 rstd not at least
+ * AN_TINY_RSTD, NaN included -- is taken again in float64 (a slow path that ordinary rows never enter): its
+ * statistics, and xhat rounded once to float32, which the output loops then scale by the weight as any row's. */
+#define AN_TINY_RSTD 0x1p-96f
+
+/* The row's mean (0 for RMSNorm) and 1 / sqrt(var + eps) in float64. Returns 0 for a row with an inf or NaN (its
+ * float32 statistics stand) or whose variance is 0 in float64 (nothing to redo); else 1, with big set and *mean,
+ * *rstd the float32 roundings the backward is given. */
+static int AN_FN(big_stats)(const float *v, int64_t n, int rms, float eps, an_big *big, float *mean, float *rstd) {
+    double sum = 0.0;
+    if (!rms)
+        for (int64_t i = 0; i < n; i++) sum += (double)v[i];
+    const double m = rms ? 0.0 : sum / (double)n;
+    double q = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = (double)v[i] - m;
+        q += d * d;
+    }
+    if (!isfinite(m) || !isfinite(q)) return 0;
+    big->mean = m;
+    big->rstd = 1.0 / sqrt(q / (double)n + (double)eps);
+    *mean = (float)m;
+    *rstd = (float)big->rstd;
+    return 1;
+}
+
+/* The statistics a row is normalized with: the float32 ones when rstd >= AN_TINY_RSTD (every ordinary row: one
+ * compare), else float64's (big_stats; returns big, or NULL where float32's stand) */
+static inline const an_big *AN_FN(checked_stats)(const float *v, int64_t n, int rms, float eps, an_big *big,
+                                                 float *mean, float *rstd) {
+    if (*rstd >= AN_TINY_RSTD) return NULL;
+    return AN_FN(big_stats)(v, n, rms, eps, big, mean, rstd) ? big : NULL;
+}
+
+/* One row's backward in float64, for a row whose saved rstd is below AN_TINY_RSTD: its statistics recomputed from s
+ * (the saved float32 rstd may be subnormal, s - mean may overflow float32; eps, at most 2^128, is below 2^-64 of such
+ * a variance). g = dy (w1 + off1) [+ dy2 (w2 + off2)]; dst = rstd (g - mean(g) - xhat mean(g xhat)) + dres (dst may be
+ * dres: same index); dw1 += dy xhat, db1 += dy, dw2, db2 likewise (each NULL when not wanted; dy NULL: none of its
+ * terms). Returns 0, having written nothing, when s holds an inf or NaN. */
+static int AN_FN(bwd_row_big)(const float *s, const float *dy, const float *dy2, const float *dres, const float *w1,
+                              float off1, const float *w2, float off2, int rms, int64_t n, float *dw1, float *db1,
+                              float *dw2, float *db2, float *dst) {
+    double sum = 0.0;
+    if (!rms)
+        for (int64_t i = 0; i < n; i++) sum += (double)s[i];
+    const double m = rms ? 0.0 : sum / (double)n;
+    double q = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = (double)s[i] - m;
+        q += d * d;
+    }
+    if (!isfinite(m) || !isfinite(q) || q == 0.0) return 0;
+    const double rs = 1.0 / sqrt(q / (double)n);
+    double sg = 0.0, sgx = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double g = 0.0;
+        if (dy) g += (double)dy[i] * ((double)(w1 ? w1[i] : 1.0f) + off1);
+        if (dy2) g += (double)dy2[i] * ((double)(w2 ? w2[i] : 1.0f) + off2);
+        sg += g;
+        sgx += g * (((double)s[i] - m) * rs);
+    }
+    const double mg = rms ? 0.0 : sg / (double)n, mgx = sgx / (double)n;
+    for (int64_t i = 0; i < n; i++) {
+        double g = 0.0;
+        if (dy) g += (double)dy[i] * ((double)(w1 ? w1[i] : 1.0f) + off1);
+        if (dy2) g += (double)dy2[i] * ((double)(w2 ? w2[i] : 1.0f) + off2);
+        const double xh = ((double)s[i] - m) * rs;
+        const double r = dres ? (double)dres[i] : 0.0;
+        dst[i] = (float)(rs * (g - mg - xh * mgx) + r);
+        if (dy && dw1) dw1[i] += (float)((double)dy[i] * xh);
+        if (dy && db1) db1[i] += dy[i];
+        if (dy2 && dw2) dw2[i] += (float)((double)dy2[i] * xh);
+        if (dy2 && db2) db2[i] += dy2[i];
+    }
+    return 1;
+}
+
 /* A row whose rstd is 0 -- its sum of squares overflowed, finite values above ~1.8e19: xhat = (src - mean) * 0
  * (0, or NaN where src is infinite) formed first, into dst, and returned, to be normalized with mean 0 and rstd 1.
  * Eager forms x * rsqrt(var + eps) before the weight; the output loops, built with -fassociative-math, may
@@ -261,9 +344,16 @@ __attribute__((noipa)) static const float *AN_FN(flat_row)(float *dst, const flo
 }
 
 /* The row the output loops normalize, with the (mean, rstd) they use (*om, *os): src and the row's own statistics,
- * or, where rstd is 0, flat_row's xhat in buf (buf may be src) with 0 and 1. The saved statistics stay the row's. */
+ * or, for a row taken in float64 (big: see checked_stats), its xhat in buf (buf may be src: same index) with 0 and 1,
+ * or, where rstd is 0 (a row with an inf), flat_row's xhat in buf with 0 and 1. The saved statistics stay the row's. */
 static inline const float *AN_FN(output_row)(float *buf, const float *src, int64_t n, float mean, float rstd,
-                                             float *om, float *os) {
+                                             const an_big *big, float *om, float *os) {
+    if (big) {
+        for (int64_t i = 0; i < n; i++) buf[i] = (float)(((double)src[i] - big->mean) * big->rstd);
+        *om = 0.0f;
+        *os = 1.0f;
+        return buf;
+    }
     if (rstd != 0.0f) {
         *om = mean;
         *os = rstd;
@@ -310,8 +400,8 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
     const float inv_d = 1.0f / (float)D;
     float *restrict buf = sc->r[0];
     uint16_t *restrict o16 = (uint16_t *)sc->r[1], *restrict res16 = (uint16_t *)sc->r[2];
-    const float *restrict w = a->weight ? a->weight : sc->ones;
-    const float *restrict b = a->bias ? a->bias : sc->nzeros;
+    const float *restrict w = a->weight ? a->weight : AN_ONES(sc);
+    const float *restrict b = a->bias ? a->bias : AN_NZEROS(sc);
     const float off = a->weight ? a->weight_offset : 0.0f;
     for (int64_t r = r0; r < r1; r++) {
         const uint16_t *restrict x = (const uint16_t *)a->x + r * a->x_rs;
@@ -352,12 +442,14 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
          * variance come from layer_moments, in blocks, whatever this sum's rounding */
         float mean = 0.0f;
         const float first = AN_FN(hsum)(acc);
-        const float rstd = an_rstd((rms ? first * inv_d
-                                        : AN_FN(layer_moments)(buf, D, first, &mean) / (float)D), a->eps);
+        float rstd = an_rstd((rms ? first * inv_d
+                                  : AN_FN(layer_moments)(buf, D, first, &mean) / (float)D), a->eps);
+        an_big bs;
+        const an_big *big = AN_FN(checked_stats)(buf, D, rms, a->eps, &bs, &mean, &rstd);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
         float om, os; /* the output's statistics (see output_row) */
-        AN_FN(output_row)(buf, buf, D, mean, rstd, &om, &os);
+        AN_FN(output_row)(buf, buf, D, mean, rstd, big, &om, &os);
         uint16_t *restrict dst = a->nt ? o16 : out_row;
         const uint16_t *nx = r + 1 < r1 ? x + a->x_rs : NULL;
         const uint16_t *nr = (r + 1 < r1 && a->res) ? (const uint16_t *)a->res + (r + 1) * a->res_rs : NULL;
@@ -407,13 +499,24 @@ static inline __attribute__((always_inline)) void AN_FN(bwd_rows_bf16_body)(cons
     } else {
         for (int64_t i = 0; i < D; i++) wo[i] = 1.0f;
     }
-    const uint16_t *zeros16 = (const uint16_t *)sc->zeros;
+    const uint16_t *zeros16 = (const uint16_t *)AN_ZEROS(sc);
     for (int64_t r = r0; r < r1; r++) {
         const uint16_t *restrict s = (const uint16_t *)a->s + r * a->s_rs;
         const uint16_t *restrict dy = (const uint16_t *)a->dy + r * a->dy_rs;
         const uint16_t *restrict dres = a->dres ? (const uint16_t *)a->dres + r * a->dres_rs : zeros16;
         uint16_t *dx_row = (uint16_t *)a->dx + r * a->dx_rs;
         const float mean = (!rms && a->mean) ? a->mean[r] : 0.0f, rstd = a->rstd[r];
+        if (!(rstd >= AN_TINY_RSTD)) { /* beyond float32's range: in float64 (see bwd_row_big), from rows 0, 1, 4 */
+            float *fs = sc->r[0], *fdy = sc->r[1], *fo = sc->r[4];
+            AN_FN(load_row)(fs, s, D, AN_BF16);
+            AN_FN(load_row)(fdy, dy, D, AN_BF16);
+            AN_FN(load_row)(fo, dres, D, AN_BF16);
+            if (AN_FN(bwd_row_big)(fs, fdy, NULL, fo, wo, 0.0f, NULL, 0.0f, rms, D, dw, want_db ? db : NULL, NULL,
+                                   NULL, fo)) {
+                AN_FN(put_row)(dx_row, fo, D, AN_BF16, a->nt, fs);
+                continue;
+            }
+        }
         /* pass 1 only reduces; pass 2 re-reads the (now L1-resident) bfloat16 rows: fewer stores */
         float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
         int64_t i = 0;
@@ -527,7 +630,7 @@ static void AN_FN(bwd_rows_f32)(const an_bwd_args *a, int64_t r0, int64_t r1, co
     float *restrict dw = dw_acc ? dw_acc : sc->r[3];
     float *restrict db = db_acc ? db_acc : sc->r[4];
     float *restrict o32 = sc->r[5];
-    const float *restrict w = a->weight ? a->weight : sc->ones;
+    const float *restrict w = a->weight ? a->weight : AN_ONES(sc);
     const float off = a->weight ? a->weight_offset : 0.0f;
     for (int64_t r = r0; r < r1; r++) {
         const char *s_row = (const char *)a->s + r * a->s_rs * ses;
@@ -535,7 +638,7 @@ static void AN_FN(bwd_rows_f32)(const an_bwd_args *a, int64_t r0, int64_t r1, co
         const char *dres_row = a->dres ? (const char *)a->dres + r * a->dres_rs * ses : NULL;
         char *dx_row = (char *)a->dx + r * a->dx_rs * ses;
         const float *s = (const float *)s_row, *dy = (const float *)dy_row;
-        const float *dres = dres_row ? (const float *)dres_row : sc->zeros;
+        const float *dres = dres_row ? (const float *)dres_row : AN_ZEROS(sc);
         if (!f32) {
             AN_FN(load_row)(sc->r[0], s_row, D, a->sdt);
             AN_FN(load_row)(sc->r[1], dy_row, D, a->dydt);
@@ -550,6 +653,17 @@ static void AN_FN(bwd_rows_f32)(const an_bwd_args *a, int64_t r0, int64_t r1, co
         /* float32: dx written in place, or streamed a chunk at a time; otherwise converted from o32 */
         float *dst = (f32 && !a->nt) ? (float *)dx_row : o32;
         float *stream_to = (f32 && a->nt) ? (float *)dx_row : NULL;
+        const float rstd = a->rstd[r];
+        if (!(rstd >= AN_TINY_RSTD) && /* beyond float32's range: in float64, into o32 */
+            AN_FN(bwd_row_big)(s, dy, NULL, dres, w, off, NULL, 0.0f, a->kind == AN_RMS, D, dw, db, NULL, NULL, o32)) {
+            if (f32 && a->nt) AN_FN(stream_bytes)(dx_row, o32, (size_t)D * 4);
+            else if (f32) memcpy(dx_row, o32, (size_t)D * 4);
+            else {
+                AN_FN(put_row)(dx_row, o32, D, a->sdt, a->nt, sc->r[0]);
+                if (a->dx2) AN_FN(put_row)((char *)a->dx2 + r * a->dx2_rs * x2es, o32, D, a->dx2dt, a->nt, sc->r[0]);
+            }
+            continue;
+        }
         /* prefetch takes one element size: dy's next row only when it shares the stream's */
         AN_FN(bwd_row_f32)(a, s, dy, dres, w, off, a->mean ? a->mean[r] : 0.0f, a->rstd[r], dw, db, dst, stream_to,
                            more ? s_row + a->s_rs * ses : NULL, (more && dyes == ses) ? dy_row + a->dy_rs * dyes : NULL,
@@ -586,11 +700,16 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, const 
         float sum = 0.0f;
         int res_done = 0;
         if (f32 && r_row) {
-            /* unstreamed float32: the new residual is written in the same pass as the sum */
-            float *ro = (a->res_out && !a->nt) ? (float *)((char *)a->res_out + r * a->res_out_rs * ses) : NULL;
-            sum = AN_FN(add_rows_sum)(buf, x_row, r_row, ro, D);
+            /* unstreamed float32: the new residual is written in the same pass as the sum. A row wider than
+             * AN_WIDE_ROW, which no cache keeps, is summed into the new residual itself (stored, not streamed) and
+             * normalized from there: a scratch copy cost one very wide row another row-size of memory */
+            const int wide = D > AN_WIDE_ROW;
+            float *ro = (a->res_out && (!a->nt || wide)) ? (float *)((char *)a->res_out + r * a->res_out_rs * ses)
+                                                         : NULL;
+            sum = (ro && wide) ? AN_FN(add_rows_sum)(ro, x_row, r_row, NULL, D)
+                               : AN_FN(add_rows_sum)(buf, x_row, r_row, ro, D);
             res_done = ro != NULL;
-            src = buf;
+            src = (ro && wide) ? ro : buf;
         } else if (f32) {
             src = x_row;
             if (a->kind == AN_LAYER) sum = AN_FN(row_sum)(src, D);
@@ -616,12 +735,14 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, const 
 
         /* two passes: the sum of squared deviations, no E[x²]−E[x]² cancellation */
         float mean = 0.0f;
-        const float rstd = an_rstd(a->kind == AN_LAYER ? AN_FN(layer_moments)(src, D, sum, &mean) / (float)D
-                                                       : AN_FN(sq_dev_sum)(src, 0.0f, D) * inv_d, a->eps);
+        float rstd = an_rstd(a->kind == AN_LAYER ? AN_FN(layer_moments)(src, D, sum, &mean) / (float)D
+                                                 : AN_FN(sq_dev_sum)(src, 0.0f, D) * inv_d, a->eps);
+        an_big bs;
+        const an_big *big = AN_FN(checked_stats)(src, D, a->kind == AN_RMS, a->eps, &bs, &mean, &rstd);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
         float om, os; /* the output's statistics (see output_row) */
-        src = AN_FN(output_row)(buf, src, D, mean, rstd, &om, &os);
+        src = AN_FN(output_row)(buf, src, D, mean, rstd, big, &om, &os);
 
         if (a->cast_before_weight && a->sdt != AN_F32) {
             /* Llama order: xhat cast to the dtype of what the norm reads (x, or the stream x + r) first -- HF's
@@ -641,19 +762,31 @@ static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, const 
                 AN_FN(normalize)((float *)out_row + c0, src + c0, c1 - c0, om, os, wc, bc, a->weight_offset);
             }
         } else {
-            AN_FN(normalize)(tmp, src, D, om, os, a->weight, a->bias, a->weight_offset);
-            AN_FN(put_row)(out_row, tmp, D, a->odt, a->nt, buf); /* buf is free once normalized */
+            /* a chunk at a time, normalized into tmp and stored (streamed) from there while it is in L1: a whole
+             * normalized row in scratch cost one very wide row another row-size of memory */
+            float *restrict stage = sc->r[2]; /* put_row's 16-bit staging */
+            for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
+                const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
+                const float *wc = a->weight ? a->weight + c0 : NULL, *bc = a->bias ? a->bias + c0 : NULL;
+                AN_FN(normalize)(tmp, src + c0, c1 - c0, om, os, wc, bc, a->weight_offset);
+                AN_FN(put_row)((char *)out_row + c0 * (int64_t)oes, tmp, c1 - c0, a->odt, a->nt, stage);
+            }
         }
     }
 }
 
 /* Parameter gradients are summed over a block of AN_BLOCK rows in float32 (in r[6], r[7]), and the block
  * sums into the chunk's float64 partial row: the error stays that of a 32-term float32 sum at any row
- * count, where one float32 sum per chunk grew with its rows. */
+ * count, where one float32 sum per chunk grew with its rows. Where every chunk is one block (sc->f32_partials)
+ * the block's float32 sums are the chunk's: summed straight into its partial rows, zeroed and read as float32 by the
+ * caller -- the same values, without two more rows of D floats and the float64 rows (a single very wide row
+ * would otherwise need six row-sizes of scratch). */
 #define AN_BLOCK 32
 static void AN_FN(bwd_rows)(const an_bwd_args *a, int64_t r0, int64_t r1, const an_rows *sc, double *restrict dw_acc,
                             double *restrict db_acc) {
-    float *restrict bw = dw_acc ? sc->r[6] : NULL, *restrict bb = db_acc ? sc->r[7] : NULL;
+    const int direct = sc->f32_partials;
+    float *restrict bw = dw_acc ? (direct ? (float *)dw_acc : sc->r[6]) : NULL;
+    float *restrict bb = db_acc ? (direct ? (float *)db_acc : sc->r[7]) : NULL;
     const int64_t D = a->D;
     const int bf16 = a->uniform && a->dtype == AN_BF16;
     int nf = 0;
@@ -662,10 +795,11 @@ static void AN_FN(bwd_rows)(const an_bwd_args *a, int64_t r0, int64_t r1, const 
              an_nan_safe(a->mean ? a->mean + r0 : NULL, r1 - r0) && an_nan_safe(a->rstd + r0, r1 - r0);
     for (int64_t b0 = r0; b0 < r1; b0 += AN_BLOCK) {
         const int64_t b1 = b0 + AN_BLOCK < r1 ? b0 + AN_BLOCK : r1;
-        if (bw) memset(bw, 0, sizeof(float) * (size_t)D);
-        if (bb) memset(bb, 0, sizeof(float) * (size_t)D);
+        if (bw && !direct) memset(bw, 0, sizeof(float) * (size_t)D);
+        if (bb && !direct) memset(bb, 0, sizeof(float) * (size_t)D);
         if (bf16) AN_FN(bwd_rows_bf16)(a, b0, b1, sc, bw, bb, nf);
         else AN_FN(bwd_rows_f32)(a, b0, b1, sc, bw, bb);
+        if (direct) continue;
         if (bw) for (int64_t i = 0; i < D; i++) dw_acc[i] += (double)bw[i];
         if (bb) for (int64_t i = 0; i < D; i++) db_acc[i] += (double)bb[i];
     }

@@ -166,7 +166,7 @@ static inline __attribute__((always_inline)) void AN_FN(pw_fwd_rows_bf16_body)(c
                                                                                  const int nf) {
     const int64_t D = a->D;
     uint16_t *restrict s16 = (uint16_t *)sc->r[1], *restrict o16 = (uint16_t *)sc->r[2];
-    const float *restrict w = a->weight ? a->weight : sc->ones, *restrict b = a->bias ? a->bias : sc->nzeros;
+    const float *restrict w = a->weight ? a->weight : AN_ONES(sc), *restrict b = a->bias ? a->bias : AN_NZEROS(sc);
     const float al = a->alpha, sh = a->shift;
     const int dyt = a->kind == AN_DYT;
     for (int64_t r = r0; r < r1; r++) {
@@ -222,7 +222,7 @@ static void AN_FN(pw_fwd_rows)(const an_pw_args *a, int64_t r0, int64_t r1, cons
     const size_t xes = an_elem_size(a->xdt), res = an_elem_size(a->rdt), ses = an_elem_size(a->sdt),
                  oes = an_elem_size(a->odt);
     float *buf = sc->r[0], *tmp = sc->r[1], *out = sc->r[2];
-    const float *w = a->weight ? a->weight : sc->ones, *b = a->bias ? a->bias : sc->nzeros;
+    const float *w = a->weight ? a->weight : AN_ONES(sc), *b = a->bias ? a->bias : AN_NZEROS(sc);
     const float al = a->alpha, sh = a->shift;
     for (int64_t r = r0; r < r1; r++) {
         const float *s = AN_FN(f32_row)((const char *)a->x + r * a->x_rs * xes, a->xdt, buf, D);
@@ -250,9 +250,9 @@ static inline __attribute__((always_inline)) void AN_FN(pw_bwd_block_bf16_body)(
     const int64_t D = a->D;
     float *restrict dw = bw ? bw : sc->r[9], *restrict db = bb ? bb : sc->r[10];
     uint16_t *restrict o16 = (uint16_t *)sc->r[5];
-    const float *restrict w = a->weight ? a->weight : sc->ones;
+    const float *restrict w = a->weight ? a->weight : AN_ONES(sc);
     const float al = a->alpha, sh = a->shift;
-    const uint16_t *zeros16 = (const uint16_t *)sc->zeros;
+    const uint16_t *zeros16 = (const uint16_t *)AN_ZEROS(sc);
     for (int64_t r = b0; r < b1; r++) {
         if (r + AN_PF_AHEAD < b1) { /* a later row's inputs (see prefetch_span) */
             const int64_t f = r + AN_PF_AHEAD;
@@ -335,8 +335,10 @@ static void AN_FN(pw_bwd_rows)(const an_pw_args *a, int64_t r0, int64_t r1, cons
     const size_t ses = an_elem_size(a->sdt), dyes = an_elem_size(a->dydt), dres_es = an_elem_size(a->dresdt),
                  oes = an_elem_size(a->sdt);
     float *g = sc->r[3], *fv = sc->r[4], *tmp = sc->r[5];
-    float *bw = partial[0] ? sc->r[6] : NULL, *bb = partial[1] ? sc->r[7] : NULL;
-    const float *w = a->weight ? a->weight : sc->ones;
+    const int direct = sc->f32_partials; /* each chunk one block: its float32 sums go straight to its partial rows */
+    float *bw = partial[0] ? (direct ? (float *)partial[0] : sc->r[6]) : NULL;
+    float *bb = partial[1] ? (direct ? (float *)partial[1] : sc->r[7]) : NULL;
+    const float *w = a->weight ? a->weight : AN_ONES(sc);
     const float al = a->alpha, sh = a->shift;
     double d_alpha = 0.0, d_shift = 0.0;
     const int bf16 = a->sdt == AN_BF16 && a->dydt == AN_BF16 && (a->dres == NULL || a->dresdt == AN_BF16);
@@ -344,8 +346,8 @@ static void AN_FN(pw_bwd_rows)(const an_pw_args *a, int64_t r0, int64_t r1, cons
     const int nf = bf16 && an_nan_safe(a->weight, D) && an_scalar_nan_safe(a->alpha) && an_scalar_nan_safe(a->shift);
     for (int64_t b0 = r0; b0 < r1; b0 += AN_BLOCK) {
         const int64_t b1 = b0 + AN_BLOCK < r1 ? b0 + AN_BLOCK : r1;
-        if (bw) memset(bw, 0, sizeof(float) * (size_t)D);
-        if (bb) memset(bb, 0, sizeof(float) * (size_t)D);
+        if (bw && !direct) memset(bw, 0, sizeof(float) * (size_t)D);
+        if (bb && !direct) memset(bb, 0, sizeof(float) * (size_t)D);
         if (bf16) {
             AN_FN(pw_bwd_block_bf16)(a, b0, b1, sc, bw, bb, &d_alpha, &d_shift, nf);
         } else
@@ -363,7 +365,7 @@ static void AN_FN(pw_bwd_rows)(const an_pw_args *a, int64_t r0, int64_t r1, cons
             const float *s = AN_FN(f32_row)((const char *)a->s + r * D * ses, a->sdt, sc->r[0], D);
             const float *dy = AN_FN(f32_row)((const char *)a->dy + r * a->dy_rs * dyes, a->dydt, sc->r[1], D);
             const float *dres = a->dres ? AN_FN(f32_row)((const char *)a->dres + r * a->dres_rs * dres_es, a->dresdt,
-                                                         sc->r[2], D) : sc->zeros;
+                                                         sc->r[2], D) : AN_ZEROS(sc);
             /* g = dy w f'(u), f = f(u) */
             if (a->kind == AN_DYT) {
                 for (int64_t i = 0; i < D; i++) {
@@ -398,8 +400,8 @@ static void AN_FN(pw_bwd_rows)(const an_pw_args *a, int64_t r0, int64_t r1, cons
             if (bw) for (i = 0; i < D; i++) bw[i] += dy[i] * fv[i];
             if (bb) for (i = 0; i < D; i++) bb[i] += dy[i];
         }
-        if (bw) for (int64_t i = 0; i < D; i++) partial[0][i] += (double)bw[i];
-        if (bb) for (int64_t i = 0; i < D; i++) partial[1][i] += (double)bb[i];
+        if (bw && !direct) for (int64_t i = 0; i < D; i++) partial[0][i] += (double)bw[i];
+        if (bb && !direct) for (int64_t i = 0; i < D; i++) partial[1][i] += (double)bb[i];
     }
     if (partial[2]) {
         partial[2][0] += d_alpha;

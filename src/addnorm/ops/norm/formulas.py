@@ -41,9 +41,27 @@ def _dims(ndim: int) -> tuple[int, ...]:
     return tuple(range(-ndim, 0))
 
 
+# Finite values above 2^HUGE_EXP may overflow float32 statistics: a sum of squares overflows from ~1.8e19, and near
+# float32's largest the sum and x - mean themselves (NaN, or rows of 0, where the true outputs are finite).
+HUGE_EXP = 48
+
+
+def has_huge(t: torch.Tensor) -> bool:
+    """Whether t holds a finite value beyond 2^HUGE_EXP. Eager code only: under torch.compile and functorch's
+    transforms (vmap, grad: a data-dependent branch) False, and such rows there keep float32's statistics."""
+    if t.dtype == torch.float64 or torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+        return False
+    a = t.detach().abs()
+    return bool(((a > 2.0**HUGE_EXP) & (a < torch.inf)).any())
+
+
 def statistics(s: torch.Tensor, kind: str, ndim: int, eps: float, ct: torch.dtype):
-    """(s in ct, mean or None, rstd, xhat), kept-dim statistics over the last ndim dims."""
+    """(s in ct, mean or None, rstd, xhat), kept-dim statistics over the last ndim dims. A tensor with huge values
+    (has_huge) takes them in float64, rounded to ct once: mean, rstd (maybe subnormal) and xhat are finite there."""
     sf = s.to(ct)
+    if ct != torch.float64 and has_huge(sf):
+        _, mean, rstd, xhat = statistics(s, kind, ndim, eps, torch.float64)
+        return sf, None if mean is None else mean.to(ct), rstd.to(ct), xhat.to(ct)
     dims = _dims(ndim)
     if kind == "layer":
         mean = sf.mean(dims, keepdim=True)

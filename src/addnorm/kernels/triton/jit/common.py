@@ -42,8 +42,8 @@ def centred(s, mask, D):
 
 @triton.jit
 def variance(ss, D):
-    """A sum of squares over D as a variance; an overflowed sum (finite inputs) is NaN, as torch's is, not inf
-    (which made every output 0)."""
+    """A sum of squares over D as a variance; an overflowed sum (a row with an inf) is NaN, not inf (which made
+    every output 0). Rows of huge finite values do not overflow it: they are scaled first (row_scale)."""
     var = ss / D
     return tl.where(var == float("inf"), float("nan"), var)
 
@@ -54,3 +54,33 @@ def kahan_add(total, carry, v):
     y = v - carry
     t = total + y
     return t, (t - total) - y
+
+
+@triton.jit
+def row_scale(amax):
+    """2^-k per row from its largest magnitude, k = max(exponent - 48, 0): 1 for rows up to 2^48 and for rows with an
+    inf or NaN (the same bits as unscaled). Values above ~1.8e19 overflow a float32 sum of squares, and near float32's
+    largest the sum and x - mean themselves; scaled by a power of two (exactly) a row's largest is below 2^49.
+    Normalizing is scale-free but for eps, which rstd_scaled scales with the row."""
+    e = (amax.to(tl.int32, bitcast=True) >> 23) & 0xFF
+    k = tl.where((e > 127 + 48) & (e < 255), e - (127 + 48), 0)
+    return ((127 - k) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def rstd_scaled(var, eps, c):
+    """(rstd of the row scaled by c, rstd of the row itself), from the scaled row's variance, in float64 as inv_std:
+    1 / sqrt(var + eps c^2). Where c < 1 the first is capped at float32's largest: a constant row of huge values
+    (variance 0, eps c^2 below float32's range) has xhat = 0 * that = 0. c = 1: inv_std's value twice."""
+    c64 = c.to(tl.float64)
+    r = 1.0 / tl.sqrt(var.to(tl.float64) + eps * c64 * c64)
+    rs = tl.where(c < 1.0, tl.minimum(r, 3.4028234663852886e38), r)
+    return rs.to(tl.float32), (r * c64).to(tl.float32)
+
+
+@triton.jit
+def xhat_from_stats(s, mean, rstd):
+    """(s - mean) * rstd of a tile from the saved statistics; a row whose rstd is below 2^-96 (a standard deviation
+    beyond 2^96: s - mean may overflow float32) scaled by 2^-64 first, exactly. Other rows: the same bits."""
+    c = tl.where(rstd < 1.2621774483536189e-29, 5.421010862427522e-20, 1.0)
+    return (s * c[:, None] - (mean * c)[:, None]) * (rstd / c)[:, None]

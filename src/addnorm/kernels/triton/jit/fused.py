@@ -19,6 +19,9 @@ from .common import inv_std as _rstd
 from .common import kahan_add as _kahan
 from .common import load_f32 as _load
 from .common import variance as _variance
+from .common import row_scale as _row_scale
+from .common import rstd_scaled as _rstd_scaled
+from .common import xhat_from_stats as _xhat
 
 
 @triton.jit
@@ -55,15 +58,17 @@ def fused_fwd(X, A, M, P, W1, B1, W2, B2, Y, Y2, S, MEAN, RSTD, sx, sa, sm, sp, 
         s = _to(s + t, S.dtype.element_ty, RNE).to(tl.float32)
     if STORE_S:
         tl.store(S + r * ss + cols[None, :], _to(s, S.dtype.element_ty, RNE), mask=mask)
+    c = _row_scale(tl.max(tl.abs(s), axis=1))  # rows of huge values scaled (1 for every other)
+    xc = s * c[:, None]
     mean = tl.zeros([ROWS], dtype=tl.float32)
-    xc = s
     if IS_LAYER:
-        mean, xc = _centred(s, mask, D)
+        mean, xc = _centred(xc, mask, D)
         var = _variance(tl.sum(xc * xc, axis=1), D)
     else:
-        var = tl.sum(xc * xc, axis=1) / D  # RMSNorm: an overflowed sum gives 0, as torch's rms_norm does
-    rstd = _rstd(var, eps)
-    xhat = xc * rstd[:, None]
+        var = tl.sum(xc * xc, axis=1) / D  # RMSNorm: a row with an inf has rstd 0, as torch's rms_norm gives
+    rsc, rstd = _rstd_scaled(var, eps, c)
+    mean = mean / c
+    xhat = xc * rsc[:, None]
     if STORE_Y:
         y = _norm_out(xhat, W1, B1, cols, cmask, weight_offset, NDT, HAS_W1, HAS_B1, CAST_BEFORE_W, RNE)
         if HAS_P:
@@ -112,7 +117,7 @@ def fused_bwd(DY, DY2, DRES, S, MEAN, RSTD, W1, W2, DS, DWP, sdy, sdy2, sdres, s
         mean = tl.zeros([ROWS], dtype=tl.float32)
         if IS_LAYER:
             mean = tl.load(MEAN + rows, mask=rmask, other=0.0)
-        xhat = tl.where(mask, (_load(S, r * s_s + cols[None, :], mask) - mean[:, None]) * rstd[:, None], 0.0)
+        xhat = tl.where(mask, _xhat(_load(S, r * s_s + cols[None, :], mask), mean, rstd), 0.0)
         g = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
         dy = g
         dy2 = g

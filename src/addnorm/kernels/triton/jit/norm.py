@@ -33,6 +33,9 @@ from .common import inv_std as _rstd
 from .common import kahan_add as _kahan
 from .common import load_f32 as _load
 from .common import variance as _variance
+from .common import row_scale as _row_scale
+from .common import rstd_scaled as _rstd_scaled
+from .common import xhat_from_stats as _xhat
 
 
 @triton.jit
@@ -85,36 +88,49 @@ def add_norm_fwd(X, R, W, B, Y, S, MEAN, RSTD, stride_x, stride_r, stride_y, str
         cols = tl.arange(0, BLOCK)
         mask = rmask[:, None] & (cols < D)[None, :]
         s = _stream(X, R, S, rx, rr, rs, cols, mask, HAS_R, STORE_S, RNE)
+        c = _row_scale(tl.max(tl.abs(s), axis=1))  # rows of huge values scaled (1 for every other)
+        xc = s * c[:, None]
         mean = tl.zeros([ROWS], dtype=tl.float32)
-        xc = s
         if IS_LAYER:
-            mean, xc = _centred(s, mask, D)
+            mean, xc = _centred(xc, mask, D)
             var = _variance(tl.sum(xc * xc, axis=1), D)
         else:
-            var = tl.sum(xc * xc, axis=1) / D  # RMSNorm: an overflowed sum gives 0, as torch's rms_norm does
-        rstd = _rstd(var, eps)
-        _affine(xc * rstd[:, None], W, B, Y, ry + cols[None, :], cols, mask, cols < D, weight_offset, HAS_W, HAS_B,
+            var = tl.sum(xc * xc, axis=1) / D  # RMSNorm: a row with an inf has rstd 0, as torch's rms_norm gives
+        rsc, rstd = _rstd_scaled(var, eps, c)
+        mean = mean / c
+        _affine(xc * rsc[:, None], W, B, Y, ry + cols[None, :], cols, mask, cols < D, weight_offset, HAS_W, HAS_B,
                 CAST_BEFORE_W, SDT, RNE)
     else:
         acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
-        for c in range(CHUNKS):  # pass 1: the stream (written once), its sum or sum of squares
+        amax = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
+        for c in range(CHUNKS):  # pass 1: the stream (written once), its sum or sum of squares, its largest
             cols = c * BLOCK + tl.arange(0, BLOCK)
             mask = rmask[:, None] & (cols < D)[None, :]
             s = _stream(X, R, S, rx, rr, rs, cols, mask, HAS_R, STORE_S, RNE)
+            amax = tl.maximum(amax, tl.abs(s))
             if IS_LAYER:
                 acc += s
             else:
                 acc += s * s
         tl.debug_barrier()  # the stream written, before any thread reads it back
+        sc = _row_scale(tl.max(amax, axis=1))  # rows of huge values scaled (1 for every other)
         mean = tl.zeros([ROWS], dtype=tl.float32)
-        if IS_LAYER:  # pass 2: the centred sums, about mean0 = sum / D
+        if IS_LAYER:  # pass 2: the centred sums of the scaled rows, about mean0 = sum / D
             mean = tl.sum(acc, axis=1) / D
+            if tl.min(sc) < 1.0:  # rows of huge values: their mean0 again, scaled (the unscaled sum may overflow)
+                acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
+                for c in range(CHUNKS):
+                    cols = c * BLOCK + tl.arange(0, BLOCK)
+                    mask = rmask[:, None] & (cols < D)[None, :]
+                    acc += _stream_again(X, S, rx, rs, cols, mask, STORE_S) * sc[:, None]
+                mean = tl.where(sc < 1.0, tl.sum(acc, axis=1) / D, mean)
             acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
             acc1 = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
             for c in range(CHUNKS):
                 cols = c * BLOCK + tl.arange(0, BLOCK)
                 mask = rmask[:, None] & (cols < D)[None, :]
-                xc = tl.where(mask, _stream_again(X, S, rx, rs, cols, mask, STORE_S) - mean[:, None], 0.0)
+                s = _stream_again(X, S, rx, rs, cols, mask, STORE_S) * sc[:, None]
+                xc = tl.where(mask, s - mean[:, None], 0.0)
                 acc1 += xc
                 acc += xc * xc
             # the corrected two-pass algorithm (Chan, Golub and LeVeque): the mean moved by the mean deviation
@@ -125,14 +141,23 @@ def add_norm_fwd(X, R, W, B, Y, S, MEAN, RSTD, stride_x, stride_r, stride_y, str
             ss = tl.where(ss < 0.0, 0.0, ss)
             var = _variance(ss, D)
         else:
-            var = tl.sum(acc, axis=1) / D  # RMSNorm: an overflowed sum gives 0, as torch's rms_norm does
-        rstd = _rstd(var, eps)
+            var = tl.sum(acc, axis=1) / D
+            if tl.min(sc) < 1.0:  # rows of huge values: their sums of squares again, scaled
+                acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
+                for c in range(CHUNKS):
+                    cols = c * BLOCK + tl.arange(0, BLOCK)
+                    mask = rmask[:, None] & (cols < D)[None, :]
+                    s = _stream_again(X, S, rx, rs, cols, mask, STORE_S) * sc[:, None]
+                    acc += s * s
+                var = tl.sum(acc, axis=1) / D
+        rsc, rstd = _rstd_scaled(var, eps, sc)
         for c in range(CHUNKS):  # pass 3: normalize
             cols = c * BLOCK + tl.arange(0, BLOCK)
             mask = rmask[:, None] & (cols < D)[None, :]
-            s = _stream_again(X, S, rx, rs, cols, mask, STORE_S)
-            _affine((s - mean[:, None]) * rstd[:, None], W, B, Y, ry + cols[None, :], cols, mask, cols < D,
+            s = _stream_again(X, S, rx, rs, cols, mask, STORE_S) * sc[:, None]
+            _affine((s - mean[:, None]) * rsc[:, None], W, B, Y, ry + cols[None, :], cols, mask, cols < D,
                     weight_offset, HAS_W, HAS_B, CAST_BEFORE_W, SDT, RNE)
+        mean = mean / sc
     if STORE_STATS:
         tl.store(RSTD + rows, rstd, mask=rmask)
         if IS_LAYER:
@@ -143,7 +168,7 @@ def add_norm_fwd(X, R, W, B, Y, S, MEAN, RSTD, stride_x, stride_r, stride_y, str
 def _tile_grad(DY, S, W, rdy, rs, cols, mask, mean, rstd, weight_offset, D, HAS_W: tl.constexpr):
     """(dy, xhat, g = dy * (weight + offset)) of one tile, float32, 0 where masked."""
     dy = _load(DY, rdy + cols[None, :], mask)
-    xhat = tl.where(mask, (_load(S, rs + cols[None, :], mask) - mean[:, None]) * rstd[:, None], 0.0)
+    xhat = tl.where(mask, _xhat(_load(S, rs + cols[None, :], mask), mean, rstd), 0.0)
     g = dy
     if HAS_W:
         g = dy * (_load(W, cols, cols < D) + weight_offset)[None, :]
