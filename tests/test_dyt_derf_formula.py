@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from addnorm.model import GPT, GPTConfig
+from addnorm.model.errors import ConfigError
 from addnorm.nn import Derf, DyT
 
 SHAPES = [(5,), (3, 7), (2, 5, 123), (1, 1, 1)]
@@ -113,8 +114,13 @@ def test_the_residual_form_applies_the_formula_to_the_sum(cls):
 @pytest.mark.parametrize("norm", ["dyt", "derf"])
 @pytest.mark.parametrize("placement", ["pre", "sandwich", "post"])
 def test_the_per_slot_alpha_lands_in_its_slot(norm, placement):
+    final = 0.5 if placement == "post" else 0.2  # post-norm has no final norm: an alpha for it is refused
+    if placement == "post":
+        with pytest.raises(ConfigError, match="final"):
+            GPTConfig(vocab_size=256, block_size=16, n_layer=2, n_head=2, n_embd=16, norm=norm,
+                      placement=placement, dyt_alpha=(0.8, 0.2, 0.2))
     model = GPT(GPTConfig(vocab_size=256, block_size=16, n_layer=2, n_head=2, n_embd=16, norm=norm,
-                          placement=placement, dyt_alpha=(0.8, 0.2, 0.2)))
+                          placement=placement, dyt_alpha=(0.8, 0.2, final)))
     seen = {}
     for name, m in model.named_modules():
         if isinstance(m, DyT | Derf):

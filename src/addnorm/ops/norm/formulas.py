@@ -47,10 +47,13 @@ HUGE_EXP = 48
 
 
 def has_huge(t: torch.Tensor) -> bool:
-    """Whether t holds a finite value beyond 2^HUGE_EXP. Eager code only: under torch.compile and functorch's
-    transforms (vmap, grad: a data-dependent branch) False, and such rows there keep float32's statistics."""
-    if t.dtype == torch.float64 or torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
-        return False
+    """Whether t holds a finite value beyond 2^HUGE_EXP. Eager code on real data only: on meta and fake tensors,
+    under torch.compile, jit tracing and functorch's transforms (vmap, grad: a data-dependent branch) False, and
+    such rows there keep float32's statistics."""
+    if (t.dtype == torch.float64 or t.device.type == "meta" or torch.compiler.is_compiling()
+            or torch.jit.is_tracing() or torch._C._are_functorch_transforms_active()
+            or torch._subclasses.fake_tensor.is_fake(t)):
+        return False  # no data to look at (meta, fake), or a trace that must not branch on it
     a = t.detach().abs()
     return bool(((a > 2.0**HUGE_EXP) & (a < torch.inf)).any())
 
