@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from addnorm.experiments.study import claims as C
-from addnorm.experiments.study.statistics import HIGHER, INCONCLUSIVE, LOWER, SAME
+from addnorm.harness.statistics import HIGHER, INCONCLUSIVE, LOWER, SAME
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "study"

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..harness.statistics import fisher_exact
+
 LEVEL = 0.95
 ALPHA = 0.05  # the level at which a failure-count difference is called (Fisher's exact test)
 RESAMPLES = 10_000
@@ -137,21 +139,6 @@ def call(diff: Interval, lower_is_better: bool = True) -> str:
         return WORSE if lower_is_better else BETTER
     return UNDECIDED
 
-
-def fisher_exact(failed_a: int, runs_a: int, failed_b: int, runs_b: int) -> float:
-    """Fisher's exact test, two-sided, of the 2x2 table (failed, trained) x (a, b): the probability, with the
-    margins fixed (hypergeometric), of every table at most as likely as the observed one. Exact integers; a
-    relative tolerance of 1e-9 so that tables as likely as the observed one count."""
-    for k, n in ((failed_a, runs_a), (failed_b, runs_b)):
-        if not 0 <= k <= n:
-            raise ValueError(f"a failure count must be in [0, runs], got {k} of {n}")
-    failed, total = failed_a + failed_b, runs_a + runs_b
-    if total == 0:
-        return 1.0
-    ways = [math.comb(runs_a, x) * math.comb(runs_b, failed - x)
-            for x in range(max(0, failed - runs_b), min(runs_a, failed) + 1)]
-    seen = math.comb(runs_a, failed_a) * math.comb(runs_b, failed_b)
-    return min(1.0, sum(w for w in ways if w <= seen * (1 + 1e-9)) / math.comb(total, failed))
 
 
 def failure_call(failed_a: int, runs_a: int, failed_b: int, runs_b: int, alpha: float = ALPHA) -> tuple[float, str]:

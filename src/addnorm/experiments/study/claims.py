@@ -5,7 +5,7 @@ Each claim is a contrast between an arm and its baseline in one results director
 
 - a loss or gap claim pairs the arm's runs with the baseline's by seed (and, where the claim spans the grid, by
   learning rate and seed) and tests the paired differences with the exact sign-flip permutation test; its
-  interval is the paired-t 95 % interval, its mde the paired-t test's at 80 % power (``statistics.py``);
+  interval is the paired-t 95 % interval, its mde the paired-t test's at 80 % power (``harness/statistics.py``);
 - a failure claim compares the failure rates with Fisher's exact test (two-sided), its interval Newcombe's;
 - where a claim is "tuned", each side runs at its own best learning rate (and warmup) of the grid: the setting
   with the lowest mean final validation loss over seeds. That choice is made on the same validation bytes the
@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .config import RunConfig
-from .statistics import (ALPHA, HIGHER, INCONCLUSIVE, LOWER, POWER, SAME, differences, fisher_exact, holm, mde_paired,
+from ...harness.statistics import (ALPHA, HIGHER, INCONCLUSIVE, LOWER, POWER, SAME, differences, fisher_exact, holm, mde_paired,
                          mde_rate, min_sign_flip_p, paired_t_interval, pairs_to_reach, rate_difference_interval,
                          sign_flip_p, verdict)
 

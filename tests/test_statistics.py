@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from addnorm.experiments.study.statistics import (CONTRADICTED, HIGHER, INCONCLUSIVE, LOWER, SAME, SUPPORTED,
+from addnorm.harness.statistics import (CONTRADICTED, HIGHER, INCONCLUSIVE, LOWER, SAME, SUPPORTED,
                                                   differences, fisher_exact, fisher_power, holm, mde_paired, mde_rate,
                                                   min_sign_flip_p, pairs_to_reach, paired_t_interval, paired_t_power,
                                                   rate_difference_interval, sign_flip_p, verdict, wilson_interval)
