@@ -15,7 +15,6 @@ import triton.language as tl
 
 from .common import cast_rne as _to
 from .common import centred as _centred
-from .common import inv_std as _rstd
 from .common import kahan_add as _kahan
 from .common import load_f32 as _load
 from .common import variance as _variance
