@@ -17,28 +17,6 @@ __version__ = "0.1.0"
 
 _moved.install()  # old module paths keep importing (addnorm/_moved.py)
 
-__all__ = [
-    "functional",
-    "nn",
-    "layer_norm",
-    "rms_norm",
-    "add_layer_norm",
-    "add_rms_norm",
-    "tutorial_layer_norm",
-    "layer_norm_add",
-    "rms_norm_add",
-    "parallel_add_layer_norm",
-    "parallel_add_rms_norm",
-    "add_dyt",
-    "add_derf",
-    "stream_read",
-    "stream_write",
-    "mhc_pre",
-    "use_backend",
-    "last_backend",
-    "cpu_kernel_availability",
-    "output_pool",
-]
 
 
 _loading = False
@@ -70,6 +48,9 @@ _PUBLIC = {
     ".kernels.cpu": {"cpu_kernel_availability": "availability"},
     ".kernels.cpu.output_pool": {"output_pool": "POOL"},  # large outputs from recycled memory: .set_limit, .release
 }
+
+
+__all__ = ["functional", "nn", *(public for names in _PUBLIC.values() for public in names)]
 
 
 def __getattr__(name: str):  # PEP 562: only for names not yet in the module

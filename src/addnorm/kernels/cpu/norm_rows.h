@@ -259,10 +259,8 @@ static float AN_FN(layer_moments)(const float *restrict v, int64_t n, float sum,
  * statistics, and xhat rounded once to float32, which the output loops then scale by the weight as any row's. */
 #define AN_TINY_RSTD 0x1p-96f
 
-/* The row's mean (0 for RMSNorm) and 1 / sqrt(var + eps) in float64. Returns 0 for a row with an inf or NaN (its
- * float32 statistics stand) or whose variance is 0 in float64 (nothing to redo); else 1, with big set and *mean,
- * *rstd the float32 roundings the backward is given. */
-static int AN_FN(big_stats)(const float *v, int64_t n, int rms, float eps, an_big *big, float *mean, float *rstd) {
+/* A row's mean (0 for RMSNorm) and sum of squared deviations from it, in float64: the slow path's two passes. */
+static void AN_FN(moments64)(const float *v, int64_t n, int rms, double *mean, double *sq) {
     double sum = 0.0;
     if (!rms)
         for (int64_t i = 0; i < n; i++) sum += (double)v[i];
@@ -272,6 +270,16 @@ static int AN_FN(big_stats)(const float *v, int64_t n, int rms, float eps, an_bi
         const double d = (double)v[i] - m;
         q += d * d;
     }
+    *mean = m;
+    *sq = q;
+}
+
+/* The row's mean (0 for RMSNorm) and 1 / sqrt(var + eps) in float64. Returns 0 for a row with an inf or NaN (its
+ * float32 statistics stand); else 1, with big set and *mean,
+ * *rstd the float32 roundings the backward is given. */
+static int AN_FN(big_stats)(const float *v, int64_t n, int rms, float eps, an_big *big, float *mean, float *rstd) {
+    double m, q;
+    AN_FN(moments64)(v, n, rms, &m, &q);
     if (!isfinite(m) || !isfinite(q)) return 0;
     big->mean = m;
     big->rstd = 1.0 / sqrt(q / (double)n + (double)eps);
@@ -296,15 +304,8 @@ static inline const an_big *AN_FN(checked_stats)(const float *v, int64_t n, int 
 static int AN_FN(bwd_row_big)(const float *s, const float *dy, const float *dy2, const float *dres, const float *w1,
                               float off1, const float *w2, float off2, int rms, int64_t n, float *dw1, float *db1,
                               float *dw2, float *db2, float *dst) {
-    double sum = 0.0;
-    if (!rms)
-        for (int64_t i = 0; i < n; i++) sum += (double)s[i];
-    const double m = rms ? 0.0 : sum / (double)n;
-    double q = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        const double d = (double)s[i] - m;
-        q += d * d;
-    }
+    double m, q;
+    AN_FN(moments64)(s, n, rms, &m, &q);
     if (!isfinite(m) || !isfinite(q) || q == 0.0) return 0;
     const double rs = 1.0 / sqrt(q / (double)n);
     double sg = 0.0, sgx = 0.0;
