@@ -25,7 +25,7 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml setup.py src/addnorm/kernels/cpu/autograd_nodes.cpp src/addnorm/kernels/cpu/addnorm_cpu.c src/addnorm/kernels/cpu/norm_rows.h src/addnorm/kernels/cpu/fused_rows.h src/addnorm/kernels/cpu/stream_rows.h src/addnorm/kernels/cpu/mhc_rows.h src/addnorm/kernels/cpu/pointwise_rows.h
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet --upgrade pip "setuptools>=77"  # the build backend pyproject names (PEP 639 license); the packaging tests drive it directly
 	$(PY) -m pip install --quiet $(TORCH)
 	$(PY) -m pip install --quiet -e '.[test,hf]'
 	@# the eager fast path's C++ autograd nodes, built against the torch just installed (ninja drives the

@@ -107,3 +107,16 @@ def test_torch_parity_of_layer_norm_against_torch_nn(am):
     x = _x((4, 33, 768), seed=9, loc=-2, scale=0.5)
     y = am.LayerNorm(768)(am.to_max(x)).to_numpy()
     assert np.abs(y - F.layer_norm(torch.from_numpy(x), (768,)).numpy()).max() <= 1e-5
+
+
+def test_a_child_python_after_max_is_the_same_interpreter(am):
+    """MAX's runtime writes PYTHONEXECUTABLE and PYTHONPATH into the C environment on import; a child started
+    as this venv's python then left the venv (no addnorm, the base interpreter's setuptools)."""
+    import subprocess
+    import sys
+
+    am.LayerNorm(8)(am.to_max(_x((2, 8)))).to_numpy()
+    code = "import os, sys; print(sys.executable); print(sys.prefix); print(os.environ.get('PYTHONPATH'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         check=True).stdout.splitlines()
+    assert out == [sys.executable, sys.prefix, str(os.environ.get("PYTHONPATH"))]
