@@ -8,6 +8,9 @@ For each shape x dtype x norm x mode, in one process and one run:
   * addnorm -- addnorm.add_layer_norm / add_rms_norm (the fused CPU kernel, through autograd)
   * eager   -- ``s = x + r; y = F.layer_norm(s)`` (or F.rms_norm)
   * compile -- torch.compile of the eager function
+  * the CPU engines' own fused Add & Norm, when named in ``--methods`` and installed (``bench.peers``):
+    ``onnxruntime`` (its SkipLayerNormalization / SkipSimplifiedLayerNormalization) and ``openvino``; forward
+    only (they are inference engines), each in the dtypes it runs
 Modes: ``fwd`` (inference, no graph), ``bwd`` (backward alone, graph retained) and ``fwdbwd``
 (one training step of the unit). Every time is a median of many runs with the p10-p90 spread,
 the methods of a cell timed interleaved (rounds of a few calls of each in turn) so that this
@@ -41,7 +44,7 @@ import torch.nn.functional as F
 from .. import functional as AF
 from ..harness.store import atomic_write, atomic_write_text, check_writable_dir, read_journal
 from ..harness.timing import measure_interleaved
-from . import fused_forms
+from . import fused_forms, peers
 from .cpu_cells import (FLOOR_BYTES, LOCAL_FLOOR_BYTES, TUNED_MALLOC, conditions, copy_floor_gbps, copy_step,
                         journal_conditions, open_journal)
 
@@ -50,6 +53,10 @@ DTYPES = ["float32", "bfloat16"]
 KINDS = ["layer", "rms"]
 MODES = ["fwd", "bwd", "fwdbwd"]
 METHODS = ["addnorm", "eager", "compile"]
+PEERS = list(peers.PEERS)  # optional: measured when named and installed
+# the eps every method runs with: torch's defaults, which addnorm's and eager's calls leave in force (RMSNorm: the
+# float32 machine epsilon, the type its statistics are computed in)
+EPS = {"layer": 1e-5, "rms": torch.finfo(torch.float32).eps}
 
 
 @dataclass(frozen=True)
@@ -141,7 +148,7 @@ def run_benchmark(shapes, dtypes, kinds, modes, methods, progress=None, floor: f
                             for r in read_journal(journal, lambda rec: Row(**rec))}
     rows: list[Row] = []
     compiled = {}
-    total = len(shapes) * len(dtypes) * len(kinds) * len(modes) * len(methods)
+    total = len(shapes) * len(kinds) * sum(_runs(m, mode, dt) for m in methods for mode in modes for dt in dtypes)
     task = progress.add_task("benchmark", total=total) if progress else None
     floor = floor or copy_floor_gbps()
     floor_step = None  # made on first use: 512 MiB of buffers
@@ -152,7 +159,7 @@ def run_benchmark(shapes, dtypes, kinds, modes, methods, progress=None, floor: f
             for kind in kinds:
                 for mode in modes:
                     cell, todo = {}, {}
-                    for method in methods:
+                    for method in (m for m in methods if _runs(m, mode, dt_name)):
                         key = _key(kind, dt_name, n, d, mode, method)
                         if key in done:
                             cell[method] = done[key]
@@ -161,7 +168,7 @@ def run_benchmark(shapes, dtypes, kinds, modes, methods, progress=None, floor: f
                         else:
                             todo[method] = _method_fn(method, kind, n, d, dt_name, mode, compiled)
                     if not todo:
-                        rows.extend(cell[m] for m in methods)
+                        rows.extend(cell[m] for m in methods if m in cell)
                         continue
                     if progress:
                         progress.update(task, description=f"{kind} {dt_name} {n}x{d} {mode}: {', '.join(todo)}")
@@ -182,11 +189,18 @@ def run_benchmark(shapes, dtypes, kinds, modes, methods, progress=None, floor: f
                                 f.write(json.dumps(asdict(row)) + "\n")
                         if progress:
                             progress.advance(task)
-                    rows.extend(cell[m] for m in methods)
+                    rows.extend(cell[m] for m in methods if m in cell)
     return rows
 
 
+def _runs(method: str, mode: str, dtype: str) -> bool:
+    """Whether a cell of this mode and dtype times ``method`` (a peer runs forward, in its own dtypes)."""
+    return method not in PEERS or peers.runs(method, mode, dtype)
+
+
 def _method_fn(method, kind, n, d, dt_name, mode, compiled: dict):
+    if method in PEERS:  # one graph per cell, built on the first (warm-up) call
+        return peers.method(method, peers.PeerCell(kind, n, d, dt_name, EPS[kind], torch.get_num_threads()))
     if method == "addnorm":
         return addnorm_add_norm(kind)
     if method == "eager":
@@ -223,7 +237,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtypes", default=",".join(DTYPES), help="comma separated, of float32, bfloat16, float16")
     p.add_argument("--kinds", default=",".join(KINDS), help="comma separated norms, of layer, rms")
     p.add_argument("--modes", default=",".join(MODES), help="comma separated, of fwd, bwd, fwdbwd")
-    p.add_argument("--methods", default=",".join(METHODS), help="comma separated, of addnorm, eager, compile")
+    p.add_argument("--methods", default=",".join(METHODS),
+                   help="comma separated, of addnorm, eager, compile and the CPU engines "
+                        f"{', '.join(PEERS)} (forward only; {peers.INSTALL}); default %(default)s")
     p.add_argument("--ops", default="add_norm",
                    help="comma separated, of add_norm (x + residual, then Norm), norm_add (residual + Norm(x)), "
                         "parallel (x + x2 + residual, one norm), parallel2 (two norms), dyt and derf (fused with "
@@ -253,9 +269,11 @@ def _parse_shape(s: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-def parse_options(args, methods=METHODS) -> dict:
+def parse_options(args, methods=None) -> dict:
     """Every option checked before any work (this benchmark's and the GPU one's, with its own ``methods``); a
-    ValueError's message names the option."""
+    ValueError's message names the option. A peer that is not installed is not an error here: the run skips it
+    and says so (``available_methods``)."""
+    methods = METHODS + PEERS if methods is None else methods
     opts = {"shapes": list(dict.fromkeys(_parse_shape(t) for t in _parse_list("--shapes", args.shapes))),
             "dtypes": _parse_list("--dtypes", args.dtypes, DTYPES + ["float16"]),
             "kinds": _parse_list("--kinds", args.kinds, KINDS),
@@ -284,6 +302,22 @@ def _check_memory(opts) -> None:
         if need > total:
             raise ValueError(f"--shapes: {n}x{d} needs about {need / 2**30:.0f} GiB of memory at once, more than "
                              f"this machine's {total / 2**30:.0f} GiB")
+
+
+def available_methods(methods: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The methods that can run here, and {peer: why not} for each named peer that cannot (not installed)."""
+    skipped = {m: peers.missing(m) for m in methods if m in PEERS and peers.missing(m)}
+    return [m for m in methods if m not in skipped], skipped
+
+
+def peer_conditions(methods: list[str], skipped: dict[str, str]) -> dict:
+    """What the results record of the engines: each one's version, and why a named one was not measured."""
+    cond = {}
+    if any(m in PEERS for m in methods):
+        cond["peers"] = {m: peers.version(m) for m in methods if m in PEERS}
+    if skipped:
+        cond["peers_skipped"] = skipped
+    return cond
 
 
 def main_from_args(args) -> int:
@@ -316,30 +350,45 @@ def main_from_args(args) -> int:
     shapes, dtypes, kinds, modes, methods = (opts[k] for k in ("shapes", "dtypes", "kinds", "modes", "methods"))
     allocator = os.environ.get("ADDNORM_BENCH_ALLOCATOR", "current")
     console = Console(emoji=False)
+    methods, skipped = available_methods(methods)
+    for reason in skipped.values():
+        console.print(f"skipped: {reason}", markup=False)
+    if not methods:
+        print("addnorm bench: error: --methods: nothing left to measure", file=sys.stderr)
+        return 2
+    engines = peer_conditions(methods, skipped)
     fused_ops = [o for o in opts["ops"] if o != "add_norm"]
-    if fused_ops:
+    core = [m for m in methods if m not in PEERS]  # the engines have no fused forms beyond Add & Norm
+    if fused_ops and len(core) < len(methods):
+        console.print(f"--ops {','.join(fused_ops)}: the engines ({', '.join(m for m in methods if m in PEERS)}) "
+                      "have Add & Norm only; the fused forms are timed without them", markup=False)
+    if fused_ops and core:
         out_dir = Path(args.out)
         out_dir.mkdir(parents=True, exist_ok=True)
         journal = out_dir / f"fused_forms_{allocator}.partial.jsonl"
         open_journal(journal, journal_conditions(allocator), console)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console) as progress:
-            frows = fused_forms.run(fused_ops, shapes, dtypes, kinds, modes, methods, progress, journal)
+            frows = fused_forms.run(fused_ops, shapes, dtypes, kinds, modes, core, progress, journal)
         path = fused_forms.write(frows, out_dir, allocator)
         journal.unlink(missing_ok=True)
         console.print(fused_forms.markdown(frows), markup=False)
         console.print(f"results: {path}", markup=False)
-        if "add_norm" not in opts["ops"]:
-            return 0
+    if "add_norm" not in opts["ops"]:
+        return 0
+    if not any(_runs(m, mode, dt) for m in methods for mode in modes for dt in dtypes):
+        print(f"addnorm bench: error: --methods: none of {', '.join(methods)} runs in --modes {','.join(modes)} "
+              f"with --dtypes {','.join(dtypes)} (the engines run fwd, in their own dtypes)", file=sys.stderr)
+        return 2
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         floor = copy_floor_gbps()
         out_dir = Path(args.out)
         out_dir.mkdir(parents=True, exist_ok=True)
         journal = out_dir / f"add_norm_{allocator}.partial.jsonl"  # resumable: finished rows survive a Ctrl-C
-        open_journal(journal, journal_conditions(allocator), console)
+        open_journal(journal, journal_conditions(allocator) | engines, console)
         rows = run_benchmark(shapes, dtypes, kinds, modes, methods, progress, floor, journal)
-    cond = conditions(allocator) | {"floor_gbps": floor}
+    cond = conditions(allocator) | {"floor_gbps": floor} | engines
     csv_path, json_path = write_results(rows, cond, out_dir)
     journal.unlink(missing_ok=True)
     from .report import summary_table
