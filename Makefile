@@ -41,9 +41,10 @@ $(STAMP): pyproject.toml setup.py src/addnorm/kernels/cpu/autograd_nodes.cpp src
 
 # What CI adds on top of the setup, so that no test is skipped there: the MAX extra (and its kernel
 # cache warmed once, instead of compiling per test), Triton (the GPU kernels, run in its interpreter
-# on CPU), HF's `kernels` (addnorm's norms as its hub layers) and Chromium.
+# on CPU), HF's `kernels` (addnorm's norms as its hub layers), the CPU engines the benchmark compares
+# with (ONNX Runtime, OpenVINO) and Chromium.
 extras: $(STAMP)
-	$(PY) -m pip install --quiet -e '.[max,gpu,kernels]'
+	$(PY) -m pip install --quiet -e '.[max,gpu,kernels,peers]'
 	$(PY) -m addnorm.max.warm
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 

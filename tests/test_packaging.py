@@ -66,7 +66,7 @@ def test_metadata_carries_the_license_and_the_extras(tmp_path):
     info = next((tmp_path / "meta").glob("addnorm-*.dist-info"))
     meta = (info / "METADATA").read_text()
     assert "License-Expression: MIT" in meta and (info / "licenses" / "LICENSE").is_file()
-    for extra in ("hf", "gpu", "max", "kernels", "tensorboard", "test"):
+    for extra in ("hf", "gpu", "max", "kernels", "tensorboard", "test", "peers"):
         assert f"Provides-Extra: {extra}" in meta, extra
     assert "addnorm = addnorm.cli.main:main" in (info / "entry_points.txt").read_text()
 
