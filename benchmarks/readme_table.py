@@ -1,6 +1,7 @@
 """Regenerate the tables made from committed results (benchmarks/results/): the README's one table of headline
-numbers, the full CPU Add & Norm tables in docs/performance-journal.md, and the HuggingFace parity table in
-docs/exactness.md, each between its markers.
+numbers, the full CPU Add & Norm tables in docs/performance-journal.md, the HuggingFace parity table in
+docs/exactness.md and the CPU engines' tables in docs/performance.md (one per machine under
+benchmarks/results/peers/), each between its markers.
 
     python benchmarks/readme_table.py
 
@@ -12,7 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from addnorm.bench.report import markdown_table
+from addnorm.bench.peers import LABELS
+from addnorm.bench.report import bandwidth_table, markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -22,6 +24,9 @@ README_MARKERS = ("<!-- headline:start -->", "<!-- headline:end -->")
 JOURNAL_MARKERS = ("<!-- bench:start -->", "<!-- bench:end -->")
 EXACTNESS = ROOT / "docs" / "exactness.md"
 PARITY_MARKERS = ("<!-- parity:start -->", "<!-- parity:end -->")
+PERFORMANCE = ROOT / "docs" / "performance.md"
+PEERS_MARKERS = ("<!-- peers:start -->", "<!-- peers:end -->")
+PEERS_RESULTS = RESULTS / "peers"  # one folder per machine, each with the tuned allocator's add_norm_tuned.json
 HEADLINE_SHAPES = {(8192, 1024), (16384, 768), (2048, 4096), (64, 768)}  # the journal's shapes (4096×768: CSV only)
 NORM = {"layer": "LayerNorm", "rms": "RMSNorm"}
 DTYPE = {"float32": "float32", "bfloat16": "bf16"}
@@ -149,10 +154,30 @@ def parity_table() -> str:
     return "\n".join(lines)
 
 
+def peers_tables() -> str:
+    """docs/performance.md's tables of addnorm beside the CPU engines: one per machine with a committed run."""
+    runs = sorted(PEERS_RESULTS.glob("*/add_norm_tuned.json"))
+    if not runs:
+        return ("No run is committed yet: the command above writes one into `benchmarks/results/peers/<machine>/`, "
+                "and `python benchmarks/readme_table.py` puts its table here.")
+    text = []
+    for path in runs:
+        res = json.loads(path.read_text())
+        c = res["conditions"]
+        engines = ", ".join(f"{LABELS[e][0]} {v}" for e, v in c.get("peers", {}).items())
+        text += [f"**{c['processor']}**, {c['cores']} cores, {c['torch_threads']} threads, addnorm's kernels "
+                 f"`{c['addnorm_isa']}`, torch {c['torch']}{', ' + engines if engines else ''}, allocator "
+                 f"`{c['allocator']}`, copy floor {c['floor_gbps']:.1f} GB/s at the start "
+                 f"(`{path.relative_to(RESULTS).as_posix()}`):",
+                 *[f"Not measured: {why}." for why in c.get("peers_skipped", {}).values()],
+                 "", bandwidth_table(res["rows"]), ""]
+    return "\n".join(text).rstrip("\n")
+
+
 def regions() -> list[tuple[Path, tuple[str, str], str]]:
     """(file, (start marker, end marker), the text that belongs between them)."""
     return [(README, README_MARKERS, headline_table()), (JOURNAL, JOURNAL_MARKERS, cpu_tables()),
-            (EXACTNESS, PARITY_MARKERS, parity_table())]
+            (EXACTNESS, PARITY_MARKERS, parity_table()), (PERFORMANCE, PEERS_MARKERS, peers_tables())]
 
 
 def between(text: str, markers: tuple[str, str]) -> str:

@@ -273,3 +273,31 @@ def test_the_bandwidth_table_shows_every_method_and_the_fastest_rival():
     best = min((m for m in by if m != "addnorm"), key=lambda m: by[m]["median_ms"])
     names = {"openvino": "OpenVINO", "onnxruntime": "ONNX Runtime"}
     assert cells[9] == f"{by[best]['median_ms'] / by['addnorm']['median_ms']:.2f}× ({names.get(best, best)})"
+
+
+@pytest.mark.skipif("onnxruntime" not in INSTALLED, reason="ONNX Runtime is not installed; CI runs this")
+def test_the_docs_tables_are_made_from_each_machines_results_file(quick, tmp_path, monkeypatch):
+    """docs/performance.md's tables beside the engines: one per results file under benchmarks/results/peers/, its
+    machine and versions from the file's conditions, every number from its rows."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "readme_table", Path(__file__).resolve().parents[2] / "benchmarks" / "readme_table.py")
+    rt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rt)
+    monkeypatch.setattr(rt, "RESULTS", tmp_path)
+    monkeypatch.setattr(rt, "PEERS_RESULTS", tmp_path / "peers")
+    assert rt.peers_tables().startswith("No run is committed yet")
+    for machine in ("one", "two"):
+        assert main(["bench", "--out", str(tmp_path / "peers" / machine), "--methods", "addnorm,onnxruntime",
+                     "--shapes", "4x8", "--dtypes", "float32", "--kinds", "rms", "--modes", "fwd",
+                     "--allocator", "current"]) == 0
+        (tmp_path / "peers" / machine / "add_norm_current.json").rename(tmp_path / "peers" / machine /
+                                                                        "add_norm_tuned.json")
+    text = rt.peers_tables()
+    for machine in ("one", "two"):
+        res = json.loads((tmp_path / "peers" / machine / "add_norm_tuned.json").read_text())
+        assert f"(`peers/{machine}/add_norm_tuned.json`):" in text
+        assert bandwidth_table(res["rows"]) in text
+    assert text.count("ONNX Runtime " + res["conditions"]["peers"]["onnxruntime"]) == 2
