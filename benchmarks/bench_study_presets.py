@@ -48,7 +48,7 @@ def measure(cfg, data) -> dict:
     t = time.perf_counter()
     evaluate(model, data, cfg)
     if cfg.bounded or cfg.widened:
-        probe(model, data.val_batches(1, cfg.batch, cfg.seq_len)[0][0])
+        probe(model, data.dev_batches(1, cfg.batch, cfg.seq_len)[0][0])
     return {"per_step_s": per_step, "per_eval_s": time.perf_counter() - t}
 
 
