@@ -116,6 +116,7 @@ def test_divergence_is_detected_and_stops_the_run(data, tmp_path):
     (["--data", "/nonexistent"], "--data: --data /nonexistent: no such file or directory"),
     (["--warmups", "400"], "--warmups 400 must be smaller than steps (400)"),
     (["--out", "/proc/[bold]x"], "--out: /proc/[bold]x is not a writable directory"),  # printed as written
+    (["--test-bytes", "0"], "--test-bytes: test_bytes must be an integer >= 1, got 0"),
 ])
 def test_arguments_are_validated_before_any_work(args, message, capsys):
     assert main(["study", "--preset", "quick", *args]) == 2

@@ -71,6 +71,15 @@ def test_a_folder_too_small_for_the_test_split_says_what_it_has_and_needs(tmp_pa
     assert e.value.argument == "test_bytes" and "--test-bytes" in str(e.value)
 
 
+def test_the_command_line_names_the_option_that_fixes_a_small_folder(tmp_path, capsys):
+    from addnorm.cli.main import main
+
+    d = _folder(tmp_path, [20_000] * 12)
+    assert main(["study", "--preset", "quick", "--data", str(d), "--out", str(tmp_path / "out")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--test-bytes: " in err and "hold 20,000 bytes; a test split of 262,144 bytes needs 262,145" in err
+
+
 def test_a_smaller_test_split_is_allowed_and_recorded(tmp_path):
     d = _folder(tmp_path, [20_000] * 12)
     s = load_split(d, test_bytes=8192, dev_bytes=4096, held_out_every=5)  # held out: f04 and f09

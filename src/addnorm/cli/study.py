@@ -187,6 +187,9 @@ def run(args) -> int:
     console.print(f"data: {escape(data.source)} ({len(data.train_files)} training files; {len(data.dev_files)} dev "
                   f"files, {data.dev_bytes:,} bytes; {len(data.test_files)} test files, {data.val_bytes:,} bytes held "
                   f"out for the final losses; unigram plateau {data.unigram_nats:.3f} nats)")
+    if data.val_bytes < TEST_BYTES:
+        console.print(f"[yellow]--test-bytes {data.val_bytes:,}: the final losses are measured on fewer than "
+                      f"{TEST_BYTES:,} held-out bytes, and the claims file judges none of these runs[/yellow]")
     # in a terminal the bars; in a log (stdout redirected) a line per finished run, as it finishes
     live = console.is_terminal
     on_run = None if live else (lambda k, total, row: console.print(run_line(k, total, row), markup=False))
