@@ -233,7 +233,20 @@ def test_a_claim_reads_its_legacy_directory_until_its_own_is_committed(tmp_path)
     (c,) = C.build((spec,), tmp_path)
     assert (c.results, c.judged, c.val_bytes, c.n_seeds) == ("claims_seeds", True, 262144, 6)
     (c,) = C.build((_spec(preset="claims_wide", legacy="wide"),), tmp_path)
-    assert c.notes == ["not measured: benchmarks/results/study/claims_wide/ nor wide/ is not committed"]
+    assert c.notes == ["not measured: benchmarks/results/study/claims_wide/ nor wide/ is not committed",
+                       "outside the 8-CPU-hour claim set (claims_seeds, claims_frontier); its command makes its runs"]
+
+
+def test_a_claim_outside_the_claim_set_says_what_its_runs_cost(committed):
+    from addnorm.experiments.study.budget import CLAIM_SET
+
+    for r in committed["claims"]:
+        outside = [n for n in r["notes"] if n.startswith("outside the 8-CPU-hour claim set")]
+        if r["preset"] in CLAIM_SET or r["notes"][0].startswith("not measured: an"):
+            assert not outside, r["id"]
+        else:
+            (note,) = outside
+            assert f"`{r['preset']}` takes " in note and "CPU-hours, computed from measured per-step times" in note
 
 
 def test_holm_runs_over_the_whole_file_and_decides_the_verdict(tmp_path):
@@ -255,7 +268,7 @@ def test_holm_runs_over_the_whole_file_and_decides_the_verdict(tmp_path):
 def test_a_missing_results_directory_gives_an_inconclusive_record(tmp_path):
     (c,) = C.build((_spec(preset="wide"),), tmp_path)
     assert (c.verdict, c.p, c.p_holm, c.n_seeds) == (INCONCLUSIVE, None, None, 0)
-    assert c.notes == ["not measured: benchmarks/results/study/wide/ is not committed"]
+    assert c.notes[0] == "not measured: benchmarks/results/study/wide/ is not committed"
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -50,7 +50,7 @@ def test_a_row_by_hand():
     lns, fails = T.rows(data)
     assert lns[1:] == ["[arXiv 2502.05795](https://arxiv.org/abs/2502.05795)", "`frontier`",
                        "lns, xavier init, lr 0.003 vs pre, gpt2 init, lr 0.003", "5",
-                       "+0.139 [+0.0922, +0.185] (final validation loss, nats)", "0.062", "1", "**inconclusive**",
+                       "+0.139 [+0.0922, +0.185] (final held-out loss, nats)", "0.062", "1", "**inconclusive**",
                        "0.0631", "—"]
     assert fails[1] == "seed `002_1b45541e9a6140b9.txt`" and fails[4] == "3 (3 vs 3 runs)"
     assert fails[5] == "+1.00 [+0.21, +1.00] (failure rate)" and fails[9] == "none at 80 %"

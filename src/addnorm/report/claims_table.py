@@ -15,7 +15,7 @@ from .published import url
 START, END = "<!-- claims-table:start -->", "<!-- claims-table:end -->"
 HEADER = ["claim", "source", "preset", "arm vs baseline", "n", "effect [95 % interval]", "p", "p (Holm)", "verdict",
           "mde", "published"]
-_MEASURE = {"final_val_loss": "final validation loss, nats", "generalization_gap": "generalization gap, nats",
+_MEASURE = {"final_val_loss": "final held-out loss, nats", "generalization_gap": "generalization gap, nats",
             "failure_rate": "failure rate", "peak_composite_gain_fwd": "peak forward composite gain",
             "peak_composite_gain_bwd": "peak backward composite gain"}
 

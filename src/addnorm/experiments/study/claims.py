@@ -34,7 +34,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .config import RunConfig
+from .budget import BUDGET_CPU_HOURS, CLAIM_SET, load_costs, preset_cost
+from .config import PRESETS, RunConfig
 from .data import TEST_BYTES
 from ...harness.statistics import (ALPHA, HIGHER, INCONCLUSIVE, LOWER, POWER, SAME, differences, fisher_exact, holm, mde_paired,
                          mde_rate, min_sign_flip_p, paired_t_interval, pairs_to_reach, rate_difference_interval,
@@ -57,7 +58,7 @@ _STUDY = {  # how each results directory is made from nothing
                     "--warmups 100 --seeds 0,1,2 --steps 400 --out benchmarks/results/study/study_norms"),
     **{p: f"addnorm study --preset {p} --out benchmarks/results/study/{p}"
        for p in ("frontier", "depth", "long", "wide", "mixing", "dyt", "claims_seeds", "claims_frontier",
-                 "claims_depth", "claims_mixing", "claims_long", "claims_wide")},
+                 "claims_dyt_budget", "claims_depth", "claims_mixing", "claims_long", "claims_wide")},
 }
 LOSS, GAP, FAILURE = "final_val_loss", "generalization_gap", "failure_rate"
 GAIN_FWD, GAIN_BWD = "peak_composite_gain_fwd", "peak_composite_gain_bwd"  # the largest over training
@@ -430,11 +431,27 @@ def _rows(spec: Spec, results: Path, cache: dict) -> tuple[list[dict] | None, st
     return None, spec.preset
 
 
+def _outside(spec: Spec, times: Path) -> list[str]:
+    """A note for a claim whose runs are outside the claim set that re-runs within ``BUDGET_CPU_HOURS``: what its
+    preset costs, computed from the measured times in ``times`` (where that file is)."""
+    if spec.needs or spec.preset in CLAIM_SET:
+        return []
+    cost = ""
+    if times.exists():
+        cost = (f": `{spec.preset}` takes {preset_cost(PRESETS[spec.preset], load_costs(times)).cpu_hours:.1f} "
+                "CPU-hours, computed from measured per-step times")
+    return [f"outside the {BUDGET_CPU_HOURS:g}-CPU-hour claim set ({', '.join(CLAIM_SET)}){cost}; its command "
+            "makes its runs"]
+
+
 def build(specs: tuple[Spec, ...] | None = None, results: Path = RESULTS) -> list[Claim]:
     """Every claim's record from the committed runs under ``results``, Holm-corrected across the judged ones."""
     specs = SPECS if specs is None else specs
     cache: dict[str, list[dict] | None] = {}
+    times = Path(results).parent / "study_presets.json"  # the measured times budget.py prices a preset by
     records = [measure(s, *_rows(s, results, cache)) for s in specs]
+    for s, r in zip(specs, records):
+        r["notes"] = r["notes"] + _outside(s, times)
     tested = [i for i, r in enumerate(records) if r["p"] is not None and r["judged"]]
     adjusted = dict(zip(tested, holm([records[i]["p"] for i in tested])))
     out = []
@@ -587,7 +604,7 @@ SPECS: tuple[Spec, ...] = (
     # budgets and widths: DyT's sign flip, and the frontier forms 20 times longer (long) and 4 times wider (wide)
     _frontier("dyt_budget", "2604.23434", "DyT in place of LayerNorm ends below pre-LN at a small token budget "
               "(512k tokens, 24 layers).", (("placement", "pre"), ("norm", "dyt"), ("dyt_alpha", "0.5")),
-              _DYT_SMALL, LOWER, baseline=_PRE, legacy="paper24"),
+              _DYT_SMALL, LOWER, "claims_dyt_budget", _PRE, legacy="paper24"),
     _frontier("dyt_long", "2604.23434", "DyT in place of LayerNorm ends above pre-LN at a larger token budget (up to "
               "10M tokens, 6 layers, trained until flat).", (("placement", "pre"), ("norm", "dyt")), _DYT_LARGE,
               HIGHER, "claims_long", _PRE, legacy="long"),

@@ -326,13 +326,16 @@ PRESETS.update({
                   base=RunConfig(depth=12, steps=400, warmup=100, eval_every=50), **_CLAIM),
     )),
     # the placement and frontier claims at 24 layers, 500 steps, each form against GPT-2-init pre-LN; post for the
-    # seeds' stability claim, DyT at alpha0 0.5 (the DyT-budget claim) and at the DyT paper's per-slot values
+    # seeds' stability claim, DyT at the DyT paper's per-slot alpha0
     "claims_frontier": Study((
         StudyGrid(placements=("pre", "post", "mix", "lns", "denseformer", "hybrid", "hybrid_star", "ngpt"), **_CLAIM24),
         StudyGrid(placements=("pre",), value_residuals=(True,), **_CLAIM24),
         StudyGrid(placements=("pre",), norms=("derf",), **_CLAIM24),
-        StudyGrid(placements=("pre",), norms=("dyt",), dyt_alphas=(0.5, DYT_PAPER_ALPHA), **_CLAIM24),
+        StudyGrid(placements=("pre",), norms=("dyt",), dyt_alphas=(DYT_PAPER_ALPHA,), **_CLAIM24),
     )),
+    # DyT at its default alpha0 0.5 beside pre-LN at a small token budget (512k tokens, 24 layers): the first half
+    # of the DyT-budget claims (the second: claims_long)
+    "claims_dyt_budget": StudyGrid(placements=("pre",), norms=("layer", "dyt"), **_CLAIM24),
     # where each form stops training: 48 layers
     "claims_depth": StudyGrid(placements=("post", "pre", "deepnorm", "mix", "lns"), depths=(48,), warmups=(100,),
                               base=_DEEP, **_CLAIM),
