@@ -1,94 +1,62 @@
-"""What the claims file needs from the long runs, and what they cost, from the committed runs' own times.
+"""What the claims file costs to re-run from nothing: the CPU-hours of each claims preset, computed from measured
+times (experiments/study/budget.py: per-step and per-evaluation times of each model, measured on one thread by
+bench_study_presets.py, and the end of a run -- the held-out test and dev splits read whole -- measured in training
+steps). Trains nothing. Runs already committed with a held-out test split are not counted again.
 
-For every claim of ``addnorm.experiments.study.claims.SPECS`` with committed runs: the settings of its arm and its
-baseline (as committed), each at ``--lrs`` learning rates at least (a tuned claim needs a grid that brackets its
-optimum: 3 or more) and ``--seeds`` seeds. A setting's cost per step is the median, over the committed runs of the
-same model (placement, norm, depth, width), of their recorded seconds_this_session / steps_done -- one thread, on
-the machine that ran them; a run resumed over several sittings records only its last one, which makes the
-estimate low, never high. Runs already committed (same setting, learning rate and seed) are not counted again.
+    python benchmarks/study_claims_budget.py              # the presets as defined: 5 seeds
+    python benchmarks/study_claims_budget.py --seeds 11   # as many seeds as Holm's correction needs to decide
 
-    python benchmarks/study_claims_budget.py --seeds 11
-
-prints the runs and CPU-hours per results directory. Trains nothing.
+prints, per claims preset, its runs, the CPU-hours (one thread), the wall time as two one-thread shards on 2
+cores, the claims it feeds, and whether it is inside the 8-CPU-hour claim set (budget.CLAIM_SET).
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+from dataclasses import replace
 from pathlib import Path
 
-from addnorm.experiments.study.claims import FAILURE, SPECS, load_rows, matches
+from addnorm.experiments.study.budget import BUDGET_CPU_HOURS, CLAIM_SET, committed_runs, load_costs, preset_cost
+from addnorm.experiments.study.claims import MIN_VAL_BYTES, SPECS
+from addnorm.experiments.study.config import PRESETS, Study, as_study
 
-RESULTS = Path(__file__).resolve().parent / "results" / "study"
-SETTING = ("placement", "norm", "init", "depth", "d_model", "warmup", "steps", "value_residual", "dyt_alpha")
-MODEL = ("placement", "norm", "depth", "d_model")
-
-
-def per_step(rows_by_preset: dict[str, list[dict]]) -> dict[tuple, float]:
-    """{model: median seconds per step} over every committed run that recorded its time."""
-    times: dict[tuple, list[float]] = {}
-    for rows in rows_by_preset.values():
-        for r in rows:
-            if r.get("seconds") and r.get("steps_done"):
-                times.setdefault(tuple(r[k] for k in MODEL), []).append(r["seconds"] / r["steps_done"])
-    return {k: statistics.median(v) for k, v in times.items()}
+ROOT = Path(__file__).resolve().parent
+RESULTS = ROOT / "results" / "study"
+TIMES = ROOT / "results" / "study_presets.json"
 
 
-def _rate(model: tuple, rates: dict[tuple, float]) -> float | None:
-    """The model's own rate, else the median of the same depth and width (another placement), else None."""
-    if model in rates:
-        return rates[model]
-    same = [v for k, v in rates.items() if k[2:] == model[2:]]
-    return statistics.median(same) if same else None
+def with_seeds(preset: str, seeds: int | None) -> Study:
+    grid = as_study(PRESETS[preset])
+    return grid if seeds is None else Study(tuple(replace(p, seeds=tuple(range(seeds))) for p in grid.parts))
 
 
-def needed(seeds: int, min_lrs: int, results: Path = RESULTS) -> dict[str, dict]:
-    rows_by = {s.preset: load_rows(results, s.preset) for s in SPECS}
-    rows_by = {k: v for k, v in rows_by.items() if v is not None}
-    rates = per_step(rows_by)
-    want: dict[str, set] = {}
-    for s in SPECS:
-        rows = rows_by.get(s.preset)
-        if rows is None or s.needs:
-            continue
-        for select in (s.arm, s.baseline):
-            mine = [r for r in rows if matches(r, select)]
-            for setting in {tuple(r[k] for k in SETTING) for r in mine}:
-                lrs = sorted({r["lr"] for r in mine if tuple(r[k] for k in SETTING) == setting})
-                if ("lr" in s.tune or s.measure == FAILURE or s.pair_by != ("seed",)) and len(lrs) < min_lrs:
-                    lrs += [lrs[-1] * 3 ** (i + 1) for i in range(min_lrs - len(lrs))]  # widen the grid upward
-                for lr in lrs:
-                    for seed in range(seeds):
-                        want.setdefault(s.preset, set()).add((setting, lr, seed))
-    out = {}
-    for preset, runs in sorted(want.items()):
-        have = {(tuple(r[k] for k in SETTING), r["lr"], r["seed"]) for r in rows_by[preset]}
-        new = runs - have
-        unpriced = 0
-        seconds = 0.0
-        for setting, _, _ in new:
-            rate = _rate(tuple(dict(zip(SETTING, setting))[k] for k in MODEL), rates)
-            if rate is None:
-                unpriced += 1
-            else:
-                seconds += rate * dict(zip(SETTING, setting))["steps"]
-        out[preset] = {"runs": len(runs), "new": len(new), "cpu_hours": seconds / 3600, "unpriced": unpriced}
+def table(seeds: int | None = None) -> list[dict]:
+    costs = load_costs(TIMES)
+    presets = list(dict.fromkeys(s.preset for s in SPECS if not s.needs))
+    out = []
+    for p in presets:
+        c = preset_cost(with_seeds(p, seeds), costs, committed_runs(RESULTS, p, MIN_VAL_BYTES))
+        out.append({"preset": p, "runs": c.runs, "new": c.new, "cpu_hours": c.cpu_hours, "borrowed": c.borrowed,
+                    "claims": [s.id for s in SPECS if s.preset == p], "in_set": p in CLAIM_SET})
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=11, help="seeds per setting (default %(default)s)")
-    ap.add_argument("--lrs", type=int, default=3, help="learning rates at least, for tuned claims (default 3)")
+    ap.add_argument("--seeds", type=int, default=None, help="seeds per setting (default: the presets' own, 5)")
     args = ap.parse_args()
-    table = needed(args.seeds, args.lrs)
-    total = sum(v["cpu_hours"] for v in table.values())
-    print(f"{args.seeds} seeds, at least {args.lrs} learning rates where a claim is tuned or pools the grid")
-    for preset, v in table.items():
-        extra = f" ({v['unpriced']} runs of a model never timed: not counted)" if v["unpriced"] else ""
-        print(f"  {preset:15s} {v['runs']:5d} runs, {v['new']:5d} not committed, {v['cpu_hours']:7.1f} CPU-hours{extra}")
-    print(f"  total {total:.1f} CPU-hours ({total / 2:.1f} h on 2 cores)")
+    rows = table(args.seeds)
+    seeds = f"{args.seeds} seeds" if args.seeds else "the presets' seeds"
+    print(f"{seeds}; CPU-hours on one thread, computed from measured per-step times ({TIMES.name}), not run")
+    for r in rows:
+        extra = f", {r['borrowed']} priced by another model of their depth and width" if r["borrowed"] else ""
+        mark = "in the 8-hour set" if r["in_set"] else "outside it"
+        print(f"  {r['preset']:16s} {r['runs']:4d} runs ({r['new']} to run{extra}): {r['cpu_hours']:6.2f} CPU-hours, "
+              f"{r['cpu_hours'] / 2:5.2f} h as two shards on 2 cores; {mark}: {', '.join(r['claims'])}")
+    inside = sum(r["cpu_hours"] for r in rows if r["in_set"])
+    total = sum(r["cpu_hours"] for r in rows)
+    print(f"  the claim set ({', '.join(CLAIM_SET)}): {inside:.2f} CPU-hours of {BUDGET_CPU_HOURS:g}; every claims "
+          f"preset: {total:.2f} CPU-hours ({total / 2:.2f} h on 2 cores)")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ from addnorm.harness.statistics import HIGHER, INCONCLUSIVE, LOWER, SAME
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "study"
 KEYS = {"id", "source", "statement", "preset", "arm", "baseline", "n_seeds", "tokens", "tokens_per_param", "epochs",
-        "val_bytes", "effect", "ci", "p", "p_holm", "verdict", "mde", "published", "command"}
+        "val_bytes", "effect", "ci", "p", "p_holm", "verdict", "mde", "published", "command", "results",
+        "lr_bracketed", "judged"}
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +38,24 @@ def test_every_record_has_the_keys_and_a_lawful_verdict(committed):
             sign = r["effect"] < 0 if r["direction"] == LOWER else r["effect"] > 0
             assert (r["verdict"] == "supported") == (sign and r["direction"] != SAME)
         if r["p"] is not None:
-            assert r["p"] <= r["p_holm"] <= 1 and r["p"] >= r["min_p"] - 1e-12
-            assert r["ci"][0] <= r["effect"] <= r["ci"][1]
-        assert " /" not in r["command"] and r["command"].startswith("addnorm study ")
-    assert committed["holm_family"] == sum(r["p"] is not None for r in records)
+            assert r["p"] >= r["min_p"] - 1e-12 and r["ci"][0] <= r["effect"] <= r["ci"][1]
+        if r["p_holm"] is not None:
+            assert r["judged"] and r["p"] <= r["p_holm"] <= 1
+        else:
+            assert r["verdict"] == INCONCLUSIVE
+        assert " /" not in r["command"] and r["command"].startswith(f"addnorm study --preset {r['preset']} ")
+        assert f"--out benchmarks/results/study/{r['preset']} " in r["command"]
+    assert committed["holm_family"] == sum(r["p_holm"] is not None for r in records)
+
+
+def test_no_claim_measured_on_the_fixed_4_kib_batches_is_judged(committed):
+    """The committed runs before the test split measured every final loss on four fixed batches (4,096 bytes):
+    their records keep their numbers and say why they are not judged."""
+    for r in committed["claims"]:
+        if r["val_bytes"] is not None and r["val_bytes"] < C.MIN_VAL_BYTES and r["measure"] in (C.LOSS, C.GAP,
+                                                                                                C.FAILURE):
+            assert not r["judged"] and r["p_holm"] is None and r["verdict"] == INCONCLUSIVE
+            assert f"not judged: val_bytes {r['val_bytes']:,} < 262,144" in r["notes"][0], r["id"]
 
 
 def test_the_seeds_claims_name_their_seed_document_and_carry_no_published_number(committed):
@@ -59,9 +74,24 @@ def test_the_warmup_claim_is_decided_on_post_ln_without_against_with_warmup(comm
 
 def test_the_frontier_baseline_is_gpt2_init_pre_ln_at_its_best_learning_rate(committed):
     for r in committed["claims"]:
-        if r["preset"] == "frontier":
+        if r["results"] in ("frontier", "claims_frontier") and r["measure"] == C.LOSS:
             assert (r["baseline"]["placement"], r["baseline"]["norm"], r["baseline"]["init"]) == ("pre", "layer", "gpt2")
             assert r["baseline"]["lr"] in r["baseline"]["lr_grid"] and r["n_seeds"] == 5
+
+
+def test_the_claims_presets_run_gpt2_init_five_seeds_and_a_grid_that_can_bracket():
+    from addnorm.experiments.study.config import PRESETS
+
+    for spec in C.SPECS:
+        if spec.needs:
+            continue
+        assert spec.preset.startswith("claims_"), spec.id  # its runs come from a claims preset
+        runs = PRESETS[spec.preset].runs()
+        assert {r.init for r in runs} == {"gpt2"} and {r.seed for r in runs} >= set(range(5))
+        arm = [r for r in runs if C.matches(C.setting_row(r.__dict__), spec.arm)]
+        assert arm, spec.id
+        if "lr" in spec.tune or spec.pair_by != ("seed",) or spec.measure == C.FAILURE:
+            assert len({r.lr for r in arm}) >= 3, spec.id
 
 
 def test_a_claim_without_runs_keeps_its_record_and_says_so(committed):
@@ -72,11 +102,12 @@ def test_a_claim_without_runs_keeps_its_record_and_says_so(committed):
 
 # ---- the measurement, on made-up runs -------------------------------------------------------------------------
 
-def _run(placement, seed, loss, lr=1e-3, failed=False, gap=0.01, **kw):
+def _run(placement, seed, loss, lr=1e-3, failed=False, gap=0.01, dev=None, **kw):
     return {"name": f"{placement}-{lr}-{seed}", "placement": placement, "norm": "layer", "init": "xavier",
             "depth": 6, "d_model": 64, "lr": lr, "warmup": 100, "seed": seed, "steps": 100, "batch": 16,
             "seq_len": 64, "eval_batches": 4, "value_residual": False, "dyt_alpha": "0.5", "n_params": 1000,
-            "final_val_loss": loss, "generalization_gap": gap, "failed": failed, "seconds": None, **kw}
+            "final_val_loss": loss, "final_dev_loss": loss if dev is None else dev, "val_bytes": 262144,
+            "data_digest": "d", "generalization_gap": gap, "failed": failed, "seconds": None, **kw}
 
 
 def _spec(**kw):
@@ -92,7 +123,8 @@ def test_a_loss_claim_pairs_by_seed_and_tests_the_differences():
     assert r["n_seeds"] == 5 and r["effect"] == pytest.approx(-0.3) and r["p"] == 2 / 32 and r["min_p"] == 2 / 32
     # s of the differences = sqrt(0.025) = 0.15811; half = 2.7764 * 0.15811 / sqrt(5) = 0.19632
     assert r["ci"] == pytest.approx([-0.3 - 0.19632, -0.3 + 0.19632], abs=1e-5)
-    assert (r["tokens"], r["val_bytes"], r["tokens_per_param"]) == (100 * 16 * 64, 4096, 102.4)
+    assert (r["tokens"], r["val_bytes"], r["tokens_per_param"]) == (100 * 16 * 64, 262144, 102.4)
+    assert r["judged"] and r["lr_bracketed"] is None  # 5 seeds on 256 KiB: judged (p cannot reach 0.05, though)
     assert r["epochs"] == pytest.approx(102400 / 4194304, abs=1e-4)
     # each side's mean over the paired runs: pre 3 + (0+1+2+3+4)/5 = 5, lns 5 - 0.3
     assert (r["arm"]["mean"], r["baseline"]["mean"]) == (pytest.approx(4.7), pytest.approx(5.0))
@@ -106,7 +138,7 @@ def test_a_batchnorm_gap_claim_says_when_the_leak_was_not_recorded():
     r = C.measure(spec, rows)
     assert r["effect"] == pytest.approx(0.04) and r["p"] == 0.25
     assert any(n.startswith("future_leak and train_mode_val_loss were not recorded") for n in r["notes"])
-    assert r["notes"][-2] == "a remark"  # the spec's remarks ride along
+    assert r["notes"][-1] == "a remark"  # the spec's remarks ride along
 
 
 def test_a_tuned_claim_takes_each_side_at_its_own_best_learning_rate():
@@ -114,8 +146,53 @@ def test_a_tuned_claim_takes_each_side_at_its_own_best_learning_rate():
             + [_run("lns", s, 2.5, lr=1e-3) for s in range(3)] + [_run("lns", s, 2.8, lr=3e-3) for s in range(3)])
     r = C.measure(_spec(tune=("lr",)), rows)
     assert (r["arm"]["lr"], r["baseline"]["lr"]) == (1e-3, 3e-3)
-    assert r["effect"] == pytest.approx(2.5 - 2.9) and r["arm"]["lr_at_grid_edge"]
-    assert any("at the edge of the grid" in n for n in r["notes"])
+    assert r["effect"] == pytest.approx(2.5 - 2.9) and r["lr_bracketed"] is False
+    assert r["arm"]["lr_bracketed"] is False and r["arm"]["chosen_on"] == "dev"
+    assert any("the arm's best learning rate 0.001 is not inside its grid (0.001/0.003)" in n for n in r["notes"])
+    assert not r["judged"] and "not judged: 3 seeds < 5" in r["notes"]
+
+
+def _grid(placement, dev, test, seeds=5):
+    """Runs at lr 1e-3, 3e-3, 1e-2 whose dev and test losses are given per learning rate (seed s adds s / 100)."""
+    return [_run(placement, s, test[i] + s / 100, lr=lr, dev=dev[i] + s / 100)
+            for i, lr in enumerate((1e-3, 3e-3, 1e-2)) for s in range(seeds)]
+
+
+def test_the_learning_rate_is_chosen_on_dev_and_the_effect_read_on_test():
+    # on dev pre is best at 3e-3 and lns at 1e-3; on test both would pick 1e-2: the choice must follow dev
+    rows = _grid("pre", dev=[3.0, 2.8, 2.9], test=[3.0, 2.9, 2.0]) + _grid("lns", dev=[2.5, 2.7, 2.9],
+                                                                              test=[2.6, 2.7, 1.0])
+    r = C.measure(_spec(tune=("lr",)), rows)
+    assert (r["arm"]["lr"], r["baseline"]["lr"]) == (1e-3, 3e-3)
+    assert r["effect"] == pytest.approx(2.6 - 2.9)  # the test losses at the dev's choices, paired by seed
+    assert r["baseline"]["lr_bracketed"] is True and r["arm"]["lr_bracketed"] is False and r["lr_bracketed"] is False
+    assert r["judged"] and any("lowest mean final dev loss" in n for n in r["notes"])
+
+
+def test_a_diverged_learning_rate_is_never_the_best():
+    rows = _grid("pre", dev=[3.0, 2.8, 2.9], test=[3.0, 2.8, 2.9]) + _grid("lns", dev=[2.5, 2.7, 2.0],
+                                                                              test=[2.5, 2.7, 2.0])
+    for r in rows:
+        if r["placement"] == "lns" and r["lr"] == 1e-2 and r["seed"] == 0:
+            r["final_dev_loss"] = r["final_val_loss"] = float("nan")
+    r = C.measure(_spec(tune=("lr",)), rows)
+    assert r["arm"]["lr"] == 1e-3 and r["lr_bracketed"] is False
+
+
+@pytest.mark.parametrize("change, reason", [
+    (dict(val_bytes=4096), "val_bytes 4,096 < 262,144: the final losses were measured on 4,096 held-out bytes"),
+    (dict(final_dev_loss=None), "the learning rate was chosen on the bytes the test reads (no dev loss recorded)"),
+    (dict(data_digest="other"), "the runs read 2 different data splits (d, other)"),
+])
+def test_a_claim_is_judged_only_on_enough_held_out_bytes_one_split_and_a_dev_choice(change, reason):
+    rows = _grid("pre", dev=[3.0, 2.8, 2.9], test=[3.0, 2.8, 2.9], seeds=6)
+    rows += _grid("lns", dev=[2.9, 2.7, 2.8], test=[2.9, 2.7, 2.8], seeds=6)
+    spec = _spec(tune=("lr",))
+    assert C.measure(spec, rows)["judged"]
+    i = next(i for i, r in enumerate(rows) if r["placement"] == "lns" and r["lr"] == 3e-3)  # one the test reads
+    rows[i] = {**rows[i], **change}
+    r = C.measure(spec, rows)
+    assert not r["judged"] and r["notes"][0] == f"not judged: {reason}"
 
 
 def test_a_failure_claim_uses_fisher_on_the_rates():
@@ -125,6 +202,51 @@ def test_a_failure_claim_uses_fisher_on_the_rates():
     assert (r["arm"]["mean"], r["baseline"]["mean"]) == (1.0, 0.0)  # the failure rates
     assert r["ci"] == pytest.approx([0.20593, 1.0], abs=1e-5)
     assert any("cannot reach p < 0.05" in n for n in r["notes"])
+
+
+def test_holm_runs_over_the_judged_records_only(tmp_path):
+    # the same 12 seeds twice, the second measured on 4 KiB: it keeps its p but is not judged, nor in Holm's family
+    rows = [_run("pre", s, 2.5) for s in range(12)] + [_run("lns", s, 2.4 - 0.01 * s) for s in range(12)]
+    rows += [_run("rms", s, 2.4 - 0.01 * s, val_bytes=4096) for s in range(12)]
+    (tmp_path / "study").mkdir()
+    (tmp_path / "study" / "summary.json").write_text(json.dumps({"runs": rows}))
+    specs = (_spec(id="big"), _spec(id="small", arm=(("placement", "rms"),)))
+    big, small = C.build(specs, tmp_path)
+    assert big.p == small.p == pytest.approx(2 / 4096)
+    assert big.p_holm == big.p and big.verdict == "supported"  # a family of one
+    assert (small.judged, small.p_holm, small.verdict) == (False, None, INCONCLUSIVE)
+    assert json.loads(C.to_json([big, small]))["holm_family"] == 1
+
+
+def test_a_claim_reads_its_legacy_directory_until_its_own_is_committed(tmp_path):
+    old = [_run("pre", s, 2.5, val_bytes=4096) for s in range(3)] + [_run("lns", s, 2.4, val_bytes=4096)
+                                                                    for s in range(3)]
+    (tmp_path / "study").mkdir()
+    (tmp_path / "study" / "summary.json").write_text(json.dumps({"runs": old}))
+    spec = _spec(preset="claims_seeds", legacy="study")
+    (c,) = C.build((spec,), tmp_path)
+    assert (c.preset, c.results, c.judged, c.val_bytes) == ("claims_seeds", "study", False, 4096)
+    assert c.command.startswith("addnorm study --preset claims_seeds --out benchmarks/results/study/claims_seeds ")
+    new = [_run("pre", s, 2.5) for s in range(6)] + [_run("lns", s, 2.4 - 0.01 * s) for s in range(6)]
+    (tmp_path / "claims_seeds").mkdir()
+    (tmp_path / "claims_seeds" / "summary.json").write_text(json.dumps({"runs": new}))
+    (c,) = C.build((spec,), tmp_path)
+    assert (c.results, c.judged, c.val_bytes, c.n_seeds) == ("claims_seeds", True, 262144, 6)
+    (c,) = C.build((_spec(preset="claims_wide", legacy="wide"),), tmp_path)
+    assert c.notes == ["not measured: benchmarks/results/study/claims_wide/ nor wide/ is not committed",
+                       "outside the 8-CPU-hour claim set (claims_seeds, claims_frontier); its command makes its runs"]
+
+
+def test_a_claim_outside_the_claim_set_says_what_its_runs_cost(committed):
+    from addnorm.experiments.study.budget import CLAIM_SET
+
+    for r in committed["claims"]:
+        outside = [n for n in r["notes"] if n.startswith("outside the 8-CPU-hour claim set")]
+        if r["preset"] in CLAIM_SET or r["notes"][0].startswith("not measured: an"):
+            assert not outside, r["id"]
+        else:
+            (note,) = outside
+            assert f"`{r['preset']}` takes " in note and "CPU-hours, computed from measured per-step times" in note
 
 
 def test_holm_runs_over_the_whole_file_and_decides_the_verdict(tmp_path):
@@ -146,7 +268,7 @@ def test_holm_runs_over_the_whole_file_and_decides_the_verdict(tmp_path):
 def test_a_missing_results_directory_gives_an_inconclusive_record(tmp_path):
     (c,) = C.build((_spec(preset="wide"),), tmp_path)
     assert (c.verdict, c.p, c.p_holm, c.n_seeds) == (INCONCLUSIVE, None, None, 0)
-    assert c.notes == ["not measured: benchmarks/results/study/wide/ is not committed"]
+    assert c.notes[0] == "not measured: benchmarks/results/study/wide/ is not committed"
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -172,6 +294,12 @@ def test_rows_come_from_the_run_directories_where_they_are_committed(tmp_path):
         {"placement": "pre+post", "depth": 2, "seed": 4, "lr": 1e-3, "series": [[10, 1.5, 2.0], [20, 3.0, 1.0]]}]}))
     (row,) = C.load_rows(tmp_path, "frontier")
     assert (row["placement"], row["dyt_alpha"], row["seed"], row["seconds"]) == ("pre+post", "0.8/0.2/0.2", 4, 3.5)
+    assert (row["val_bytes"], row["final_dev_loss"]) == (2 * 8 * 32, None)  # before the test split: its batches
+    s = json.loads((d / "runs" / "a" / "summary.json").read_text())
+    (d / "runs" / "a" / "summary.json").write_text(json.dumps({**s, "val_bytes": 262144, "final_dev_loss": 2.1}))
+    (d / "runs" / "a" / "config.json").write_text(json.dumps({"config": cfg, "data_digest": "abc"}))
+    (row,) = C.load_rows(tmp_path, "frontier")
+    assert (row["val_bytes"], row["final_dev_loss"], row["data_digest"]) == (262144, 2.1, "abc")
     assert (row[C.GAIN_FWD], row[C.GAIN_BWD]) == (3.0, 2.0)  # the peaks over training, not the last evaluation
     assert C.load_rows(tmp_path, "absent") is None
 

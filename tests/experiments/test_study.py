@@ -31,7 +31,8 @@ def _losses(run_dir):
 
 def test_split_is_by_file_and_deterministic(data):
     again = load_split(max_bytes=1 << 20)
-    assert data.digest == again.digest and data.val_files >= 1 and data.train_files > data.val_files
+    assert data.digest == again.digest and data.test_files and data.dev_files
+    assert len(data.train_files) > len(data.test_files) + len(data.dev_files)
     assert 2.0 < data.unigram_nats < 5.6  # bytes of source code: well below log(256) = 5.55
 
 
@@ -89,11 +90,12 @@ def test_the_cache_key_is_the_data_content_not_its_path(tmp_path):
             (d / f"f{i}.txt").write_text(text * 400 + str(i))
         return d
 
-    a, b = load_split(folder("a", "the residual stream "), val_every=3), load_split(folder("b", "other words here "),
-                                                                                  val_every=3)
+    small = dict(test_bytes=2048, dev_bytes=2048)  # three files: one for each split
+    a, b = load_split(folder("a", "the residual stream "), **small), load_split(folder("b", "other words here "), **small)
     cfg = RunConfig(**TINY)
     assert cfg.key(a.digest) != cfg.key(b.digest)
-    assert cfg.key(a.digest) == cfg.key(load_split(tmp_path / "a", val_every=3).digest)
+    assert cfg.key(a.digest) == cfg.key(load_split(tmp_path / "a", **small).digest)
+    assert cfg.key(a.digest) != cfg.key(load_split(tmp_path / "a", test_bytes=1024, dev_bytes=2048).digest)
 
 
 def test_divergence_is_detected_and_stops_the_run(data, tmp_path):
@@ -114,6 +116,7 @@ def test_divergence_is_detected_and_stops_the_run(data, tmp_path):
     (["--data", "/nonexistent"], "--data: --data /nonexistent: no such file or directory"),
     (["--warmups", "400"], "--warmups 400 must be smaller than steps (400)"),
     (["--out", "/proc/[bold]x"], "--out: /proc/[bold]x is not a writable directory"),  # printed as written
+    (["--test-bytes", "0"], "--test-bytes: test_bytes must be an integer >= 1, got 0"),
 ])
 def test_arguments_are_validated_before_any_work(args, message, capsys):
     assert main(["study", "--preset", "quick", *args]) == 2

@@ -264,8 +264,9 @@ FLAT = dict(TINY, steps=60, eval_every=2, checkpoint_every=4, lr=1e-7, placement
 
 
 def _below_plateau(data):
-    """The corpus with its unigram plateau raised above any loss: every curve counts as having left it."""
-    return dataclasses.replace(data, unigram_nats=1e9)
+    """The corpus with its unigram plateaus (the dev split's and the test split's) raised above any loss: every curve
+    counts as having left it, and no final loss as on it."""
+    return dataclasses.replace(data, unigram_nats=1e9, test_unigram_nats=1e9)
 
 
 def test_until_flat_stops_at_the_first_flat_evaluation(data, tmp_path):
@@ -284,7 +285,7 @@ def test_until_flat_stops_at_the_first_flat_evaluation(data, tmp_path):
 def test_until_flat_does_not_stop_a_run_on_the_unigram_plateau(data, tmp_path):
     """The same level curve, but at the real plateau: the run trains to its cap and fails as a plateau there."""
     s = train_run(RunConfig(**FLAT), data, tmp_path)
-    assert s["final_val_loss"] >= data.unigram_nats
+    assert s["final_val_loss"] >= data.test_unigram_nats
     assert not s["stopped_flat"] and not s["flattened"] and s["flatten_step"] is None and s["steps_done"] == 60
     assert s["failure"] == "plateau"
 
@@ -304,7 +305,7 @@ def test_resume_after_sigkill_with_the_probes_and_the_stopping_rule_is_bit_ident
                 os.kill(os.getpid(), signal.SIGKILL)
         data = load_split(max_bytes=1 << 20)
         if {raise_plateau!r}:
-            data = dataclasses.replace(data, unigram_nats=1e9)
+            data = dataclasses.replace(data, unigram_nats=1e9, test_unigram_nats=1e9)
         train_run(RunConfig(**{cfg!r}), data, {str(tmp_path / "cut")!r}, on_step=die)
     """
     p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)

@@ -24,8 +24,11 @@ def test_every_claim_is_one_row_with_its_numbers():
     for c in data["claims"]:
         (line,) = [x for x in md.splitlines() if x.startswith(f"| **{c['id']}**:")]
         assert f"**{c['verdict']}**" in line
-        if c["p"] is not None:
+        assert ("(not judged)" in line) == (not c["judged"])
+        if c["p_holm"] is not None:
             assert f"| {c['p']:.2g} | {c['p_holm']:.2g} |" in line
+        elif c["p"] is not None:
+            assert f"| {c['p']:.2g} | — |" in line
     assert T.counts_text(data).startswith(f"{len(data['claims'])} claims: ")
 
 
@@ -47,12 +50,14 @@ def test_a_row_by_hand():
     lns, fails = T.rows(data)
     assert lns[1:] == ["[arXiv 2502.05795](https://arxiv.org/abs/2502.05795)", "`frontier`",
                        "lns, xavier init, lr 0.003 vs pre, gpt2 init, lr 0.003", "5",
-                       "+0.139 [+0.0922, +0.185] (final validation loss, nats)", "0.062", "1", "**inconclusive**",
+                       "+0.139 [+0.0922, +0.185] (final held-out loss, nats)", "0.062", "1", "**inconclusive**",
                        "0.0631", "—"]
     assert fails[1] == "seed `002_1b45541e9a6140b9.txt`" and fails[4] == "3 (3 vs 3 runs)"
     assert fails[5] == "+1.00 [+0.21, +1.00] (failure rate)" and fails[9] == "none at 80 %"
-    assert T.counts_text(data) == "2 claims: 0 supported, 0 contradicted, 2 inconclusive (Holm's correction over " \
-                                  "the 2 with a p-value)"
+    assert T.counts_text(data) == "2 claims: 0 supported, 0 contradicted, 2 inconclusive; 2 judged (Holm's " \
+                                  "correction over those 2)"
+    unjudged = T.rows({"claims": [_claim(judged=False, p_holm=None, results="wide", preset="claims_wide")]})[0]
+    assert unjudged[2] == "`claims_wide` (runs read: `wide`)" and unjudged[7:9] == ["—", "**inconclusive** (not judged)"]
 
 
 def test_update_docs_replaces_only_its_section(tmp_path):

@@ -144,3 +144,19 @@ if __name__ == "__main__":
     print(long_table())
     print()
     print(long_table(STUDY / "wide", WIDE_ORDER))
+
+
+def test_the_claims_presets_hours_are_the_budgets_computation():
+    """Each claims preset's row and the compute section state the CPU-hours budget.py computes from the committed
+    measured times, and the claim set's total."""
+    from addnorm.experiments.study.budget import CLAIM_SET, load_costs, preset_cost
+
+    costs = load_costs(ROOT / "benchmarks" / "results" / "study_presets.json")
+    hours = {p: preset_cost(PRESETS[p], costs).cpu_hours for p in PRESETS if p.startswith("claims_")}
+    rows = {re.match(r"\| `([a-z0-9_]+)` \|", line).group(1): line for line in DOC.splitlines()
+            if re.match(r"\| `claims_[a-z_]+` \|", line)}
+    assert set(rows) == set(hours)
+    for p, h in hours.items():
+        assert f"{h:.2f} CPU-hours" in rows[p], (p, h)
+    total = sum(hours[p] for p in CLAIM_SET)
+    assert f"make **{total:.2f} CPU-hours, {total / 2:.1f} h as two one-thread" in " ".join(DOC.split())

@@ -10,7 +10,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
                            TimeRemainingColumn)
 
 from ..experiments.study.config import PRESETS, Study, StudyConfigError, as_study
-from ..experiments.study.data import load_split
+from ..experiments.study.data import TEST_BYTES, SplitError, load_split
 from ..experiments.study import tensorboard
 from ..experiments.study.grid import report_only, run_study
 from ..harness.store import check_writable_dir
@@ -45,8 +45,12 @@ def add_arguments(p) -> None:
     p.add_argument("--tensorboard", default=None, metavar="DIR",
                    help="also write each run's per-step metrics as TensorBoard scalars under DIR (needs the "
                         "tensorboard package; metrics.jsonl stays the record) (default: off)")
-    p.add_argument("--data", default=None, help="a folder of text files, split by file (default: the Python "
-                                                 "standard library)")
+    p.add_argument("--data", default=None, help="a folder of text files, split by file into training, dev and "
+                                                 "test (default: the Python standard library)")
+    p.add_argument("--test-bytes", type=int, default=TEST_BYTES,
+                   help="the held-out test split every final loss is measured on, in bytes; smaller only for a "
+                        "corpus too small for the default, and the claims file judges no run measured on fewer "
+                        "(default %(default)s)")
     add_out(p, "study", "results directory")
     p.add_argument("--shard", default="0/1", help="i/n: run every n-th run starting at i (default %(default)s)")
     p.add_argument("--list", action="store_true", help="print the grid and exit (default: off)")
@@ -162,11 +166,13 @@ def run(args) -> int:
                           "there: the runs it records, whatever --preset and the axes say)")
         return _done(console, args.out, study)
     try:
-        data = load_split(args.data)
+        data = load_split(args.data, test_bytes=args.test_bytes)
+    except SplitError as e:
+        return _error(f"{'--test-bytes' if e.argument == 'test_bytes' else '--data'}: {e}")
     except (OSError, ValueError) as e:
         return _error(f"--data: {e}")
-    if len(data.val) <= grid.base.seq_len + 1:
-        return _error(f"the validation split ({len(data.val)} bytes) is too short for seq_len {grid.base.seq_len}")
+    if len(data.dev) <= grid.base.seq_len + 1:
+        return _error(f"the dev split ({len(data.dev)} bytes) is too short for seq_len {grid.base.seq_len}")
     try:
         check_writable_dir(Path(args.out))
     except OSError as e:
@@ -178,8 +184,12 @@ def run(args) -> int:
             check_writable_dir(Path(args.tensorboard))
         except OSError as e:
             return _error(f"--tensorboard: {e}")
-    console.print(f"data: {escape(data.source)} ({data.train_files} training files, {data.val_files} validation files; "
-                  f"unigram plateau {data.unigram_nats:.3f} nats)")
+    console.print(f"data: {escape(data.source)} ({len(data.train_files)} training files; {len(data.dev_files)} dev "
+                  f"files, {data.dev_bytes:,} bytes; {len(data.test_files)} test files, {data.val_bytes:,} bytes held "
+                  f"out for the final losses; unigram plateau {data.unigram_nats:.3f} nats)")
+    if data.val_bytes < TEST_BYTES:
+        console.print(f"[yellow]--test-bytes {data.val_bytes:,}: the final losses are measured on fewer than "
+                      f"{TEST_BYTES:,} held-out bytes, and the claims file judges none of these runs[/yellow]")
     # in a terminal the bars; in a log (stdout redirected) a line per finished run, as it finishes
     live = console.is_terminal
     on_run = None if live else (lambda k, total, row: console.print(run_line(k, total, row), markup=False))

@@ -15,7 +15,7 @@ from .published import url
 START, END = "<!-- claims-table:start -->", "<!-- claims-table:end -->"
 HEADER = ["claim", "source", "preset", "arm vs baseline", "n", "effect [95 % interval]", "p", "p (Holm)", "verdict",
           "mde", "published"]
-_MEASURE = {"final_val_loss": "final validation loss, nats", "generalization_gap": "generalization gap, nats",
+_MEASURE = {"final_val_loss": "final held-out loss, nats", "generalization_gap": "generalization gap, nats",
             "failure_rate": "failure rate", "peak_composite_gain_fwd": "peak forward composite gain",
             "peak_composite_gain_bwd": "peak backward composite gain"}
 
@@ -77,31 +77,42 @@ def _published_md(p: dict | None) -> str:
     return "—" if p is None else f"{p['result']} ({p['setting']})"
 
 
+def _preset_md(c: dict) -> str:
+    """The preset that makes the claim's runs, and the directory read where that is another (a legacy one)."""
+    read = c.get("results", c["preset"])
+    return f"`{c['preset']}`" + (f" (runs read: `{read}`)" if read != c["preset"] else "")
+
+
+def _verdict_md(c: dict) -> str:
+    return f"**{c['verdict']}**" + ("" if c.get("judged", True) else " (not judged)")
+
+
 def rows(data: dict) -> list[list[str]]:
     """The table's cells, as plain text (markdown links in the source column)."""
     out = []
     for c in data["claims"]:
-        out.append([f"**{c['id']}**: {c['statement']}", _source_md(c["source"]), f"`{c['preset']}`",
+        out.append([f"**{c['id']}**: {c['statement']}", _source_md(c["source"]), _preset_md(c),
                     f"{side_text(c['arm'], c['baseline'])} vs {side_text(c['baseline'], c['arm'])}",
                     _n(c), _effect(c), _num(c["p"], "{:.2g}"), _num(c["p_holm"], "{:.2g}"),
-                    f"**{c['verdict']}**", _mde(c), _published_md(c["published"])])
+                    _verdict_md(c), _mde(c), _published_md(c["published"])])
     return out
 
 
 def counts_text(data: dict) -> str:
-    """'32 claims: 1 supported, 0 contradicted, 31 inconclusive (Holm over the 31 with a p-value)'."""
+    """'32 claims: 1 supported, 0 contradicted, 31 inconclusive; 3 judged (Holm's correction over those 3)'."""
     claims = data["claims"]
     said = ", ".join(f"{sum(c['verdict'] == v for c in claims)} {v}" for v in ("supported", "contradicted",
                                                                                "inconclusive"))
-    return f"{len(claims)} claims: {said} (Holm's correction over the {data['holm_family']} with a p-value)"
+    m = data["holm_family"]
+    return f"{len(claims)} claims: {said}; {m} judged (Holm's correction over those {m})"
 
 
 def seeds_text(data: dict) -> str:
-    """What it takes to decide a loss claim at all, from the file's own Holm family."""
-    n, m = data.get("seeds_to_decide"), data["holm_family"]
+    """What it takes to decide a loss claim at all, once every claim of the file is judged."""
+    n, m = data.get("seeds_to_decide"), len(data["claims"])
     if n is None:
         return ""
-    return (f"With {m} tests under Holm's correction, the strongest claim must reach p < 0.05/{m}; the exact "
+    return (f"With all {m} claims judged under Holm's correction, the strongest must reach p < 0.05/{m}; the exact "
             f"sign-flip test can only do that with {n} seeds or more, every one agreeing in sign (p = 2/2^{n}). "
             "Five seeds cannot decide any loss claim (p >= 2/32 = 0.0625), whatever the effect.")
 
@@ -117,8 +128,10 @@ def markdown(data: dict) -> str:
              data["method"], "", seeds_text(data), "",
              "effect is arm minus baseline; n is the number of seeds (pairs for a loss claim); mde is the smallest "
              "effect the test could detect with 80 % power (\"none at 80 %\": no rate the runs allow); each record "
-             "in the file also holds the tokens, tokens per parameter, epochs, held-out bytes, the command and notes "
-             "on what it was measured against.", "",
+             "in the file also holds the tokens, tokens per parameter, epochs, held-out bytes (`val_bytes`), whether "
+             "the learning-rate grid brackets each tuned side's best (`lr_bracketed`), the command and notes on what "
+             "it was measured against. A claim read from a directory measured before the held-out test split (4,096 "
+             "bytes per final loss) is shown \"(not judged)\", its notes saying why.", "",
              "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(cell(x) for x in r) + " |" for r in rows(data)]
     lines += ["", END]
@@ -135,7 +148,7 @@ def html_table(data: dict) -> str:
         src = (f"seed {html.escape(c['source'])}" if c["source"].endswith(".txt")
                else f"<a href='{url(c['source'])}'>arXiv {html.escape(c['source'])}</a>")
         cls = {"supported": "ok", "contradicted": "bad"}.get(c["verdict"], "")
-        cells = [esc(r[0]), src, *map(esc, r[2:8]), f"<span class='{cls}'>{html.escape(c['verdict'])}</span>",
+        cells = [esc(r[0]), src, *map(esc, r[2:8]), f"<span class='{cls}'>{esc(_verdict_md(c))}</span>",
                  *map(esc, r[9:])]
         body.append("<tr>" + "".join(f"<td>{x}</td>" for x in cells) + "</tr>")
     head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADER)

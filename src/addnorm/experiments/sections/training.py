@@ -39,9 +39,9 @@ def run(out_dir: Path, seed: int = 0) -> dict:
         losses = [m["loss"] for m in read_metrics(d)]
         runs.append({"placement": cfg.placement_name, "warmup": cfg.warmup, "lr": cfg.lr, "failed": s["failed"],
                      "failure": s["failure"], "steps_done": s["steps_done"], "final_val_loss": s["final_val_loss"],
-                     "stuck": not s["failed"] and stuck(s["final_val_loss"], data.unigram_nats),
+                     "stuck": not s["failed"] and stuck(s["final_val_loss"], data.test_unigram_nats),
                      "train_loss": losses})
     return {"depth": GRID.base.depth, "d_model": GRID.base.d_model, "steps": GRID.base.steps, "lr": GRID.lrs[0],
             "stuck_fraction": STUCK, "corpus": data.source,
-            "unigram_nats": data.unigram_nats, "runs": runs,
+            "unigram_nats": data.test_unigram_nats, "runs": runs,  # the plateau of the final (test) losses
             "command": "addnorm study --preset quick (longer: 400 steps)"}

@@ -1,16 +1,25 @@
 """The claims file: one record per claim of the seeds and of the papers that the study tests, recomputed from the
 committed runs (``benchmarks/results/study/<preset>/``), never written by hand.
 
-Each claim is a contrast between an arm and its baseline in one results directory:
+Each claim is a contrast between an arm and its baseline in one results directory: the claims preset that makes
+its runs (``claims_seeds``, ``claims_frontier``, ...: every final loss on the held-out test split, 5 seeds, three
+learning rates, GPT-2 init), or while that directory is not committed, the ``legacy`` directory measured before the
+test split existed (its records are shown, never judged):
 
 - a loss or gap claim pairs the arm's runs with the baseline's by seed (and, where the claim spans the grid, by
-  learning rate and seed) and tests the paired differences with the exact sign-flip permutation test; its
-  interval is the paired-t 95 % interval, its mde the paired-t test's at 80 % power (``harness/statistics.py``);
+  learning rate and seed) and tests the paired differences of their final (test) losses with the exact sign-flip
+  permutation test; its interval is the paired-t 95 % interval, its mde the paired-t test's at 80 % power
+  (``harness/statistics.py``);
 - a failure claim compares the failure rates with Fisher's exact test (two-sided), its interval Newcombe's;
 - where a claim is "tuned", each side runs at its own best learning rate (and warmup) of the grid: the setting
-  with the lowest mean final validation loss over seeds. That choice is made on the same validation bytes the
-  test then reads (there is no separate dev split yet), which flatters both sides alike;
-- Holm's correction runs over every record that has a p-value, and the verdict follows ``statistics.verdict``.
+  with the lowest mean final *dev* loss over seeds (the dev split, data.py: never the bytes the test reads). A best
+  value at an end of the grid, or a grid of fewer than 3 learning rates, does not bracket that side's optimum:
+  ``lr_bracketed`` is false and the notes say so;
+- a claim is judged only where its final losses were measured on at least ``MIN_VAL_BYTES`` held-out bytes (loss,
+  gap and failure claims), with ``MIN_SEEDS`` seeds or more, on one data split, and a tuned side chose its learning
+  rate on the dev split; otherwise its record keeps its numbers, ``judged`` is false, the notes say why, and the
+  verdict is ``inconclusive``;
+- Holm's correction runs over every judged record, and the verdict follows ``statistics.verdict``.
 
 A claim whose runs do not exist yet keeps its record, with no effect and the verdict ``inconclusive``.
 
@@ -21,18 +30,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .config import RunConfig
+from .budget import BUDGET_CPU_HOURS, CLAIM_SET, load_costs, preset_cost
+from .config import PRESETS, RunConfig
+from .data import TEST_BYTES
 from ...harness.statistics import (ALPHA, HIGHER, INCONCLUSIVE, LOWER, POWER, SAME, differences, fisher_exact, holm, mde_paired,
                          mde_rate, min_sign_flip_p, paired_t_interval, pairs_to_reach, rate_difference_interval,
                          sign_flip_p, verdict)
 
 RESULTS = Path("benchmarks/results/study")
-# The study's corpus (the Python 3.11 standard library, data digest 1e036d48d73fa298) split by file: the training
-# split is capped at 4 MiB (data.load_split's default), so an epoch is 4,194,304 bytes (one token per byte).
+# The study's corpus (the Python 3.11 standard library) split by file: the training split is capped at 4 MiB
+# (data.load_split's default; before the test split too), so an epoch is 4,194,304 bytes (one token per byte).
 TRAIN_BYTES = 4 << 20
+MIN_VAL_BYTES = TEST_BYTES  # a final loss measured on fewer held-out bytes decides nothing
+MIN_SEEDS = 5
 _DEFAULT = RunConfig()
 _SELF = "python -m addnorm.experiments.study.claims --out benchmarks/results/study/claims.json"
 _STUDY = {  # how each results directory is made from nothing
@@ -43,7 +57,8 @@ _STUDY = {  # how each results directory is made from nothing
     "study_norms": ("addnorm study --preset quick --placements pre --norms layer,rms,batch --depths 6 --lrs 1e-3 "
                     "--warmups 100 --seeds 0,1,2 --steps 400 --out benchmarks/results/study/study_norms"),
     **{p: f"addnorm study --preset {p} --out benchmarks/results/study/{p}"
-       for p in ("frontier", "depth", "long", "wide", "mixing", "dyt")},
+       for p in ("frontier", "depth", "long", "wide", "mixing", "dyt", "claims_seeds", "claims_frontier",
+                 "claims_dyt_budget", "claims_depth", "claims_mixing", "claims_long", "claims_wide")},
 }
 LOSS, GAP, FAILURE = "final_val_loss", "generalization_gap", "failure_rate"
 GAIN_FWD, GAIN_BWD = "peak_composite_gain_fwd", "peak_composite_gain_bwd"  # the largest over training
@@ -66,7 +81,7 @@ class Spec:
     id: str
     source: str  # a seed document's file name, or an arXiv id
     statement: str
-    preset: str
+    preset: str  # the results directory its runs are in, made by the preset of that name
     measure: str  # LOSS, GAP, FAILURE, GAIN_FWD or GAIN_BWD
     direction: str  # LOWER / HIGHER: the arm's value against the baseline's; SAME: no difference
     arm: tuple[tuple[str, object], ...]
@@ -76,9 +91,11 @@ class Spec:
     published: Published | None = None
     needs: str = ""  # the runs the claim needs that do not exist yet ("" where the committed runs answer it)
     remarks: tuple[str, ...] = ()  # what a reader must know to compare it (kept in the record's notes)
+    legacy: str = ""  # the directory measured before the test split, read (never judged) while ``preset``'s is absent
 
     def __post_init__(self):
         for name, value, valid in (("preset", self.preset, tuple(_STUDY)),
+                                   *((("legacy", self.legacy, tuple(_STUDY)),) if self.legacy else ()),
                                    ("measure", self.measure, (LOSS, GAP, FAILURE, GAIN_FWD, GAIN_BWD)),
                                    ("direction", self.direction, (LOWER, HIGHER, SAME))):
             if value not in valid:
@@ -95,7 +112,8 @@ class Claim:
     id: str
     source: str
     statement: str
-    preset: str
+    preset: str  # the preset (and results directory) that makes the claim's runs: ``command``
+    results: str  # the results directory read: ``preset``, or the legacy one while ``preset``'s is not committed
     arm: dict
     baseline: dict
     measure: str
@@ -105,7 +123,9 @@ class Claim:
     tokens: int | None  # training tokens per run (steps x batch x sequence length; one token per byte)
     tokens_per_param: float | None
     epochs: float | None  # passes over the 4 MiB training split
-    val_bytes: int | None  # the held-out bytes each final loss is measured on
+    val_bytes: int | None  # the held-out bytes each final loss is measured on (the fewest of any run read)
+    lr_bracketed: bool | None  # every tuned side's best learning rate inside its grid (None: not tuned by lr)
+    judged: bool  # measured as a verdict needs (see the module's docstring); the notes say why not
     effect: float | None  # mean(arm - baseline) over pairs, or rate(arm) - rate(baseline)
     ci: list | None  # [low, high], 95 %
     p: float | None
@@ -122,28 +142,41 @@ def _alpha_text(a) -> str:
     return "/".join(f"{v:g}" for v in a) if isinstance(a, list | tuple) else f"{a:g}"
 
 
+def setting_row(c: dict) -> dict:
+    """A run's setting as a claim selects it (``matches``), from its configuration: a ``RunConfig.__dict__`` or the
+    ``config`` of its config.json."""
+    placement = c["placement"] if isinstance(c["placement"], str) else "+".join(c["placement"])
+    return {"placement": placement, "norm": c["norm"], "init": c["init"], "depth": c["depth"], "d_model": c["d_model"],
+            "lr": c["lr"], "warmup": c["warmup"], "seed": c["seed"], "steps": c["steps"], "batch": c["batch"],
+            "seq_len": c["seq_len"], "eval_batches": c["eval_batches"],
+            "value_residual": c.get("value_residual", False), "dyt_alpha": _alpha_text(c.get("dyt_alpha", 0.5))}
+
+
 def _row_from_run(config: dict, summary: dict) -> dict:
     """A run's line, from runs/<name>-<key>/config.json and summary.json."""
     c = config["config"]
-    placement = c["placement"] if isinstance(c["placement"], str) else "+".join(c["placement"])
-    return {"name": summary["name"], "placement": placement, "norm": c["norm"], "init": c["init"],
-            "depth": c["depth"], "d_model": c["d_model"], "lr": c["lr"], "warmup": c["warmup"], "seed": c["seed"],
-            "steps": c["steps"], "batch": c["batch"], "seq_len": c["seq_len"], "eval_batches": c["eval_batches"],
-            "value_residual": c.get("value_residual", False), "dyt_alpha": _alpha_text(c.get("dyt_alpha", 0.5)),
+    return {"name": summary["name"], **setting_row(c),
             "n_params": summary.get("n_params"), "final_val_loss": summary["final_val_loss"],
+            "final_dev_loss": summary.get("final_dev_loss"),
+            # before the test split: the final loss read the fixed validation batches
+            "val_bytes": summary.get("val_bytes") or c["eval_batches"] * c["batch"] * c["seq_len"],
+            "data_digest": config.get("data_digest") or summary.get("data_digest"),
             "generalization_gap": summary.get("generalization_gap"), "failed": summary["failed"],
             "steps_done": summary.get("steps_done"), "seconds": summary.get("seconds_this_session"),
             "future_leak": summary.get("future_leak"), "train_mode_val_loss": summary.get("train_mode_val_loss")}
 
 
-def _row_from_summary(r: dict) -> dict:
+def _row_from_summary(r: dict, data_digest: str | None) -> dict:
     """A run's line from a results directory's summary.json (where its runs/ is not committed): batch, sequence
-    length and evaluation batches are not recorded there and were RunConfig's defaults for every preset."""
+    length and evaluation batches are not recorded there and were RunConfig's defaults for every preset, and the
+    held-out bytes, where not recorded, those of its fixed validation batches."""
     keep = ("name", "placement", "norm", "init", "depth", "d_model", "lr", "warmup", "seed", "steps",
-            "value_residual", "dyt_alpha", "n_params", "final_val_loss", "generalization_gap", "failed", "steps_done",
-            "future_leak", "train_mode_val_loss")
+            "value_residual", "dyt_alpha", "n_params", "final_val_loss", "final_dev_loss", "generalization_gap",
+            "failed", "steps_done", "future_leak", "train_mode_val_loss")
+    fixed = _DEFAULT.eval_batches * _DEFAULT.batch * _DEFAULT.seq_len
     return {**{k: r.get(k) for k in keep}, "batch": _DEFAULT.batch, "seq_len": _DEFAULT.seq_len,
-            "eval_batches": _DEFAULT.eval_batches, "seconds": None}
+            "eval_batches": _DEFAULT.eval_batches, "val_bytes": r.get("val_bytes") or fixed,
+            "data_digest": data_digest, "seconds": None}
 
 
 def load_rows(results: Path, preset: str) -> list[dict] | None:
@@ -159,7 +192,7 @@ def load_rows(results: Path, preset: str) -> list[dict] | None:
         rows = [_row_from_run(json.loads((p / "config.json").read_text()), json.loads((p / "summary.json").read_text()))
                 for p in run_dirs]
     else:
-        rows = [_row_from_summary(r) for r in study["runs"]]
+        rows = [_row_from_summary(r, study.get("data_digest")) for r in study["runs"]]
     peaks = {}
     for m in study.get("mixing", []):
         if m.get("series"):
@@ -184,21 +217,30 @@ def _setting(row: dict, axes: tuple[str, ...]) -> tuple:
     return tuple(row[a] for a in axes)
 
 
+def _mean(values: list[float]) -> float:
+    """The mean, or infinity where a run diverged (NaN): such a setting is never the best."""
+    return sum(values) / len(values) if all(math.isfinite(v) for v in values) else math.inf
+
+
 def _tuned(rows: list[dict], axes: tuple[str, ...]) -> tuple[list[dict], dict]:
-    """The runs at the setting of ``axes`` with the lowest mean final validation loss over seeds (ties: the first
-    in sorted order), and what was chosen: {axis: value, axis_grid: every value, at_grid_edge: bool}."""
+    """The runs at the setting of ``axes`` with the lowest mean final dev loss over seeds (ties: the first in sorted
+    order), and what was chosen: {axis: value, axis_grid: every value, lr_bracketed: the best learning rate lies
+    strictly inside a grid of 3 or more, chosen_on: "dev"}. Runs finished before the dev split recorded no dev
+    loss: their setting is chosen on the final (test) loss, and ``chosen_on`` says "test"."""
     if not axes:
         return rows, {}
+    on = "final_dev_loss" if all(r.get("final_dev_loss") is not None for r in rows) else "final_val_loss"
     by = {}
     for r in rows:
-        by.setdefault(_setting(r, axes), []).append(r["final_val_loss"])
-    best = min(sorted(by), key=lambda s: sum(by[s]) / len(by[s]))
+        by.setdefault(_setting(r, axes), []).append(r[on])
+    best = min(sorted(by), key=lambda s: _mean(by[s]))
     info = {}
     for i, a in enumerate(axes):
         grid = sorted({s[i] for s in by})
         info[a], info[f"{a}_grid"] = best[i], grid
-        if a == "lr" and len(grid) > 1:  # a best value at the grid's edge may not be the arm's optimum
-            info["lr_at_grid_edge"] = len(grid) < 3 or best[i] in (grid[0], grid[-1])
+        if a == "lr":  # a best value at the grid's edge may not be the side's optimum
+            info["lr_bracketed"] = len(grid) >= 3 and grid[0] < best[i] < grid[-1]
+    info["chosen_on"] = "dev" if on == "final_dev_loss" else "test"
     return [r for r in rows if _setting(r, axes) == best], info
 
 
@@ -224,27 +266,45 @@ def _side(spec_select, rows: list[dict], info: dict, mean: float | None = None) 
     return out
 
 
-def _budget(rows: list[dict]) -> dict:
-    """Tokens per run (the planned budget: a run stopped early by a failure saw fewer), per parameter, epochs and
-    the held-out bytes of the arm's runs."""
+def _budget(rows: list[dict], read: list[dict]) -> dict:
+    """Tokens per run of the arm's ``rows`` (the planned budget: a run stopped early by a failure saw fewer), per
+    parameter, epochs, and the held-out bytes of the fewest of every run ``read`` (both sides')."""
     r = rows[0]
     tokens = r["steps"] * r["batch"] * r["seq_len"]
     params = [x["n_params"] for x in rows if x.get("n_params")]
     return {"tokens": tokens, "tokens_per_param": round(tokens / _median(params), 4) if params else None,
-            "epochs": round(tokens / TRAIN_BYTES, 4), "val_bytes": r["eval_batches"] * r["batch"] * r["seq_len"]}
+            "epochs": round(tokens / TRAIN_BYTES, 4), "val_bytes": min(x["val_bytes"] for x in read)}
+
+
+def _unjudged(spec: Spec, read: list[dict], val_bytes: int, seeds: int, infos: tuple[dict, dict]) -> list[str]:
+    """Why a measured claim cannot be judged ([] where it can): too few held-out bytes for a loss, gap or failure
+    claim, too few seeds, runs of more than one data split, or a learning rate chosen on the test bytes."""
+    why = []
+    if spec.measure in (LOSS, GAP, FAILURE) and val_bytes < MIN_VAL_BYTES:
+        why.append(f"val_bytes {val_bytes:,} < {MIN_VAL_BYTES:,}: the final losses were measured on {val_bytes:,} "
+                   "held-out bytes")
+    if seeds < MIN_SEEDS:
+        why.append(f"{seeds} seeds < {MIN_SEEDS}")
+    digests = {r.get("data_digest") for r in read} - {None}
+    if len(digests) > 1:
+        why.append(f"the runs read {len(digests)} different data splits ({', '.join(sorted(digests))})")
+    if any(info.get("chosen_on") == "test" for info in infos):
+        why.append("the learning rate was chosen on the bytes the test reads (no dev loss recorded)")
+    return why
 
 
 def _published(spec: Spec) -> dict | None:
     return asdict(spec.published) if spec.published else None
 
 
-def _empty(spec: Spec, why: str, rows_seen: int = 0) -> dict:
-    return dict(id=spec.id, source=spec.source, statement=spec.statement, preset=spec.preset,
+def _empty(spec: Spec, why: str, results: str) -> dict:
+    return dict(id=spec.id, source=spec.source, statement=spec.statement, preset=spec.preset, results=results,
                 arm={k: (list(v) if isinstance(v, tuple) else v) for k, v in spec.arm},
                 baseline={k: (list(v) if isinstance(v, tuple) else v) for k, v in spec.baseline},
                 measure=spec.measure, direction=spec.direction, test=_test_name(spec, 0), n_seeds=0, tokens=None,
-                tokens_per_param=None, epochs=None, val_bytes=None, effect=None, ci=None, p=None,
-                mde=None, min_p=None, published=_published(spec), command=_command(spec), notes=[why])
+                tokens_per_param=None, epochs=None, val_bytes=None, lr_bracketed=None, judged=False, effect=None,
+                ci=None, p=None, mde=None, min_p=None, published=_published(spec), command=_command(spec),
+                notes=[why])
 
 
 def _test_name(spec: Spec, n: int) -> str:
@@ -258,17 +318,20 @@ def _command(spec: Spec) -> str:
     return f"{_STUDY[spec.preset]} && {_SELF}"
 
 
-def measure(spec: Spec, rows: list[dict] | None) -> dict:
-    """The record of one claim before Holm's correction (p_holm and verdict are set by ``build``)."""
+def measure(spec: Spec, rows: list[dict] | None, results: str | None = None) -> dict:
+    """The record of one claim before Holm's correction (p_holm and verdict are set by ``build``); ``rows`` are the
+    runs of the results directory ``results`` (default: the spec's preset's)."""
+    results = results or spec.preset
     if spec.needs:
-        return _empty(spec, f"not measured: {spec.needs}")
+        return _empty(spec, f"not measured: {spec.needs}", results)
     if rows is None:
-        return _empty(spec, f"not measured: benchmarks/results/study/{spec.preset}/ is not committed")
+        where = f"{spec.preset}/" + (f" nor {spec.legacy}/" if spec.legacy else "")
+        return _empty(spec, f"not measured: benchmarks/results/study/{where} is not committed", results)
     arm_all = [r for r in rows if matches(r, spec.arm)]
     base_all = [r for r in rows if matches(r, spec.baseline)]
     if not arm_all or not base_all:
-        return _empty(spec, f"not measured: {spec.preset}/ holds {len(arm_all)} runs of the arm and "
-                            f"{len(base_all)} of the baseline")
+        return _empty(spec, f"not measured: {results}/ holds {len(arm_all)} runs of the arm and "
+                            f"{len(base_all)} of the baseline", results)
     arm, arm_info = _tuned(arm_all, spec.tune)
     base, base_info = _tuned(base_all, spec.tune)
     notes = []
@@ -281,7 +344,7 @@ def measure(spec: Spec, rows: list[dict] | None) -> dict:
         p = fisher_exact(ka, na, kb, nb)
         mde = mde_rate(kb / nb, na, nb)
         min_p = fisher_exact(na, na, 0, nb)  # every arm run failed, no baseline run did
-        n = min(len({r["seed"] for r in arm}), len({r["seed"] for r in base}))
+        n = seeds = min(len({r["seed"] for r in arm}), len({r["seed"] for r in base}))
         notes.append(f"failed {ka} of {na} runs against {kb} of {nb}")
         if mde is None:
             notes.append(f"Fisher's test cannot reach p < {ALPHA:g} with {na} runs against {nb}, whatever the rates")
@@ -289,32 +352,30 @@ def measure(spec: Spec, rows: list[dict] | None) -> dict:
         key = spec.measure
         a = {_setting(r, spec.pair_by): r[key] for r in arm if r.get(key) is not None}
         b = {_setting(r, spec.pair_by): r[key] for r in base if r.get(key) is not None}
-        pairs = sorted(set(a) & set(b))
+        both = sorted(set(a) & set(b))
+        pairs = [k for k in both if math.isfinite(a[k]) and math.isfinite(b[k])]
         if not pairs:
-            return _empty(spec, f"not measured: no {key} recorded for both sides at the same "
-                                f"{' and '.join(spec.pair_by)}")
+            return _empty(spec, f"not measured: no finite {key} recorded for both sides at the same "
+                                f"{' and '.join(spec.pair_by)}", results)
+        if len(pairs) < len(both):
+            notes.append(f"{len(both) - len(pairs)} pairs left out: a run of the pair diverged (no finite {key})")
         d = differences([a[k] for k in pairs], [b[k] for k in pairs])
         means = (sum(a[k] for k in pairs) / len(pairs), sum(b[k] for k in pairs) / len(pairs))
         iv = paired_t_interval(d)
         effect, low, high, n = iv.mean, iv.low, iv.high, len(pairs)
+        seeds = len({k[-1] for k in pairs})
         p = sign_flip_p(d)
         mde = mde_paired(iv.sd, n) if iv.sd is not None else None
         min_p = min_sign_flip_p(n)
         if spec.pair_by != ("seed",):
-            notes.append(f"paired by {' and '.join(spec.pair_by)}: {n} pairs over {len({k[-1] for k in pairs})} seeds")
+            notes.append(f"paired by {' and '.join(spec.pair_by)}: {n} pairs over {seeds} seeds")
         if any(r["failed"] for r in arm + base):
             notes.append(f"failed runs keep their final loss: {sum(r['failed'] for r in arm)} of the arm's "
                          f"{len(arm)}, {sum(r['failed'] for r in base)} of the baseline's {len(base)}")
     if min_p >= ALPHA:
         notes.append(f"the test's smallest possible p with these runs is {min_p:.3g} >= {ALPHA:g}: no verdict but "
                      "inconclusive is possible")
-    if spec.tune and len(arm_info.get("lr_grid", (0, 0))) > 1:
-        notes.append("each side at its own best " + " and ".join(spec.tune) + " (lowest mean final validation loss), "
-                     "chosen on the same validation bytes the test reads")
-    if spec.tune and len(arm_info.get("lr_grid", ())) == 1 and len(base_info.get("lr_grid", ())) == 1:
-        notes.append(f"one learning rate ({arm_info['lr']:g}) for both sides: neither is tuned")
-    elif arm_info.get("lr_at_grid_edge") or base_info.get("lr_at_grid_edge"):
-        notes.append("a best learning rate lies at the edge of the grid: the grid does not bracket that side's optimum")
+    notes += _tuning_notes(spec, arm_info, base_info)
     inits = ({r["init"] for r in arm}, {r["init"] for r in base})
     if inits[0] != inits[1] and "init" not in dict(spec.arm):
         notes.append(f"the arm ran only at {'/'.join(sorted(inits[0]))} init, the baseline at "
@@ -323,15 +384,36 @@ def measure(spec: Spec, rows: list[dict] | None) -> dict:
         notes.append("future_leak and train_mode_val_loss were not recorded for these BatchNorm runs (null): the "
                      "claim is judged on the generalization gap alone")
     notes += spec.remarks
-    budget = _budget(arm)
-    if budget["val_bytes"] < 262144 and spec.measure in (LOSS, GAP):
-        notes.append(f"final losses measured on {budget['val_bytes']:,} held-out bytes")
-    return dict(id=spec.id, source=spec.source, statement=spec.statement, preset=spec.preset,
+    budget = _budget(arm, arm + base)
+    unjudged = _unjudged(spec, arm_all + base_all, budget["val_bytes"], seeds, (arm_info, base_info))
+    notes = [f"not judged: {why}" for why in unjudged] + notes
+    bracketed = [info["lr_bracketed"] for info in (arm_info, base_info) if "lr_bracketed" in info]
+    return dict(id=spec.id, source=spec.source, statement=spec.statement, preset=spec.preset, results=results,
                 arm=_side(spec.arm, arm, arm_info, means[0]),
                 baseline=_side(spec.baseline, base, base_info, means[1]),
                 measure=spec.measure, direction=spec.direction, test=_test_name(spec, n), n_seeds=n, **budget,
+                lr_bracketed=all(bracketed) if bracketed else None, judged=not unjudged,
                 effect=_round(effect), ci=[_round(low), _round(high)] if low is not None else None, p=_round(p),
                 mde=_round(mde), min_p=_round(min_p), published=_published(spec), command=_command(spec), notes=notes)
+
+
+def _tuning_notes(spec: Spec, arm_info: dict, base_info: dict) -> list[str]:
+    """How each side's setting was chosen, and where a best learning rate is not bracketed by its grid."""
+    if not spec.tune:
+        return []
+    grids = (arm_info.get("lr_grid", ()), base_info.get("lr_grid", ()))
+    if len(grids[0]) == 1 and len(grids[1]) == 1:
+        return [f"one learning rate ({arm_info['lr']:g}) for both sides: neither is tuned"]
+    on = ("the lowest mean final dev loss over seeds, on the dev split; the test split's bytes decide the effect"
+          if "test" not in (arm_info["chosen_on"], base_info["chosen_on"]) else
+          "the lowest mean final loss over seeds, on the same held-out bytes the test reads: no dev split")
+    notes = [f"each side at its own best {' and '.join(spec.tune)} ({on})"]
+    for side, info in (("arm", arm_info), ("baseline", base_info)):
+        if not info.get("lr_bracketed", True):
+            grid = "/".join(f"{v:g}" for v in info["lr_grid"])
+            notes.append(f"the {side}'s best learning rate {info['lr']:g} is not inside its grid ({grid}): the grid "
+                         "does not bracket its optimum")
+    return notes
 
 
 def _round(x: float | None) -> float | None:
@@ -339,16 +421,38 @@ def _round(x: float | None) -> float | None:
     return None if x is None else float(f"{x:.12g}")
 
 
+def _rows(spec: Spec, results: Path, cache: dict) -> tuple[list[dict] | None, str]:
+    """The runs a claim reads and their directory: its preset's, else (not committed yet) its legacy one's."""
+    for name in (spec.preset, spec.legacy):
+        if name and name not in cache:
+            cache[name] = load_rows(results, name)
+        if name and cache[name] is not None:
+            return cache[name], name
+    return None, spec.preset
+
+
+def _outside(spec: Spec, times: Path) -> list[str]:
+    """A note for a claim whose runs are outside the claim set that re-runs within ``BUDGET_CPU_HOURS``: what its
+    preset costs, computed from the measured times in ``times`` (where that file is)."""
+    if spec.needs or spec.preset in CLAIM_SET:
+        return []
+    cost = ""
+    if times.exists():
+        cost = (f": `{spec.preset}` takes {preset_cost(PRESETS[spec.preset], load_costs(times)).cpu_hours:.1f} "
+                "CPU-hours, computed from measured per-step times")
+    return [f"outside the {BUDGET_CPU_HOURS:g}-CPU-hour claim set ({', '.join(CLAIM_SET)}){cost}; its command "
+            "makes its runs"]
+
+
 def build(specs: tuple[Spec, ...] | None = None, results: Path = RESULTS) -> list[Claim]:
-    """Every claim's record from the committed runs under ``results``, Holm-corrected across the whole file."""
+    """Every claim's record from the committed runs under ``results``, Holm-corrected across the judged ones."""
     specs = SPECS if specs is None else specs
     cache: dict[str, list[dict] | None] = {}
-    records = []
-    for s in specs:
-        if s.preset not in cache:
-            cache[s.preset] = load_rows(results, s.preset)
-        records.append(measure(s, cache[s.preset]))
-    tested = [i for i, r in enumerate(records) if r["p"] is not None]
+    times = Path(results).parent / "study_presets.json"  # the measured times budget.py prices a preset by
+    records = [measure(s, *_rows(s, results, cache)) for s in specs]
+    for s, r in zip(specs, records):
+        r["notes"] = r["notes"] + _outside(s, times)
+    tested = [i for i, r in enumerate(records) if r["p"] is not None and r["judged"]]
     adjusted = dict(zip(tested, holm([records[i]["p"] for i in tested])))
     out = []
     for i, r in enumerate(records):
@@ -359,26 +463,31 @@ def build(specs: tuple[Spec, ...] | None = None, results: Path = RESULTS) -> lis
 
 
 def to_json(claims: list[Claim]) -> str:
-    m = sum(c.p is not None for c in claims)
-    head = {"method": METHOD, "alpha": ALPHA, "power": POWER, "holm_family": m,
-            # the fewest seeds with which a loss claim can be decided at all: its sign-flip p, with every seed of
-            # one sign, below Holm's first threshold alpha / m
-            "seeds_to_decide": pairs_to_reach(ALPHA / m) if m else None, "claims": [asdict(c) for c in claims]}
+    m = sum(c.p_holm is not None for c in claims)
+    head = {"method": METHOD, "alpha": ALPHA, "power": POWER, "min_val_bytes": MIN_VAL_BYTES, "min_seeds": MIN_SEEDS,
+            "holm_family": m,
+            # the fewest seeds with which a loss claim can be decided at all once every claim of the file is judged:
+            # its sign-flip p, with every seed of one sign, below Holm's first threshold alpha / len(claims)
+            "seeds_to_decide": pairs_to_reach(ALPHA / len(claims)) if claims else None,
+            "claims": [asdict(c) for c in claims]}
     return json.dumps(head, indent=1, ensure_ascii=False) + "\n"
 
 
-METHOD = ("Each claim compares an arm with its baseline in one results directory. Loss and gap claims pair runs by "
-          "seed (by learning rate and seed where a claim spans the grid) and test the mean paired difference with "
-          "the exact two-sided sign-flip permutation test (every one of the 2^n sign vectors; p >= 2/2^n, so 3 "
-          "seeds can never give p < 0.25 and 5 seeds never p < 0.05); the interval is the paired-t 95 % interval. "
-          "Failure claims compare failure rates with Fisher's exact test (two-sided); the interval is Newcombe's. "
-          "p_holm is Holm's step-down adjustment across every record with a p-value. A claim is 'supported' or "
-          "'contradicted' only where p_holm < 0.05 with the effect in (or against) its direction; a claim of no "
-          "difference can only be contradicted; everything else is 'inconclusive'. mde is the smallest |effect| "
-          "the paired t-test (noncentral t, the seeds' sd taken as the truth) or Fisher's test (exact binomial "
-          "power) detects with 80 % power at alpha 0.05, before Holm: a lower bound on what this file could "
-          "decide. 'Tuned' sides run at their own best learning rate of the grid, chosen on the same validation "
-          "bytes. effect = arm minus baseline.")
+METHOD = ("Each claim compares an arm with its baseline in one results directory. Every final loss is measured on "
+          "the held-out test split (at least 262,144 bytes, the same for every run, read whole), and a tuned side "
+          "runs at its own best learning rate (and warmup) of the grid, chosen by the lowest mean final loss over "
+          "seeds on the separate dev split. Loss and gap claims pair runs by seed (by learning rate and seed where "
+          "a claim spans the grid) and test the mean paired difference with the exact two-sided sign-flip "
+          "permutation test (every one of the 2^n sign vectors; p >= 2/2^n, so 3 seeds can never give p < 0.25 and "
+          "5 seeds never p < 0.05); the interval is the paired-t 95 % interval. Failure claims compare failure "
+          "rates with Fisher's exact test (two-sided); the interval is Newcombe's. A claim is judged only where its "
+          "final losses were measured on at least 262,144 held-out bytes, with 5 seeds or more, on one data split "
+          "and with its learning rates chosen on the dev split; p_holm is Holm's step-down adjustment across the "
+          "judged records. A judged claim is 'supported' or 'contradicted' only where p_holm < 0.05 with the effect "
+          "in (or against) its direction; a claim of no difference can only be contradicted; everything else is "
+          "'inconclusive'. mde is the smallest |effect| the paired t-test (noncentral t, the seeds' sd taken as the "
+          "truth) or Fisher's test (exact binomial power) detects with 80 % power at alpha 0.05, before Holm: a "
+          "lower bound on what this file could decide. effect = arm minus baseline.")
 
 
 # ---- the claims ----------------------------------------------------------------------------------------------
@@ -401,33 +510,39 @@ _SEED_000, _SEED_002, _SEED_003 = "000_3284b066540def01.txt", "002_1b45541e9a614
 
 
 def _frontier(id_: str, source: str, statement: str, arm, published: Published | None, direction: str = LOWER,
-              preset: str = "frontier", baseline=_PRE_GPT2, tune=("lr",)) -> Spec:
-    return Spec(id_, source, statement, preset, LOSS, direction, arm, baseline, tune, ("seed",), published)
+              preset: str = "claims_frontier", baseline=_PRE_GPT2, tune=("lr",), legacy: str = "frontier") -> Spec:
+    return Spec(id_, source, statement, preset, LOSS, direction, arm, baseline, tune, ("seed",), published,
+                legacy=legacy)
 
+
+_D6, _D12, _D48, _W100 = ("depth", 6), ("depth", 12), ("depth", 48), ("warmup", 100)
 
 SPECS: tuple[Spec, ...] = (
     # the seeds' claims
     Spec("post_unstable", _SEED_003, "Pre-norm trains more stably than post-norm in a deep network: post-LN fails "
-         "(a plateau at the unigram loss or a loss spike) more often at 24 layers, over a 30x learning-rate range.",
-         "paper24", FAILURE, HIGHER, (("placement", "post"),), _PRE),
+         "(a plateau at the unigram loss or a loss spike) more often at 24 layers, over the learning-rate grid.",
+         "claims_frontier", FAILURE, HIGHER, (("placement", "post"),), _PRE, legacy="paper24"),
     Spec("post_warmup", _SEED_000, "Post-norm needs learning-rate warmup: without it, post-LN ends at a higher "
          "validation loss than with 100 warmup steps (the deciding contrast: post-LN without against with warmup, "
-         "at each learning rate of the grid).", "study", LOSS, HIGHER,
-         (("placement", "post"), ("warmup", 0)), (("placement", "post"), ("warmup", 100)), (), ("lr", "seed")),
+         "at each learning rate of the grid).", "claims_seeds", LOSS, HIGHER,
+         (("placement", "post"), _D6, ("warmup", 0)), (("placement", "post"), _D6, _W100), (), ("lr", "seed"),
+         legacy="study"),
     Spec("pre_warmup", _SEED_003, "Pre-norm does not need learning-rate warmup: pre-LN ends at the same validation "
-         "loss without warmup as with 100 warmup steps, at each learning rate of the grid.", "study", LOSS, SAME,
-         (*_PRE, ("warmup", 0)), (*_PRE, ("warmup", 100)), (), ("lr", "seed")),
+         "loss without warmup as with 100 warmup steps, at each learning rate of the grid.", "claims_seeds", LOSS,
+         SAME, (*_PRE, _D6, ("warmup", 0)), (*_PRE, _D6, _W100), (), ("lr", "seed"), legacy="study"),
     Spec("post_tuned", _SEED_003, "Post-norm can end slightly better than pre-norm with careful tuning: each at its "
-         "own best learning rate and warmup, post-LN ends at a lower validation loss.", "study", LOSS, LOWER,
-         (("placement", "post"),), _PRE, ("lr", "warmup")),
+         "own best learning rate and warmup, post-LN ends at a lower validation loss.", "claims_seeds", LOSS, LOWER,
+         (("placement", "post"), _D6), (*_PRE, _D6), ("lr", "warmup"), legacy="study"),
     Spec("no_residual", _SEED_002, "Without the residual connection a deep network (12 layers) does not train: it "
-         "fails more often than pre-LN.", "study_residual", FAILURE, HIGHER, (("placement", "no_residual"),), _PRE),
+         "fails more often than pre-LN.", "claims_seeds", FAILURE, HIGHER, (("placement", "no_residual"), _D12),
+         (*_PRE, _D12), legacy="study_residual"),
     Spec("batchnorm", _SEED_002, "BatchNorm in place of LayerNorm trains but generalizes poorly: its generalization "
-         "gap (validation minus training-split loss) is larger than LayerNorm's.", "study_norms", GAP, HIGHER,
-         (("placement", "pre"), ("norm", "batch")), _PRE),
+         "gap (validation minus training-split loss) is larger than LayerNorm's.", "claims_seeds", GAP, HIGHER,
+         (("placement", "pre"), ("norm", "batch"), _D6, _W100), (*_PRE, _D6, _W100), ("lr",),
+         legacy="study_norms"),
     Spec("rmsnorm", _SEED_003, "RMSNorm provides the same stabilization as LayerNorm: pre-norm with RMSNorm ends at "
-         "the same validation loss as with LayerNorm.", "study_norms", LOSS, SAME,
-         (("placement", "pre"), ("norm", "rms")), _PRE),
+         "the same validation loss as with LayerNorm.", "claims_seeds", LOSS, SAME,
+         (("placement", "pre"), ("norm", "rms"), _D6, _W100), (*_PRE, _D6, _W100), ("lr",), legacy="study_norms"),
     # the frontier's: each form at its best learning rate against GPT-2-init pre-LN at its own, 24 layers
     _frontier("mixln", "2412.13795", "Mix-LN (post-norm in the first quarter of the layers) ends below pre-LN.",
               (("placement", "mix"),), _MIXLN),
@@ -457,7 +572,7 @@ SPECS: tuple[Spec, ...] = (
               Published("Derf reaches 82.8 % ImageNet top-1 against LayerNorm's 82.3 %", "ViT on ImageNet",
                         "2512.10938")),
     _frontier("dyt", "2503.10622", "DyT (the DyT paper's per-slot alpha0 0.8/0.2/0.2) in place of LayerNorm ends at "
-              "the same loss as pre-LN.", (("placement", "pre"), ("norm", "dyt")),
+              "the same loss as pre-LN.", (("placement", "pre"), ("norm", "dyt"), ("dyt_alpha", "0.8/0.2/0.2")),
               Published("Transformers with DyT match or exceed their normalized counterparts, mostly without tuning",
                         "ViT, DiT, LLaMA 7B-70B and others", "2503.10622"), SAME),
     Spec("dyt_embedding_scale", "2503.10622", "DyT trains as LayerNorm does once the token embedding is multiplied by "
@@ -465,42 +580,44 @@ SPECS: tuple[Spec, ...] = (
          (("placement", "pre"), ("norm", "dyt")), _PRE,
          needs="an embedding scale in GPTConfig and the DyT/Derf audit's arms at scale sqrt(d) and at unit-RMS "
                "embeddings, 5 seeds or more; no committed run has one"),
-    # depth: where each form stops training (48 layers, both learning rates pooled)
+    # depth: where each form stops training (48 layers, the learning rates pooled)
     Spec("post_depth", "2412.13795", "Post-LN stops training at 48 layers, where pre-LN keeps training: it fails more "
-         "often.", "depth", FAILURE, HIGHER, (("placement", "post"), ("depth", 48)), (*_PRE, ("depth", 48)),
-         published=_POST_DIVERGES),
-    *(Spec(f"{form}_depth", arxiv, f"{name} keeps training at 48 layers as pre-LN does: it fails as often.", "depth",
-           FAILURE, SAME, (("placement", form), ("depth", 48)), (*_PRE, ("depth", 48)))
+         "often.", "claims_depth", FAILURE, HIGHER, (("placement", "post"), _D48), (*_PRE, _D48),
+         published=_POST_DIVERGES, legacy="depth"),
+    *(Spec(f"{form}_depth", arxiv, f"{name} keeps training at 48 layers as pre-LN does: it fails as often.",
+           "claims_depth", FAILURE, SAME, (("placement", form), _D48), (*_PRE, _D48), legacy="depth")
       for form, name, arxiv in (("deepnorm", "DeepNorm", "2203.00555"), ("mix", "Mix-LN", "2412.13795"),
                                 ("lns", "LayerNorm Scaling", "2502.05795"))),
     # the mixing gains
     Spec("hc_gain_depth", "2512.24880", "HC's composite mixing gain grows with depth: its peak forward gain over "
-         "training is larger at 24 layers than at 6.", "mixing", GAIN_FWD, HIGHER,
-         (("placement", "hc"), ("depth", 24)), (("placement", "hc"), ("depth", 6)), published=_MHC,
+         "training is larger at 24 layers than at 6.", "claims_mixing", GAIN_FWD, HIGHER,
+         (("placement", "hc"), ("depth", 24)), (("placement", "hc"), _D6), published=_MHC, legacy="mixing",
          remarks=("the peak over training, not the last evaluation (HC's gain falls again late in training); the "
                   "paper's 3000 is at 27B parameters (these runs' counts are in arm and baseline)",)),
     Spec("mhc_gain", "2512.24880", "mHC keeps the composite mixing gain near 1 where HC's grows: at 24 layers mHC's "
-         "peak backward gain over training is below HC's.", "mixing", GAIN_BWD, LOWER,
+         "peak backward gain over training is below HC's.", "claims_mixing", GAIN_BWD, LOWER,
          (("placement", "mhc"), ("depth", 24)), (("placement", "hc"), ("depth", 24)), published=_MHC,
+         legacy="mixing",
          remarks=("backward (column sums) because mHC's forward gain is 1 by construction: Sinkhorn's last step "
                   "normalizes rows, and a product of row-stochastic matrices has every row sum 1; the backward gain "
                   "is what the paper's 1.6 measures (finite Sinkhorn rounds leave the columns off 1)",)),
     # budgets and widths: DyT's sign flip, and the frontier forms 20 times longer (long) and 4 times wider (wide)
     _frontier("dyt_budget", "2604.23434", "DyT in place of LayerNorm ends below pre-LN at a small token budget "
-              "(512k tokens, 24 layers).", (("placement", "pre"), ("norm", "dyt")), _DYT_SMALL, LOWER, "paper24",
-              _PRE),
+              "(512k tokens, 24 layers).", (("placement", "pre"), ("norm", "dyt"), ("dyt_alpha", "0.5")),
+              _DYT_SMALL, LOWER, "claims_dyt_budget", _PRE, legacy="paper24"),
     _frontier("dyt_long", "2604.23434", "DyT in place of LayerNorm ends above pre-LN at a larger token budget (up to "
               "10M tokens, 6 layers, trained until flat).", (("placement", "pre"), ("norm", "dyt")), _DYT_LARGE,
-              HIGHER, "long", _PRE),
-    *(_frontier(f"{form}_{preset}", arxiv, f"{name} ends below pre-LN {where}.", (("placement", form),), pub,
-                LOWER, preset, _PRE)
-      for preset, where in (("long", "at a 20 times longer token budget (6 layers, trained until flat)"),
-                            ("wide", "at four times the width (d_model 256, 12 layers)"))
+              HIGHER, "claims_long", _PRE, legacy="long"),
+    *(_frontier(f"{form}_{where}", arxiv, f"{name} ends below pre-LN {text}.", (("placement", form),), pub,
+                LOWER, f"claims_{where}", _PRE, legacy=where)
+      for where, text in (("long", "at a 20 times longer token budget (6 layers, trained until flat)"),
+                          ("wide", "at four times the width (d_model 256, 12 layers)"))
       for form, name, arxiv, pub in (("mix", "Mix-LN", "2412.13795", _MIXLN),
                                      ("lns", "LayerNorm Scaling", "2502.05795", _LNS),
                                      ("mhc", "mHC (4 streams)", "2512.24880", None))),
     Spec("post_wide", "2412.13795", "Post-LN stops training at d_model 256 (12 layers), where pre-LN trains: it fails "
-         "more often.", "wide", FAILURE, HIGHER, (("placement", "post"),), _PRE, published=_POST_DIVERGES),
+         "more often.", "claims_wide", FAILURE, HIGHER, (("placement", "post"),), _PRE, published=_POST_DIVERGES,
+         legacy="wide"),
 )
 
 

@@ -20,6 +20,11 @@ Files in the run's directory (named by the run and its cache key):
 Every file is written atomically (temporary file, fsync, rename); metrics are appended line by line and cut
 back to the checkpoint's step on resume. A truncated or corrupt file is reported by name and its run redone.
 
+The evaluations during training read fixed batches of the dev split (data.py), and so does every decision (the
+stopping rule of ``until_flat``); the final losses read the test and dev splits whole (heldout.py): the summary's
+``final_val_loss`` is the test split's, over ``val_bytes`` bytes, beside ``final_dev_loss``, ``dev_bytes`` and the
+seconds the test evaluation took (``test_eval_seconds``).
+
 Under ``torchrun`` (a process group initialised: gloo on CPU, nccl on GPU) one run trains data-parallel:
 each rank takes its slice of every step's global batch, DDP averages the gradients, the logged loss is the
 ranks' mean (the global batch's loss), and rank 0 alone writes files. A run uses the GPU when one is present.
@@ -44,6 +49,7 @@ from . import tensorboard as tb
 from .config import RunConfig
 from .data import SplitCorpus, lr_at
 from .flat import flatten_step
+from .heldout import final_losses
 from .probe import probe
 
 SPIKE_WINDOW = 20
@@ -133,10 +139,11 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 @torch.no_grad()
 def evaluate(model, data: SplitCorpus, cfg: RunConfig, split: str = "val") -> float:
-    """Mean loss in evaluation mode over the split's fixed batches (``val``, or ``train`` for the gap)."""
+    """Mean loss in evaluation mode over the split's fixed batches (``val``: the dev split's, or ``train`` for the
+    gap)."""
     model.eval()
     total = 0.0
-    fixed = data.val_batches if split == "val" else data.train_eval_batches
+    fixed = data.dev_batches if split == "val" else data.train_eval_batches
     batches = fixed(cfg.eval_batches, cfg.batch, cfg.seq_len)
     device = next(model.parameters()).device
     for x, y in batches:
@@ -156,7 +163,7 @@ def train_eval_gap(model, data: SplitCorpus, cfg: RunConfig) -> dict:
     Running statistics are saved and restored around the measurement."""
     buffers = {k: v.clone() for k, v in model.named_buffers()}
     model.train()
-    batches = data.val_batches(cfg.eval_batches, cfg.batch, cfg.seq_len)
+    batches = data.dev_batches(cfg.eval_batches, cfg.batch, cfg.seq_len)
     device = next(model.parameters()).device
     train_loss = sum(model(x.to(device), y.to(device))[1].item() for x, y in batches) / len(batches)
     x = batches[0][0].to(device)
@@ -391,7 +398,7 @@ def _train(cfg: RunConfig, data: SplitCorpus, s: _Session, writer, progress, tas
     probed every ``cfg.eval_every`` steps and checkpointed every ``cfg.checkpoint_every``, until the last step, a
     failure or a flattened curve. Returns (failure or None, whether the curve flattened, the loop's seconds)."""
     # one fixed validation batch for probe.py (saturation of DyT/Derf, mixing gains of a widened stream)
-    probe_x = data.val_batches(1, cfg.batch, cfg.seq_len)[0][0] if cfg.bounded or cfg.widened else None
+    probe_x = data.dev_batches(1, cfg.batch, cfg.seq_len)[0][0] if cfg.bounded or cfg.widened else None
     position = {id(p): i for i, p in enumerate(s.params)}
     blocks = [torch.tensor([position[id(p)] for p in b.parameters() if p.requires_grad]) for b in s.model.h]
     stats = _StreamStats(s.model)
@@ -482,10 +489,11 @@ def _finish(cfg: RunConfig, data: SplitCorpus, run_dir: Path, key: str, s: _Sess
         dist.barrier()  # rank 0's metrics are complete
     lines = read_metrics(run_dir)
     vals = [(m["step"], m["val_loss"]) for m in lines if "val_loss" in m]
-    final_val = evaluate(s.model, data, cfg) if failure != "nan" else float("nan")
+    held = final_losses(s.model, data, cfg.seq_len, diverged=failure == "nan")  # the test and dev splits whole
+    final_val = held["final_val_loss"]
     if failure is None and not math.isfinite(final_val):  # finite training losses, a model that gives NaN on text
         failure = "nan"
-    if failure is None and final_val >= data.unigram_nats:
+    if failure is None and final_val >= data.test_unigram_nats:
         failure = "plateau"
     gap = train_eval_gap(s.model, data, cfg) if failure != "nan" else {}
     gap.update(_train_split(s.model, data, cfg, final_val, failure))
@@ -493,7 +501,7 @@ def _finish(cfg: RunConfig, data: SplitCorpus, run_dir: Path, key: str, s: _Sess
     summary = {"key": key, "name": cfg.name(), "run_dir": str(run_dir), "config": cfg.__dict__,
                "data_digest": data.digest,
                "steps_done": len(losses), "final_train_loss": losses[-1] if losses else float("nan"),
-               "final_val_loss": final_val, **gap, "val_curve": vals, "failed": failure is not None, "failure": failure,
+               **held, **gap, "val_curve": vals, "failed": failure is not None, "failure": failure,
                **_convergence(vals, data.unigram_nats), "stopped_flat": bool(flat),
                "tokens_seen": len(losses) * cfg.batch * cfg.seq_len,
                "n_params": sum(p.numel() for p in s.model.parameters()), **_probe_summary(lines),
