@@ -23,11 +23,14 @@ from .runner import build_model, grad_profile, rank_and_world, read_metrics, tra
 from .verdict import JUDGED_FROM, too_short
 
 # what a run measured beyond its loss, kept in its row (summary.json/csv/md) where the run recorded it: the
-# flattening of the long preset's stopping rule, BatchNorm's train-mode loss and future leak, and the DyT/Derf
-# audit's saturation and learned alpha per slot ({slot: value}; one column per slot in summary.csv)
+# composite mixing gains of a widened stream (last evaluation and peak over training), the flattening of the long
+# preset's stopping rule, BatchNorm's train-mode loss and future leak, the stream's RMS after the last block at the
+# last step, and the DyT/Derf audit's saturation and learned alpha per slot ({slot: value}; one column per slot in
+# summary.csv)
 PER_SLOT = ("saturation", "alpha")
-MEASURED = ("max_composite_gain_fwd", "max_composite_gain_bwd", "flattened", "flatten_step", "stopped_flat",
-            "train_mode_val_loss", "future_leak", *PER_SLOT)
+MEASURED = ("max_composite_gain_fwd", "max_composite_gain_bwd", "peak_composite_gain_fwd", "peak_composite_gain_bwd",
+            "flattened", "flatten_step", "stopped_flat", "train_mode_val_loss", "future_leak", "last_stream_rms",
+            *PER_SLOT)
 COLUMNS = ["name", "placement", "norm", "depth", "d_model", "lr", "warmup", "seed", "clip", "init", "steps",
            "n_streams", "value_residual", "dyt_alpha", "embed_scale", "steps_done", "tokens_seen", "n_params", "final_train_loss",
            "final_val_loss", "final_train_split_loss", "generalization_gap", "failed", "failure", "too_short",
