@@ -224,8 +224,8 @@ def grad_profile(lines) -> dict[str, list[float]]:
 
 def _probe_summary(lines: list[dict]) -> dict:
     """The last evaluation's saturation per slot and its largest composite gains, where the run measured them, the
-    saturation of every evaluation (``saturation_curve``) and the largest gains of every evaluation
-    (``gain_curve``)."""
+    saturation of every evaluation (``saturation_curve``), the largest gains of every evaluation (``gain_curve``)
+    and their peak over training (``peak_composite_gain_fwd/bwd``: HC's gain rises and falls again)."""
     last = next((m for m in reversed(lines) if "saturation" in m or "composite_gain_fwd" in m), None)
     if last is None:
         return {}
@@ -237,7 +237,12 @@ def _probe_summary(lines: list[dict]) -> dict:
         out["max_composite_gain_fwd"] = max(last["composite_gain_fwd"])
         out["max_composite_gain_bwd"] = max(last["composite_gain_bwd"])
         out["gain_curve"] = _gain_curve(lines)
+        out.update(_gain_peaks(out["gain_curve"]))
     return out
+
+
+def _gain_peaks(curve: list[list]) -> dict:
+    return {"peak_composite_gain_fwd": max(c[1] for c in curve), "peak_composite_gain_bwd": max(c[2] for c in curve)}
 
 
 def _backfill(summary: dict, cfg: RunConfig, data: SplitCorpus, run_dir: Path) -> bool:
@@ -270,6 +275,8 @@ def _backfill(summary: dict, cfg: RunConfig, data: SplitCorpus, run_dir: Path) -
             summary[key] = value
     if "last_stream_rms" not in summary:
         summary.update(stream_summary(lines))
+    if summary.get("gain_curve") and "peak_composite_gain_fwd" not in summary:
+        summary.update(_gain_peaks(summary["gain_curve"]))
     return set(summary) != before
 
 
