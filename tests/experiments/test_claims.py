@@ -61,7 +61,7 @@ def test_no_claim_measured_on_the_fixed_4_kib_batches_is_judged(committed):
 def test_the_seeds_claims_name_their_seed_document_and_carry_no_published_number(committed):
     seeds = [r for r in committed["claims"] if r["source"].endswith(".txt")]
     assert {r["id"] for r in seeds} == {"post_unstable", "post_warmup", "pre_warmup", "post_tuned", "no_residual",
-                                        "batchnorm", "rmsnorm"}
+                                        "batchnorm", "batchnorm_mode_gap", "batchnorm_leak", "rmsnorm"}
     assert all(r["published"] is None for r in seeds)
 
 
@@ -94,10 +94,12 @@ def test_the_claims_presets_run_gpt2_init_five_seeds_and_a_grid_that_can_bracket
             assert len({r.lr for r in arm}) >= 3, spec.id
 
 
-def test_a_claim_without_runs_keeps_its_record_and_says_so(committed):
-    r = {c["id"]: c for c in committed["claims"]}["dyt_embedding_scale"]
-    assert (r["verdict"], r["effect"], r["p"], r["n_seeds"]) == (INCONCLUSIVE, None, None, 0)
-    assert r["notes"][0].startswith("not measured: an embedding scale")
+def test_a_claim_without_runs_keeps_its_record_and_says_so():
+    spec = next(s for s in C.SPECS if s.id == "dyt_embedding_scale")
+    rows = [_run("pre", s, 2.5) for s in range(5)]  # no run with an embedding scale
+    r = C.measure(spec, rows)
+    assert (r["effect"], r["p"], r["n_seeds"]) == (None, None, 0)
+    assert r["notes"][0] == "not measured: claims_dyt_cause/ holds 0 runs of the arm and 5 of the baseline"
 
 
 # ---- the measurement, on made-up runs -------------------------------------------------------------------------
@@ -139,6 +141,47 @@ def test_a_batchnorm_gap_claim_says_when_the_leak_was_not_recorded():
     assert r["effect"] == pytest.approx(0.04) and r["p"] == 0.25
     assert any(n.startswith("future_leak and train_mode_val_loss were not recorded") for n in r["notes"])
     assert r["notes"][-1] == "a remark"  # the spec's remarks ride along
+
+
+def test_the_batchnorm_claims_read_the_leak_and_the_evaluation_minus_training_mode_loss(tmp_path):
+    """The seed's 'BatchNorm generalizes poorly', judged on the gap, on the train/evaluation-mode difference and
+    on the future leak, from the rows of a results directory (LayerNorm's leak and mode difference: 0)."""
+    rows = [_run("pre", s, 2.5, gap=0.01, future_leak=0.0, train_mode_val_loss=2.5) for s in range(3)]
+    rows += [_run("pre", s, 2.8, gap=0.02, future_leak=10.0 + s, train_mode_val_loss=2.6) | {"norm": "batch"}
+             for s in range(3)]
+    (tmp_path / "study_norms").mkdir()
+    (tmp_path / "study_norms" / "summary.json").write_text(json.dumps({"runs": rows}))
+    loaded = C.load_rows(tmp_path, "study_norms")
+    assert [r[C.MODE_GAP] for r in loaded] == pytest.approx([0.0] * 3 + [0.2] * 3)
+    specs = {s.id: s for s in C.SPECS}
+    gap = C.measure(specs["batchnorm"], loaded)
+    assert gap["effect"] == pytest.approx(0.01)
+    assert any(n.startswith("BatchNorm's mean future leak 11 and evaluation-minus-training-mode validation loss "
+                            "+0.2 against 0 and +0") for n in gap["notes"])
+    mode = C.measure(specs["batchnorm_mode_gap"], loaded)
+    leak = C.measure(specs["batchnorm_leak"], loaded)
+    assert mode["effect"] == pytest.approx(0.2) and leak["effect"] == pytest.approx(11.0)
+    assert mode["n_seeds"] == leak["n_seeds"] == 3
+
+
+def test_the_dyt_cause_compares_each_scale_with_none_and_with_layernorm():
+    rows = []
+    for s in range(5):
+        for lr in (1e-3, 3e-3):
+            rows.append(_run("pre", s, 2.6, lr=lr, embed_scale=None))
+            for a in ("0.5", "0.8/0.2/0.2", "8"):
+                rows.append(_run("pre", s, 3.24, lr=lr, failed=a != "8", dyt_alpha=a, embed_scale=None)
+                            | {"norm": "dyt"})
+            for a in ("0.5", "0.8/0.2/0.2"):
+                rows.append(_run("pre", s, 2.6 + 0.01 * s, lr=lr, dyt_alpha=a, embed_scale=8.0) | {"norm": "dyt"})
+    specs = {s.id: s for s in C.SPECS}
+    cause = C.measure(specs["dyt_cause_sqrt_d"], rows)
+    assert (cause["arm"]["mean"], cause["baseline"]["mean"]) == (0.0, 1.0)  # alpha 8 (no scale) left out
+    assert cause["arm"]["runs"] == cause["baseline"]["runs"] == 20 and cause["arm"]["embed_scale"] == 8.0
+    assert cause["baseline"]["embed_scale"] is None and cause["p"] < 1e-9
+    same = C.measure(specs["dyt_embedding_scale"], rows)
+    assert same["n_seeds"] == 5 and same["effect"] == pytest.approx(0.02) and same["arm"]["dyt_alpha"] == "0.8/0.2/0.2"
+    assert "embed_scale" not in C.measure(specs["batchnorm"], rows + [dict(rows[0], norm="batch")])["baseline"]
 
 
 def test_a_tuned_claim_takes_each_side_at_its_own_best_learning_rate():

@@ -6,7 +6,7 @@ import torch
 
 from addnorm import diagnostics
 from addnorm.reference.gpt import gpt_logits
-from addnorm.reference.streams import amax_gain
+from addnorm.reference.streams import amax_gain, composite_mapping
 from frontier_cases import batch, config, hparams, perturbed_model
 
 
@@ -30,23 +30,23 @@ def test_composite_gain_and_per_stream_rms(name):
     for j in range(L):
         block, site = divmod(j, 2)
         site = ("attn", "mlp")[site]
-        fwd = Hs[0]
-        for H in Hs[1:j + 1]:
-            fwd = H @ fwd
-        bwd = Hs[L - 1]
-        for H in reversed(Hs[j:L - 1]):
-            bwd = bwd @ H
-        want = {"h_res_gain_fwd": amax_gain(Hs[j].mean((0, 1)))[0].item(),
-                "h_res_gain_bwd": amax_gain(Hs[j].mean((0, 1)))[1].item(),
-                "composite_gain_fwd": amax_gain(fwd.mean((0, 1)))[0].item(),
-                "composite_gain_bwd": amax_gain(bwd.mean((0, 1)))[1].item()}
+        c = composite_mapping(Hs, j)  # per token (B, T, n, n): the gains per token, then their mean
+        want = {"h_res_gain_fwd": amax_gain(Hs[j])[0].mean().item(),
+                "h_res_gain_bwd": amax_gain(Hs[j])[1].mean().item(),
+                "composite_gain_fwd": amax_gain(c)[0].mean().item(),
+                "composite_gain_bwd": amax_gain(c)[1].mean().item()}
         for q, v in want.items():
             got = [r["value"] for r in rec.frame(q, site) if r["block"] == block]
             assert got == pytest.approx([v], rel=1e-9), (q, j)
     if name == "hc":
         assert max(r["value"] for r in rec.frame("composite_gain_fwd")) > 1.5  # unconstrained: grows
-    else:
+    else:  # rows of a (row-)stochastic product sum to 1: the forward gain is 1 by construction
         assert max(r["value"] for r in rec.frame("composite_gain_fwd")) == pytest.approx(1.0, abs=1e-9)
+    # the paper's composite of sub-layer 0 is the whole stack's product, H_{L-1} ... H_0
+    whole = Hs[0]
+    for H in Hs[1:]:
+        whole = H @ whole
+    assert torch.allclose(composite_mapping(Hs, 0), whole) and torch.equal(composite_mapping(Hs, L - 1), Hs[L - 1])
     # the stream entering block 1's attention, per stream
     x = {}
     h = m.h[1].attn.register_forward_pre_hook(lambda mod, args: x.setdefault("s", args[0].detach()))

@@ -1,6 +1,7 @@
 """The study's write-up (report/study_writeup.py): every claim answered from a study's rows with its intervals and
 calls, the published numbers with their citations and the scale gap, the page and docs/study.md kept current."""
 
+import json
 import re
 from pathlib import Path
 
@@ -42,6 +43,23 @@ def test_the_mixing_gain_claim_reads_the_runs_gains_with_intervals():
     a = answer(claim, {"runs": runs + [dict(runs[0], placement="pre")]})
     assert a["lines"] == ["hc, 12 layers: largest composite gain forward 31 [30, 32], backward 30 [30, 30] (3 runs)",
                           "mhc, 12 layers: largest composite gain forward 2 [1, 3], backward 1 [1, 1] (3 runs)"]
+    peaks = [dict(r, peak_composite_gain_fwd=r["max_composite_gain_fwd"] * 2,
+                  peak_composite_gain_bwd=r["max_composite_gain_bwd"] * 2) for r in runs]
+    a = answer(claim, {"runs": peaks})  # HC's rises and falls again: the peak over training, where recorded
+    assert a["lines"][0] == ("hc, 12 layers: peak composite gain over training forward 62 [60, 64], backward 60 "
+                             "[60, 60] (3 runs)")
+
+
+def test_a_committed_summary_without_peaks_gets_them_from_its_mixing_series(tmp_path):
+    from addnorm.report.study_writeup import load
+
+    (tmp_path / "mixing").mkdir()
+    row = dict(name="hc-a", placement="hc", depth=6, seed=0, lr=1e-3, max_composite_gain_fwd=6.0,
+               max_composite_gain_bwd=4.0)
+    mixing = [dict(placement="hc", depth=6, seed=0, lr=1e-3, series=[[50, 1.0, 1.0], [250, 10.0, 9.0], [500, 6.0, 4.0]])]
+    (tmp_path / "mixing" / "summary.json").write_text(json.dumps({"runs": [row], "mixing": mixing}))
+    (r,) = load(tmp_path)["mixing"]["runs"]
+    assert (r["peak_composite_gain_fwd"], r["peak_composite_gain_bwd"]) == (10.0, 9.0)
 
 
 def test_published_numbers_carry_citations_and_the_scale_gap():
@@ -179,7 +197,7 @@ def test_the_mhc_verdict_reads_whether_its_streams_stayed_copies():
     assert hc[1] == REPRODUCED and mhc[1] == NOT_MEASURED and "by construction" in mhc[2]
     # distinct streams (losses differ) and the gain held at 1 while HC's grows: reproduced
     hc, mhc = _gain_reproduced(_mixing_runs([2.4, 2.5], [2.41, 2.52]))
-    assert mhc[1] == REPRODUCED and "at most 1" in mhc[2]
+    assert mhc[1] == REPRODUCED and "backward (column) gain is at most 1" in mhc[2]
     # a constrained gain well above 1 is not the paper's result
     assert _gain_reproduced(_mixing_runs([2.4, 2.5], [2.41, 2.52], gain=1.4))[1][1] == NOT_REPRODUCED
 

@@ -21,7 +21,8 @@ from .study_summary import print_summary, run_line
 
 FLAGS = {"placement": "--placements", "norm": "--norms", "depth": "--depths", "lr": "--lrs", "warmup": "--warmups",
          "seed": "--seeds", "clip": "--clips", "init": "--inits", "steps": "--steps", "n_streams": "--n-streams",
-         "value_residual": "--value-residual", "dyt_alpha": "--dyt-alpha", "d_model": "--d-model"}
+         "value_residual": "--value-residual", "dyt_alpha": "--dyt-alpha", "d_model": "--d-model",
+         "embed_scale": "--embed-scale"}
 
 
 def add_arguments(p) -> None:
@@ -39,6 +40,10 @@ def add_arguments(p) -> None:
     p.add_argument("--dyt-alpha", default=None,
                    help="comma separated DyT/Derf alpha0: one number for every slot or attention/FFN/final, e.g. "
                         "0.5,0.8/0.2/0.2 (the DyT paper's LLaMA-7B values) (default 0.5)")
+    p.add_argument("--embed-scale", default=None,
+                   help="comma separated initial values of a learned scalar on the token embedding, or off: e.g. "
+                        "off,8,50 (8 = sqrt(d_model), the DyT paper's LLaMA code; 50 = 1/0.02, embeddings at RMS 1) "
+                        "(default: the preset's; off in most)")
     p.add_argument("--steps", type=int, default=None, help="steps per run (the cap under --preset long) "
                                                            "(default: the preset's)")
     p.add_argument("--d-model", type=int, default=None, help="model width (default: the preset's; 64 in most)")
@@ -108,7 +113,13 @@ def _alpha(text: str) -> float | tuple[float, float, float]:
     return values[0] if len(values) == 1 else values
 
 
+def _scale(text: str) -> float | None:
+    """'off' or a number."""
+    return None if text == "off" else float(text)
+
+
 _switch.__name__ = "on or off"
+_scale.__name__ = "scale (a number, or off)"
 _alpha.__name__ = "alpha (one number, or attention/FFN/final such as 0.8/0.2/0.2)"
 
 
@@ -120,7 +131,7 @@ def grid_from_args(args) -> Study:
     if "placements" in over:  # "post+post+pre+pre": one placement per layer
         over["placements"] = tuple(parse_placement(p) for p in over["placements"])
     for option, axis, kind in (("n_streams", "n_streams", int), ("value_residual", "value_residuals", _switch),
-                               ("dyt_alpha", "dyt_alphas", _alpha)):
+                               ("dyt_alpha", "dyt_alphas", _alpha), ("embed_scale", "embed_scales", _scale)):
         if getattr(args, option) is not None:
             over[axis] = _axis(option.replace("_", "-"), getattr(args, option), kind)
     parts = []

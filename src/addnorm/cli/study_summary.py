@@ -9,7 +9,7 @@ from ..report.study_tables import (BASE_AXES, EXTRA_AXES, axis, axis_text, budge
                                    too_short_note, too_short_text)
 
 
-_UNSAID = {"n_streams": None, "value_residual": False, "dyt_alpha": "0.5"}  # the defaults, not said in the title
+_UNSAID = {"n_streams": None, "value_residual": False, "dyt_alpha": "0.5", "embed_scale": None}  # the defaults, not said in the title
 
 
 def summary_table(study: dict) -> Table:

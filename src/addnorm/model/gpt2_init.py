@@ -8,16 +8,18 @@ from torch import nn
 
 from .placement import deepnorm_constants
 
+STD = 0.02  # GPT-2's init: N(0, 0.02) for every Linear and Embedding weight
+
 
 def gpt2_init_(model: nn.Module) -> None:
-    """N(0, 0.02) for every Linear and Embedding weight, zero biases."""
+    """N(0, STD) for every Linear and Embedding weight, zero biases."""
     for m in model.modules():
         if isinstance(m, nn.Linear):
-            nn.init.normal_(m.weight, 0.0, 0.02)
+            nn.init.normal_(m.weight, 0.0, STD)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):
-            nn.init.normal_(m.weight, 0.0, 0.02)
+            nn.init.normal_(m.weight, 0.0, STD)
 
 
 def scaled_residual_init_(blocks, n_layer: int) -> None:

@@ -118,6 +118,15 @@ def mhc_lite_res(xp, W_res, a_res, b_res, n):
 
 
 def amax_gain(A):
-    """(forward, backward) Amax gain magnitude of A (..., n, n): max |row sum|, max |column sum|."""
-    A = _f64(A)
-    return A.sum(-1).abs().amax(-1), A.sum(-2).abs().amax(-1)
+    """(forward, backward) Amax gain magnitude of A (..., n, n) (mHC section 3.1, Figure 3's caption): the maximum
+    absolute row sum max_i sum_j |A_ij| and the maximum absolute column sum max_j sum_i |A_ij|."""
+    A = _f64(A).abs()
+    return A.sum(-1).amax(-1), A.sum(-2).amax(-1)
+
+
+def composite_mapping(Hs, l):
+    """mHC eq. 4's composite mapping of sub-layer l of L = len(Hs): prod_{i=1}^{L-l} H_res_{L-i} = H_{L-1} ... H_l."""
+    out = _f64(Hs[len(Hs) - 1])
+    for i in range(2, len(Hs) - l + 1):
+        out = out @ _f64(Hs[len(Hs) - i])
+    return out

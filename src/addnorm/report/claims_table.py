@@ -17,7 +17,8 @@ HEADER = ["claim", "source", "preset", "arm vs baseline", "n", "effect [95 % int
           "mde", "published"]
 _MEASURE = {"final_val_loss": "final held-out loss, nats", "generalization_gap": "generalization gap, nats",
             "failure_rate": "failure rate", "peak_composite_gain_fwd": "peak forward composite gain",
-            "peak_composite_gain_bwd": "peak backward composite gain"}
+            "peak_composite_gain_bwd": "peak backward composite gain",
+            "eval_mode_gap": "evaluation- minus training-mode validation loss, nats", "future_leak": "future leak"}
 
 
 def load(path: Path) -> dict:

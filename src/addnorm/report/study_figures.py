@@ -16,15 +16,16 @@ from ..harness.store import atomic_write
 from . import study_style as style
 from .study_tables import axis, axis_text
 
-WHAT = ("norm", "n_streams", "value_residual", "dyt_alpha")  # with the placement: what a series is
+WHAT = ("norm", "n_streams", "value_residual", "dyt_alpha", "embed_scale")  # with the placement: what a series is
 WHERE = ("lr", "warmup", "depth", "d_model", "steps", "clip", "init")  # how it was trained: a panel
 _FORMAT = {"lr": "lr {}", "warmup": "warmup {}", "depth": "L{}", "d_model": "d{}", "steps": "{} steps",
            "clip": "clip {}", "init": "{} init", "norm": "{}", "n_streams": "n={}", "value_residual": "value residual {}",
-           "dyt_alpha": "α {}", "placement": "{}"}
+           "dyt_alpha": "α {}", "embed_scale": "embedding ×{}", "placement": "{}"}
 
 
 # what a line style stands for, as a legend names it
 _AXIS_NAMES = {"norm": "norm", "n_streams": "streams", "value_residual": "value residual", "dyt_alpha": "α₀",
+               "embed_scale": "embedding scale",
                "depth": "depth", "d_model": "width", "steps": "steps", "warmup": "warmup", "clip": "clipping",
                "init": "init", "lr": "learning rate", "placement": "placement"}
 
@@ -102,7 +103,7 @@ def curves_figure(rows: list[dict], curves: dict[str, list]):
 SLOT_TITLES = {"attn": "attention norm", "mlp": "FFN norm", "final": "final norm"}  # probe.py's slots, in order
 # what else tells two DyT/Derf runs of one norm apart: a line style; a training setting (WHERE) with at most
 # MAX_SHADES values, the first that varies (the learning rate, in the dyt preset), is a shade of the norm's colour
-_SATURATION_STYLE = ("placement", "dyt_alpha", "n_streams", "value_residual")
+_SATURATION_STYLE = ("placement", "dyt_alpha", "embed_scale", "n_streams", "value_residual")
 
 
 def saturation_figure(rows: list[dict], saturation: dict[str, list]):

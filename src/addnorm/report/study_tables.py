@@ -10,15 +10,16 @@ from .study_stats import (ALPHA, RESAMPLES, UNDECIDED, Interval, bootstrap_mean,
 
 # a setting: every axis but the seed. The first seven are always columns; the rest only where they vary.
 BASE_AXES = ("placement", "norm", "depth", "lr", "warmup", "clip", "init")
-EXTRA_AXES = ("d_model", "steps", "n_streams", "value_residual", "dyt_alpha")
+EXTRA_AXES = ("d_model", "steps", "n_streams", "value_residual", "dyt_alpha", "embed_scale")
 SETTING_AXES = BASE_AXES + EXTRA_AXES
-BASELINE = {"placement": "pre", "norm": "layer", "n_streams": None, "value_residual": False, "dyt_alpha": "0.5"}
+BASELINE = {"placement": "pre", "norm": "layer", "n_streams": None, "value_residual": False, "dyt_alpha": "0.5",
+            "embed_scale": None}
 
 
 def axis(r: dict, name: str):
     """A row's value on an axis (rows written before the frontier axes existed: their defaults)."""
     return r.get(name, {"d_model": 64, "n_streams": None, "value_residual": False, "dyt_alpha": "0.5",
-                        "steps": None}.get(name))
+                        "steps": None, "embed_scale": None}.get(name))
 
 
 def setting(r: dict) -> tuple:
@@ -167,6 +168,8 @@ def budget_text(g: dict) -> tuple[str, str]:
 def axis_text(name: str, v) -> str:
     if name == "value_residual":
         return "on" if v else "off"
+    if name == "embed_scale" and v is None:
+        return "off"
     if v is None:
         return "—"
     return f"{v:g}" if isinstance(v, float) else str(v)
@@ -174,7 +177,7 @@ def axis_text(name: str, v) -> str:
 
 _VARIANT_AXES = (("norm", "{}"), ("depth", "L{}"), ("d_model", "d{}"), ("steps", "{} steps"), ("warmup", "warmup {}"),
                  ("init", "{} init"), ("clip", "clip {:g}"), ("n_streams", "n={}"), ("value_residual", "vr {}"),
-                 ("dyt_alpha", "α {}"))
+                 ("dyt_alpha", "α {}"), ("embed_scale", "embedding ×{}"))
 
 
 def variants(rows: list[dict], without: tuple[str, ...] = ()) -> dict[int, str]:
@@ -182,8 +185,9 @@ def variants(rows: list[dict], without: tuple[str, ...] = ()) -> dict[int, str]:
     ``without``) -- a figure's line or panel, so that runs that differ in norm, depth, warmup, init or clipping
     are never drawn as one. Which axes vary is found once for all the rows."""
     varying_ = [(a, fmt) for a, fmt in _VARIANT_AXES if a not in without and len({axis(r, a) for r in rows}) > 1]
-    return {id(r): " ".join([r["placement"], *(fmt.format(axis_text(a, axis(r, a)) if a == "value_residual"
-                                                          else axis(r, a)) for a, fmt in varying_)]) for r in rows}
+    return {id(r): " ".join([r["placement"], *(fmt.format(axis_text(a, axis(r, a)) if a in ("value_residual",
+                                                          "embed_scale") else axis(r, a)) for a, fmt in varying_)])
+            for r in rows}
 
 
 def lr_range(rows: list[dict]) -> dict | None:

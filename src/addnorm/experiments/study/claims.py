@@ -58,10 +58,16 @@ _STUDY = {  # how each results directory is made from nothing
                     "--warmups 100 --seeds 0,1,2 --steps 400 --out benchmarks/results/study/study_norms"),
     **{p: f"addnorm study --preset {p} --out benchmarks/results/study/{p}"
        for p in ("frontier", "depth", "long", "wide", "mixing", "dyt", "claims_seeds", "claims_frontier",
-                 "claims_dyt_budget", "claims_depth", "claims_mixing", "claims_long", "claims_wide")},
+                 "claims_dyt_budget", "claims_dyt_cause", "claims_depth", "claims_mixing", "claims_long",
+                 "claims_wide")},
 }
 LOSS, GAP, FAILURE = "final_val_loss", "generalization_gap", "failure_rate"
 GAIN_FWD, GAIN_BWD = "peak_composite_gain_fwd", "peak_composite_gain_bwd"  # the largest over training
+# BatchNorm's: the validation loss in evaluation mode (running statistics) minus in training mode (the batch's
+# statistics, future included), and the future leak (the largest change of a first-half logit when the second half
+# of the sequence changes; runner.train_eval_gap): both exactly 0 for a norm that does not mix positions
+MODE_GAP, LEAK = "eval_mode_gap", "future_leak"
+MEASURES = (LOSS, GAP, FAILURE, GAIN_FWD, GAIN_BWD, MODE_GAP, LEAK)
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,7 @@ class Spec:
     source: str  # a seed document's file name, or an arXiv id
     statement: str
     preset: str  # the results directory its runs are in, made by the preset of that name
-    measure: str  # LOSS, GAP, FAILURE, GAIN_FWD or GAIN_BWD
+    measure: str  # one of MEASURES
     direction: str  # LOWER / HIGHER: the arm's value against the baseline's; SAME: no difference
     arm: tuple[tuple[str, object], ...]
     baseline: tuple[tuple[str, object], ...]
@@ -96,7 +102,7 @@ class Spec:
     def __post_init__(self):
         for name, value, valid in (("preset", self.preset, tuple(_STUDY)),
                                    *((("legacy", self.legacy, tuple(_STUDY)),) if self.legacy else ()),
-                                   ("measure", self.measure, (LOSS, GAP, FAILURE, GAIN_FWD, GAIN_BWD)),
+                                   ("measure", self.measure, MEASURES),
                                    ("direction", self.direction, (LOWER, HIGHER, SAME))):
             if value not in valid:
                 raise ValueError(f"claim {self.id!r}: {name} must be one of {', '.join(valid)}, got {value!r}")
@@ -149,7 +155,8 @@ def setting_row(c: dict) -> dict:
     return {"placement": placement, "norm": c["norm"], "init": c["init"], "depth": c["depth"], "d_model": c["d_model"],
             "lr": c["lr"], "warmup": c["warmup"], "seed": c["seed"], "steps": c["steps"], "batch": c["batch"],
             "seq_len": c["seq_len"], "eval_batches": c["eval_batches"],
-            "value_residual": c.get("value_residual", False), "dyt_alpha": _alpha_text(c.get("dyt_alpha", 0.5))}
+            "value_residual": c.get("value_residual", False), "dyt_alpha": _alpha_text(c.get("dyt_alpha", 0.5)),
+            "embed_scale": c.get("embed_scale")}
 
 
 def _row_from_run(config: dict, summary: dict) -> dict:
@@ -171,7 +178,7 @@ def _row_from_summary(r: dict, data_digest: str | None) -> dict:
     length and evaluation batches are not recorded there and were RunConfig's defaults for every preset, and the
     held-out bytes, where not recorded, those of its fixed validation batches."""
     keep = ("name", "placement", "norm", "init", "depth", "d_model", "lr", "warmup", "seed", "steps",
-            "value_residual", "dyt_alpha", "n_params", "final_val_loss", "final_dev_loss", "generalization_gap",
+            "value_residual", "dyt_alpha", "embed_scale", "n_params", "final_val_loss", "final_dev_loss", "generalization_gap",
             "failed", "steps_done", "future_leak", "train_mode_val_loss")
     fixed = _DEFAULT.eval_batches * _DEFAULT.batch * _DEFAULT.seq_len
     return {**{k: r.get(k) for k in keep}, "batch": _DEFAULT.batch, "seq_len": _DEFAULT.seq_len,
@@ -201,7 +208,14 @@ def load_rows(results: Path, preset: str) -> list[dict] | None:
     for r in rows:
         peak = peaks.get(r["name"]) or peaks.get((r["placement"], r["depth"], r["seed"], r["lr"]))
         r[GAIN_FWD], r[GAIN_BWD] = peak if peak else (None, None)
+        r[MODE_GAP] = _mode_gap(r)
     return rows
+
+
+def _mode_gap(r: dict) -> float | None:
+    """Evaluation-mode minus training-mode validation loss, where the run recorded both."""
+    train_mode = r.get("train_mode_val_loss")
+    return None if train_mode is None or r.get("final_val_loss") is None else r["final_val_loss"] - train_mode
 
 
 def _median(xs: list[float]) -> float:
@@ -249,10 +263,13 @@ def _side(spec_select, rows: list[dict], info: dict, mean: float | None = None) 
     of the measure over the runs the test read (the failure rate for a failure claim)."""
     out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in spec_select}
     first = rows[0] if rows else {}
-    for k in ("placement", "norm", "init", "depth", "d_model", "warmup", "steps", "dyt_alpha", "value_residual"):
+    for k in ("placement", "norm", "init", "depth", "d_model", "warmup", "steps", "dyt_alpha", "value_residual",
+              "embed_scale"):
         if k == "dyt_alpha" and not any(r["norm"] in ("dyt", "derf") for r in rows):
             continue  # alpha0 means nothing without a DyT or Derf norm
-        vals = sorted({r[k] for r in rows}, key=str)
+        if k == "embed_scale" and all(r.get(k) is None for r in rows):
+            continue  # no embedding scale: every run before the DyT/Derf audit's cause
+        vals = sorted({r.get(k) for r in rows}, key=str)
         if k not in out and vals:
             out[k] = vals[0] if len(vals) == 1 else vals
     lrs = sorted({r["lr"] for r in rows})
@@ -383,6 +400,10 @@ def measure(spec: Spec, rows: list[dict] | None, results: str | None = None) -> 
     if spec.measure == GAP and any(r["norm"] == "batch" and r.get("future_leak") is None for r in arm):
         notes.append("future_leak and train_mode_val_loss were not recorded for these BatchNorm runs (null): the "
                      "claim is judged on the generalization gap alone")
+    elif spec.measure == GAP and any(r["norm"] == "batch" for r in arm):
+        notes.append(f"BatchNorm's mean future leak {_mean_of(arm, LEAK):.3g} and evaluation-minus-training-mode "
+                     f"validation loss {_mean_of(arm, MODE_GAP):+.3g} against {_mean_of(base, LEAK):.3g} and "
+                     f"{_mean_of(base, MODE_GAP):+.3g} (records batchnorm_leak and batchnorm_mode_gap)")
     notes += spec.remarks
     budget = _budget(arm, arm + base)
     unjudged = _unjudged(spec, arm_all + base_all, budget["val_bytes"], seeds, (arm_info, base_info))
@@ -414,6 +435,11 @@ def _tuning_notes(spec: Spec, arm_info: dict, base_info: dict) -> list[str]:
             notes.append(f"the {side}'s best learning rate {info['lr']:g} is not inside its grid ({grid}): the grid "
                          "does not bracket its optimum")
     return notes
+
+
+def _mean_of(rows: list[dict], key: str) -> float:
+    vals = [r[key] for r in rows if r.get(key) is not None]
+    return sum(vals) / len(vals) if vals else float("nan")
 
 
 def _round(x: float | None) -> float | None:
@@ -509,6 +535,35 @@ _MHC = Published("composite mixing gain (Amax gain magnitude of the product of H
 _SEED_000, _SEED_002, _SEED_003 = "000_3284b066540def01.txt", "002_1b45541e9a6140b9.txt", "003_5111ddd830dec81a.txt"
 
 
+_DYT_PAPER = Published("Transformers with DyT match or exceed their normalized counterparts; the LLaMA code multiplies "
+                       "the token embedding by a learnable scalar initialised to sqrt(d)", "LLaMA 7B-70B and others",
+                       "2503.10622")
+_SCALES = ((8.0, "sqrt(d_model) = 8", "sqrt_d"), (50.0, "1/0.02 = 50 (embeddings at RMS 1)", "unit_rms"))
+_DYT_ALPHAS = ("0.5", "0.8/0.2/0.2")  # the cause arms' alpha0: DyT's default and the DyT paper's LLaMA values
+
+
+def _embedding_scale_claims() -> tuple[Spec, ...]:
+    """The dyt preset's cause arms, at each scale: for DyT and Derf, fewer failures with the scale than without
+    (Fisher's test over every run of each side: both alpha0, both learning rates, 5 seeds); and DyT with the scale
+    (the DyT paper's alpha0) against LayerNorm without one, each at its best learning rate, paired by seed."""
+    out = []
+    for scale, said, tag in _SCALES:
+        for norm, name in (("dyt", "DyT"), ("derf", "Derf")):
+            side = (("placement", "pre"), ("norm", norm), ("dyt_alpha", _DYT_ALPHAS))
+            out.append(Spec(f"{norm}_cause_{tag}", "2503.10622", f"{name} fails (plateaus at the unigram loss) because "
+                            f"the stream starts far below the norm's linear range: with the token embedding scaled by a "
+                            f"learnable scalar starting at {said}, {name} fails less often than without it (alpha0 0.5 "
+                            f"and 0.8/0.2/0.2, 6 layers).", "claims_dyt_cause", FAILURE, LOWER, (*side, ("embed_scale", scale)),
+                            (*side, ("embed_scale", None)), published=_DYT_PAPER if tag == "sqrt_d" else None))
+        out.append(Spec("dyt_embedding_scale" if tag == "sqrt_d" else "dyt_unit_rms", "2503.10622",
+                        f"DyT (the DyT paper's alpha0 0.8/0.2/0.2) trains as LayerNorm does once the token embedding "
+                        f"is scaled by a learnable scalar starting at {said}: it ends at the same validation loss as "
+                        f"pre-LN without a scale.", "claims_dyt_cause", LOSS, SAME,
+                        (("placement", "pre"), ("norm", "dyt"), ("dyt_alpha", "0.8/0.2/0.2"), ("embed_scale", scale)),
+                        (*_PRE, ("embed_scale", None)), ("lr",), published=_DYT_PAPER if tag == "sqrt_d" else None))
+    return tuple(out)
+
+
 def _frontier(id_: str, source: str, statement: str, arm, published: Published | None, direction: str = LOWER,
               preset: str = "claims_frontier", baseline=_PRE_GPT2, tune=("lr",), legacy: str = "frontier") -> Spec:
     return Spec(id_, source, statement, preset, LOSS, direction, arm, baseline, tune, ("seed",), published,
@@ -540,6 +595,18 @@ SPECS: tuple[Spec, ...] = (
          "gap (validation minus training-split loss) is larger than LayerNorm's.", "claims_seeds", GAP, HIGHER,
          (("placement", "pre"), ("norm", "batch"), _D6, _W100), (*_PRE, _D6, _W100), ("lr",),
          legacy="study_norms"),
+    Spec("batchnorm_mode_gap", _SEED_002, "BatchNorm generalizes poorly from training to evaluation: its model "
+         "scores worse on validation bytes in evaluation mode (running statistics) than in training mode (the batch's "
+         "statistics, the future included), a difference LayerNorm does not have (exactly 0).", "claims_seeds",
+         MODE_GAP, HIGHER, (("placement", "pre"), ("norm", "batch"), _D6, _W100), (*_PRE, _D6, _W100),
+         remarks=("effect = BatchNorm's evaluation-mode minus training-mode validation loss, LayerNorm's being 0",),
+         legacy="study_norms"),
+    Spec("batchnorm_leak", _SEED_002, "BatchNorm in a causal language model reads the future in training mode: "
+         "changing the second half of a sequence changes the logits of its first half (future_leak > 0), where "
+         "LayerNorm's are unchanged (exactly 0).", "claims_seeds", LEAK, HIGHER,
+         (("placement", "pre"), ("norm", "batch"), _D6, _W100), (*_PRE, _D6, _W100),
+         remarks=("future_leak: the largest change of any first-half logit, in training mode, when the bytes of the "
+                  "second half are replaced",), legacy="study_norms"),
     Spec("rmsnorm", _SEED_003, "RMSNorm provides the same stabilization as LayerNorm: pre-norm with RMSNorm ends at "
          "the same validation loss as with LayerNorm.", "claims_seeds", LOSS, SAME,
          (("placement", "pre"), ("norm", "rms"), _D6, _W100), (*_PRE, _D6, _W100), ("lr",), legacy="study_norms"),
@@ -575,12 +642,10 @@ SPECS: tuple[Spec, ...] = (
               "the same loss as pre-LN.", (("placement", "pre"), ("norm", "dyt"), ("dyt_alpha", "0.8/0.2/0.2")),
               Published("Transformers with DyT match or exceed their normalized counterparts, mostly without tuning",
                         "ViT, DiT, LLaMA 7B-70B and others", "2503.10622"), SAME),
-    Spec("dyt_embedding_scale", "2503.10622", "DyT trains as LayerNorm does once the token embedding is multiplied by "
-         "a learnable scalar initialised to sqrt(d), as the DyT paper's LLaMA code does.", "dyt", LOSS, SAME,
-         (("placement", "pre"), ("norm", "dyt")), _PRE,
-         needs="an embedding scale in GPTConfig and the DyT/Derf audit's arms at scale sqrt(d) and at unit-RMS "
-               "embeddings, 5 seeds or more; no committed run has one"),
-    # depth: where each form stops training (48 layers, the learning rates pooled)
+    # the DyT/Derf audit's cause: the stream starts at RMS 0.03 (N(0, 0.02) embeddings), where tanh(alpha x) is
+    # linear and far below LayerNorm's unit output; the DyT paper's LLaMA code scales the embedding by sqrt(d)
+    *_embedding_scale_claims(),
+    # depth: where each form stops training (48 layers, both learning rates pooled)
     Spec("post_depth", "2412.13795", "Post-LN stops training at 48 layers, where pre-LN keeps training: it fails more "
          "often.", "claims_depth", FAILURE, HIGHER, (("placement", "post"), _D48), (*_PRE, _D48),
          published=_POST_DIVERGES, legacy="depth"),

@@ -9,6 +9,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 
 from ...model.config import DYT_ALPHA, ConfigError, GPTConfig
+from ...model.gpt2_init import STD as EMBED_STD
 from ...model.placement import NAMES, PLACEMENTS
 
 NORMS = ("layer", "rms", "dyt", "derf", "batch")
@@ -16,7 +17,12 @@ INITS = ("gpt2", "xavier")
 DYT_PAPER_ALPHA = (0.8, 0.2, 0.2)  # DyT's LLaMA-2 7B alpha0 per slot: attention, FFN, final (Zhu et al. 2025)
 # fields added after runs were cached: left out of the cache key and the name while at these defaults, so that
 # every run finished before they existed keeps its key and its directory
-_LATER_DEFAULTS = {"n_streams": None, "value_residual": False, "dyt_alpha": DYT_ALPHA, "until_flat": False}
+_LATER_DEFAULTS = {"n_streams": None, "value_residual": False, "dyt_alpha": DYT_ALPHA, "until_flat": False,
+                   "embed_scale": None}
+# the DyT/Derf audit's embedding scales (GPTConfig.embed_scale: a learned scalar on the token embedding, starting
+# here): the DyT paper's LLaMA code starts it at sqrt(d_model); UNIT_RMS starts the token embedding (N(0, 0.02) at
+# both inits) at RMS 1, LayerNorm's output scale, so that tanh(alpha x) starts where the paper's models start
+UNIT_RMS = 1.0 / EMBED_STD  # 50
 
 
 class StudyConfigError(ValueError):
@@ -65,6 +71,8 @@ class RunConfig:
     dyt_alpha: float | tuple[float, float, float] = DYT_ALPHA  # DyT/Derf alpha0: one, or (attention, FFN, final)
     until_flat: bool = False  # stop at the first evaluation where the validation curve has flattened (see flat.py);
     #                           ``steps`` is then the cap (and the cosine schedule's length)
+    embed_scale: float | None = None  # a learned scalar on the token embedding starting at this value (sqrt(d_model):
+    #                                   the DyT paper's LLaMA code; UNIT_RMS: embeddings at RMS 1); None: no scale
 
     def __post_init__(self):
         p = self.placement
@@ -102,6 +110,14 @@ class RunConfig:
             raise StudyConfigError("dyt_alpha", f"must be numbers > 0, got {a!r}")
         if not isinstance(self.until_flat, bool):
             raise StudyConfigError("until_flat", f"must be True or False, got {self.until_flat!r}")
+        e = self.embed_scale
+        if e is not None and (isinstance(e, bool) or not isinstance(e, int | float) or not math.isfinite(e) or e <= 0):
+            raise StudyConfigError("embed_scale", f"must be a finite number > 0 or None (off), got {e!r}")
+        if e is not None:
+            object.__setattr__(self, "embed_scale", float(e))  # 8 and 8.0: one run, one key
+        if self.placement == "ngpt" and e is not None:
+            raise StudyConfigError("embed_scale", "nGPT's stream starts on the unit sphere and takes no embedding "
+                                                  f"scale, got {e!r}")
         try:  # the model's own checks: n_streams on a single stream, a non-integer width, ...
             self.gpt_config()
         except ConfigError as e:
@@ -115,7 +131,8 @@ class RunConfig:
         return GPTConfig(vocab_size=256, block_size=self.seq_len, n_layer=self.depth, n_head=self.heads,
                          n_embd=self.d_model, dropout=0.0, norm=None if self.placement == "ngpt" else self.norm,
                          placement=self.placement, n_streams=self.n_streams, value_residual=self.value_residual,
-                         dyt_alpha=self.dyt_alpha)
+                         dyt_alpha=self.dyt_alpha,
+                         embed_scale=None if self.embed_scale is None else float(self.embed_scale))
 
     @property
     def widened(self) -> bool:
@@ -143,14 +160,15 @@ class RunConfig:
                 f"-c{_num(self.clip)}-{self.init}{self.variant_suffix()}")
 
     def variant_suffix(self) -> str:
-        """What sets this run apart beyond the name's fixed parts: '-d256-n2-vr-a0.8_0.2_0.2-flat' (empty for a
+        """What sets this run apart beyond the name's fixed parts: '-d256-n2-vr-a0.8_0.2_0.2-flat-e8' (empty for a
         run at every default, so older runs keep their names)."""
         a = self.dyt_alpha
         parts = [f"d{self.d_model}" if self.d_model != 64 else "",
                  f"n{self.n_streams}" if self.n_streams is not None else "",
                  "vr" if self.value_residual else "",
                  "a" + "_".join(_num(v) for v in (a if isinstance(a, tuple) else (a,))) if a != DYT_ALPHA else "",
-                 "flat" if self.until_flat else ""]
+                 "flat" if self.until_flat else "",
+                 f"e{_num(self.embed_scale)}" if self.embed_scale is not None else ""]
         return "".join(f"-{p}" for p in parts if p)
 
 
@@ -171,19 +189,21 @@ class StudyGrid:
     n_streams: tuple[int | None, ...] | None = None  # widened placements only (the others ignore it)
     value_residuals: tuple[bool, ...] | None = None
     dyt_alphas: tuple[float | tuple[float, float, float], ...] | None = None  # DyT/Derf norms only
+    embed_scales: tuple[float | None, ...] | None = None  # every placement but nGPT (None in it: off)
 
     def runs(self) -> list[RunConfig]:
         """Every combination, each once: an axis a run cannot use (n_streams on a single stream, alpha without a
-        DyT/Derf norm, a norm kind for nGPT) is set to its default there rather than giving copies of one run."""
+        DyT/Derf norm, a norm kind or an embedding scale for nGPT) is set to its default there rather than giving
+        copies of one run."""
         out = []
         b = self.base
-        for p, n, d, lr, w, s, c, i, ns, vr, a in itertools.product(
+        for p, n, d, lr, w, s, c, i, ns, vr, a, e in itertools.product(
                 self.placements, self.norms, self.depths, self.lrs, self.warmups, self.seeds, self.clips, self.inits,
                 self.n_streams or (b.n_streams,), self.value_residuals or (b.value_residual,),
-                self.dyt_alphas or (b.dyt_alpha,)):
+                self.dyt_alphas or (b.dyt_alpha,), self.embed_scales or (b.embed_scale,)):
             kw = {f.name: getattr(b, f.name) for f in fields(RunConfig)}
             kw.update(placement=p, norm="layer" if p == "ngpt" else n, depth=d, lr=lr, warmup=w, seed=s, clip=c,
-                      init=i, value_residual=vr)
+                      init=i, value_residual=vr, embed_scale=None if p == "ngpt" else e)
             probe = RunConfig(**{**kw, "n_streams": None, "dyt_alpha": DYT_ALPHA})
             kw.update(n_streams=ns if probe.widened else None, dyt_alpha=a if probe.bounded else DYT_ALPHA)
             out.append(RunConfig(**kw))
@@ -198,7 +218,7 @@ class StudyGrid:
 
 
 def _axis_text(v) -> str:
-    return "/".join(f"{x:g}" for x in v) if isinstance(v, tuple | list) else str(v)
+    return "/".join(f"{x:g}" for x in v) if isinstance(v, tuple | list) else "off" if v is None else str(v)
 
 
 def _check_axes_used(parts: tuple[StudyGrid, ...]) -> None:
@@ -210,6 +230,9 @@ def _check_axes_used(parts: tuple[StudyGrid, ...]) -> None:
     if any(part.dyt_alphas and any(v != DYT_ALPHA for v in part.dyt_alphas) for part in parts) and \
             not any(r.bounded for r in runs):
         raise StudyConfigError("dyt_alpha", "needs a DyT or Derf norm in the grid (--norms dyt or derf)")
+    if any(part.embed_scales and any(v is not None for v in part.embed_scales) for part in parts) and \
+            not any(r.embed_scale is not None for r in runs):
+        raise StudyConfigError("embed_scale", "needs a placement other than ngpt in the grid")
 
 
 @dataclass(frozen=True)
@@ -250,6 +273,9 @@ _LONG_AXES = dict(depths=(6,), lrs=(1e-3,), warmups=(100,), seeds=(0, 1, 2),
                   base=RunConfig(steps=10000, warmup=100, eval_every=100, checkpoint_every=500, until_flat=True))
 _DYT_AXES = dict(depths=(6,), lrs=(1e-3, 3e-3), warmups=(50,), seeds=(0,),
                  base=RunConfig(steps=400, warmup=50, eval_every=50))
+# the audit's cause: no embedding scale (today's stream, RMS 0.03 at init), the DyT paper's sqrt(d_model) and
+# embeddings at RMS 1, for DyT and Derf at their default and the DyT paper's alpha0 and for LayerNorm, 5 seeds
+EMBED_SCALES = (None, math.sqrt(_DYT_AXES["base"].d_model), UNIT_RMS)
 
 PRESETS = {
     # about 1.5 minutes on 2 cores (measured: 83 s): post vs pre, with and without warmup, at 6 layers
@@ -296,10 +322,14 @@ PRESETS = {
     "mixing": StudyGrid(placements=("hc", "mhc", "mhc_lite"), depths=(6, 12, 24), lrs=(1e-3,), warmups=(100,),
                         seeds=(0, 1, 2), base=_DEEP),
     # the DyT/Derf audit: alpha0 from 0.2 to 8 and the DyT paper's per-slot values, beside LayerNorm, 6 layers
+    # (one seed); then its cause: the token embedding's scale (none, sqrt(d_model) = 8, unit RMS = 50) for DyT and
+    # Derf at alpha0 0.5 and 0.8/0.2/0.2 and for LayerNorm, 5 seeds (162 runs, 10 of them shared by both parts)
     "dyt": Study((
         StudyGrid(placements=("pre",), norms=("dyt", "derf"), dyt_alphas=(0.2, 0.5, DYT_PAPER_ALPHA, 2.0, 8.0),
                   **_DYT_AXES),
         StudyGrid(placements=("pre",), norms=("layer",), **_DYT_AXES),
+        StudyGrid(placements=("pre",), norms=("dyt", "derf", "layer"), dyt_alphas=(0.5, DYT_PAPER_ALPHA),
+                  embed_scales=EMBED_SCALES, **{**_DYT_AXES, "seeds": (0, 1, 2, 3, 4)}),
     )),
 }
 
@@ -336,6 +366,12 @@ PRESETS.update({
     # DyT at its default alpha0 0.5 beside pre-LN at a small token budget (512k tokens, 24 layers): the first half
     # of the DyT-budget claims (the second: claims_long)
     "claims_dyt_budget": StudyGrid(placements=("pre",), norms=("layer", "dyt"), **_CLAIM24),
+    # the DyT/Derf audit's cause (the dyt preset's embedding-scale arms, as a claims preset): DyT and Derf at their
+    # default and the DyT paper's alpha0, and LayerNorm, each with no embedding scale, sqrt(d_model) and unit-RMS
+    # embeddings; 6 layers, 400 steps, warmup 50 as the audit
+    "claims_dyt_cause": StudyGrid(placements=("pre",), norms=("dyt", "derf", "layer"),
+                                  dyt_alphas=(0.5, DYT_PAPER_ALPHA), embed_scales=EMBED_SCALES, depths=(6,),
+                                  warmups=(50,), base=RunConfig(steps=400, warmup=50, eval_every=50), **_CLAIM),
     # where each form stops training: 48 layers
     "claims_depth": StudyGrid(placements=("post", "pre", "deepnorm", "mix", "lns"), depths=(48,), warmups=(100,),
                               base=_DEEP, **_CLAIM),

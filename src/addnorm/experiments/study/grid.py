@@ -23,13 +23,16 @@ from .runner import build_model, grad_profile, rank_and_world, read_metrics, tra
 from .verdict import JUDGED_FROM, too_short
 
 # what a run measured beyond its loss, kept in its row (summary.json/csv/md) where the run recorded it: the
-# flattening of the long preset's stopping rule, BatchNorm's train-mode loss and future leak, and the DyT/Derf
-# audit's saturation and learned alpha per slot ({slot: value}; one column per slot in summary.csv)
+# composite mixing gains of a widened stream (last evaluation and peak over training), the flattening of the long
+# preset's stopping rule, BatchNorm's train-mode loss and future leak, the stream's RMS after the last block at the
+# last step, and the DyT/Derf audit's saturation and learned alpha per slot ({slot: value}; one column per slot in
+# summary.csv)
 PER_SLOT = ("saturation", "alpha")
-MEASURED = ("max_composite_gain_fwd", "max_composite_gain_bwd", "flattened", "flatten_step", "stopped_flat",
-            "train_mode_val_loss", "future_leak", *PER_SLOT)
+MEASURED = ("max_composite_gain_fwd", "max_composite_gain_bwd", "peak_composite_gain_fwd", "peak_composite_gain_bwd",
+            "flattened", "flatten_step", "stopped_flat", "train_mode_val_loss", "future_leak", "last_stream_rms",
+            *PER_SLOT)
 COLUMNS = ["name", "placement", "norm", "depth", "d_model", "lr", "warmup", "seed", "clip", "init", "steps",
-           "n_streams", "value_residual", "dyt_alpha", "steps_done", "tokens_seen", "n_params", "final_train_loss",
+           "n_streams", "value_residual", "dyt_alpha", "embed_scale", "steps_done", "tokens_seen", "n_params", "final_train_loss",
            "final_val_loss", "final_train_split_loss", "generalization_gap", "failed", "failure", "too_short",
            *(k for k in MEASURED if k not in PER_SLOT), *(f"{k}_{s}" for k in PER_SLOT for s in SLOTS)]
 
@@ -89,7 +92,7 @@ _PARAMS: dict[tuple, int] = {}
 def _n_params(cfg: RunConfig) -> int:
     """The model's parameter count (built once per architecture, leaving the global RNG as it was)."""
     arch = (cfg.placement, cfg.norm, cfg.depth, cfg.d_model, cfg.heads, cfg.seq_len, cfg.n_streams,
-            cfg.value_residual)
+            cfg.value_residual, cfg.embed_scale is not None)
     if arch not in _PARAMS:
         import torch
 
@@ -108,7 +111,8 @@ def _row(s: dict, cfg: RunConfig) -> dict:
     return {"name": s["name"], "placement": cfg.placement_name, "norm": cfg.norm, "depth": cfg.depth,
             "d_model": cfg.d_model, "lr": cfg.lr, "warmup": cfg.warmup, "seed": cfg.seed, "clip": cfg.clip,
             "init": cfg.init, "steps": cfg.steps, "n_streams": cfg.n_streams, "value_residual": cfg.value_residual,
-            "dyt_alpha": _alpha_text(cfg.dyt_alpha), "steps_done": s["steps_done"], "tokens_seen": tokens,
+            "dyt_alpha": _alpha_text(cfg.dyt_alpha), "embed_scale": cfg.embed_scale, "steps_done": s["steps_done"],
+            "tokens_seen": tokens,
             "n_params": s.get("n_params") or _n_params(cfg), "final_train_loss": s["final_train_loss"],
             "final_val_loss": s["final_val_loss"], "final_train_split_loss": s.get("final_train_split_loss", math.nan),
             "generalization_gap": s.get("generalization_gap", math.nan), "failed": s["failed"],

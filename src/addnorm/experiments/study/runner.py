@@ -3,8 +3,8 @@
 Files in the run's directory (named by the run and its cache key):
     config.json      the RunConfig and the data's content hash
     metrics.jsonl    one line per step: loss, lr, gradient norm before clipping, per-block gradient norm of the
-                     block's weights, per-block residual-stream RMS and max|x|, update/weight ratio; val_loss
-                     on evaluation steps
+                     block's weights, per-block residual-stream RMS and max|x|, update/weight ratio, and in the
+                     first 100 steps the RMS of each norm slot's input (stream.py); val_loss on evaluation steps
     checkpoint.pt    model, optimizer, step, loss history and RNG state (``torch.load(weights_only=True)``);
                      the learning rate is a function of the step and the batches are drawn from the step
                      number, so this is everything a resumed run needs to end bit-identical
@@ -14,7 +14,9 @@ Files in the run's directory (named by the run and its cache key):
                      (widened streams) from probe.py, whose per-evaluation values are in metrics.jsonl;
                      the saturation of every evaluation also as ``saturation_curve``, the largest gains of every
                      evaluation as ``gain_curve``, and the per-block gradient norms at steps 0, 50 and the last
-                     as ``grad_profile``: everything the report reads, so that a results directory committed
+                     as ``grad_profile``, the stream's RMS after the last block at the last step
+                     (``last_stream_rms``) and per norm slot in the first 100 steps (``early_slot_rms``):
+                     everything the report reads, so that a results directory committed
                      with each run's summary.json and config.json alone is reused on another machine (the run
                      is not trained again) and reported whole
 Every file is written atomically (temporary file, fsync, rename); metrics are appended line by line and cut
@@ -51,6 +53,7 @@ from .data import SplitCorpus, lr_at
 from .flat import flatten_step
 from .heldout import final_losses
 from .probe import probe
+from .stream import EARLY_STEPS, BlockStats, SlotStats, stream_summary
 
 SPIKE_WINDOW = 20
 SPIKE_FACTOR = 1.5  # a loss above 1.5x the mean of the previous 20 steps stops the run
@@ -177,35 +180,6 @@ def train_eval_gap(model, data: SplitCorpus, cfg: RunConfig) -> dict:
     return {"train_mode_val_loss": train_loss, "future_leak": leak}
 
 
-class _StreamStats:
-    """Per-block residual-stream RMS and max|x| of the current step, from forward hooks."""
-
-    def __init__(self, model: GPT):
-        n = len(model.h)
-        self.values = [None] * (2 * n)  # tensors; read once per step (``read``)
-        self.handles = [b.register_forward_hook(self._hook(i, n)) for i, b in enumerate(model.h)]
-
-    def _hook(self, i, n):
-        def hook(module, inputs, output):
-            x, pending = output if isinstance(output, tuple) else (output, None)
-            if not module.training:
-                return
-            with torch.no_grad():
-                s = x if pending is None else x + pending
-                self.values[i] = torch.linalg.vector_norm(s) / s.numel() ** 0.5
-                self.values[n + i] = s.abs().max()
-        return hook
-
-    def read(self) -> tuple[list[float], list[float]]:
-        v = torch.stack(self.values).double().tolist()
-        n = len(v) // 2
-        return v[:n], v[n:]
-
-    def remove(self):
-        for h in self.handles:
-            h.remove()
-
-
 def _failure(losses: list[float], persist: int = 1) -> str | None:
     """"nan", "spike" (the last ``persist`` losses each above SPIKE_FACTOR x the mean of the SPIKE_WINDOW steps
     before them) or None. ``persist`` is 1 for the fixed-length presets, whose runs are judged early in training,
@@ -257,8 +231,8 @@ def grad_profile(lines) -> dict[str, list[float]]:
 
 def _probe_summary(lines: list[dict]) -> dict:
     """The last evaluation's saturation per slot and its largest composite gains, where the run measured them, the
-    saturation of every evaluation (``saturation_curve``) and the largest gains of every evaluation
-    (``gain_curve``)."""
+    saturation of every evaluation (``saturation_curve``), the largest gains of every evaluation (``gain_curve``)
+    and their peak over training (``peak_composite_gain_fwd/bwd``: HC's gain rises and falls again)."""
     last = next((m for m in reversed(lines) if "saturation" in m or "composite_gain_fwd" in m), None)
     if last is None:
         return {}
@@ -270,7 +244,12 @@ def _probe_summary(lines: list[dict]) -> dict:
         out["max_composite_gain_fwd"] = max(last["composite_gain_fwd"])
         out["max_composite_gain_bwd"] = max(last["composite_gain_bwd"])
         out["gain_curve"] = _gain_curve(lines)
+        out.update(_gain_peaks(out["gain_curve"]))
     return out
+
+
+def _gain_peaks(curve: list[list]) -> dict:
+    return {"peak_composite_gain_fwd": max(c[1] for c in curve), "peak_composite_gain_bwd": max(c[2] for c in curve)}
 
 
 def _backfill(summary: dict, cfg: RunConfig, data: SplitCorpus, run_dir: Path) -> bool:
@@ -278,8 +257,16 @@ def _backfill(summary: dict, cfg: RunConfig, data: SplitCorpus, run_dir: Path) -
     from its checkpoint, validation curve or metrics -- while those files are still there (a results directory
     committed without them, as summary.json and config.json alone, is reused as it stands). True if it grew."""
     before = set(summary)
-    if "final_train_split_loss" not in summary and (run_dir / "checkpoint.pt").exists():
-        summary.update(_train_split_from_checkpoint(cfg, data, run_dir, summary))
+    split = "final_train_split_loss" not in summary
+    gap = "future_leak" not in summary and summary.get("failure") != "nan"
+    if (split or gap) and (run_dir / "checkpoint.pt").exists():
+        model = _final_model(cfg, run_dir, summary)
+        if split:
+            summary.update(_train_split(model, data, cfg, summary["final_val_loss"], summary.get("failure"))
+                           if model is not None else
+                           {"final_train_split_loss": float("nan"), "generalization_gap": float("nan")})
+        if gap and model is not None:
+            summary.update(train_eval_gap(model, data, cfg))
     if "flattened" not in summary:
         summary.update(_convergence(summary["val_curve"], data.unigram_nats),
                        tokens_seen=summary["steps_done"] * cfg.batch * cfg.seq_len,
@@ -288,11 +275,15 @@ def _backfill(summary: dict, cfg: RunConfig, data: SplitCorpus, run_dir: Path) -
     curves = [("grad_profile", None, grad_profile), ("saturation_curve", "saturation", _saturation_curve),
               ("gain_curve", "max_composite_gain_fwd", _gain_curve)]
     wanted = [(key, make) for key, needs, make in curves if key not in summary and (needs is None or needs in summary)]
-    lines = read_metrics(run_dir) if wanted else []
+    lines = read_metrics(run_dir) if wanted or "last_stream_rms" not in summary else []
     for key, make in wanted:
         value = make(lines) if lines else None
         if value:
             summary[key] = value
+    if "last_stream_rms" not in summary:
+        summary.update(stream_summary(lines))
+    if summary.get("gain_curve") and "peak_composite_gain_fwd" not in summary:
+        summary.update(_gain_peaks(summary["gain_curve"]))
     return set(summary) != before
 
 
@@ -303,17 +294,16 @@ def _train_split(model, data: SplitCorpus, cfg: RunConfig, final_val: float, fai
     return {"final_train_split_loss": train, "generalization_gap": final_val - train}
 
 
-def _train_split_from_checkpoint(cfg: RunConfig, data: SplitCorpus, run_dir: Path, summary: dict) -> dict:
-    """For a run finished before the training-split loss was recorded: measured from its final checkpoint (the
-    model the summary's validation loss was measured on), or NaN where that checkpoint is not the final one."""
+def _final_model(cfg: RunConfig, run_dir: Path, summary: dict) -> GPT | None:
+    """For a run finished before a measure was recorded (the training-split loss, BatchNorm's train-mode loss and
+    future leak): the model of its final checkpoint, the one the summary's validation loss was measured on; None
+    where that checkpoint is missing, damaged or not the final one (not measurable)."""
     model = build_model(cfg).to(_device())
     try:
         final = int(_read_checkpoint(run_dir / "checkpoint.pt", model)["step"]) == summary.get("steps_done")
-    except Exception:  # noqa: BLE001  (missing or damaged: not measurable, and said so by NaN)
+    except Exception:  # noqa: BLE001  (missing or damaged: not measurable)
         final = False
-    if not final:
-        return {"final_train_split_loss": float("nan"), "generalization_gap": float("nan")}
-    return _train_split(model, data, cfg, summary["final_val_loss"], summary.get("failure"))
+    return model if final else None
 
 
 @dataclass
@@ -401,7 +391,7 @@ def _train(cfg: RunConfig, data: SplitCorpus, s: _Session, writer, progress, tas
     probe_x = data.dev_batches(1, cfg.batch, cfg.seq_len)[0][0] if cfg.bounded or cfg.widened else None
     position = {id(p): i for i, p in enumerate(s.params)}
     blocks = [torch.tensor([position[id(p)] for p in b.parameters() if p.requires_grad]) for b in s.model.h]
-    stats = _StreamStats(s.model)
+    stats, slots = BlockStats(s.model), SlotStats(s.model)
     persist = SPIKE_PERSIST if cfg.until_flat else 1
     failure = _failure(s.losses, persist) if s.losses else None  # a failure before the crash stands
     # so does a flattening: the run had stopped (not on the unigram plateau: see flat.py)
@@ -411,7 +401,10 @@ def _train(cfg: RunConfig, data: SplitCorpus, s: _Session, writer, progress, tas
     try:
         with open(s.metrics_path if s.lead else os.devnull, "a") as log:
             for step in range(s.start, cfg.steps if failure is None and not flat else s.start):
+                slots.active = step < EARLY_STEPS
                 line = _step(cfg, data, s, step, blocks, stats)
+                if slots.active:
+                    line["slot_rms"] = slots.read()
                 failure = _failure(s.losses, persist)
                 if not failure and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps):
                     line["val_loss"] = evaluate(s.model, data, cfg)
@@ -435,6 +428,7 @@ def _train(cfg: RunConfig, data: SplitCorpus, s: _Session, writer, progress, tas
                     break
     finally:
         stats.remove()
+        slots.remove()
         if writer is not None:
             writer.close()
     # the training loop: steps, their logging, validations, checkpoints
@@ -442,7 +436,7 @@ def _train(cfg: RunConfig, data: SplitCorpus, s: _Session, writer, progress, tas
 
 
 def _step(cfg: RunConfig, data: SplitCorpus, s: _Session, step: int, blocks: list[torch.Tensor],
-          stats: _StreamStats) -> dict:
+          stats: BlockStats) -> dict:
     """One optimizer step on this rank's slice of the step's global batch; its loss appended to ``s.losses``.
     Returns its metrics line: loss, lr, gradient norm before clipping, per-block gradient norms, the residual
     stream's per-block RMS and max|x| (``stats``, from this step's forward), update/weight ratio."""
@@ -505,7 +499,7 @@ def _finish(cfg: RunConfig, data: SplitCorpus, run_dir: Path, key: str, s: _Sess
                **_convergence(vals, data.unigram_nats), "stopped_flat": bool(flat),
                "tokens_seen": len(losses) * cfg.batch * cfg.seq_len,
                "n_params": sum(p.numel() for p in s.model.parameters()), **_probe_summary(lines),
-               "grad_profile": grad_profile(lines),
+               "grad_profile": grad_profile(lines), **stream_summary(lines),
                "unigram_nats": data.unigram_nats, "seconds_this_session": time.perf_counter() - t0,
                "loop_seconds_this_session": loop_seconds,
                "notes": s.notes, "reused": False}
