@@ -7,6 +7,7 @@ import torch
 
 from addnorm.functional import (ProjectedGates, StreamNorm, gated_collapse, hyper_read, hyper_write, hyper_write_norm,
                                 hyper_write_read, last_backend, stream_rms_norm)
+from addnorm.functional import hyper as AF_hyper
 from addnorm.reference import gated_streams as ref
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -222,6 +223,26 @@ def test_opcheck():
     nw = _rand(4, 8, seed=6).float().requires_grad_()
     ops = torch.ops.addnorm
     torch.library.opcheck(ops.hyper_read.default, (x, w, s, b, 1e-5, 1e-3, 1.5, 1e-3))
-    torch.library.opcheck(ops.hyper_write.default, (x, y, hp))
+    torch.library.opcheck(ops.hyper_write.default, (x, y, hp, "once"))
+    torch.library.opcheck(ops.hyper_write.default, (x, y, hp, "products"))
     torch.library.opcheck(ops.hyper_stream_norm.default, (x, nw, 1e-6, 1.0))
-    torch.library.opcheck(ops.hyper_gated_collapse.default, (x, torch.rand(2, 3, 4, 8)))
+    torch.library.opcheck(ops.hyper_gated_collapse.default, (x, torch.rand(2, 3, 4, 8), "products"))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_rounding_where_eager_rounds(dtype):
+    """PRODUCTS: each product rounded to the inputs' dtype first, as eager 16-bit ``x + a y`` and ``mean(G * N)``
+    compute them -- the same bits; ONCE: the float32 result rounded once, as HY-V4's casts do."""
+    from addnorm.functional.hyper import ONCE, PRODUCTS
+
+    x, y = _rand(4, 3, 64, seed=1).to(dtype), _rand(4, 64, seed=2).to(dtype)
+    a, G = torch.rand(4, 3, generator=torch.Generator().manual_seed(3)).to(dtype), torch.rand(4, 3, 64).to(dtype)
+    assert torch.equal(hyper_write(x, y, a, rounding=PRODUCTS), x + (y.unsqueeze(-2) * a.unsqueeze(-1)))
+    assert torch.equal(gated_collapse(x, G, rounding=PRODUCTS), (G * x).mean(-2))
+    once = (a.float().unsqueeze(-1) * y.float().unsqueeze(-2) + x.float()).to(dtype)
+    assert torch.equal(hyper_write(x, y, a, rounding=ONCE), once)
+    assert not torch.equal(once, x + (y.unsqueeze(-2) * a.unsqueeze(-1)))  # the two do differ in 16 bits
+    with pytest.raises(ValueError, match=r"rounding must be one of \('once', 'products'\), got 'twice'"):
+        AF_hyper.Rounding("twice")
+    with pytest.raises(TypeError, match="rounding must be an addnorm.functional.Rounding"):
+        hyper_write(x, y, a, rounding="products")

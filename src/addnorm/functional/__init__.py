@@ -45,7 +45,7 @@ the eager fast path, which calls the same CPU implementation without the dispatc
 from .core import (BACKENDS, FLOAT_DTYPES, DtypeError, LayoutError, ShapeError, last_backend,  # noqa: F401
                    use_backend)
 from .fused import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
-from .hyper import (ProjectedGates, StreamNorm, gated_collapse, hyper_read, hyper_write, hyper_write_norm,
+from .hyper import (ProjectedGates, Rounding, StreamNorm, gated_collapse, hyper_read, hyper_write, hyper_write_norm,
                     hyper_write_read, stream_rms_norm)
 from .mhc import mhc_pre
 from .norm import add_layer_norm, add_rms_norm, layer_norm, rms_norm, tutorial_layer_norm
@@ -75,6 +75,7 @@ __all__ = [
     "gated_collapse",
     "ProjectedGates",
     "StreamNorm",
+    "Rounding",
     "use_backend",
     "last_backend",
     "BACKENDS",

@@ -3,9 +3,9 @@
     hyper_read(x, weight, scale, base, convention=ProjectedGates)  -> (h, H_pre, H_post)
         the gates from a projection of the RMS-normed vec(X) and the collapse h = sum_i H_pre[i] X_i in one call
         (HY-V4's iHC; with weight (n, nC) and one scale, its head: H_post empty)
-    hyper_write(x, y, h_post)                                      -> X' = X + H_post^T y  (the expand)
+    hyper_write(x, y, h_post, rounding=ONCE)                       -> X' = X + H_post^T y  (the expand)
     stream_rms_norm(x, weight, convention=StreamNorm)               -> each stream RMS-normed with its own weight
-    gated_collapse(x, gates)                                       -> h = (1/n) sum_i G_i * X_i  (gates per element)
+    gated_collapse(x, gates, rounding=ONCE)                        -> h = (1/n) sum_i G_i * X_i  (gates per element)
     hyper_write_read(x, y, h_post, weight, scale, base, convention) -> (X', h, H_pre, H_post): one sub-layer's
         write and the next one's read (HY-V4's layers hand them over so: ``addnorm.interop``)
     hyper_write_norm(x, y, h_post, weight, convention)             -> (X', N'): the write and the next read's norm
@@ -13,17 +13,19 @@
 
 Each runs ``torch.ops.addnorm.hyper_*`` (``addnorm.ops.hyper``), whose only implementation so far is the exact torch
 formulas on every device: ``last_backend()`` says "torch". The conventions are frozen dataclasses
-(``addnorm.ops.hyper.convention``): what differs between models is a value passed to the same operator.
+(``addnorm.ops.hyper.convention``): what differs between models is a value passed to the same operator -- HY-V4's
+magnitude and eps, Qwen4-exp's (1 + w), and where a 16-bit result is rounded (``Rounding``: once, addnorm's way and
+HY-V4's; or after each product, as Qwen4-exp's eager bfloat16 code).
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..ops.hyper.convention import ProjectedGates, StreamNorm
+from ..ops.hyper.convention import ONCE, PRODUCTS, ProjectedGates, Rounding, StreamNorm
 from . import core
 
-__all__ = ["ProjectedGates", "StreamNorm", "hyper_read", "hyper_write", "stream_rms_norm", "gated_collapse",
+__all__ = ["ProjectedGates", "StreamNorm", "Rounding", "ONCE", "PRODUCTS", "hyper_read", "hyper_write", "stream_rms_norm", "gated_collapse",
            "hyper_write_read", "hyper_write_norm"]
 
 
@@ -45,9 +47,9 @@ def _tensor(name, t, x, shape=None, numel=None):
         raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
 
 
-def _convention(convention, kind):
+def _convention(convention, kind, name="convention"):
     if not isinstance(convention, kind):
-        raise TypeError(f"convention must be an addnorm.functional.{kind.__name__}, got {type(convention).__name__}")
+        raise TypeError(f"{name} must be an addnorm.functional.{kind.__name__}, got {type(convention).__name__}")
     return convention
 
 
@@ -89,12 +91,13 @@ def _check_write(x, y, h_post):
     _tensor("h_post", h_post, x, shape=lead + (n,))
 
 
-def hyper_write(x, y, h_post):
-    """X' = X + H_post^T y (row i: X_i + H_post[i] y) in X's dtype, from float32 sums rounded once (float64 if an
-    input is); y (..., C), h_post (..., n). No mixing matrix: each stream keeps its own values."""
+def hyper_write(x, y, h_post, *, rounding: Rounding = ONCE):
+    """X' = X + H_post^T y (row i: X_i + H_post[i] y) in X's dtype, from float32 sums (float64 if an input is)
+    rounded once, or with ``rounding=PRODUCTS`` each product H_post[i] y first rounded to the inputs' dtype as eager
+    16-bit code rounds it; y (..., C), h_post (..., n). No mixing matrix: each stream keeps its own values."""
     _check_write(x, y, h_post)
     core.choose_backend("torch", x, tuple(x.shape[-1:]))
-    return torch.ops.addnorm.hyper_write(x, y, h_post)
+    return torch.ops.addnorm.hyper_write(x, y, h_post, _convention(rounding, Rounding, "rounding").where)
 
 
 def _norm_weight(weight, x):
@@ -115,25 +118,26 @@ def stream_rms_norm(x, weight, *, convention: StreamNorm):
     return torch.ops.addnorm.hyper_stream_norm(x, w, c.eps, c.weight_offset)
 
 
-def gated_collapse(x, gates):
-    """h = (1/n) sum_i G_i * X_i: X and the gates G (..., n, C) -> (..., C) in X's dtype (Qwen4-exp's read)."""
+def gated_collapse(x, gates, *, rounding: Rounding = ONCE):
+    """h = (1/n) sum_i G_i * X_i: X and the gates G (..., n, C) -> (..., C) in X's dtype (Qwen4-exp's read); with
+    ``rounding=PRODUCTS`` each product G_i * X_i first rounded to the inputs' dtype, as eager's."""
     _stream(x)
     _tensor("gates", gates, x, shape=x.shape)
     core.choose_backend("torch", x, tuple(x.shape[-1:]))
-    return torch.ops.addnorm.hyper_gated_collapse(x, gates)
+    return torch.ops.addnorm.hyper_gated_collapse(x, gates, _convention(rounding, Rounding, "rounding").where)
 
 
-def hyper_write_read(x, y, h_post, weight, scale, base, *, convention: ProjectedGates):
+def hyper_write_read(x, y, h_post, weight, scale, base, *, convention: ProjectedGates, rounding: Rounding = ONCE):
     """(X', h, H_pre, H_post): ``hyper_write(x, y, h_post)`` and the next sub-layer's ``hyper_read`` of X'."""
     _check_write(x, y, h_post)
     _check_read(x, weight, scale, base, convention)
-    x2 = hyper_write(x, y, h_post)
+    x2 = hyper_write(x, y, h_post, rounding=rounding)
     return (x2, *hyper_read(x2, weight, scale, base, convention=convention))
 
 
-def hyper_write_norm(x, y, h_post, weight, *, convention: StreamNorm):
+def hyper_write_norm(x, y, h_post, weight, *, convention: StreamNorm, rounding: Rounding = ONCE):
     """(X', N'): ``hyper_write(x, y, h_post)`` and ``stream_rms_norm`` of X', the next gated read's norm."""
     _check_write(x, y, h_post)
     _norm_weight(weight, x)
-    x2 = hyper_write(x, y, h_post)
+    x2 = hyper_write(x, y, h_post, rounding=rounding)
     return x2, stream_rms_norm(x2, weight, convention=convention)

@@ -11,6 +11,11 @@ post_scale from ``hc_magnitude`` and both eps from ``hc_eps``.
 
 ``StreamNorm``: each stream RMS-normed over its C channels with its own weight (Qwen4-exp's grouped ``hc_norm``):
 N_i = X_i / sqrt(mean(X_i^2) + eps) * (weight_offset + w_i), in float32, rounded once to X's dtype.
+
+``Rounding``: where a 16-bit write or collapse rounds. "once": the float32 result rounded once (HY-V4's write, which
+casts its operands to float32 and back; addnorm's way). "products": each product first rounded to the inputs'
+dtype, then the sum, as eager 16-bit code computes ``X + a y`` and ``mean(G * N)`` (Qwen4-exp) -- so that the
+result is eager's to the bit. In float32 and float64 the two are the same.
 """
 
 from __future__ import annotations
@@ -49,3 +54,19 @@ class StreamNorm:
             object.__setattr__(self, name, _finite(name, getattr(self, name)))
         if self.eps < 0:
             raise ValueError(f"eps must be >= 0 (each stream's RMS), got {self.eps}")
+
+
+_ROUNDINGS = ("once", "products")
+
+
+@dataclass(frozen=True)
+class Rounding:
+    where: str = "once"  # "once" | "products"
+
+    def __post_init__(self):
+        if self.where not in _ROUNDINGS:
+            raise ValueError(f"rounding must be one of {_ROUNDINGS}, got {self.where!r}")
+
+
+ONCE = Rounding("once")
+PRODUCTS = Rounding("products")

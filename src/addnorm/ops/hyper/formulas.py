@@ -6,7 +6,7 @@ float32, float64 for float64 tensors; each output rounded once to its dtype).
               H_pre  = sigmoid(s[0] m[:n] + b[:n]) + pre_eps
               H_post = post_scale sigmoid(s[-1] m[n:] + b[n:]) + post_eps      (..., 0) when g = 1 (a head)
               h = sum_i H_pre[i] X_i
-    write     X'_i = X_i + H_post[i] y
+    write     X'_i = X_i + H_post[i] y                                       (rounding: see ``convention``)
     norm      N_i = X_i / sqrt(mean(X_i^2) + eps) * (offset + w_i)            w (n, C)
     collapse  h = (1/n) sum_i G_i * N_i                                       G (..., n, C)
 
@@ -46,10 +46,17 @@ def read(x, weight, scale, base, eps, pre_eps, post_scale, post_eps):
     return h, h_pre, h_post
 
 
-def write(x, y, h_post):
+def _product(a, b, ct, rounding):
+    """a * b in the compute dtype; with rounding "products", first rounded to the inputs' dtype as eager's is."""
+    if rounding == "products":
+        return (a * b).to(ct)
+    return a.to(ct) * b.to(ct)
+
+
+def write(x, y, h_post, rounding="once"):
     """X' = X + H_post^T y in X's dtype."""
     ct = compute_dtype(x, y, h_post)
-    return (h_post.to(ct).unsqueeze(-1) * y.to(ct).unsqueeze(-2) + x.to(ct)).to(x.dtype)
+    return (_product(h_post.unsqueeze(-1), y.unsqueeze(-2), ct, rounding) + x.to(ct)).to(x.dtype)
 
 
 def stream_norm(x, weight, eps, weight_offset):
@@ -60,7 +67,7 @@ def stream_norm(x, weight, eps, weight_offset):
     return (out * (weight_offset + weight.to(ct))).to(x.dtype)
 
 
-def gated_collapse(x, gates):
+def gated_collapse(x, gates, rounding="once"):
     """h = (1/n) sum_i G_i * X_i in X's dtype."""
     ct = compute_dtype(x, gates)
-    return (gates.to(ct) * x.to(ct)).mean(-2).to(x.dtype)
+    return _product(gates, x, ct, rounding).mean(-2).to(x.dtype)

@@ -1,9 +1,9 @@
 """The operators of hyper-connections without a mixing matrix:
 
     addnorm::hyper_read(x, weight, scale, base, eps, pre_eps, post_scale, post_eps) -> (h, h_pre, h_post)
-    addnorm::hyper_write(x, y, h_post) -> x2
+    addnorm::hyper_write(x, y, h_post, rounding) -> x2
     addnorm::hyper_stream_norm(x, weight, eps, weight_offset) -> normed
-    addnorm::hyper_gated_collapse(x, gates) -> h
+    addnorm::hyper_gated_collapse(x, gates, rounding) -> h
 
 See ``formulas``; the conventions' numbers (``convention``) are the float arguments. No kernel takes them yet: each
 operator is registered as a composite of its formulas (CompositeImplicitAutograd), so that its backward, its fake
@@ -19,9 +19,9 @@ from . import formulas
 
 LIB.define("hyper_read(Tensor x, Tensor weight, Tensor scale, Tensor base, float eps, float pre_eps, "
            "float post_scale, float post_eps) -> (Tensor, Tensor, Tensor)")
-LIB.define("hyper_write(Tensor x, Tensor y, Tensor h_post) -> Tensor")
+LIB.define("hyper_write(Tensor x, Tensor y, Tensor h_post, str rounding) -> Tensor")
 LIB.define("hyper_stream_norm(Tensor x, Tensor weight, float eps, float weight_offset) -> Tensor")
-LIB.define("hyper_gated_collapse(Tensor x, Tensor gates) -> Tensor")
+LIB.define("hyper_gated_collapse(Tensor x, Tensor gates, str rounding) -> Tensor")
 
 LIB.impl("hyper_read", formulas.read, "CompositeImplicitAutograd")
 LIB.impl("hyper_write", formulas.write, "CompositeImplicitAutograd")
