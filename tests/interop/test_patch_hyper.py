@@ -18,6 +18,7 @@ from addnorm.interop import handoff, patch_hf_model, unpatch_hf_model  # noqa: E
 from addnorm.interop import hyper as H  # noqa: E402
 from addnorm.reference import gated_streams as ref  # noqa: E402
 
+import hyper_layers as HL  # noqa: E402
 from test_patch import _EXTRA, HYPER, IDX, build  # noqa: E402
 
 HY = pytest.importorskip("transformers.models.hy_v4.modeling_hy_v4", reason="transformers without HY-V4")
@@ -259,3 +260,29 @@ def test_unpatch_takes_the_hyper_connections_back(name):
     assert not any("forward" in mod.__dict__ or "_addnorm_hyper" in mod.__dict__ for mod in m.modules())
     with torch.no_grad():
         assert torch.equal(m(IDX).logits, ref_m(IDX).logits)
+
+
+@pytest.mark.parametrize("layer, dtype", [(HL.StreamCast, torch.float32), (HL.StreamCast, torch.bfloat16),
+                                          (HL.StreamFirst, torch.float32)], ids=str)
+def test_other_spellings_of_a_write_keep_what_the_layer_computes(layer, dtype):
+    """Written with the stream alone cast, or the stream first and no cast: each still found, and the patched model
+    computes what the unpatched one does."""
+    torch.manual_seed(0)
+    ref_m = HL.Model(layer).to(dtype).eval()
+    m = patch_hf_model(copy.deepcopy(ref_m))
+    assert [f["hyper-connection write"] for f in m._addnorm_patched["per_layer"].values()] == [1, 1]
+    assert m._addnorm_patched["final_collapse"] == 1
+    ids = torch.randint(0, HL.V, (3, 7), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        got, want = m(ids).logits, ref_m(ids).logits
+    assert got.dtype == want.dtype
+    tol = 1e-5 if dtype == torch.float32 else 1.6e-2  # the norms' kernels: float32 rounding, or a bfloat16 ulp
+    torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+
+
+def test_a_write_addnorm_does_not_recognise_is_refused_by_name():
+    m = HL.Model(HL.Einsum)
+    with pytest.raises(NotImplementedError, match=r"Model: layers\.0: Einsum reads its stream through hc, but addnorm "
+                                                  r"found 0 writes of it"):
+        patch_hf_model(m)
+    assert not any("forward" in mod.__dict__ or "_addnorm_hyper" in mod.__dict__ for mod in m.modules())

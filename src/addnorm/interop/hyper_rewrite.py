@@ -76,8 +76,8 @@ def _outer(node, coeffs):
 
 
 def _one_statement(value, coeffs):
-    """(S, Y, P, D, rounding) of ``(outer + S)[.to(D)]``, or None: with casts to float32 the sum is rounded once,
-    without them each product is rounded first, as eager computes it."""
+    """(S, Y, P, D, rounding) of ``(outer + S)[.to(D)]``, or None: with a factor of the product cast to float32 the
+    result is rounded once, without one the product is rounded first, as eager computes it."""
     to = _method(value, "to", 1)
     node, dtype = (to[0], to[1][0]) if to else (value, None)
     if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)):
@@ -90,7 +90,7 @@ def _one_statement(value, coeffs):
         p, y, cast = outer
         if (cast or cs) and dtype is None:
             return None  # computed and returned in float32: not the stream's dtype the operator keeps
-        return s.id, y, p, dtype, "once" if cast or cs else "products"
+        return s.id, y, p, dtype, "once" if cast else "products"  # a factor cast: the product is float32's
     return None
 
 
