@@ -286,3 +286,17 @@ def test_a_write_addnorm_does_not_recognise_is_refused_by_name():
                                                   r"found 0 writes of it"):
         patch_hf_model(m)
     assert not any("forward" in mod.__dict__ or "_addnorm_hyper" in mod.__dict__ for mod in m.modules())
+
+
+@pytest.mark.parametrize("name", HYPER)
+def test_a_checkpoint_loaded_in_bfloat16_with_float32_hyper_connections(name, tmp_path):
+    """from_pretrained(dtype=bfloat16) keeps HY-V4's gate parameters in float32 (_keep_in_fp32_modules_strict)
+    beside a bfloat16 stream: the reads and writes take the mixed dtypes as HF's modules do."""
+    build(name).save_pretrained(tmp_path)
+    ref_m = type(build(name)).from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+    m = patch_hf_model(copy.deepcopy(ref_m))
+    assert list(m._addnorm_patched["per_layer"].values())[0]["write+read hand-off"] == 2
+    with torch.no_grad():
+        got, want = m(IDX).logits, ref_m(IDX).logits
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got.float(), want.float(), atol=1.6e-2, rtol=1.6e-2)
