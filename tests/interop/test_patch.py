@@ -31,10 +31,42 @@ SEQUENTIAL = ["Llama", "Mistral", "Mixtral", "Qwen2", "Qwen2Moe", "Qwen3", "Qwen
               # refused before: GPT-Neo's attention call, Nemotron's LayerNorm1P (a (1 + w) LayerNorm)
               "GPTNeo", "Nemotron"]
 PARALLEL = ["GPTJ", "GPTNeoX", "Phi", "Falcon", "CodeGen", "Cohere", "Cohere2"]
-FAMILIES = ["GPT2"] + SEQUENTIAL + PARALLEL
+# a widened stream (B, T, n, C) and hyper-connections without a mixing matrix: each layer reads the stream twice
+# (the collapse, with its own norm) and writes it twice (the expand), every write fused with the read that follows
+# it (the same layer's second read, the next layer's first, the final collapse)
+HYPER = ["HYV4", "Qwen4Exp"]
+FAMILIES = ["GPT2"] + SEQUENTIAL + PARALLEL + HYPER
 # what a family's config needs beyond the common sizes (rotary dims that fit head_dim 16)
 _EXTRA = {"GPTJ": dict(rotary_dim=8), "CodeGen": dict(rotary_dim=8, n_ctx=64),
-          "GPTNeo": dict(attention_types=[[["global", "local"], 1]])}
+          "GPTNeo": dict(attention_types=[[["global", "local"], 1]]),
+          # a dense layer and a MoE layer; hc_magnitude other than DeepSeek's fixed 2
+          "HYV4": dict(moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2, q_lora_rank=32,
+                       kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, index_topk=4,
+                       index_head_dim=16, index_n_heads=2, hc_mult=3, hc_magnitude=1.5, hc_eps=1e-3),
+          # a linear-attention layer and an indexed-attention layer
+          "Qwen4Exp": dict(linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
+                           linear_num_value_heads=4, moe_intermediate_size=32, shared_expert_intermediate_size=32,
+                           num_experts=4, num_experts_per_tok=2, hc_count=3, hc_lowrank=8, indexer_n_heads=2,
+                           indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=4, indexer_compress_ratio=2,
+                           layer_types=["linear_attention", "indexed_attention"])}
+_CONFIG = {"Qwen4Exp": "Qwen4ExpTextConfig"}  # its Qwen4ExpConfig is the vision-language one
+
+
+def expected_fusions(name) -> dict:
+    """What every layer of a family's 2-layer model fuses: its residual adds (4 in a sequential model, 2 in a
+    parallel one), or its hyper-connections' reads, writes and write+read hand-offs and the final collapse."""
+    if name in HYPER:
+        return {"fused_adds": 2 * 6 + 1, "per_layer": {"hyper-connection read": 2, "hyper-connection write": 2,
+                                                       "write+read hand-off": 2}, "final_collapse": 1}
+    return {"fused_adds": 2 if name in PARALLEL else 4}
+
+
+def assert_fused_as_expected(name, report):
+    want = expected_fusions(name)
+    assert report["fused_adds"] == want["fused_adds"], report
+    if "per_layer" in want:
+        assert report["final_collapse"] == want["final_collapse"], report
+        assert list(report["per_layer"].values()) == [want["per_layer"]] * 2, report
 
 
 def build(name, dtype=torch.float32):
@@ -43,7 +75,7 @@ def build(name, dtype=torch.float32):
         m = T.GPT2LMHeadModel(T.GPT2Config(vocab_size=V, n_positions=64, n_layer=2, n_head=4, n_embd=64,
                                            bos_token_id=0, eos_token_id=0))
     else:
-        cfg_cls, cls = getattr(T, f"{name}Config", None), getattr(T, f"{name}ForCausalLM", None)
+        cfg_cls, cls = getattr(T, _CONFIG.get(name, f"{name}Config"), None), getattr(T, f"{name}ForCausalLM", None)
         if cfg_cls is None or cls is None:
             pytest.skip(f"transformers {T.__version__} has no {name}")
         common = {k: v for k, v in _COMMON.items() if not (name == "Falcon" and k == "head_dim")}
@@ -86,12 +118,24 @@ def test_patched_family_is_exact_and_every_add_is_fused(name):
     keys = list(m.state_dict())
     patch_hf_model(m)
     report = m._addnorm_patched
-    assert report["fused_adds"] == (2 if name in PARALLEL else 4), report
+    assert_fused_as_expected(name, report)
     assert report["norms"] >= 3 and report["fusions"]
     assert {k: id(p) for k, p in m.named_parameters()} == params and list(m.state_dict()) == keys
     _assert_same(m, ref)
     gen = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
     assert torch.equal(m.generate(IDX[:1], **gen), ref.generate(IDX[:1], **gen))
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_report_counts_decoder_layers(name):
+    """``layers`` is the number of decoder layers, whatever was rewritten in them: BLOOM's attention and MLP (each
+    adds its residual inside) made 4 of its 2 layers, MPT's likewise, and Qwen4-exp's linear-attention layer (no
+    norm addnorm patches in it) was not counted at all. ``per_layer`` says what each one fuses."""
+    report = patch_hf_model(build(name))._addnorm_patched
+    assert report["layers"] == 2, report
+    assert [k.rsplit(".", 1)[-1] for k in report["per_layer"]] == ["0", "1"], report  # the decoder layers' names
+    assert sum(n for f in report["per_layer"].values() for n in f.values()) + report.get("final_collapse", 0) == \
+        report["fused_adds"], report
 
 
 def _count_handoffs(monkeypatch):
@@ -164,7 +208,7 @@ def test_bfloat16_error_no_worse_than_hfs_own(name):
     ours16 = patch_hf_model(copy.deepcopy(hf16))
     err_hf = (hf16(IDX).logits.double() - exact).abs().max().item()
     err_ours = (ours16(IDX).logits.double() - exact).abs().max().item()
-    assert ours16._addnorm_patched["fused_adds"] == (2 if name in PARALLEL else 4)
+    assert_fused_as_expected(name, ours16._addnorm_patched)
     assert err_ours <= 1.05 * err_hf, f"{err_ours:.3g} vs HF's own {err_hf:.3g}"
 
 

@@ -10,6 +10,8 @@ backend runs.
     pointwise  add_dyt, add_derf (DyT / Derf fused with the add)
     stream     stream_read, stream_write (the widened residual stream)
     mhc        mhc_pre (mHC's pre step in one pass)
+    hyper      hyper_read, hyper_write, stream_rms_norm, gated_collapse and their pairs (hyper-connections
+               without a mixing matrix: HY-V4's, Qwen4-exp's), each convention a frozen dataclass
     core       use_backend, last_backend, BACKENDS, the validation errors; ``buffers``: the out= rules
 
 The ``add_*`` forms are the fused "Add & Norm": ``s = x + residual; y = norm(s)``, returning the
@@ -43,6 +45,8 @@ the eager fast path, which calls the same CPU implementation without the dispatc
 from .core import (BACKENDS, FLOAT_DTYPES, DtypeError, LayoutError, ShapeError, last_backend,  # noqa: F401
                    use_backend)
 from .fused import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
+from .hyper import (ProjectedGates, Rounding, StreamNorm, gated_collapse, hyper_read, hyper_write, hyper_write_norm,
+                    hyper_write_read, stream_rms_norm)
 from .mhc import mhc_pre
 from .norm import add_layer_norm, add_rms_norm, layer_norm, rms_norm, tutorial_layer_norm
 from .pointwise import add_derf, add_dyt
@@ -63,6 +67,15 @@ __all__ = [
     "stream_read",
     "stream_write",
     "mhc_pre",
+    "hyper_read",
+    "hyper_write",
+    "hyper_write_read",
+    "hyper_write_norm",
+    "stream_rms_norm",
+    "gated_collapse",
+    "ProjectedGates",
+    "StreamNorm",
+    "Rounding",
     "use_backend",
     "last_backend",
     "BACKENDS",

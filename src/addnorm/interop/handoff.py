@@ -34,7 +34,8 @@ def enabled(layer: nn.Module) -> bool:
 
 
 def _versions(norm: nn.Module):
-    return tuple(p._version for p in norm.parameters(recurse=False))
+    # its children's too: a hyper-connection reader's norm and projections are child modules
+    return tuple(p._version for p in norm.parameters())
 
 
 def _same_memory(x: torch.Tensor, s: torch.Tensor) -> bool:
@@ -45,8 +46,8 @@ def _same_memory(x: torch.Tensor, s: torch.Tensor) -> bool:
                       and x.is_contiguous() and s.is_contiguous() and x.data_ptr() == s.data_ptr())
 
 
-def give(norm: nn.Module, s: torch.Tensor, y: torch.Tensor) -> None:
-    """Leave ``y = norm(s)`` with ``norm`` for its next call on ``s``."""
+def give(norm: nn.Module, s: torch.Tensor, y) -> None:
+    """Leave ``y = norm(s)`` with ``norm`` for its next call on ``s`` (a hyper-connection: its read of ``s``)."""
     _PENDING[norm] = (weakref.ref(s), s._version, y, torch.is_grad_enabled(), _versions(norm))
 
 
@@ -59,7 +60,9 @@ def take(norm: nn.Module, x) -> torch.Tensor | None:
     s = ref()
     if (s is not None and _same_memory(x, s) and x._version == version and torch.is_grad_enabled() == grad
             and _versions(norm) == versions):
-        return y if x.shape == s.shape else y.reshape(x.shape)
+        if x.shape == s.shape:
+            return y
+        return y.reshape(x.shape) if isinstance(y, torch.Tensor) else None  # a read's outputs: only for s itself
     return None
 
 

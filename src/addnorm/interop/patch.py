@@ -10,6 +10,10 @@ A decoder layer is recognised by what it holds, not by its class name (``STRUCTU
     scaled branches        the same with the branches scaled before their adds (Granite)
     sandwich               norms on the branch outputs too (Gemma2/3; GLM-4's names)
 
+A layer that holds hyper-connections (a widened stream (B, T, n, C): HY-V4, Qwen4-exp; ``interop.hyper``) is
+none of these, whatever its attributes are called: its forward is rewritten by data flow, each read of the stream
+on the hyper-connection's patched forward and each write fused with the read after it.
+
 In each, the add after attention and the norm after it become one ``add_layer_norm`` / ``add_rms_norm``
 call. Where no norm follows an add inside the layer (parallel attention + MLP: GPT-NeoX, Falcon, Phi,
 Cohere; post-branch norms: OLMo2, EXAONE 4, Apertus) nothing can be fused there, and only the norms run on
@@ -36,7 +40,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from . import fused_sites, handoff
+from . import fused_sites, handoff, hyper
 from .conventions import NormConvention, declared_eps
 from .conventions import apply as _apply
 from .conventions import out_dtype as _out_dtype
@@ -316,16 +320,21 @@ def _decoder_layers(model: nn.Module, norms: set[int]):
     return found
 
 
-def _layers(model: nn.Module, norms: list):
+def _layers(model: nn.Module, norms: list, hypers: list = ()):
     """(name, module, plan, owner) of every decoder layer (owner None) and of each of its children that adds a
     ``residual`` argument inside (owner: its decoder layer, with which it checkpoints). The plan is a LayerPlan
-    (a known structure), a frozenset of the norm attributes its rewritten forward fuses (``interop.rewrite``),
-    or a string saying why a layer of a known structure cannot be fused."""
+    (a known structure), a frozenset of the norm and hyper-connection attributes its rewritten forward fuses
+    (``interop.rewrite``), or a string saying why a layer of a known structure cannot be fused."""
     conv = {id(m): c for m, c in norms}
+    held = {id(m) for m, _ in hypers}
     found = []
-    for name, layer in _decoder_layers(model, set(conv)):
+    for name, layer in _decoder_layers(model, set(conv) | held):
         plan = getattr(layer, "_addnorm_plan", None) or getattr(layer, "_addnorm_sites", None)
-        if plan is None:
+        streams = sorted(n for n, m in layer.named_children() if id(m) in held)
+        if plan is None and streams:  # a widened stream: no sequential structure's forward takes it
+            sites = frozenset(n for n, m in layer.named_children() if id(m) in conv or id(m) in held)
+            plan = _hyper_plan(layer, sites, streams)
+        elif plan is None:
             plan = _plan(layer)
             if not isinstance(plan, str):
                 sites = frozenset(n for n, m in layer.named_children() if id(m) in conv)
@@ -398,15 +407,54 @@ def _norms(model: nn.Module):
     return out
 
 
+def _hyper_plan(layer: nn.Module, sites: frozenset, streams: list):
+    """The sites of a layer that holds hyper-connections (``streams``), when its rewritten forward writes each
+    one's stream through addnorm; else why not (refused by name)."""
+    rewritten = rewrite_forward(type(layer), sites)
+    writes = rewritten.sites.get("hyper-connection write", 0) if rewritten is not None else 0
+    if writes < len(streams):
+        return (f"{type(layer).__name__} reads its stream through {', '.join(streams)}, but addnorm found "
+                f"{writes} write{'s' if writes != 1 else ''} of it (X + H_post y) in its forward")
+    return sites
+
+
+def _hypers(model: nn.Module):
+    """(module, plan) of every hyper-connection addnorm reproduces (``interop.hyper``: recognised by what it holds,
+    confirmed by probing), and the names of those that call themselves hyper-connections but match no plan."""
+    out, unmatched, inside = [], [], ()
+    for name, module in model.named_modules():
+        if inside and name.startswith(inside):  # a recognised one's own parts (its norm, its projections)
+            continue
+        plan = module.__dict__.get("_addnorm_hyper") or hyper.probe_hyper(module)
+        if plan is not None:
+            out.append((module, plan))
+            inside = name + "."
+        elif name and hyper.looks_like_hyper(name, module) and any(True for _ in module.parameters()):
+            unmatched.append(f"{name} ({type(module).__name__})")
+    return out, unmatched
+
+
+_FUSED_KINDS = ("add+norm", "norm+add", "hyper-connection write")
+
+
 def _fusions(layer: nn.Module, plan) -> dict[str, int]:
     """What a patched layer fuses: kind of fused call -> count."""
     found = layer.__dict__.get("_addnorm_readers", {})
     if isinstance(plan, LayerPlan):
         return {"add+norm": 1, "sum+norm hand-off": 1 if found.get("out") else 0}
-    sites = {k: n for k, n in rewrite_forward(type(layer), plan).sites.items() if k in ("add+norm", "norm+add")}
+    sites = {k: n for k, n in rewrite_forward(type(layer), plan).sites.items() if k in _FUSED_KINDS}
+    reads = sum(1 for m in layer.modules() if "_addnorm_hyper" in m.__dict__)
+    if reads:
+        sites["hyper-connection read"] = reads
     for site, readers in found.items():
-        kind = "sum+norm hand-off" if len(readers) == 1 else "sum+2 norms hand-off"
-        sites[kind] = sites.get(kind, 0) + 1
+        streams = [r for r in readers if "_addnorm_hyper" in r.__dict__]
+        norms = [r for r in readers if "_addnorm_convention" in r.__dict__]
+        if site.startswith("write"):  # a hyper-connection's write: fused with the next read when one reads it alone
+            kind = "write+read hand-off" if len(streams) == 1 and len(readers) == 1 else None
+        else:
+            kind = {1: "sum+norm hand-off", 2: "sum+2 norms hand-off"}.get(min(len(norms), 2))
+        if kind is not None:
+            sites[kind] = sites.get(kind, 0) + 1
     return sites
 
 
@@ -423,7 +471,12 @@ def patch_hf_model(model: nn.Module, *, verify: bool = True) -> nn.Module:
                          f"torch.nn.LayerNorm / RMSNorm of any model on addnorm's kernels, keeping their "
                          f"parameters: addnorm.nn.replace_norms(model)")
     norms = _norms(model)
-    layers = _layers(model, norms)
+    hypers, unmatched = _hypers(model)
+    if unmatched:
+        raise NotImplementedError(f"{type(model).__name__}: {unmatched[0]} is a hyper-connection whose read and write "
+                                  f"addnorm does not reproduce (it reproduces HY-V4's and Qwen4-exp's: "
+                                  f"addnorm.interop.hyper); nothing was changed")
+    layers = _layers(model, norms, hypers)
     refused = [(n, p) for n, _, p, _ in layers if isinstance(p, str)]
     if refused:
         raise NotImplementedError(f"{type(model).__name__}: {refused[0][0]}: {refused[0][1]}; supported: "
@@ -439,9 +492,10 @@ def patch_hf_model(model: nn.Module, *, verify: bool = True) -> nn.Module:
                   if getattr(m, "_addnorm_plan", None) is None and getattr(m, "_addnorm_sites", None) is None
                   and _installable(m)]
     new_norms = [(m, c) for m, c in norms if getattr(m, "_addnorm_convention", None) is None and _installable(m)]
+    new_hypers = [(m, p) for m, p in hypers if "_addnorm_hyper" not in m.__dict__ and _installable(m)]
     decoder_layers = [m for _, m, _, owner in layers if owner is None]
-    before = _probe_outputs(model, decoder_layers) if verify and (new_layers or new_norms) else None
-    if verify and new_layers and before is None:  # the fused adds need the model-level check verify=True promised
+    before = _probe_outputs(model, decoder_layers) if verify and (new_layers or new_norms or new_hypers) else None
+    if verify and (new_layers or new_hypers) and before is None:  # the fused adds need the model-level check verify=True promised
         # (a norm alone is checked against its module when its convention is found); a composite config keeps its
         # vocab_size in its text config, and a model with none was patched unchecked
         raise NotImplementedError(f"{type(model).__name__}: patch_hf_model cannot verify the fused adds (it makes "
@@ -460,32 +514,56 @@ def patch_hf_model(model: nn.Module, *, verify: bool = True) -> nn.Module:
     for module, conv in new_norms:
         module._addnorm_convention = conv
         _install(module, functools.partial(_norm_forward, module))
+    for module, plan in new_hypers:
+        module.__dict__["_addnorm_hyper"] = plan
+        _install(module, functools.partial(hyper.hyper_forward, module))
     problem = None
     try:
         if new_layers:
-            _find_readers(model, [m for _, m, _, _ in layers], [m for m, _ in norms])
+            _find_readers(model, [m for _, m, _, _ in layers], [m for m, _ in norms] + [m for m, _ in hypers])
         if before is not None:
             after = _probe_outputs(model, decoder_layers)
             problem = None if _same(before, after) else "changed the model's outputs on a probe"
     except Exception as e:  # noqa: BLE001  (whatever the layer's code raised: undone, then reported)
         problem = f"raised {type(e).__name__}: {e}"
     if problem:
-        for module in [m for m, _, _ in new_layers] + [m for m, _ in new_norms]:
+        for module in [m for m, _, _ in new_layers] + [m for m, _ in new_norms] + [m for m, _ in new_hypers]:
             _unpatch_module(module)
         raise NotImplementedError(f"{type(model).__name__}: the patched model {problem}, so the patch was undone "
                                   f"(nothing was changed); supported: {_SUPPORTED}")
+    model._addnorm_patched = _report(layers, norms, hypers)
+    return model
+
+
+def _add(counts: dict, kind: str, n: int) -> None:
+    if n:
+        counts[kind] = counts.get(kind, 0) + n
+
+
+def _report(layers, norms, hypers) -> dict:
+    """What was patched: ``layers`` counts decoder layers (a rewritten child -- BLOOM's attention, MPT's FFN --
+    is its decoder layer's, not a layer of its own), ``per_layer`` what each one fuses, ``fusions`` the same per
+    layer class, and a hyper-connection's final collapse (HY-V4's head, Qwen4-exp's mixer) under its class."""
     per_class: dict[str, dict[str, int]] = {}
-    for _, m, p, _ in layers:
-        per_class.setdefault(type(m).__name__, {})
-        for kind, n in _fusions(m, p).items():
-            per_class[type(m).__name__][kind] = per_class[type(m).__name__].get(kind, 0) + n
+    per_layer: dict[str, dict[str, int]] = {}
+    names = {id(m): n for n, m, _, owner in layers if owner is None}
+    for name, m, p, owner in layers:
+        fused = _fusions(m, p)
+        layer_name = names.get(id(owner), name.rsplit(".", 1)[0]) if owner is not None else name
+        for kind, n in fused.items():
+            _add(per_class.setdefault(type(m).__name__, {}), kind, n)
+            _add(per_layer.setdefault(layer_name, {}), kind, n)
+    finals = [m for m, p in hypers if p.final]
+    for m in finals:
+        _add(per_class.setdefault(type(m).__name__, {}), "hyper-connection final collapse", 1)
     fused = sum(n for f in per_class.values() for n in f.values())
-    model._addnorm_patched = {
-        "layers": len(layers), "fused_adds": fused, "norms": len(norms),
+    return {
+        "layers": len({id(owner if owner is not None else m) for _, m, _, owner in layers}),
+        "fused_adds": fused, "norms": len(norms), "hyper_connections": len(hypers), "final_collapse": len(finals),
         "structures": sorted({p.structure.name if isinstance(p, LayerPlan) else "rewritten by data flow"
                               for _, _, p, _ in layers}),
-        "fusions": {cls: {k: n for k, n in f.items() if n} for cls, f in per_class.items()}}
-    return model
+        "fusions": {cls: {k: n for k, n in f.items() if n} for cls, f in per_class.items()},
+        "per_layer": per_layer}
 
 
 def _find_readers(model: nn.Module, layers, norms) -> None:
@@ -506,7 +584,8 @@ def _unpatch_module(module: nn.Module) -> None:
         del d["forward"]
     if getattr(d.get("_replicate_for_data_parallel"), "func", None) is _refuse_replica:  # ours only
         del d["_replicate_for_data_parallel"]
-    for attr in ("_addnorm_plan", "_addnorm_convention", "_addnorm_sites", "_addnorm_readers", "_addnorm_layer"):
+    for attr in ("_addnorm_plan", "_addnorm_convention", "_addnorm_sites", "_addnorm_readers", "_addnorm_layer",
+                 "_addnorm_hyper"):
         d.pop(attr, None)
     handoff.drop(module)
 

@@ -1,14 +1,17 @@
 """Fuse the residual adds of a HuggingFace decoder layer by rewriting its ``forward`` at the level of its
 data flow, whatever its attributes are called.
 
-A decoder layer's forward is read (``inspect.getsource``), parsed, and three shapes of statement are
-replaced by calls into ``interop.fused_sites``; everything else -- the attention call with its exact
+A decoder layer's forward is read (``inspect.getsource``), parsed, and four shapes of statement are
+replaced by calls into ``interop.fused_sites`` (a stream's write: ``interop.hyper``); everything else -- the attention call with its exact
 arguments, dropouts, reshapes, MoE routing, returned tuples -- stays the layer's own code:
 
     add then norm     A = E1 + E2 ; [R = A ...] ; D = self.N(A)    ->  (D, A) from one add_*_norm call
                       (Llama, OPT, BioGPT, XGLM, MPT, GPT-Neo, JetMoE, VaultGemma, Granite's scaled branch)
     norm then add     D = self.N(E) ; A = B + D   (or D + B)         ->  A = residual + norm(branch), one call
                       (OLMo 2/3, EXAONE 4 post-branch norms; Gemma2's output norms)
+    stream write      A = X + H_post^T y  (HY-V4's, Qwen4-exp's spellings: ``hyper_rewrite``)
+                                                                     ->  one hyper_write, or with the next
+                      hyper-connection's read of A where a probe run finds it (``interop.hyper``)
     any other sum     A = E1 + E2 [+ E3]  (or its .view/.reshape), return E1 + E2 [+ E3]
                                                                      ->  a hand-off site: one call that also
                       normalizes the sum for whichever norms are found (in a probe run) to read it -- the
@@ -29,10 +32,11 @@ import inspect
 import textwrap
 from dataclasses import dataclass, field
 
-from . import fused_sites
+from . import fused_sites, hyper, hyper_rewrite
 
 _HELPERS = {"_addnorm_add_norm": fused_sites.add_norm, "_addnorm_norm_add": fused_sites.norm_add,
-            "_addnorm_sum": fused_sites.layer_sum, "_addnorm_dropout_add": fused_sites.dropout_add}
+            "_addnorm_sum": fused_sites.layer_sum, "_addnorm_dropout_add": fused_sites.dropout_add,
+            "_addnorm_hyper_write": hyper.write}
 
 
 def _is_dropout_add(fn) -> bool:
@@ -98,9 +102,10 @@ def _call(helper, *args):
 class _Rewriter:
     def __init__(self, norms: set[str], globals_: dict):
         self.globals = globals_
-        self.norms = norms  # attribute names of the layer's patched norms
+        self.norms = norms  # attribute names of the layer's patched norms (and hyper-connections)
         self.sites: dict[str, int] = {}
         self.n = 0
+        self.coeffs: set[str] = set()  # names a patched hyper-connection's call binds (``hyper_rewrite``)
 
     def _dropout_add(self, node) -> bool:
         """``f(x, residual, prob, training)`` where ``f`` (a module-level function of the layer's module)
@@ -120,13 +125,25 @@ class _Rewriter:
                 if isinstance(getattr(s, attr, None), list) and getattr(s, attr) and not isinstance(
                         s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                     setattr(s, attr, self.block(getattr(s, attr)))
-            took = self._add_then_norm(stmts, i, out) or self._norm_then_add(stmts, i, out) or self._sum(stmts, i, out)
+            took = (self._hyper_write(stmts, i, out) or self._add_then_norm(stmts, i, out)
+                    or self._norm_then_add(stmts, i, out) or self._sum(stmts, i, out))
             if took:
                 i += took
                 continue
             out.append(s)
             i += 1
         return out
+
+    def _hyper_write(self, stmts, i, out) -> int:
+        """A write of a widened stream, ``X + H_post^T y`` (``hyper_rewrite``): one ``interop.hyper.write``."""
+        found = hyper_rewrite.match_write(stmts, i, self.coeffs)
+        if found is None:
+            return 0
+        took, build = found
+        self.n += 1
+        out.append(build(f"write{self.n}"))
+        self._count("hyper-connection write")
+        return took
 
     def _add_then_norm(self, stmts, i, out) -> int:
         a = _assign(stmts[i])
@@ -234,6 +251,7 @@ def _rewrite(cls, norms) -> Rewritten | None:
     if not isinstance(fdef, ast.FunctionDef):
         return None
     rw = _Rewriter(norms, fn.__globals__)
+    rw.coeffs = hyper_rewrite.coefficient_names(fdef, norms)
     fdef.body = rw.block(fdef.body)
     if not rw.sites:
         return None

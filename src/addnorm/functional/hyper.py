@@ -1,0 +1,143 @@
+"""Hyper-connections without a mixing matrix, as functions on the widened stream X (..., n, C):
+
+    hyper_read(x, weight, scale, base, convention=ProjectedGates)  -> (h, H_pre, H_post)
+        the gates from a projection of the RMS-normed vec(X) and the collapse h = sum_i H_pre[i] X_i in one call
+        (HY-V4's iHC; with weight (n, nC) and one scale, its head: H_post empty)
+    hyper_write(x, y, h_post, rounding=ONCE)                       -> X' = X + H_post^T y  (the expand)
+    stream_rms_norm(x, weight, convention=StreamNorm)               -> each stream RMS-normed with its own weight
+    gated_collapse(x, gates, rounding=ONCE)                        -> h = (1/n) sum_i G_i * X_i  (gates per element)
+    hyper_write_read(x, y, h_post, weight, scale, base, convention) -> (X', h, H_pre, H_post): one sub-layer's
+        write and the next one's read (HY-V4's layers hand them over so: ``addnorm.interop``)
+    hyper_write_norm(x, y, h_post, weight, convention)             -> (X', N'): the write and the next read's norm
+        (Qwen4-exp's gated read: N' feeds its low-rank gate, then ``gated_collapse``)
+
+Each runs ``torch.ops.addnorm.hyper_*`` (``addnorm.ops.hyper``), whose only implementation so far is the exact torch
+formulas on every device: ``last_backend()`` says "torch". The conventions are frozen dataclasses
+(``addnorm.ops.hyper.convention``): what differs between models is a value passed to the same operator -- HY-V4's
+magnitude and eps, Qwen4-exp's (1 + w), and where a 16-bit result is rounded (``Rounding``: once, addnorm's way and
+HY-V4's; or after each product, as Qwen4-exp's eager bfloat16 code).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..ops.hyper.convention import ONCE, PRODUCTS, ProjectedGates, Rounding, StreamNorm
+from . import core
+
+__all__ = ["ProjectedGates", "StreamNorm", "Rounding", "ONCE", "PRODUCTS", "hyper_read", "hyper_write", "stream_rms_norm", "gated_collapse",
+           "hyper_write_read", "hyper_write_norm"]
+
+
+def _stream(x) -> tuple[tuple[int, ...], int, int]:
+    core.check_float_tensor("x", x)
+    if x.dim() < 2 or x.shape[-2] < 1 or x.shape[-1] < 1:
+        raise ValueError(f"x must be a widened stream (..., n >= 1, C >= 1), got shape {tuple(x.shape)}")
+    return tuple(x.shape[:-2]), x.shape[-2], x.shape[-1]
+
+
+def _tensor(name, t, x, shape=None, numel=None):
+    core.check_float_tensor(name, t)
+    if shape is not None and tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)} for x of shape {tuple(x.shape)}, got {tuple(t.shape)}")
+    if numel is not None and t.numel() != numel:
+        raise ValueError(f"{name} must have {numel} elements for x of shape {tuple(x.shape)}, got shape "
+                         f"{tuple(t.shape)}")
+    if t.device != x.device:
+        raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
+
+
+def _convention(convention, kind, name="convention"):
+    if not isinstance(convention, kind):
+        raise TypeError(f"{name} must be an addnorm.functional.{kind.__name__}, got {type(convention).__name__}")
+    return convention
+
+
+def _check_read(x, weight, scale, base, convention):
+    _, n, C = _stream(x)
+    _convention(convention, ProjectedGates)
+    core.check_float_tensor("weight", weight)
+    if weight.dim() != 2 or weight.shape[1] != n * C or weight.shape[0] not in (n, 2 * n):
+        raise ValueError(f"weight must have shape ({2 * n}, {n * C}) (H_pre's and H_post's projections) or "
+                         f"({n}, {n * C}) (H_pre's alone: a head) for x of shape {tuple(x.shape)}, "
+                         f"got {tuple(weight.shape)}")
+    groups = weight.shape[0] // n
+    _tensor("weight", weight, x)
+    _tensor("scale", scale, x, numel=groups)
+    _tensor("base", base, x, numel=groups * n)
+    if base.dim() != 1:
+        raise ValueError(f"base must be one-dimensional ({groups * n},), got shape {tuple(base.shape)}")
+
+
+def hyper_read(x, weight, scale, base, *, convention: ProjectedGates):
+    """One read of the stream X (..., n, C) (HY-V4's iHC): with v = vec(X) and m = (v weight^T) / RMS(v),
+
+        H_pre  = sigmoid(scale[0] m[:n] + base[:n]) + convention.pre_eps
+        H_post = convention.post_scale sigmoid(scale[1] m[n:] + base[n:]) + convention.post_eps
+        h      = sum_i H_pre[i] X_i
+
+    weight (2n, nC) (HF's ``fn``), scale (2,), base (2n,); or weight (n, nC), scale (1,), base (n,) for a head,
+    whose H_post is empty (..., 0). Returns (h, H_pre, H_post): h in X's dtype, the gates in float32 (float64 if X
+    or a parameter is float64)."""
+    _check_read(x, weight, scale, base, convention)
+    core.choose_backend("torch", x, tuple(x.shape[-1:]))
+    c = convention
+    return torch.ops.addnorm.hyper_read(x, weight, scale, base, c.eps, c.pre_eps, c.post_scale, c.post_eps)
+
+
+def _check_write(x, y, h_post):
+    lead, n, C = _stream(x)
+    _tensor("y", y, x, shape=lead + (C,))
+    _tensor("h_post", h_post, x, shape=lead + (n,))
+
+
+def hyper_write(x, y, h_post, *, rounding: Rounding = ONCE):
+    """X' = X + H_post^T y (row i: X_i + H_post[i] y) in X's dtype, from float32 sums (float64 if an input is)
+    rounded once, or with ``rounding=PRODUCTS`` each product H_post[i] y first rounded to the inputs' dtype as eager
+    16-bit code rounds it; y (..., C), h_post (..., n). No mixing matrix: each stream keeps its own values."""
+    _check_write(x, y, h_post)
+    core.choose_backend("torch", x, tuple(x.shape[-1:]))
+    return torch.ops.addnorm.hyper_write(x, y, h_post, _convention(rounding, Rounding, "rounding").where)
+
+
+def _norm_weight(weight, x):
+    _, n, C = _stream(x)
+    _tensor("weight", weight, x, numel=n * C)
+    if tuple(weight.shape) not in ((n, C), (n * C,)):
+        raise ValueError(f"weight must have shape ({n}, {C}) or ({n * C},) (one weight per stream) for x of shape "
+                         f"{tuple(x.shape)}, got {tuple(weight.shape)}")
+    return weight.reshape(n, C)
+
+
+def stream_rms_norm(x, weight, *, convention: StreamNorm):
+    """N_i = X_i / sqrt(mean(X_i^2) + eps) * (weight_offset + w_i): each stream of X (..., n, C) over its C
+    channels, weight (n, C) (or HF's flat (nC,)); in float32, rounded once to X's dtype (Qwen4-exp's hc_norm)."""
+    w = _norm_weight(weight, x)
+    c = _convention(convention, StreamNorm)
+    core.choose_backend("torch", x, tuple(x.shape[-1:]))
+    return torch.ops.addnorm.hyper_stream_norm(x, w, c.eps, c.weight_offset)
+
+
+def gated_collapse(x, gates, *, rounding: Rounding = ONCE):
+    """h = (1/n) sum_i G_i * X_i: X and the gates G (..., n, C) -> (..., C) in X's dtype (Qwen4-exp's read); with
+    ``rounding=PRODUCTS`` each product G_i * X_i first rounded to the inputs' dtype, as eager's."""
+    _stream(x)
+    _tensor("gates", gates, x, shape=x.shape)
+    core.choose_backend("torch", x, tuple(x.shape[-1:]))
+    return torch.ops.addnorm.hyper_gated_collapse(x, gates, _convention(rounding, Rounding, "rounding").where)
+
+
+def hyper_write_read(x, y, h_post, weight, scale, base, *, convention: ProjectedGates, rounding: Rounding = ONCE):
+    """(X', h, H_pre, H_post): ``hyper_write(x, y, h_post)`` and the next sub-layer's ``hyper_read`` of X'."""
+    _check_write(x, y, h_post)
+    _check_read(x, weight, scale, base, convention)
+    x2 = hyper_write(x, y, h_post, rounding=rounding)
+    return (x2, *hyper_read(x2, weight, scale, base, convention=convention))
+
+
+def hyper_write_norm(x, y, h_post, weight, *, convention: StreamNorm, rounding: Rounding = ONCE):
+    """(X', N'): ``hyper_write(x, y, h_post)`` and ``stream_rms_norm`` of X', the next gated read's norm."""
+    _check_write(x, y, h_post)
+    _norm_weight(weight, x)
+    x2 = hyper_write(x, y, h_post, rounding=rounding)
+    return x2, stream_rms_norm(x2, weight, convention=convention)
