@@ -10,6 +10,7 @@ backend runs.
     pointwise  add_dyt, add_derf (DyT / Derf fused with the add)
     stream     stream_read, stream_write (the widened residual stream)
     mhc        mhc_pre (mHC's pre step in one pass)
+    attn_res   attn_res (Attention Residuals' softmax over depth in one pass)
     core       use_backend, last_backend, BACKENDS, the validation errors; ``buffers``: the out= rules
 
 The ``add_*`` forms are the fused "Add & Norm": ``s = x + residual; y = norm(s)``, returning the
@@ -40,6 +41,7 @@ Every call goes through addnorm's PyTorch operators (``torch.ops.addnorm.add_nor
 the eager fast path, which calls the same CPU implementation without the dispatcher's cost.
 """
 
+from .attn_res import attn_res
 from .core import (BACKENDS, FLOAT_DTYPES, DtypeError, LayoutError, ShapeError, last_backend,  # noqa: F401
                    use_backend)
 from .fused import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
@@ -63,6 +65,7 @@ __all__ = [
     "stream_read",
     "stream_write",
     "mhc_pre",
+    "attn_res",
     "use_backend",
     "last_backend",
     "BACKENDS",

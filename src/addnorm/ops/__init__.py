@@ -1,14 +1,14 @@
 """addnorm's operators (``torch.ops.addnorm.*``): one place where what PyTorch's transforms see is defined.
 
 One package per family -- ``norm`` (Add & Norm), ``fused`` (norm-then-add, the parallel block), ``pointwise``
-(DyT, Derf), ``stream`` (the widened stream's read and write), ``mhc`` (mHC's pre step) -- each with ``schema``
-(the operators and their device and fake implementations), ``autograd`` (backward, double backward and jvp) and
-``formulas`` (the math in torch ops that the last two and the non-CPU devices use). Shared by all of them:
-``last`` (which backend ran) and ``native_nodes`` (the C++ autograd nodes of the eager fast path).
-``addnorm.functional`` calls them.
+(DyT, Derf), ``stream`` (the widened stream's read and write), ``mhc`` (mHC's pre step), ``attn_res`` (Attention
+Residuals' depth mix) -- each with ``schema`` (the operators and their device and fake implementations),
+``autograd`` (backward, double backward and jvp) and ``formulas`` (the math in torch ops that the last two and
+the non-CPU devices use). Shared by all of them: ``last`` (which backend ran) and ``native_nodes`` (the C++
+autograd nodes of the eager fast path). ``addnorm.functional`` calls them.
 """
 
-from . import fused, mhc, norm, pointwise, stream  # noqa: F401  (importing a family registers its operators)
+from . import attn_res, fused, mhc, norm, pointwise, stream  # noqa: F401  (importing a family registers its operators)
 from .norm import formulas
 from .norm.autograd import AddNorm, DirectAddNorm, EagerAddNorm, TritonAddNorm, direct_forward, eager_inference, plain
 
