@@ -123,12 +123,13 @@ def test_tensorboard_without_the_package_names_the_option(monkeypatch, tmp_path,
 
 def test_the_frontier_preset_puts_every_form_beside_the_seeds_placements_with_5_seeds():
     runs = PRESETS["frontier"].runs()
-    assert len(runs) == len(set(runs)) == 210
+    assert len(runs) == len(set(runs)) == 220
     # HybridNorm at its paper's init (Megatron's: "gpt2"), with pre and post at that init as its baselines
     assert {(r.placement, r.lr) for r in runs if r.init == "gpt2"} == {
         (p, lr) for p in ("pre", "post", "hybrid", "hybrid_star") for lr in (1e-3, 3e-3)}
     forms = {(r.placement, r.norm, r.value_residual, r.dyt_alpha, r.init) for r in runs}
-    assert {p for p, *_ in forms} == set(FRONTIER) | {"pre", "post", "sandwich", "deepnorm", "mix", "layerscale"}
+    assert {p for p, *_ in forms} == set(FRONTIER) | {"pre", "post", "sandwich", "deepnorm", "mix", "layerscale",
+                                                      "attn_res"}
     assert set(FRONTIER_FORMS) >= set(FRONTIER)
     assert ("pre", "derf", False, 0.5, "xavier") in forms and ("pre", "layer", True, 0.5, "xavier") in forms
     assert ("pre", "dyt", False, DYT_PAPER_ALPHA, "xavier") in forms
@@ -229,6 +230,15 @@ def test_a_widened_run_records_the_composite_gain_per_evaluation_and_its_maximum
     assert "saturation" not in s and "max_composite_gain_fwd" not in train_run(RunConfig(**TINY), data,
                                                                                tmp_path / "pre")
     assert "saturation_curve" not in s  # no DyT/Derf slot
+
+
+def test_an_attn_res_run_trains_and_records_its_depth_state_per_block(data, tmp_path):
+    """Attention Residuals' blocks hand on the depth state (a list of sources and a partial sum), not one stream: the
+    per-block statistics read its newest source."""
+    s = train_run(RunConfig(**{**TINY, "steps": 6, "eval_every": 3}, placement="attn_res"), data, tmp_path)
+    assert s.get("failure") in (None, "plateau") and math.isfinite(s["final_val_loss"])  # 6 steps: still on it
+    step = [m for m in _lines(tmp_path) if "stream_rms" in m][-1]
+    assert len(step["stream_rms"]) == TINY["depth"] and all(v > 0 and math.isfinite(v) for v in step["stream_rms"])
 
 
 def test_a_dyt_run_keeps_the_saturation_of_every_evaluation(data, tmp_path):

@@ -30,6 +30,9 @@ CASES = {
     "hybrid": dict(placement="hybrid"),
     "hybrid_rms_vr": dict(placement="hybrid", norm="rms", value_residual=True),
     "hybrid_star": dict(placement="hybrid_star"),
+    "attn_res": dict(placement="attn_res"),
+    "attn_res_block2": dict(placement="attn_res", attn_res_block=2),  # a block per transformer block
+    "attn_res_block3_rms_vr": dict(placement="attn_res", attn_res_block=3, norm="rms", value_residual=True),
     "ngpt": dict(placement="ngpt"),
     "ngpt_vr": dict(placement="ngpt", value_residual=True),
 }
@@ -53,7 +56,8 @@ def hparams(cfg: GPTConfig) -> dict:
     p = cfg.placement
     return dict(n_layer=cfg.n_layer, n_head=cfg.n_head, placement=p, norm=cfg.norm, eps=cfg.eps,
                 n_streams=cfg.streams, sinkhorn_iters=cfg.sinkhorn_iters, value_residual=cfg.value_residual,
-                dense_dilation=cfg.dense_dilation, dense_period=cfg.dense_period, qkv_norm=p in ("hybrid", "hybrid_star"))
+                dense_dilation=cfg.dense_dilation, dense_period=cfg.dense_period,
+                qkv_norm=p in ("hybrid", "hybrid_star"), attn_res_block=cfg.attn_res_block)
 
 
 def batch(cfg: GPTConfig, B: int = 2, T: int = 6, seed: int = 0) -> torch.Tensor:

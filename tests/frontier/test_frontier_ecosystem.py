@@ -23,7 +23,7 @@ _SMALL = ("hybrid", "hybrid_star", "ngpt", "derf_pre", "dyt_slots")
 
 
 @pytest.mark.parametrize("name", ["hc", "mhc", "mhc_lite_derf_vr", "denseformer_dil2_per2", "lns", "value_residual_pre",
-                                  *_SMALL])
+                                  "attn_res", "attn_res_block3_rms_vr", *_SMALL])
 def test_compile_fullgraph_matches_eager(name):
     torch._dynamo.reset()
     cfg = config(name, n_layer=2) if name in _SMALL else config(name)

@@ -12,6 +12,7 @@ backend runs.
     mhc        mhc_pre (mHC's pre step in one pass)
     hyper      hyper_read, hyper_write, stream_rms_norm, gated_collapse and their pairs (hyper-connections
                without a mixing matrix: HY-V4's, Qwen4-exp's), each convention a frozen dataclass
+    attn_res   attn_res (Attention Residuals' softmax over depth in one pass)
     core       use_backend, last_backend, BACKENDS, the validation errors; ``buffers``: the out= rules
 
 The ``add_*`` forms are the fused "Add & Norm": ``s = x + residual; y = norm(s)``, returning the
@@ -42,6 +43,7 @@ Every call goes through addnorm's PyTorch operators (``torch.ops.addnorm.add_nor
 the eager fast path, which calls the same CPU implementation without the dispatcher's cost.
 """
 
+from .attn_res import attn_res
 from .core import (BACKENDS, FLOAT_DTYPES, DtypeError, LayoutError, ShapeError, last_backend,  # noqa: F401
                    use_backend)
 from .fused import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
@@ -76,6 +78,7 @@ __all__ = [
     "ProjectedGates",
     "StreamNorm",
     "Rounding",
+    "attn_res",
     "use_backend",
     "last_backend",
     "BACKENDS",

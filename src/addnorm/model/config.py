@@ -44,6 +44,8 @@ class GPTConfig:
     dense_period: int = 1  # denseformer: a DWA after every dense_period-th block only
     embed_scale: float | None = None  # a learned scalar on the token embedding, starting at this value (the DyT
     #                                   paper's LLaMA code: sqrt(n_embd)); None: no scale
+    attn_res_block: int | None = None  # attn_res: sub-layers per block (Block AttnRes's S; attention and MLP count
+    #                                    one each); None = Full AttnRes (every earlier sub-layer output a source)
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "d_ff"):

@@ -2,8 +2,9 @@
 
 What flows between the blocks is the residual stream's regime (``model/regimes/``), chosen by the placement:
 one (B, T, C) stream with a pending branch output fused into the next norm; a widened (B, T, n, C) stream
-(hc, mhc, mhc_lite); DenseFormer's depth-weighted averages over the block outputs; or nGPT's stream on the
-unit sphere. The forward pass is the same loop for all of them.
+(hc, mhc, mhc_lite); DenseFormer's depth-weighted averages over the block outputs; nGPT's stream on the
+unit sphere; or Attention Residuals' earlier outputs, which each sub-layer reads through a softmax over depth.
+The forward pass is the same loop for all of them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(c.dropout)
         self.h = nn.ModuleList(r.block(i, p) for i, p in enumerate(placements))
         self.dwa = r.between_blocks()  # DenseFormer's depth-weighted averages; None for every other regime
+        self.attn_res = r.after_blocks()  # Attention Residuals' final aggregation; None for every other regime
         final_alpha = c.slot_alpha("final") if c.norm in POINTWISE_KINDS else None
         self.ln_f = (make_norm(c.norm, c.n_embd, c.eps, bias=c.bias, backend=c.backend, alpha=final_alpha)
                      if final_norm_needed(placements) else None)

@@ -24,6 +24,8 @@ Beyond the three slots, a placement says what the residual stream is:
                     stochastic), "mhc_lite" (an exact convex mix of permutation matrices)
     depth_scaled    LayerNorm Scaling: the branch-input norm's output times 1/sqrt(l), l = 1-based layer
     dense           DenseFormer: a depth-weighted average of every earlier block output after each block
+    attn_res        Attention Residuals: each sub-layer's input a softmax over depth of the earlier sub-layer
+                    outputs (or block sums), in place of the residual sum
     qkv_norm        HybridNorm: attention normalizes Q, K and V itself (its input is not normed)
     mlp             the feed-forward sub-layer's own placement, where it differs from attention's
 """
@@ -53,6 +55,7 @@ class Placement:
     stream: str = "single"  # the residual stream's form (see STREAMS)
     depth_scaled: bool = False  # LayerNorm Scaling: before-norm output * 1/sqrt(l)
     dense: bool = False  # DenseFormer: a depth-weighted average after each block (owned by GPT)
+    attn_res: bool = False  # Attention Residuals: a softmax over depth replaces the residual sum (owned by GPT)
     qkv_norm: bool = False  # HybridNorm: Q, K, V normed after their projections
     mlp: Placement | None = None  # the feed-forward sub-layer's placement, if not this one
     formula: str = ""
@@ -129,6 +132,12 @@ PLACEMENTS: dict[str, Placement] = {
         Placement("denseformer", before="default", final_norm=True, dense=True,
                   formula="pre-norm blocks; after block i: Y_i = sum_{j<=i} a_ij X_j (X_0 the embedding), a_ii = 1",
                   reference="Pagliardini et al. 2024, DenseFormer, arXiv:2402.02622"),
+        Placement("attn_res", before="default", final_norm=True, attn_res=True,
+                  formula="h_l = sum_{i<l} softmax_i(w_l^T RMSNorm(v_i)) v_i, v_0 the embedding, v_i = F_i(LN(h_i)) "
+                          "per sub-layer (attn_res_block=S: v the block sums, eq. 6); final h the same over all, "
+                          "final LN",
+                  reference="Kimi Team 2026, Attention Residuals, arXiv:2603.15031 (eqs. 2-6)",
+                  xtransformers="attn_aggregated_residuals (a multi-head generalisation, not the paper's form)"),
         Placement("hybrid", qkv_norm=True, final_norm=True,
                   mlp=Placement("hybrid_mlp", before="default", residual="from_norm"),
                   formula="Y = X + MHA(X) with Norm(Q), Norm(K), Norm(V) per head;  X' = Norm(Y) + FFN(Norm(Y)); final norm",

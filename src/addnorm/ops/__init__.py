@@ -2,14 +2,15 @@
 
 One package per family -- ``norm`` (Add & Norm), ``fused`` (norm-then-add, the parallel block), ``pointwise``
 (DyT, Derf), ``stream`` (the widened stream's read and write), ``mhc`` (mHC's pre step), ``hyper`` (hyper-connections
-without a mixing matrix: HY-V4's, Qwen4-exp's; composites of their formulas so far) -- each with ``schema``
-(the operators and their device and fake implementations), ``autograd`` (backward, double backward and jvp) and
-``formulas`` (the math in torch ops that the last two and the non-CPU devices use). Shared by all of them:
-``last`` (which backend ran) and ``native_nodes`` (the C++ autograd nodes of the eager fast path).
-``addnorm.functional`` calls them.
+without a mixing matrix: HY-V4's, Qwen4-exp's; composites of their formulas so far), ``attn_res`` (Attention
+Residuals' depth mix) -- each with ``schema`` (the operators and their device and fake implementations),
+``autograd`` (backward, double backward and jvp) and ``formulas`` (the math in torch ops that the last two and
+the non-CPU devices use). Shared by all of them: ``last`` (which backend ran) and ``native_nodes`` (the C++
+autograd nodes of the eager fast path). ``addnorm.functional`` calls them.
 """
 
-from . import fused, hyper, mhc, norm, pointwise, stream  # noqa: F401  (importing a family registers its operators)
+# importing a family registers its operators
+from . import attn_res, fused, hyper, mhc, norm, pointwise, stream  # noqa: F401
 from .norm import formulas
 from .norm.autograd import AddNorm, DirectAddNorm, EagerAddNorm, TritonAddNorm, direct_forward, eager_inference, plain
 

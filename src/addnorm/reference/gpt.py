@@ -6,7 +6,7 @@ names, converted to float64 by the caller), composing the per-paper equations of
 compare the model's forward and, through autograd in float64, its gradients with it.
 
 ``hp`` is a plain dict: n_layer, n_head, placement, norm, eps, n_streams, sinkhorn_iters,
-value_residual, dense_dilation, dense_period.
+value_residual, dense_dilation, dense_period, attn_res_block.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import math
 
 import torch
 
+from . import attn_res as ar
 from . import frontier as fr
 from . import streams as st
 
@@ -129,6 +130,8 @@ def gpt_logits(sd, hp, idx, record: list | None = None):
                 outputs.append(x)
                 if l % hp.get("dense_period", 1) == 0:
                     x = fr.dwa(outputs, sd[f"dwa.{i}.weight"], hp.get("dense_dilation", 1))
+    elif p == "attn_res":
+        x = _attn_res_stack(sd, hp, x, values)
     elif p in ("hybrid", "hybrid_star"):
         for i in range(L):
             star = p == "hybrid_star" and i == 0
@@ -140,6 +143,26 @@ def gpt_logits(sd, hp, idx, record: list | None = None):
         raise ValueError(f"no reference for placement {p!r}")
     x = _norm(sd, "ln_f", x, kind, eps)
     return x @ sd["wte.weight"].T
+
+
+def _attn_res_stack(sd, hp, x, values):
+    """Attention Residuals over the 2 n_layer sub-layers (eqs. 2-6), then the final aggregation; returns what the
+    final norm reads. Block size S = hp['attn_res_block'] sub-layers (None: Full AttnRes, S = 1)."""
+    S = hp.get("attn_res_block") or 1
+    kind, eps = hp["norm"], hp["eps"]
+    blocks, partial = [x], None  # b_0 = h_1, the token embedding (eq. 5)
+    for j in range(2 * hp["n_layer"]):  # sub-layer l = j + 1
+        i, sub = divmod(j, 2)
+        sub = ("attn", "mlp")[sub]
+        V = ar.eq6_values(blocks, partial)
+        prefix = f"h.{i}.{sub}"
+        # the first sub-layer has one source (softmax weight 1): its input is h_1, and it has no query
+        h = V[0] if j == 0 else ar.attn_res(V, sd[f"{prefix}.attn_res.query"], sd[f"{prefix}.attn_res.weight"], eps)
+        f = _branch(sd, hp, i, sub, _norm(sd, f"{prefix}.norm_before", h, kind, eps), values)
+        partial = ar.eq5_partial(partial, f)
+        if (j + 1) % S == 0:  # block n complete: b_n = b_n^S
+            blocks, partial = [*blocks, partial], None
+    return ar.attn_res(ar.eq6_values(blocks, partial), sd["attn_res.query"], sd["attn_res.weight"], eps)
 
 
 def _ngpt_logits(sd, hp, idx):

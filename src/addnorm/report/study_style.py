@@ -15,7 +15,7 @@ PLACEMENT_COLOURS = {
     "post": "#d62728", "pre": "#1f77b4", "sandwich": "#2ca02c", "pre_post": "#98df8a", "deepnorm": "#9467bd",
     "rezero": "#8c564b", "layerscale": "#e377c2", "none": "#7f7f7f", "hc": "#bcbd22", "mhc": "#17becf",
     "mhc_lite": "#00008b", "lns": "#ff7f0e", "denseformer": "#fb9a99", "hybrid": "#637939",
-    "hybrid_star": "#fdbf6f", "ngpt": "#1b9e77", "no_residual": "#000000", "mix": "#ff00ff",
+    "hybrid_star": "#fdbf6f", "ngpt": "#1b9e77", "no_residual": "#000000", "mix": "#ff00ff", "attn_res": "#8b008b",
 }
 MIN_DELTA_E = 25.0  # CIE76 distance of any two placement colours (tests/report/test_study_figures.py checks it)
 # for a placement this map does not name (one placement per layer, 'post+pre+...'): picked by a stable hash

@@ -267,7 +267,7 @@ def as_study(grid: StudyGrid | Study) -> Study:
 _DEEP = RunConfig(depth=24, steps=500, warmup=100, eval_every=50)
 _DEEP_AXES = dict(depths=(24,), lrs=(3e-4, 1e-3, 3e-3, 1e-2), warmups=(100,), seeds=(0, 1, 2), base=_DEEP)
 FRONTIER_FORMS = ("pre", "post", "sandwich", "deepnorm", "mix", "layerscale",
-                  "hc", "mhc", "mhc_lite", "lns", "denseformer", "hybrid", "hybrid_star", "ngpt")
+                  "hc", "mhc", "mhc_lite", "lns", "denseformer", "hybrid", "hybrid_star", "ngpt", "attn_res")
 _FRONTIER_AXES = dict(depths=(24,), lrs=(1e-3, 3e-3), warmups=(100,), seeds=(0, 1, 2, 3, 4), base=_DEEP)
 _LONG_AXES = dict(depths=(6,), lrs=(1e-3,), warmups=(100,), seeds=(0, 1, 2),
                   base=RunConfig(steps=10000, warmup=100, eval_every=100, checkpoint_every=500, until_flat=True))
@@ -292,7 +292,7 @@ PRESETS = {
     )),
     # the frontier forms beside the seeds' placements at the paper preset's depth, 5 seeds, two learning rates;
     # Derf, value residual and DyT with the DyT paper's per-slot alpha as pre-norm variants, and HybridNorm at its
-    # paper's init beside pre and post at that init (210 runs; hours:
+    # paper's init beside pre and post at that init (220 runs; hours:
     # measured per-step times and the sharding command in docs/study.md)
     "frontier": Study((
         StudyGrid(placements=FRONTIER_FORMS, **_FRONTIER_AXES),

@@ -40,6 +40,8 @@ class BlockStats:
             x, pending = output if isinstance(output, tuple) else (output, None)
             if not module.training:
                 return
+            if isinstance(x, list):  # Attention Residuals' depth state: the newest of its sources is the stream's
+                x, pending = (x[-1] if pending is None else pending), None  # analogue (a block sum or partial sum)
             with torch.no_grad():
                 s = x if pending is None else x + pending
                 self.values[i] = torch.linalg.vector_norm(s) / s.numel() ** 0.5

@@ -164,6 +164,24 @@ typedef struct {
     float *dlogits, *dphi_part; /* dphi_part: per chunk (K, mp) partial sums */
 } an_mhc_args;
 
+/* Attention Residuals' depth mix (attn_res_rows.h): S sources of N contiguous rows of C, one dtype, given as an array
+ * of S row pointers; u = query * key-norm weight in float32 (C); alpha and rstd (N, S) float32. Backward writes dv
+ * (S row pointers) and sums du = sum over tokens and sources of c_s v_s per chunk (float64). */
+#define AN_ATTN_MAX_S 64
+enum { AN_ATTN_FWD = 0, AN_ATTN_BWD = 1 };
+typedef struct {
+    int op, dt, S;
+    int64_t N, C;
+    const void *const *v;
+    const float *u;
+    float eps;
+    void *h;                          /* FWD outputs */
+    float *alpha, *rstd;
+    const void *dh;                   /* BWD inputs */
+    const float *alpha_in, *rstd_in;
+    void *const *dv;                  /* BWD outputs */
+} an_attn_args;
+
 typedef struct {
     int kind;
     int sdt, dydt, dy2dt, dresdt, odt;
@@ -306,6 +324,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #include "stream_rows.h"
 #include "mhc_rows.h"
 #include "pointwise_rows.h"
+#include "attn_res_rows.h"
 #undef AN_STREAM_BYTES
 #undef AN_SFX
 #undef AN_MAD
@@ -321,6 +340,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #include "stream_rows.h"
 #include "mhc_rows.h"
 #include "pointwise_rows.h"
+#include "attn_res_rows.h"
 #undef AN_STREAM_BYTES
 #undef AN_SFX
 #undef AN_F16C
@@ -335,6 +355,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #include "stream_rows.h"
 #include "mhc_rows.h"
 #include "pointwise_rows.h"
+#include "attn_res_rows.h"
 #undef AN_SFX
 
 typedef void (*an_fwd_fn)(const an_fwd_args *, int64_t, int64_t, const an_rows *);
@@ -345,6 +366,7 @@ typedef void (*an_stream_fn)(const an_stream_args *, int64_t, int64_t, const an_
 typedef void (*an_mhc_fn)(const an_mhc_args *, int64_t, int64_t, const an_rows *, int);
 typedef void (*an_pwf_fn)(const an_pw_args *, int64_t, int64_t, const an_rows *);
 typedef void (*an_pwb_fn)(const an_pw_args *, int64_t, int64_t, const an_rows *, double *const *);
+typedef void (*an_attn_fn)(const an_attn_args *, int64_t, int64_t, const an_rows *, double *);
 
 static an_fwd_fn g_fwd = fwd_rows_base;
 static an_bwd_fn g_bwd = bwd_rows_base;
@@ -354,6 +376,7 @@ static an_stream_fn g_stream = stream_rows_base;
 static an_mhc_fn g_mhc = mhc_rows_base;
 static an_pwf_fn g_pwf = pw_fwd_rows_base;
 static an_pwb_fn g_pwb = pw_bwd_rows_base;
+static an_attn_fn g_attn = attn_rows_base;
 static int g_isa = 0; /* 0 baseline, 1 avx2, 2 avx512 */
 
 static void an_pick_isa(void) {
@@ -373,6 +396,7 @@ static void an_pick_isa(void) {
         g_mhc = mhc_rows_avx2;
         g_pwf = pw_fwd_rows_avx2;
         g_pwb = pw_bwd_rows_avx2;
+        g_attn = attn_rows_avx2;
         g_isa = 1;
     }
     if (max_isa >= 2 && g_isa == 1 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -385,6 +409,7 @@ static void an_pick_isa(void) {
         g_mhc = mhc_rows_avx512;
         g_pwf = pw_fwd_rows_avx512;
         g_pwb = pw_bwd_rows_avx512;
+        g_attn = attn_rows_avx512;
         g_isa = 2;
     }
 #endif
@@ -394,7 +419,8 @@ static void an_pick_isa(void) {
 /* ---- a minimal fork/join over row chunks ---- */
 
 typedef struct {
-    int kind; /* 0 fwd, 1 bwd, 2 fused fwd, 3 fused bwd, 4 widened stream, 5/6 DyT-Derf fwd/bwd, 7 mHC pre */
+    int kind; /* 0 fwd, 1 bwd, 2 fused fwd, 3 fused bwd, 4 widened stream, 5/6 DyT-Derf fwd/bwd, 7 mHC pre,
+               * 8 AttnRes */
     int chunk;
     const void *args;
     int64_t r0, r1;
@@ -490,6 +516,7 @@ static void *an_run_task(void *p) {
     else if (t->kind == 3) g_fbwd((const an_fbwd_args *)t->args, t->r0, t->r1, &sc, t->partial);
     else if (t->kind == 4) g_stream((const an_stream_args *)t->args, t->r0, t->r1, &sc);
     else if (t->kind == 7) g_mhc((const an_mhc_args *)t->args, t->r0, t->r1, &sc, t->chunk);
+    else if (t->kind == 8) g_attn((const an_attn_args *)t->args, t->r0, t->r1, &sc, t->partial_w);
     else if (t->kind == 5) g_pwf((const an_pw_args *)t->args, t->r0, t->r1, &sc);
     else g_pwb((const an_pw_args *)t->args, t->r0, t->r1, &sc, t->partial);
 #if defined(__x86_64__)
@@ -830,6 +857,40 @@ int addnorm_stream(int op, int n, int dt, int64_t N, int64_t C, const void *x, c
 }
 
 
+/* Attention Residuals' depth mix, forward (op 0) and backward (op 1); see an_attn_args and attn_res_rows.h. Backward
+ * reduces the chunks' float64 du partial rows in chunk order into du (C, float32): the same bits on every run for a
+ * given thread count. Returns 0, -1 (no memory), -2 (a required pointer is NULL), -3 (S outside [1, 64]). */
+int addnorm_attn_res(int op, int dt, int S, int64_t N, int64_t C, const void *const *v, const float *u, float eps,
+                     void *h, float *alpha, float *rstd, const void *dh, const float *alpha_in, const float *rstd_in,
+                     void *const *dv, float *du, int nthreads) {
+    an_pick_isa();
+    if (S < 1 || S > AN_ATTN_MAX_S) return -3;
+    if (C <= 0) return 0;
+    if (op == AN_ATTN_BWD && du == NULL) return -2;
+    if (N <= 0) {
+        if (op == AN_ATTN_BWD) memset(du, 0, sizeof(float) * (size_t)C);
+        return 0;
+    }
+    const int fwd_ok = h != NULL && alpha != NULL && rstd != NULL;
+    const int bwd_ok = dh != NULL && alpha_in != NULL && rstd_in != NULL && dv != NULL;
+    if (v == NULL || u == NULL || !(op == AN_ATTN_FWD ? fwd_ok : bwd_ok)) return -2;
+    an_attn_args a = {op, dt, S, N, C, v, u, eps, h, alpha, rstd, dh, alpha_in, rstd_in, dv};
+    int T = an_threads_for(N, (int64_t)S * C, nthreads), nc = an_chunks_for(N, (int64_t)S * C, T);
+    if (op == AN_ATTN_FWD) {
+        an_advise_huge(h, (size_t)(N * C) * an_elem_size(dt));
+        return an_parallel(8, &a, N, C, T, nc, NULL, NULL, NULL);
+    }
+    void *owned = NULL;
+    double *partial = (double *)an_host_rows(C, 2 * nc, &owned); /* a float64 row (two slots) per chunk */
+    if (!partial) return -1;
+    for (int c = 0; c < nc; c++) memset(an_drow(partial, C, c), 0, sizeof(double) * (size_t)C);
+    int rc = an_parallel(8, &a, N, C, T, nc, partial, NULL, NULL);
+    if (rc == 0) an_reduce_partials(du, AN_F32, partial, nc, C, 0);
+    free(owned);
+    return rc;
+}
+
+
 /* mHC's pre step, forward (op 0) and backward (op 1); see an_mhc_args and mhc_rows.h. Backward reduces the
  * chunks' float32 dphi partial sums in chunk order (in float64) into dphi (K, m): the same bits on every run
  * for a given thread count. Returns 0, -1 (no memory), -3 (a shape the kernels do not take). */
@@ -1063,6 +1124,22 @@ static PyObject *an_py_mhc(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return PyLong_FromLong(rc);
 }
 
+static PyObject *an_py_attn_res(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    int op, dt, S, nthreads, rc;
+    int64_t N, C;
+    float eps;
+    void *v, *u, *h, *alpha, *rstd, *dh, *ain, *rin, *dv, *du;
+    if (an_parse(args, nargs, "iiiLLppfppppppppi", &op, &dt, &S, &N, &C, &v, &u, &eps, &h, &alpha, &rstd, &dh, &ain,
+                 &rin, &dv, &du, &nthreads) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = addnorm_attn_res(op, dt, S, N, C, (const void *const *)v, (const float *)u, eps, h, (float *)alpha,
+                          (float *)rstd, dh, (const float *)ain, (const float *)rin, (void *const *)dv, (float *)du,
+                          nthreads);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
 static PyObject *an_py_pw_forward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     int kind, xdt, rdt, sdt, odt, pdt, nthreads, rc;
     int64_t N, D, x_rs, res_rs;
@@ -1104,6 +1181,7 @@ static PyMethodDef an_methods[] = {
      "addnorm_fused_backward (see addnorm_cpu.c)"},
     {"stream", (PyCFunction)(void (*)(void))an_py_stream, METH_FASTCALL, "addnorm_stream (see addnorm_cpu.c)"},
     {"mhc", (PyCFunction)(void (*)(void))an_py_mhc, METH_FASTCALL, "addnorm_mhc (see addnorm_cpu.c)"},
+    {"attn_res", (PyCFunction)(void (*)(void))an_py_attn_res, METH_FASTCALL, "addnorm_attn_res (see addnorm_cpu.c)"},
     {"pointwise_forward", (PyCFunction)(void (*)(void))an_py_pw_forward, METH_FASTCALL,
      "addnorm_pointwise_forward (see addnorm_cpu.c)"},
     {"pointwise_backward", (PyCFunction)(void (*)(void))an_py_pw_backward, METH_FASTCALL,

@@ -25,6 +25,7 @@ class KernelLibrary:
     mhc: object  # addnorm_mhc: mHC's pre step (coefficients and the sub-layer input), forward and backward
     pointwise_forward: object  # addnorm_pointwise_forward: DyT / Derf fused with the add
     pointwise_backward: object
+    attn_res: object  # addnorm_attn_res: Attention Residuals' depth mix, forward and backward
     path: str
     isa: str
 
@@ -53,7 +54,8 @@ def _open() -> KernelLibrary | str:
         return f"the compiled kernel library is missing ({e}); reinstall addnorm with `pip install -e .`"
     return KernelLibrary(_addnorm_cpu.forward, _addnorm_cpu.backward, _addnorm_cpu.fused_forward,
                          _addnorm_cpu.fused_backward, _addnorm_cpu.stream, _addnorm_cpu.mhc,
-                         _addnorm_cpu.pointwise_forward, _addnorm_cpu.pointwise_backward, _addnorm_cpu.__file__,
+                         _addnorm_cpu.pointwise_forward, _addnorm_cpu.pointwise_backward, _addnorm_cpu.attn_res,
+                         _addnorm_cpu.__file__,
                          ISA_NAMES.get(_addnorm_cpu.isa(), "unknown"))
 
 

@@ -61,6 +61,11 @@ class Regime:
         """Modules that act between blocks (DenseFormer's averages), registered by GPT as ``dwa``."""
         return None
 
+    def after_blocks(self) -> nn.Module | None:
+        """Modules that act after the last block (Attention Residuals' final aggregation), registered by GPT as
+        ``attn_res``."""
+        return None
+
     def logit_scale(self) -> nn.Module | None:
         """A learned scale on the logits (nGPT's s_z), registered by GPT as ``s_z``."""
         return None
