@@ -1,6 +1,7 @@
 """Every study figure reads at page width (issue 24): small multiples at most 4 a row, a bounded size, one fixed
 colour per placement -- as many colours as placements drawn -- and one legend per figure that names variables."""
 
+import math
 import struct
 
 import matplotlib.colors as mcolors
@@ -215,3 +216,107 @@ def test_the_norm_colours_are_far_apart_in_cielab():
     colours = study_style.NORM_COLOURS
     assert min(float(np.linalg.norm(_lab(colours[a]) - _lab(colours[b])))
                for a, b in itertools.combinations(colours, 2)) >= study_style.MIN_DELTA_E
+
+
+# ---- issue 37: no arm in another's colour, no unlabelled cell, a zoom where the ends overlap, no empty panel
+
+def _markers(fig, gid=None):
+    """(x, y, colour, marker) of every marker drawn without a line (the failures: gid 'failed')."""
+    return [(x, y, mcolors.to_hex(line.get_color()), line.get_marker()) for ax in fig.axes for line in ax.lines
+            if line.get_linestyle() in ("None", "") and (gid is None or line.get_gid() == gid)
+            for x, y in zip(line.get_xdata(), line.get_ydata())]
+
+
+def test_one_placement_with_several_norms_is_coloured_by_norm_and_its_failures_read_apart():
+    """The DyT/Derf audit's rows (all pre-norm): DyT's and Derf's failure crosses were drawn in pre-LN's blue, one
+    on another."""
+    import matplotlib.pyplot as plt
+
+    rows, _ = _saturation_rows()
+    fig = study_figures.lr_figure(rows)
+    failed = _markers(fig, "failed")
+    assert len(failed) == sum(r["failed"] for r in rows)
+    colours = {m[2] for m in failed}
+    assert colours == {study_style.norm_colour("dyt"), study_style.norm_colour("derf")}
+    assert study_style.colour("pre") not in {c for *_, c, _ in _markers(fig)} | _colours(fig)
+    assert len({(x, y) for x, y, *_ in failed}) == len(failed)  # no failure hides another
+    assert len({(c, m) for _, _, c, m in failed}) == len({(r["norm"], r["dyt_alpha"]) for r in rows if r["failed"]})
+    legend = fig.legends[0]
+    assert legend.get_title().get_text() == "colour: norm, line style: α₀"
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert labels[:3] == ["dyt", "derf", "layer"] and "no α₀ (not DyT/Derf)" in labels
+    norms = [study_style.norm_colour(n) for n in ("dyt", "derf", "layer")]
+    assert len(set(norms)) == 3 and study_style.colour("pre") not in norms
+    plt.close(fig)
+
+
+def test_every_heat_map_cell_is_labelled_in_a_colour_that_reads_on_it():
+    """A depth at which no learning rate trained was a white cell with white text: nothing to read."""
+    import matplotlib.pyplot as plt
+
+    rows = [dict(name=f"{p}-{d}-{lr}", placement=p, norm="layer", depth=d, lr=lr, warmup=100, seed=0,
+                 failed=p == "post" and d == 48, final_val_loss=2.5) for p in ("post", "pre") for d in (6, 48)
+            for lr in (1e-3, 3e-3)]
+    fig = study_figures.max_lr_figure(rows)
+    ax = fig.axes[0]
+    image = ax.images[0]
+    cells = {(round(t.get_position()[0]), round(t.get_position()[1])): t for t in ax.texts}
+    assert len(cells) == 4 and all(t.get_text() for t in cells.values())
+    for (j, i), t in cells.items():
+        v = image.get_array()[i][j]
+        face = image.cmap(image.norm(v)) if not hasattr(v, "mask") or not v.mask else image.cmap.get_bad()
+        assert t.get_color() == study_figures.text_colour(face)
+        assert study_figures.text_colour(face) == ("w" if sum(face[:3]) < 1.2 else "k")
+    assert cells[(0, 1)].get_text() == "none" and cells[(0, 1)].get_color() == "k"  # post at 48 layers
+    assert mcolors.to_hex(image.cmap.get_bad()) == mcolors.to_hex(study_figures.EMPTY_CELL)
+    assert "none: no learning rate of the grid trained" in ax.get_title()
+    plt.close(fig)
+
+
+def _long_rows():
+    """The long preset's shape: 8 placements converging to within 0.1 nats over 10000 steps, one DyT far above."""
+    rows, curves = [], {}
+    for i, p in enumerate(("post", "pre", "sandwich", "deepnorm", "mix", "layerscale", "lns", "mhc")):
+        end = 1.33 + 0.01 * i
+        rows.append(dict(name=p, placement=p, norm="layer", depth=6, lr=1e-3, warmup=100, seed=0, failed=False,
+                         final_val_loss=end))
+        curves[p] = [(k, end + (3.3 - end) * math.exp(-k / 800)) for k in range(99, 10000, 100)]
+    rows.append(dict(rows[1], name="dyt", norm="dyt", final_val_loss=1.9))
+    curves["dyt"] = [(k, 1.9 + 1.4 * math.exp(-k / 2000)) for k in range(99, 10000, 100)]
+    return rows, curves
+
+
+def test_curves_that_end_together_get_a_zoom_on_the_second_half_of_training():
+    import matplotlib.pyplot as plt
+
+    rows, curves = _long_rows()
+    fig = study_figures.curves_figure(rows, curves)
+    whole, zoomed = fig.axes
+    assert zoomed.get_title() == "zoom, second half"
+    assert zoomed.get_xlim() == (5099, 9999)  # the first evaluation of the second half, to the last
+    low, high = zoomed.get_ylim()
+    assert low < 1.33 and high < 1.5  # the 8 converging runs; DyT above, off the zoom's scale
+    assert (high - low) < 0.2 * (whole.get_ylim()[1] - whole.get_ylim()[0])
+    assert _colours(fig) >= {study_style.colour("pre"), study_style.colour("post")}
+    apart, _, _ = _rows(placements=("pre", "post"), lrs=(1e-3, 3e-3), seeds=(0,))
+    plain = study_figures.curves_figure(apart, _rows(placements=("pre", "post"), lrs=(1e-3, 3e-3), seeds=(0,))[1])
+    assert not any("zoom" in ax.get_title() for ax in plain.axes)  # ends that read apart: no zoom
+    assert study_figures.zoom(rows[:1], curves) is None
+    plt.close("all")
+
+
+def test_the_gradient_figure_has_first_step_50_and_last_panels_none_empty():
+    """A failed run's last step (236, 276) got a panel of its own, with one line in it."""
+    import matplotlib.pyplot as plt
+
+    rows, _, profiles = _rows(placements=("pre", "post", "hybrid", "hybrid_star"), lrs=(1e-3,), seeds=(0,))
+    profiles["hybrid-0.001-100-0"] = {str(k): [1.0] * 24 for k in (0, 50, 236)}
+    profiles["hybrid_star-0.001-100-0"] = {str(k): [2.0] * 24 for k in (0, 50, 276)}
+    fig = study_figures.grad_figure(rows, profiles)
+    assert [ax.get_title() for ax in fig.axes if ax.lines] == ["step 0", "step 50",
+                                                               "last step of each run (a failed run's: earlier)"]
+    assert all(len(ax.lines) == 5 for ax in fig.axes)  # pre, post, hybrid, hybrid_star and the DyT row
+    assert study_figures.profile_steps({"0": [1.0], "30": [1.0]}) == {"first": 0, "last": 30}
+    same = study_figures.grad_figure(*_rows(placements=("pre",), lrs=(1e-3,), seeds=(0,))[::2])
+    assert [ax.get_title() for ax in same.axes] == ["step 0", "step 50", "step 499"]
+    plt.close("all")

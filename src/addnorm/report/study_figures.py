@@ -46,22 +46,42 @@ def _sort_key(rows, axes):
 
 
 class _Series:
-    """Who is drawn how: the placements (colours) and variants (line styles) of a set of rows."""
+    """Who is drawn how: the placements (colours) and variants (line styles; a failed run's marker) of a set of
+    rows. Rows of one placement and several norms (the DyT/Derf audit) are coloured by norm instead: a colour never
+    says 'pre-LN' of a run that is not."""
 
     def __init__(self, rows: list[dict], what_extra: tuple[str, ...] = ()):
-        self.what = _varying(rows, WHAT + what_extra)
-        self.placements = list(dict.fromkeys(r["placement"] for r in rows))
-        self.styles = style.styles([self.variant(r) for r in rows])
+        what = _varying(rows, WHAT + what_extra)
+        one_placement = len({r["placement"] for r in rows}) == 1
+        self.by = "norm" if one_placement and "norm" in what else "placement"
+        self.what = [a for a in what if a != self.by]
+        self.colours = list(dict.fromkeys(r[self.by] for r in rows))
+        self.placements = self.colours if self.by == "placement" else []
+        variants = [self.variant(r) for r in rows]
+        self.styles = style.styles(variants)
+        self.markers = {v: style.FAIL_MARKERS[i % len(style.FAIL_MARKERS)] for i, v in enumerate(self.styles)}
 
     def variant(self, r: dict) -> str:
-        return _label(r, self.what)
+        """What tells the row's series apart beyond its colour; alpha0 only for a DyT/Derf norm (the others
+        carry the default, which means nothing for them)."""
+        bounded = r.get("norm") in ("dyt", "derf") and r.get("placement") != "ngpt"
+        return _label(r, [a for a in self.what if a != "dyt_alpha" or bounded])
+
+    def colour(self, r: dict) -> str:
+        return style.colour(r["placement"]) if self.by == "placement" else style.norm_colour(r["norm"])
 
     def kw(self, r: dict) -> dict:
-        return {"color": style.colour(r["placement"]), "ls": self.styles[self.variant(r)]}
+        return {"color": self.colour(r), "ls": self.styles[self.variant(r)]}
 
-    def legend(self, fig, extra=(), title=None):
-        style.legend(fig, self.placements, self.styles, extra, title,
-                     ", ".join(_AXIS_NAMES.get(a, a) for a in self.what) or "variant")
+    def fail_marker(self, r: dict) -> str:
+        return self.markers[self.variant(r)] if len(self.styles) > 1 else "x"
+
+    def legend(self, fig, extra=(), title=None, markers: bool = False):
+        style.legend(fig, self.colours, self.styles, extra, title,
+                     ", ".join(_AXIS_NAMES.get(a, a) for a in self.what) or "variant", colour_name=self.by,
+                     colour_of=style.colour if self.by == "placement" else style.norm_colour,
+                     markers=self.markers if markers else None,
+                     default_label="no α₀ (not DyT/Derf)" if "dyt_alpha" in self.what else "default")
 
 
 def _panels(rows: list[dict], axes_: tuple[str, ...]) -> tuple[list[str], list[str]]:
@@ -73,16 +93,19 @@ def _panels(rows: list[dict], axes_: tuple[str, ...]) -> tuple[list[str], list[s
 
 def curves_figure(rows: list[dict], curves: dict[str, list]):
     """Validation loss against step: a panel per training setting, a line per run (seeds: lines of one colour
-    and style), an x where a run failed."""
+    and style), an x where a run failed; beside a panel whose runs end too close together to read apart at its
+    scale, a zoom on the last half of training (``zoom``)."""
     from matplotlib.lines import Line2D
 
     rows = [r for r in rows if curves.get(r["name"])]
     if not rows:
         return None
-    where, panels = _panels(rows, WHERE)
+    where, labels = _panels(rows, WHERE)
+    zooms = {p: zoom([r for r in rows if _label(r, where) == p], curves) for p in labels}
+    panels = [(p, z) for p in labels for z in ((None, zooms[p]) if zooms[p] else (None,))]
     series = _Series(rows)
-    fig, axes = style.subplots(len(panels))
-    for ax, panel in zip(axes, panels):
+    fig, axes = style.subplots(len(panels), sharey=not any(zooms.values()))
+    for ax, (panel, z) in zip(axes, panels):
         for r in rows:
             if _label(r, where) != panel:
                 continue
@@ -90,14 +113,49 @@ def curves_figure(rows: list[dict], curves: dict[str, list]):
             line = ax.plot(steps, vals, lw=1.0, alpha=0.8, **series.kw(r))[0]
             if r["failed"]:
                 ax.plot(steps[-1], vals[-1], "x", color=line.get_color(), ms=6)
-        if panel:
-            ax.set_title(panel, fontsize=9)
+        title = panel if z is None else f"{panel + ': ' if panel else ''}zoom, second half"
+        if z is not None:
+            ax.set_xlim(z[0], max(s for r in rows if _label(r, where) == panel for s, _ in curves[r["name"]]))
+            ax.set_ylim(z[1], z[2])
+        if title:
+            ax.set_title(title, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)
+    whole = [ax for ax, (_, z) in zip(axes, panels) if z is None]
+    if any(zooms.values()):  # the panels that are not zooms keep one scale
+        lo, hi = min(ax.get_ylim()[0] for ax in whole), max(ax.get_ylim()[1] for ax in whole)
+        for ax in whole:
+            ax.set_ylim(lo, hi)
     axes[0].set_ylabel("validation loss (nats/byte)", fontsize=8)
     series.legend(fig, [(Line2D([], [], color="0.3", marker="x", ls=""), "run failed (last evaluation)")],
                   "Validation loss during training; one line per seed")
     return fig
+
+
+ZOOM_NEAR = 0.1  # a zoom shows the runs that trained and end within 10 % of the best run's final loss ...
+ZOOM_WHEN = 0.01  # ... where their ends lie closer together on average than this share of the panel's range
+
+
+def zoom(rows: list[dict], curves: dict[str, list]) -> tuple[float, float, float] | None:
+    """(first step, low, high) of a zoom on the end of training for the runs of one panel, or None where their ends
+    read apart without one: the last half of the steps, the loss range of the runs that trained and end near the
+    best (within ZOOM_NEAR), when their final losses lie closer together on average (their span over the gaps
+    between them) than ZOOM_WHEN of the panel's range: many lines ending in one band."""
+    ok = [r for r in rows if not r["failed"] and _finite(curves[r["name"]][-1][1])]
+    if len(ok) < 2:
+        return None
+    best = min(curves[r["name"]][-1][1] for r in ok)
+    near = [r for r in ok if curves[r["name"]][-1][1] <= best + ZOOM_NEAR * abs(best)]
+    every = [v for r in rows for _, v in curves[r["name"]] if _finite(v)]
+    ends = [curves[r["name"]][-1][1] for r in near]
+    span = max(every) - min(every)
+    if len(near) < 2 or span <= 0 or (max(ends) - min(ends)) / (len(ends) - 1) >= ZOOM_WHEN * span:
+        return None
+    half = max(s for r in near for s, _ in curves[r["name"]]) / 2
+    start = min(s for r in near for s, _ in curves[r["name"]] if s >= half)  # an evaluation's step
+    vals = [v for r in near for s, v in curves[r["name"]] if s >= start and _finite(v)]
+    pad = 0.05 * (max(vals) - min(vals)) or 0.01
+    return start, min(vals) - pad, max(vals) + pad
 
 
 SLOT_TITLES = {"attn": "attention norm", "mlp": "FFN norm", "final": "final norm"}  # probe.py's slots, in order
@@ -157,7 +215,8 @@ def saturation_figure(rows: list[dict], saturation: dict[str, list]):
 def lr_figure(rows: list[dict]):
     """Final validation loss against learning rate (Wortsman et al. 2023's view): a line through the means of
     the runs that trained with their bootstrap intervals (nominal 95 %; the min–max range at 3 seeds), every run
-    a dot, failures an x at the top."""
+    a dot, failures at the top in their series' colour and variant's marker, spread sideways (by FAIL_DODGE
+    decades a series) so that the failures of several series at one learning rate do not hide each other."""
     from matplotlib.lines import Line2D
 
     from .study_stats import bootstrap_mean
@@ -171,8 +230,10 @@ def lr_figure(rows: list[dict]):
     fig, axes = style.subplots(len(panels))
     for ax, panel in zip(axes, panels):
         mine = [r for r in rows if _label(r, where) == panel]
-        for key in dict.fromkeys((r["placement"], series.variant(r)) for r in mine):
-            rs = [r for r in mine if (r["placement"], series.variant(r)) == key]
+        keys = list(dict.fromkeys((r["placement"], r["norm"], series.variant(r)) for r in mine))
+        failing = [k for k in keys if any(r["failed"] for r in mine if (r["placement"], r["norm"], series.variant(r)) == k)]
+        for key in keys:
+            rs = [r for r in mine if (r["placement"], r["norm"], series.variant(r)) == key]
             kw = series.kw(rs[0])
             ok = [r for r in rs if not r["failed"] and _finite(r["final_val_loss"])]
             xs = sorted({r["lr"] for r in ok})
@@ -184,26 +245,34 @@ def lr_figure(rows: list[dict]):
                 ax.plot([r["lr"] for r in ok], [r["final_val_loss"] for r in ok], ".", color=kw["color"], ms=3)
             bad = [r for r in rs if r["failed"]]
             if bad:
-                ax.plot([r["lr"] for r in bad], [r["final_val_loss"] if _finite(r["final_val_loss"]) and
-                                                 r["final_val_loss"] < top else top for r in bad],
-                        "x", color=kw["color"], ms=6)
+                shift = 10 ** (FAIL_DODGE * (failing.index(key) - (len(failing) - 1) / 2))
+                ax.plot([r["lr"] * shift for r in bad], [r["final_val_loss"] if _finite(r["final_val_loss"]) and
+                                                         r["final_val_loss"] < top else top for r in bad],
+                        ls="", marker=series.fail_marker(rs[0]), color=kw["color"], ms=7, mew=1.4, gid="failed")
         ax.set_xscale("log")
         if panel:
             ax.set_title(panel, fontsize=9)
         ax.set_xlabel("learning rate", fontsize=8)
         ax.tick_params(labelsize=7)
     axes[0].set_ylabel("final validation loss", fontsize=8)
-    series.legend(fig, [(Line2D([], [], color="0.3", marker="x", ls=""), "run failed"),
+    several = len(series.styles) > 1
+    series.legend(fig, [(Line2D([], [], color="0.3", marker="x", ls=""),
+                         "run failed (its variant's marker)" if several else "run failed"),
                         (Line2D([], [], color="0.3", marker=".", ls=""), "one run"),
                         (Line2D([], [], color="0.3", marker="|", ls="-"),
                          "mean, bootstrap interval (3 seeds: min–max)")],
-                  "Final validation loss against learning rate")
+                  "Final validation loss against learning rate", markers=several)
     return fig
 
 
+FAIL_DODGE = 0.012  # decades between the failure markers of two series at one learning rate (log axis)
+
+
 def grad_figure(rows: list[dict], profiles: dict[str, dict]):
-    """Per-block gradient norm against depth: a panel per step (first, 50, last), a line per placement and
-    variant, from the first seed at the learning rate where most runs trained."""
+    """Per-block gradient norm against depth: a panel for the first step, step 50 and the last step (each run's
+    own: a run that failed stopped early, and is drawn at its last step beside the others rather than in a panel of
+    its own), a line per placement and variant, from the first seed at the learning rate where most runs trained;
+    no panel is empty."""
     have = [r for r in rows if profiles.get(r["name"])]
     if not have:
         return None
@@ -212,19 +281,36 @@ def grad_figure(rows: list[dict], profiles: dict[str, dict]):
     first = min(r["seed"] for r in have)
     chosen = [r for r in have if r["lr"] == lr and r["seed"] == first]
     series = _Series(chosen, what_extra=tuple(a for a in WHERE if a != "lr"))
-    steps = sorted({int(s) for r in chosen for s in profiles[r["name"]]})
-    fig, axes = style.subplots(len(steps))
-    for ax, step in zip(axes, steps):
+    picked = {r["name"]: profile_steps(profiles[r["name"]]) for r in chosen}
+    panels = [k for k in ("first", "50", "last") if any(k in p for p in picked.values())]
+    fig, axes = style.subplots(len(panels))
+    for ax, panel in zip(axes, panels):
+        at = set()
         for r in chosen:
-            g = profiles[r["name"]].get(str(step)) or profiles[r["name"]].get(step)
-            if g:
+            if panel in picked[r["name"]]:
+                step = picked[r["name"]][panel]
+                at.add(step)
+                g = profiles[r["name"]].get(str(step)) or profiles[r["name"]].get(step)
                 ax.semilogy(range(len(g)), g, marker=".", ms=3, lw=1.2, **series.kw(r))
-        ax.set_title(f"step {step}", fontsize=9)
+        ax.set_title(f"step {at.pop()}" if len(at) == 1 else
+                     "last step of each run (a failed run's: earlier)", fontsize=9)
         ax.set_xlabel("block", fontsize=8)
         ax.tick_params(labelsize=7)
     axes[0].set_ylabel("gradient norm of the block's weights", fontsize=8)
     series.legend(fig, title=f"Per-block gradient norm, lr {lr:g}, seed {first}")
     return fig
+
+
+def profile_steps(profile: dict) -> dict[str, int]:
+    """The steps of a run's gradient profile ({step: norms}) a panel shows: 'first', '50' (where recorded, and not
+    the first or last) and 'last' (the run's own last step: a failed run's is early)."""
+    steps = sorted(int(s) for s, g in profile.items() if g)
+    if not steps:
+        return {}
+    out = {"first": steps[0], "last": steps[-1]}
+    if 50 in steps[1:-1]:
+        out["50"] = 50
+    return out
 
 
 def text_colour(rgba) -> str:
@@ -236,8 +322,16 @@ def text_colour(rgba) -> str:
     return "w" if 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.179 else "k"
 
 
+EMPTY_CELL = "0.85"  # a heat map's cell without a value (NaN): light grey, apart from the scale's palest yellow
+
+
 def _heatmap(fig, ax, values, xs, ys, fmt, title, xlabel, ylabel, scale, vmin=None, vmax=None):
-    im = ax.imshow(values, cmap="YlOrRd", aspect="auto", vmin=vmin, vmax=vmax)
+    """Every cell coloured and labelled, a cell without a value (NaN) too: grey, with ``fmt``'s text for NaN in a
+    colour that reads on it (white text on the default transparent 'bad' colour was invisible)."""
+    import matplotlib
+
+    cmap = matplotlib.colormaps["YlOrRd"].with_extremes(bad=EMPTY_CELL)
+    im = ax.imshow(values, cmap=cmap, aspect="auto", vmin=vmin, vmax=vmax)
     ax.set_xticks(range(len(xs)), [f"{x:g}" if isinstance(x, float) else str(x) for x in xs], fontsize=7,
                   rotation=30 if len(xs) > 5 else 0)
     ax.set_yticks(range(len(ys)), [str(y) for y in ys], fontsize=7)
@@ -287,8 +381,8 @@ def max_lr_figure(rows: list[dict]):
 
     fig, ax = plt.subplots(figsize=(min(13.0, 0.9 * len(placements) + 2.5), max(4.0, 0.5 * len(depths) + 2.4)))
     _heatmap(fig, ax, [[math.log10(v) if v == v else math.nan for v in r] for r in vals], placements, depths,
-             lambda v: "—" if v != v else f"{10 ** v:.0e}", "largest learning rate that trained (any seed)",
-             "placement", "depth", "log10 learning rate")
+             lambda v: "none" if v != v else f"{10 ** v:.0e}", "largest learning rate that trained (any seed); "
+             "none: no learning rate of the grid trained", "placement", "depth", "log10 learning rate")
     ax.tick_params(axis="x", labelrotation=30)
     fig.tight_layout()
     return fig

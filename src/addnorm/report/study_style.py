@@ -20,13 +20,17 @@ PLACEMENT_COLOURS = {
 MIN_DELTA_E = 25.0  # CIE76 distance of any two placement colours (tests/report/test_study_figures.py checks it)
 # for a placement this map does not name (one placement per layer, 'post+pre+...'): picked by a stable hash
 SPARE_COLOURS = ("#fdae6b", "#6baed6", "#9c9ede", "#d6616b", "#a1d99b", "#ce6dbd")
-# a figure whose colours are norms rather than placements (the DyT/Derf saturation figure, whose legend says so):
-# the bounded norms, at least MIN_DELTA_E apart in CIELAB
-NORM_COLOURS = {"dyt": "#d95f02", "derf": "#7570b3"}
+# a figure whose colours are norms rather than placements (the DyT/Derf saturation figure, and any figure of one
+# placement with several norms; its legend says so): at least MIN_DELTA_E apart in CIELAB, LayerNorm the dark grey
+# of a reference, no norm in the blue of pre-LN (a pre-norm placement with LayerNorm)
+NORM_COLOURS = {"dyt": "#d95f02", "derf": "#7570b3", "layer": "#404040", "rms": "#1b9e77", "batch": "#e7298a"}
 MAX_SHADES = 3  # shades of one colour for a third variable (a learning rate): more would not read apart
 SHADE_MIX = 0.5  # the lightest shade: this much of the way from the colour to white
 MIN_SHADE_DELTA_E = 15.0  # CIE76 distance of any two colours such a figure draws, shades included (tested)
 LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (8, 2)), (0, (3, 1, 3, 5)))
+# a failed run's marker, one per variant (in LINE_STYLES' order), so that failures of two variants of one colour
+# read apart where they fall on one point
+FAIL_MARKERS = ("x", "+", "1", "2", "3", "4", "|", "_")
 
 MAX_COLUMNS = 4
 PANEL_SIZE = (3.4, 2.7)  # inches per panel: four in a row span a page (about 1500 px at DPI)
@@ -83,20 +87,22 @@ def subplots(n: int, sharey: bool = True):
 
 def legend(fig, placements: list[str], variants: dict[str, object], extra=(), title: str | None = None,
            variant_name: str = "variant", colour_name: str = "placement", colour_of=colour,
-           shades: list[str] = (), shade_name: str = "shade") -> None:
+           shades: list[str] = (), shade_name: str = "shade", markers: dict[str, str] | None = None,
+           default_label: str = "default") -> None:
     """One legend for the whole figure, below the panels: a colour per placement (or per what ``colour_of``
     colours, named ``colour_name``: 'norm'), a line style per variant (when there is more than one;
     ``variant_name`` names what they vary in: 'norm', 'depth', ...), a shade per entry of ``shades`` (darkest
     first; ``shade_name`` names them: 'learning rate'), and ``extra`` (handle, label) pairs such as what a marker
-    means; then the layout, leaving room for it and for the figure's ``title``."""
+    means, ``markers`` a marker per variant (drawn on its line style's entry); then the layout, leaving room for it
+    and for the figure's ``title``; ``default_label`` names the empty variant."""
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=colour_of(p), lw=2) for p in placements]
     labels = list(placements)
     if len(variants) > 1:
         for v, ls in variants.items():
-            handles.append(Line2D([], [], color="0.3", ls=ls, lw=1.5))
-            labels.append(v or "default")
+            handles.append(Line2D([], [], color="0.3", ls=ls, lw=1.5, marker=(markers or {}).get(v), ms=6))
+            labels.append(v or default_label)
     if len(shades) > 1:
         for i, label in enumerate(shades):
             handles.append(Line2D([], [], color=shade("#404040", i, len(shades)), lw=2))
@@ -104,7 +110,9 @@ def legend(fig, placements: list[str], variants: dict[str, object], extra=(), ti
     for h, label in extra:
         handles.append(h)
         labels.append(label)
-    ncols = max(1, min(len(labels), int(fig.get_figwidth() / 1.6)))  # entries about 1.6 in wide
+    # entries about 1.6 in wide, or as wide as the longest label needs (0.5 in of handle, ~0.055 in a character)
+    entry = max(1.6, 0.5 + 0.055 * max(map(len, labels)))
+    ncols = max(1, min(len(labels), int(fig.get_figwidth() / entry)))
     fig.legend(handles, labels, loc="lower center", ncols=ncols, fontsize=8, frameon=False,
                title=f"colour: {colour_name}" + (f", line style: {variant_name}" if len(variants) > 1 else "")
                + (f", shade: {shade_name}" if len(shades) > 1 else ""), title_fontsize=8)
