@@ -1,8 +1,9 @@
 """mHC's pre step as one function, on the backend ``functional.core`` picks (``use_backend`` / ``backend=``):
 
-    mhc_pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms=None)
+    mhc_pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms=None, convention=None)
         -> (h, H_pre, H_post, H_res): mHC's (or mHC-lite's) coefficients from the RMS-normed vec(X) and its
-           projection phi, and h = H_pre X, in one pass over the widened stream X (..., n, C)
+           projection phi, and h = H_pre X, in one pass over the widened stream X (..., n, C); ``convention``
+           (``MhcConvention``) where a model departs from the paper's equations (DeepSeek-V4's)
 
 mHC and mHC-lite (``addnorm.model.streams``) read each sub-layer's input with it; the stream's write is
 ``functional.stream.stream_write``, whose ``q`` is the statistic the next projection's RMS of vec(X') needs.
@@ -17,15 +18,29 @@ import torch
 from ..ops import plain
 from ..ops.mhc import formulas as mf
 from ..ops.mhc.autograd import DirectMhcPre, TritonMhcPre
+from ..ops.mhc.convention import PAPER, MhcConvention
 from ..ops.mhc.schema import CPU as MHC_CPU
 from ..ops.mhc.schema import TRITON as MHC_TRITON
 from ..ops.norm.autograd import c_apply as _c_apply
 from . import core
 
-__all__ = ["mhc_pre"]
+__all__ = ["MhcConvention", "mhc_pre"]
 
 _MHC = {"cpu": _c_apply(DirectMhcPre), "triton": _c_apply(TritonMhcPre)}
 _MHC_IMPL = {"cpu": MHC_CPU[0], "triton": MHC_TRITON[0]}
+
+
+def _check_convention(convention, perms) -> MhcConvention:
+    if convention is None:
+        return PAPER
+    if not isinstance(convention, MhcConvention):
+        raise TypeError(f"convention must be an addnorm.functional.MhcConvention or None, got "
+                        f"{type(convention).__name__}")
+    if perms is not None and (convention.sinkhorn_eps or convention.res_transposed):
+        raise ValueError(f"convention {convention} sets how Sinkhorn-Knopp makes H_res, but perms (mHC-lite) mixes "
+                         f"permutations instead: pass perms=None, or a convention with sinkhorn_eps=0 and "
+                         f"res_transposed=False")
+    return convention
 
 
 def _check_mhc(x, phi, coeffs, perms, eps, iters):
@@ -75,7 +90,7 @@ def _check_mhc(x, phi, coeffs, perms, eps, iters):
 
 
 def mhc_pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, *, perms=None, eps: float = 1e-6, iters: int = 20,
-            backend: str | None = None):
+            convention: MhcConvention | None = None, backend: str | None = None):
     """mHC's pre step (DeepSeek, arXiv:2512.24880, eqs. 7-9) in one pass over the stream X (..., n, C):
 
         p = (vec(X) phi) / RMS(vec(X)),  H_pre = sigmoid(a_pre p[:n] + b_pre),
@@ -85,13 +100,17 @@ def mhc_pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, *, perms=None, e
                                                                     permutation matrices, phi (nC, 2n + n!))
         h = sum_i H_pre[i] X_i
 
+    ``convention`` (``MhcConvention``, the paper's by default) is where a model departs from these: DeepSeek-V4's
+    ``MhcConvention.deepseek_v4(hc_eps)`` adds eps to H_pre and in Sinkhorn-Knopp, and transposes H_res's logits.
     Returns (h, H_pre, H_post, H_res): h in X's dtype, the coefficients in float32 (float64 if any input is).
     """
     x, phi = core.uninferred((x, phi), (a_pre, a_post, a_res, b_pre, b_post, b_res))
     coeffs = {"a_pre": a_pre, "a_post": a_post, "a_res": a_res, "b_pre": b_pre, "b_post": b_post, "b_res": b_res}
+    conv = _check_convention(convention, perms)
     _check_mhc(x, phi, coeffs, perms, eps, iters)
     which = core.choose_backend(backend, x, tuple(x.shape[-1:]))
-    args = (x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, float(eps), int(iters))
+    args = (x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, float(eps), int(iters), float(conv.pre_eps),
+            float(conv.sinkhorn_eps), conv.res_transposed)
     if which == "torch":
         return mf.pre(*args)[:4]
     if plain(x) and not core.functorch_active():
@@ -99,3 +118,4 @@ def mhc_pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, *, perms=None, e
             return _MHC[which](*args)[:4]
         return _MHC_IMPL[which](*args)[:4]
     return torch.ops.addnorm.mhc_pre(*args)[:4]  # its Autograd kernel is MhcPre
+

@@ -14,22 +14,27 @@ from .schema import CPU, LIB, TRITON
 _pre = torch.ops.addnorm.mhc_pre.default
 _pre_backward = torch.ops.addnorm.mhc_pre_backward.default
 N_IN = 8  # x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res
+N_ARGS = 6  # perms, eps, iters, pre_eps, res_eps, res_transposed: no gradient
 
 
 class MhcPre(torch.autograd.Function):
-    """(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters) -> (h, H_pre, H_post, H_res, p, rstd);
-    p and rstd are not differentiable (they are what backward reads)."""
+    """(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps, res_eps, res_transposed)
+    -> (h, H_pre, H_post, H_res, p, rstd); p and rstd are not differentiable (they are what backward reads). The
+    last three arguments are a model's convention (``convention.MhcConvention``)."""
 
     @staticmethod
-    def forward(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
+    def forward(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps, res_eps,
+                res_transposed):
         with torch._C._AutoDispatchBelowAutograd():
-            return _pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters)
+            return _pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps, res_eps,
+                        res_transposed)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        *ts, perms, eps, iters = inputs
+        *ts, perms, eps, iters, pre_eps, res_eps, res_transposed = inputs
         ctx.save_for_backward(*ts, output[4], output[5])
         ctx.perms, ctx.eps, ctx.iters = perms, eps, iters
+        ctx.convention = (pre_eps, res_eps, res_transposed)
         ctx.mark_non_differentiable(output[4], output[5])
         ctx.set_materialize_grads(False)
         ctx.direct = None
@@ -39,19 +44,19 @@ class MhcPre(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dh, dh_pre, dh_post, dh_res, _dp, _drstd):
         if dh is None and dh_pre is None and dh_post is None and dh_res is None:
-            return (None,) * 11
+            return (None,) * (N_IN + N_ARGS)
         *ts, p, rstd = ctx.saved_tensors
         if differentiable_backward(dh, dh_pre, dh_post, dh_res):  # double backward, or tangents to carry: the formulas (torch ops)
-            gs = mf.pre_backward(dh, dh_pre, dh_post, dh_res, *ts, ctx.perms, ctx.eps, ctx.iters)
+            gs = mf.pre_backward(dh, dh_pre, dh_post, dh_res, *ts, ctx.perms, ctx.eps, ctx.iters, *ctx.convention)
         else:
             bwd = ctx.direct if ctx.direct is not None and (dh is None or type(dh) is torch.Tensor) else _pre_backward
-            gs = bwd(dh, dh_pre, dh_post, dh_res, *ts, ctx.perms, p, rstd, ctx.eps, ctx.iters)
-        return (*(g if ctx.needs_input_grad[i] else None for i, g in enumerate(gs)), None, None, None)
+            gs = bwd(dh, dh_pre, dh_post, dh_res, *ts, ctx.perms, p, rstd, ctx.eps, ctx.iters, *ctx.convention)
+        return (*(g if ctx.needs_input_grad[i] else None for i, g in enumerate(gs)), *(None,) * N_ARGS)
 
     @staticmethod
     def jvp(ctx, *tangents):
         prim = ctx.primals
-        touts = mf.pre_jvp(prim, tangents[:N_IN], ctx.perms, ctx.eps, ctx.iters)
+        touts = mf.pre_jvp(prim, tangents[:N_IN], ctx.perms, ctx.eps, ctx.iters, *ctx.convention)
         return (*touts, None, None)  # p and rstd are not differentiable
 
 
@@ -59,8 +64,10 @@ DirectMhcPre = direct_subclass("DirectMhcPre", MhcPre, CPU[0], CPU[1])
 TritonMhcPre = direct_subclass("TritonMhcPre", MhcPre, TRITON[0], TRITON[1])
 
 
-def _pre_autograd(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
-    return MhcPre.apply(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters)
+def _pre_autograd(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps=0.0, res_eps=0.0,
+                  res_transposed=False):
+    return MhcPre.apply(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps, res_eps,
+                        res_transposed)
 
 
 LIB.impl("mhc_pre", _pre_autograd, "Autograd")

@@ -16,6 +16,11 @@ Outputs (h, H_pre, H_post, H_res, p, rstd): h in X's dtype; everything else in f
 or a coefficient is float64). p and rstd are what a backward needs (as native_layer_norm's mean and rstd): not
 differentiable.
 ``perms`` is the (n!, n, n) stack of permutation matrices for mHC-lite, None for mHC.
+
+A model's own conventions (``convention.MhcConvention``; every function takes its three fields last, the paper's
+by default): ``pre_eps`` added to H_pre; ``res_eps`` in Sinkhorn-Knopp (the first normalisation's result + eps,
+every later sum + eps); ``res_transposed``: the H_res logits are mat(.)^T (DeepSeek-V4's rows-first Sinkhorn
+mixed with its transpose).
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ def _column_max(logits: torch.Tensor, iters: int):
     return logits.amax(dim=-2, keepdim=True).detach() if iters else 0.0
 
 
-def sinkhorn_knopp(logits: torch.Tensor, iters: int) -> torch.Tensor:
+def sinkhorn_knopp(logits: torch.Tensor, iters: int, res_eps: float = 0.0) -> torch.Tensor:
     """mHC eq. 9: M0 = exp(logits) (..., n, n); each iteration divides by the column sums, then by the
     row sums (M_t = T_r(T_c(M_{t-1}))). The result's rows sum to 1 exactly, its columns approximately.
 
@@ -49,12 +54,28 @@ def sinkhorn_knopp(logits: torch.Tensor, iters: int) -> torch.Tensor:
     (T_c, over the columns) divides out exactly, so the result is the same, exp cannot overflow, and no column
     underflows to all zeros (0 / 0) as it did under the matrix's maximum once its logits sat ~104 below it in
     float32. With no rounds (iters = 0) nothing divides a shift out: M0 = exp(logits) itself, as eq. 9 says.
+
+    ``res_eps`` (DeepSeek-V4's): the first T_c's result (a softmax over each column) + eps, and every later sum
+    + eps. With 0 these are the paper's rounds, bit for bit.
     """
     m = torch.exp(logits - _column_max(logits, iters))
-    for _ in range(iters):
-        m = m / m.sum(-2, keepdim=True)  # T_c: columns sum to 1
-        m = m / m.sum(-1, keepdim=True)  # T_r: rows sum to 1
+    for t in range(iters):
+        m = m / _denominator(m.sum(-2, keepdim=True), t, res_eps)  # T_c: columns sum to 1
+        if t == 0 and res_eps:
+            m = m + res_eps
+        m = m / (m.sum(-1, keepdim=True) + res_eps)  # T_r: rows sum to 1
     return m
+
+
+def _denominator(c, t, res_eps):
+    """A column normalisation's denominator: the first is exact (a softmax), every later one + res_eps."""
+    return c if t == 0 else c + res_eps
+
+
+def _res_matrix(res_logits, n, res_transposed):
+    """The (..., n, n) logits Sinkhorn-Knopp takes: mat(.) row-major, or its transpose."""
+    L = _split_last(res_logits, n, n)
+    return L.transpose(-1, -2) if res_transposed else L
 
 
 def permutation_mix(logits: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:
@@ -82,12 +103,13 @@ def _project(x, phi, ct, eps):
     return X, v, rstd, z, z * rstd.unsqueeze(-1)
 
 
-def coefficients(p, n, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, iters):
+def coefficients(p, n, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, iters, pre_eps=0.0, res_eps=0.0,
+                 res_transposed=False):
     """(H_pre, H_post, H_res) from the normalized projection p (..., m)."""
     pre_, post_, res_ = _logits(p, n, (a_pre, a_post, a_res), (b_pre, b_post, b_res))
-    h_pre, h_post = torch.sigmoid(pre_), 2 * torch.sigmoid(post_)
+    h_pre, h_post = torch.sigmoid(pre_) + pre_eps, 2 * torch.sigmoid(post_)
     if perms is None:
-        h_res = sinkhorn_knopp(_split_last(res_, n, n), iters)
+        h_res = sinkhorn_knopp(_res_matrix(res_, n, res_transposed), iters, res_eps)
     else:
         h_res = permutation_mix(res_, perms)
     return h_pre, h_post, h_res
@@ -104,18 +126,20 @@ def coefficient_grads(dlogits, p, n, coeffs):
     return tuple(d.reshape(c.shape).to(c.dtype) for d, c in zip(da + db, coeffs, strict=True))
 
 
-def pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
+def pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps=0.0, res_eps=0.0,
+        res_transposed=False):
     """(h, H_pre, H_post, H_res, p, rstd); see the module docstring. Autocast is off inside: the coefficients are
     float32 at least whatever the caller's autocast state (under CPU autocast the projection would run in bf16)."""
     with _autocast_off(x):
-        return _pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters)
+        return _pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps, res_eps,
+                    res_transposed)
 
 
-def _pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
+def _pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps, res_eps, res_transposed):
     ct = compute_dtype(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res)
     X, _, rstd, _, p = _project(x, phi, ct, eps)
     c = [t.to(ct) for t in (a_pre, a_post, a_res, b_pre, b_post, b_res)]
-    h_pre, h_post, h_res = coefficients(p, x.size(-2), *c, perms, iters)
+    h_pre, h_post, h_res = coefficients(p, x.size(-2), *c, perms, iters, pre_eps, res_eps, res_transposed)
     h = (h_pre.unsqueeze(-1) * X).sum(-2).to(x.dtype)
     return h, h_pre, h_post, h_res, p, rstd
 
@@ -126,34 +150,37 @@ def _split_last(t, a, b):
     return t.reshape(*t.shape[:-1], a, b)
 
 
-def pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
+def pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters,
+                 pre_eps=0.0, res_eps=0.0, res_transposed=False):
     """Gradients of (x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res) from those of (h, H_pre, H_post, H_res)
     (None: zero), written out in torch ops as the kernels compute them -- differentiable again (double backward),
     and carrying forward-mode tangents (a Hessian-vector product taken forward-over-reverse)."""
     with _autocast_off(x):
         return _pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms,
-                             eps, iters)
+                             eps, iters, pre_eps, res_eps, res_transposed)
 
 
-def _sinkhorn_backward(L, iters, dout):
-    """dL of sinkhorn_knopp(L, iters) from dOut, through every round (the column max shift a constant)."""
+def _sinkhorn_backward(L, iters, dout, res_eps=0.0):
+    """dL of sinkhorn_knopp(L, iters, res_eps) from dOut, through every round (the column max shift a constant;
+    the eps added after the first round a constant too)."""
     m0 = torch.exp(L - _column_max(L, iters))
     m, rounds = m0, []
-    for _ in range(iters):
-        c = m.sum(-2, keepdim=True)
+    for t in range(iters):
+        c = _denominator(m.sum(-2, keepdim=True), t, res_eps)
         a = m / c
-        r = a.sum(-1, keepdim=True)
-        m = a / r
+        a_in = a + res_eps if t == 0 and res_eps else a  # what the rows normalise
+        r = a_in.sum(-1, keepdim=True) + res_eps
+        m = a_in / r
         rounds.append((a, r, c, m))
     g = dout
     for a, r, c, out in reversed(rounds):
-        g = (g - (g * out).sum(-1, keepdim=True)) / r  # out = a / r (rows)
+        g = (g - (g * out).sum(-1, keepdim=True)) / r  # out = (a [+ eps]) / r (rows)
         g = (g - (g * a).sum(-2, keepdim=True)) / c  # a = m / c (columns)
     return g * m0
 
 
 def _pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps,
-                  iters):
+                  iters, pre_eps, res_eps, res_transposed):
     coeffs = (a_pre, a_post, a_res, b_pre, b_post, b_res)
     ct = compute_dtype(x, phi, *coeffs)
     n = x.size(-2)
@@ -171,7 +198,8 @@ def _pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_p
     if dh_res is None:
         dl.append(torch.zeros_like(logits[2]))
     elif perms is None:
-        dl.append(_sinkhorn_backward(_split_last(logits[2], n, n), iters, dh_res.to(ct)).flatten(-2))
+        dL = _sinkhorn_backward(_res_matrix(logits[2], n, res_transposed), iters, dh_res.to(ct), res_eps)
+        dl.append((dL.transpose(-1, -2) if res_transposed else dL).flatten(-2))
     else:
         w = torch.softmax(logits[2], dim=-1)
         dw = torch.einsum("...ij,kij->...k", dh_res.to(ct), perms.to(ct))
@@ -181,19 +209,19 @@ def _pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_p
     dv = dz @ phi.to(ct).transpose(0, 1) - ((rstd * rstd / K) * (dp * p).sum(-1)).unsqueeze(-1) * v
     dx = _split_last(dv, n, x.size(-1))
     if dh is not None:
-        dx = dx + s_pre.unsqueeze(-1) * dh.to(ct).unsqueeze(-2)
+        dx = dx + (s_pre + pre_eps).unsqueeze(-1) * dh.to(ct).unsqueeze(-2)
     dphi = v.reshape(-1, K).transpose(0, 1) @ dz.reshape(-1, p.size(-1))
     return (dx.to(x.dtype), dphi.to(phi.dtype), *coefficient_grads(torch.cat(dl, -1), p, n, coeffs))
 
 
-def pre_jvp(primals, tangents, perms, eps, iters):
+def pre_jvp(primals, tangents, perms, eps, iters, pre_eps=0.0, res_eps=0.0, res_transposed=False):
     """Forward-mode derivative of (h, H_pre, H_post, H_res) along ``tangents`` (None: zero), written out (an
     autograd.Function's jvp runs inside a dual level, where torch.func.jvp cannot open another)."""
     with _autocast_off(primals[0]):
-        return _pre_jvp(primals, tangents, perms, eps, iters)
+        return _pre_jvp(primals, tangents, perms, eps, iters, pre_eps, res_eps, res_transposed)
 
 
-def _pre_jvp(primals, tangents, perms, eps, iters):
+def _pre_jvp(primals, tangents, perms, eps, iters, pre_eps, res_eps, res_transposed):
     x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res = primals
     ct = compute_dtype(*primals)
     n = x.size(-2)
@@ -211,14 +239,16 @@ def _pre_jvp(primals, tangents, perms, eps, iters):
     t_pre = s_pre * (1 - s_pre) * t_logits[0]
     t_post = 2 * s_post * (1 - s_post) * t_logits[1]
     if perms is None:
-        L, tL = _split_last(logits[2], n, n), _split_last(t_logits[2], n, n)
+        L, tL = _res_matrix(logits[2], n, res_transposed), _res_matrix(t_logits[2], n, res_transposed)
         m = torch.exp(L - _column_max(L, iters))
         tm = m * tL  # the column max shift is divided out by the first normalization (none without one)
-        for _ in range(iters):
-            c = m.sum(-2, keepdim=True)
+        for t in range(iters):
+            c = _denominator(m.sum(-2, keepdim=True), t, res_eps)
             m = m / c
             tm = (tm - m * tm.sum(-2, keepdim=True)) / c
-            r = m.sum(-1, keepdim=True)
+            if t == 0 and res_eps:
+                m = m + res_eps  # a constant: the tangent is unchanged
+            r = m.sum(-1, keepdim=True) + res_eps
             m = m / r
             tm = (tm - m * tm.sum(-1, keepdim=True)) / r
         t_res = tm
@@ -226,5 +256,5 @@ def _pre_jvp(primals, tangents, perms, eps, iters):
         w = torch.softmax(logits[2], dim=-1)
         tw = w * (t_logits[2] - (w * t_logits[2]).sum(-1, keepdim=True))
         t_res = torch.einsum("...k,kij->...ij", tw, perms.to(ct))
-    th = (t_pre.unsqueeze(-1) * xf + s_pre.unsqueeze(-1) * T[0]).sum(-2).to(x.dtype)
+    th = (t_pre.unsqueeze(-1) * xf + (s_pre + pre_eps).unsqueeze(-1) * T[0]).sum(-2).to(x.dtype)
     return th, t_pre, t_post, t_res

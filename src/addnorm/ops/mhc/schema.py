@@ -1,14 +1,17 @@
 """mHC's pre step as an operator: schema, fake implementation and device implementations.
 
-    addnorm::mhc_pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms?, eps, iters)
+    addnorm::mhc_pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms?, eps, iters,
+                     pre_eps=0, res_eps=0, res_transposed=False)
         -> (h, h_pre, h_post, h_res, p, rstd)
     addnorm::mhc_pre_backward(dh?, dh_pre?, dh_post?, dh_res?, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res,
-                              perms?, p, rstd, eps, iters)
+                              perms?, p, rstd, eps, iters, pre_eps=0, res_eps=0, res_transposed=False)
         -> (dx, dphi, da_pre, da_post, da_res, db_pre, db_post, db_res)
 
-See ``formulas`` for the math. CPU: the C kernels (``kernels.cpu.mhc``) where they take the call (a kernel
-dtype, n <= 8, m <= 128, iters <= 64, perms that are permutation matrices), else the formulas; CUDA: the Triton
-kernels where Triton is installed, else the formulas; other devices: the formulas. Autograd: ``autograd``.
+See ``formulas`` for the math; the last three arguments are a model's convention (``convention.MhcConvention``),
+the paper's by default. CPU: the C kernels (``kernels.cpu.mhc``) where they take the call (a kernel dtype,
+n <= 8, m <= 128, iters <= 64, perms that are permutation matrices, the paper's convention), else the formulas;
+CUDA: the Triton kernels where Triton is installed and the convention is the paper's, else the formulas; other
+devices: the formulas. Autograd: ``autograd``.
 """
 
 from __future__ import annotations
@@ -22,23 +25,27 @@ from ..norm.schema import LIB
 from . import formulas as mf
 
 LIB.define("mhc_pre(Tensor x, Tensor phi, Tensor a_pre, Tensor a_post, Tensor a_res, Tensor b_pre, Tensor b_post, "
-           "Tensor b_res, Tensor? perms, float eps, int iters) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+           "Tensor b_res, Tensor? perms, float eps, int iters, float pre_eps=0., float res_eps=0., "
+           "bool res_transposed=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
 LIB.define("mhc_pre_backward(Tensor? dh, Tensor? dh_pre, Tensor? dh_post, Tensor? dh_res, Tensor x, Tensor phi, "
            "Tensor a_pre, Tensor a_post, Tensor a_res, Tensor b_pre, Tensor b_post, Tensor b_res, Tensor? perms, "
-           "Tensor p, Tensor rstd, float eps, int iters) "
+           "Tensor p, Tensor rstd, float eps, int iters, float pre_eps=0., float res_eps=0., "
+           "bool res_transposed=False) "
            "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
 
 COEFFS = ("a_pre", "a_post", "a_res", "b_pre", "b_post", "b_res")
 
 
-def _pre_formulas(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
-    return tuple(t.contiguous() for t in mf.pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters))
+def _pre_formulas(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps=0.0, res_eps=0.0,
+                  res_transposed=False):
+    return tuple(t.contiguous() for t in mf.pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters,
+                                                pre_eps, res_eps, res_transposed))
 
 
 def _pre_backward_formulas(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, p,
-                           rstd, eps, iters):
+                           rstd, eps, iters, pre_eps=0.0, res_eps=0.0, res_transposed=False):
     gs = mf.pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps,
-                         iters)
+                         iters, pre_eps, res_eps, res_transposed)
     return tuple(g.contiguous() for g in gs)
 
 
@@ -66,28 +73,36 @@ def _scal_bias(a_pre, a_post, a_res, b_pre, b_post, b_res):
     return scal, bias
 
 
-def _kernel_index(k, x, phi, coeffs, perms, iters):
-    """The permutation index table (None for mHC) when kernel backend ``k`` takes the call, else False."""
+def _kernel_index(k, x, phi, coeffs, perms, iters, convention=(0.0, 0.0, False)):
+    """The permutation index table (None for mHC) when kernel backend ``k`` takes the call, else False. The kernels
+    compute the paper's convention only: another (``convention.MhcConvention``: pre_eps, res_eps, res_transposed)
+    runs on the formulas."""
     if x.dim() < 2 or not (_kernel_params(x, phi, coeffs) and k.applies(x, phi.shape[-1], iters)):
+        return False
+    if tuple(convention) != (0.0, 0.0, False):
         return False
     return perm_index(perms, x.shape[-2])
 
 
 def _impls(k):
-    def pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
+    def pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps=0.0, res_eps=0.0,
+            res_transposed=False):
         coeffs = (a_pre, a_post, a_res, b_pre, b_post, b_res)
-        idx = _kernel_index(k, x, phi, coeffs, perms, iters)
+        conv = (pre_eps, res_eps, res_transposed)
+        idx = _kernel_index(k, x, phi, coeffs, perms, iters, conv)
         if idx is False:
             declined()
-            return _pre_formulas(x, phi, *coeffs, perms, eps, iters)
+            return _pre_formulas(x, phi, *coeffs, perms, eps, iters, *conv)
         return k.mhc_pre(x, phi, *_scal_bias(*coeffs), idx, eps, iters)
 
     def pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, p, rstd,
-                     eps, iters):
+                     eps, iters, pre_eps=0.0, res_eps=0.0, res_transposed=False):
         coeffs = (a_pre, a_post, a_res, b_pre, b_post, b_res)
-        idx = _kernel_index(k, x, phi, coeffs, perms, iters)
+        conv = (pre_eps, res_eps, res_transposed)
+        idx = _kernel_index(k, x, phi, coeffs, perms, iters, conv)
         if idx is False or (dh is not None and dh.dtype != x.dtype) or p.dtype != torch.float32:
-            return _pre_backward_formulas(dh, dh_pre, dh_post, dh_res, x, phi, *coeffs, perms, p, rstd, eps, iters)
+            return _pre_backward_formulas(dh, dh_pre, dh_post, dh_res, x, phi, *coeffs, perms, p, rstd, eps, iters,
+                                          *conv)
         dx, dlogits, dphi = k.mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, *_scal_bias(*coeffs), idx, p, rstd,
                                                iters)
         return (dx, dphi.to(phi.dtype), *mf.coefficient_grads(dlogits, p, x.shape[-2], coeffs))
@@ -106,7 +121,8 @@ LIB.impl("mhc_pre_backward", _pre_backward_formulas, "CompositeExplicitAutograd"
 
 
 @torch.library.register_fake("addnorm::mhc_pre", lib=LIB)
-def _pre_fake(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
+def _pre_fake(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps=0.0, res_eps=0.0,
+              res_transposed=False):
     ct = mf.compute_dtype(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res)
     lead, n, m = x.shape[:-2], x.shape[-2], phi.shape[-1]
     f = dict(dtype=ct)
@@ -116,5 +132,5 @@ def _pre_fake(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, it
 
 @torch.library.register_fake("addnorm::mhc_pre_backward", lib=LIB)
 def _pre_backward_fake(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, p, rstd,
-                       eps, iters):
+                       eps, iters, pre_eps=0.0, res_eps=0.0, res_transposed=False):
     return tuple(t.new_empty(t.shape) for t in (x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res))
