@@ -35,7 +35,9 @@ PARALLEL = ["GPTJ", "GPTNeoX", "Phi", "Falcon", "CodeGen", "Cohere", "Cohere2"]
 # (the collapse, with its own norm) and writes it twice (the expand), every write fused with the read that follows
 # it (the same layer's second read, the next layer's first, the final collapse)
 HYPER = ["HYV4", "Qwen4Exp"]
-FAMILIES = ["GPT2"] + SEQUENTIAL + PARALLEL + HYPER
+# the same with mHC's mixing matrix (DeepSeek-V4): each write is the expand and the mix H_res X (test_patch_mhc)
+MHC = ["DeepseekV4"]
+FAMILIES = ["GPT2"] + SEQUENTIAL + PARALLEL + HYPER + MHC
 # what a family's config needs beyond the common sizes (rotary dims that fit head_dim 16)
 _EXTRA = {"GPTJ": dict(rotary_dim=8), "CodeGen": dict(rotary_dim=8, n_ctx=64),
           "GPTNeo": dict(attention_types=[[["global", "local"], 1]]),
@@ -43,6 +45,10 @@ _EXTRA = {"GPTJ": dict(rotary_dim=8), "CodeGen": dict(rotary_dim=8, n_ctx=64),
           "HYV4": dict(moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2, q_lora_rank=32,
                        kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, index_topk=4,
                        index_head_dim=16, index_n_heads=2, hc_mult=3, hc_magnitude=1.5, hc_eps=1e-3),
+          # DeepSeek-V4's MoE, low-rank attention and compressor at a tiny size
+          "DeepseekV4": dict(moe_intermediate_size=32, q_lora_rank=32, n_routed_experts=4, num_experts_per_tok=2,
+                             o_groups=2, o_lora_rank=16, index_n_heads=2, index_head_dim=16, index_topk=4,
+                             sliding_window=8),
           # a linear-attention layer and an indexed-attention layer
           "Qwen4Exp": dict(linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
                            linear_num_value_heads=4, moe_intermediate_size=32, shared_expert_intermediate_size=32,
@@ -55,7 +61,7 @@ _CONFIG = {"Qwen4Exp": "Qwen4ExpTextConfig"}  # its Qwen4ExpConfig is the vision
 def expected_fusions(name) -> dict:
     """What every layer of a family's 2-layer model fuses: its residual adds (4 in a sequential model, 2 in a
     parallel one), or its hyper-connections' reads, writes and write+read hand-offs and the final collapse."""
-    if name in HYPER:
+    if name in HYPER or name in MHC:
         return {"fused_adds": 2 * 6 + 1, "per_layer": {"hyper-connection read": 2, "hyper-connection write": 2,
                                                        "write+read hand-off": 2}, "final_collapse": 1}
     return {"fused_adds": 2 if name in PARALLEL else 4}

@@ -231,6 +231,17 @@ def _usable_reader(reader, x4) -> HyperPlan | None:
     return plan
 
 
+def read_to_hand_over(reader: nn.Module, x4: torch.Tensor):
+    """What a write of another family's stream (DeepSeek-V4's mix: ``interop.deepseek_hc``) hands over to ``reader``,
+    the patched hyper-connection found to read its result x4 (..., n, C) next -- DeepSeek-V4's final collapse is HY-V4's
+    head: its read of x4, as ``hyper_forward`` takes it; None where it would not be handed over (a pre-hook on the
+    reader, another shape, Qwen4-exp's flattened stream)."""
+    plan = _usable_reader(reader, x4)
+    if plan is None or plan.kind.startswith("gated"):
+        return None
+    return AF.hyper_read(x4, *_ihc_params(reader, plan), convention=plan.convention)
+
+
 def write(layer, site, stream, y, coeff, to_dtype, rounding, eager):
     """``eager()`` -- the layer's own ``stream + coeff^T y`` -- on one hyper_write (rounded as the layer's spelling
     rounds: ``hyper_rewrite``), fused with the next read of its result where a probe run found that read

@@ -10,7 +10,8 @@ A decoder layer is recognised by what it holds, not by its class name (``STRUCTU
     scaled branches        the same with the branches scaled before their adds (Granite)
     sandwich               norms on the branch outputs too (Gemma2/3; GLM-4's names)
 
-A layer that holds hyper-connections (a widened stream (B, T, n, C): HY-V4, Qwen4-exp; ``interop.hyper``) is
+A layer that holds hyper-connections (a widened stream (B, T, n, C): HY-V4, Qwen4-exp, ``interop.hyper``; DeepSeek-V4's
+mHC, ``interop.deepseek_hc``) is
 none of these, whatever its attributes are called: its forward is rewritten by data flow, each read of the stream
 on the hyper-connection's patched forward and each write fused with the read after it.
 
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from . import fused_sites, handoff, hyper
+from . import deepseek_hc, fused_sites, handoff, hyper
 from .conventions import NormConvention, declared_eps
 from .conventions import apply as _apply
 from .conventions import out_dtype as _out_dtype
@@ -414,18 +415,20 @@ def _hyper_plan(layer: nn.Module, sites: frozenset, streams: list):
     writes = rewritten.sites.get("hyper-connection write", 0) if rewritten is not None else 0
     if writes < len(streams):
         return (f"{type(layer).__name__} reads its stream through {', '.join(streams)}, but addnorm found "
-                f"{writes} write{'s' if writes != 1 else ''} of it (X + H_post y) in its forward")
+                f"{writes} write{'s' if writes != 1 else ''} of it (X + H_post y, or mHC's H_res X + H_post y) in its "
+                f"forward")
     return sites
 
 
 def _hypers(model: nn.Module):
-    """(module, plan) of every hyper-connection addnorm reproduces (``interop.hyper``: recognised by what it holds,
-    confirmed by probing), and the names of those that call themselves hyper-connections but match no plan."""
+    """(module, plan) of every hyper-connection addnorm reproduces (``interop.hyper``, ``interop.deepseek_hc``:
+    recognised by what it holds, confirmed by probing), and the names of those that call themselves
+    hyper-connections but match no plan."""
     out, unmatched, inside = [], [], ()
     for name, module in model.named_modules():
         if inside and name.startswith(inside):  # a recognised one's own parts (its norm, its projections)
             continue
-        plan = module.__dict__.get("_addnorm_hyper") or hyper.probe_hyper(module)
+        plan = module.__dict__.get("_addnorm_hyper") or hyper.probe_hyper(module) or deepseek_hc.probe(module)
         if plan is not None:
             out.append((module, plan))
             inside = name + "."
@@ -475,7 +478,8 @@ def patch_hf_model(model: nn.Module, *, verify: bool = True) -> nn.Module:
     if unmatched:
         raise NotImplementedError(f"{type(model).__name__}: {unmatched[0]} is a hyper-connection whose read and write "
                                   f"addnorm does not reproduce (it reproduces HY-V4's and Qwen4-exp's: "
-                                  f"addnorm.interop.hyper); nothing was changed")
+                                  f"addnorm.interop.hyper; DeepSeek-V4's: addnorm.interop.deepseek_hc); nothing was "
+                                  f"changed")
     layers = _layers(model, norms, hypers)
     refused = [(n, p) for n, _, p, _ in layers if isinstance(p, str)]
     if refused:
@@ -516,7 +520,8 @@ def patch_hf_model(model: nn.Module, *, verify: bool = True) -> nn.Module:
         _install(module, functools.partial(_norm_forward, module))
     for module, plan in new_hypers:
         module.__dict__["_addnorm_hyper"] = plan
-        _install(module, functools.partial(hyper.hyper_forward, module))
+        forward = deepseek_hc.forward if isinstance(plan, deepseek_hc.MhcPlan) else hyper.hyper_forward
+        _install(module, functools.partial(forward, module))
     problem = None
     try:
         if new_layers:

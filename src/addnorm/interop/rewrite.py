@@ -9,7 +9,8 @@ arguments, dropouts, reshapes, MoE routing, returned tuples -- stays the layer's
                       (Llama, OPT, BioGPT, XGLM, MPT, GPT-Neo, JetMoE, VaultGemma, Granite's scaled branch)
     norm then add     D = self.N(E) ; A = B + D   (or D + B)         ->  A = residual + norm(branch), one call
                       (OLMo 2/3, EXAONE 4 post-branch norms; Gemma2's output norms)
-    stream write      A = X + H_post^T y  (HY-V4's, Qwen4-exp's spellings: ``hyper_rewrite``)
+    stream write      A = X + H_post^T y  (HY-V4's, Qwen4-exp's spellings: ``hyper_rewrite``);
+                      A = H_post^T y + comb^T X  (DeepSeek-V4's mHC: ``mhc_rewrite``, ``interop.deepseek_hc``)
                                                                      ->  one hyper_write, or with the next
                       hyper-connection's read of A where a probe run finds it (``interop.hyper``)
     any other sum     A = E1 + E2 [+ E3]  (or its .view/.reshape), return E1 + E2 [+ E3]
@@ -32,11 +33,11 @@ import inspect
 import textwrap
 from dataclasses import dataclass, field
 
-from . import fused_sites, hyper, hyper_rewrite
+from . import deepseek_hc, fused_sites, hyper, hyper_rewrite, mhc_rewrite
 
 _HELPERS = {"_addnorm_add_norm": fused_sites.add_norm, "_addnorm_norm_add": fused_sites.norm_add,
             "_addnorm_sum": fused_sites.layer_sum, "_addnorm_dropout_add": fused_sites.dropout_add,
-            "_addnorm_hyper_write": hyper.write}
+            "_addnorm_hyper_write": hyper.write, "_addnorm_mhc_write": deepseek_hc.write}
 
 
 def _is_dropout_add(fn) -> bool:
@@ -125,7 +126,7 @@ class _Rewriter:
                 if isinstance(getattr(s, attr, None), list) and getattr(s, attr) and not isinstance(
                         s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                     setattr(s, attr, self.block(getattr(s, attr)))
-            took = (self._hyper_write(stmts, i, out) or self._add_then_norm(stmts, i, out)
+            took = (self._mhc_write(stmts, i, out) or self._hyper_write(stmts, i, out) or self._add_then_norm(stmts, i, out)
                     or self._norm_then_add(stmts, i, out) or self._sum(stmts, i, out))
             if took:
                 i += took
@@ -133,6 +134,17 @@ class _Rewriter:
             out.append(s)
             i += 1
         return out
+
+    def _mhc_write(self, stmts, i, out) -> int:
+        """A write of an mHC stream, ``H_post^T y + comb^T X`` (``mhc_rewrite``): one ``interop.deepseek_hc.write``."""
+        found = mhc_rewrite.match_write(stmts, i, self.coeffs)
+        if found is None:
+            return 0
+        took, build = found
+        self.n += 1
+        out.append(build(f"write{self.n}"))
+        self._count("hyper-connection write")
+        return took
 
     def _hyper_write(self, stmts, i, out) -> int:
         """A write of a widened stream, ``X + H_post^T y`` (``hyper_rewrite``): one ``interop.hyper.write``."""
