@@ -156,6 +156,8 @@ typedef struct {
     const float *bias;        /* (m): b_pre, b_post, b_res */
     const int32_t *perm;      /* (r, n): mHC-lite's permutations; NULL: Sinkhorn-Knopp (r = n^2) */
     float eps;
+    float pre_eps, res_eps;   /* a model's convention (ops/mhc/convention.py): + pre_eps on H_pre; Sinkhorn's */
+    int res_t;                /* first result + res_eps, every later sum + res_eps; res_t: its logits transposed */
     void *h;                  /* FWD outputs */
     float *h_pre, *h_post, *h_res, *p, *rstd;
     const void *dh;           /* BWD inputs (the gradients NULL when absent) */
@@ -896,18 +898,21 @@ int addnorm_attn_res(int op, int dt, int S, int64_t N, int64_t C, const void *co
  * for a given thread count. Returns 0, -1 (no memory), -3 (a shape the kernels do not take). */
 int addnorm_mhc(int op, int n, int dt, int64_t N, int64_t C, int m, int mp, int r, int iters, const void *x,
                 const float *phi, const float *phiT, float a_pre, float a_post, float a_res, const float *bias,
-                const int32_t *perm, float eps, void *h, float *h_pre, float *h_post, float *h_res, float *p,
+                const int32_t *perm, float eps, float pre_eps, float res_eps, int res_t, void *h, float *h_pre,
+                float *h_post, float *h_res, float *p,
                 float *rstd, const void *dh, const float *dh_pre, const float *dh_post, const float *dh_res,
                 const float *p_in, const float *rstd_in, void *dx, float *dlogits, float *dphi, int nthreads) {
     an_pick_isa();
     const int64_t K = (int64_t)n * C;
     if (n < 1 || n > AN_STREAM_MAX_N || m != 2 * n + r || m > AN_MHC_MAX_M || mp % 8 || mp < m || mp > AN_MHC_MAX_M ||
-        iters < 0 || iters > AN_MHC_MAX_ITERS || C < 1 || r < 1 || (perm == NULL && r != n * n))
+        iters < 0 || iters > AN_MHC_MAX_ITERS || C < 1 || r < 1 || (perm == NULL && r != n * n) ||
+        !(pre_eps >= 0.0f) || !(res_eps >= 0.0f))
         return -3;
     if (op == AN_MHC_BWD && dphi) memset(dphi, 0, sizeof(float) * (size_t)K * (size_t)m);
     if (N <= 0) return 0;
     an_mhc_args a = {op, n, dt, an_use_nt(N, K, dt, 1), m, mp, r, iters, N, C, K, x, phi, phiT, {a_pre, a_post, a_res},
-                     bias, perm, eps, h, h_pre, h_post, h_res, p, rstd, dh, dh_pre, dh_post, dh_res, p_in, rstd_in,
+                     bias, perm, eps, pre_eps, res_eps, res_t, h, h_pre, h_post, h_res, p, rstd, dh, dh_pre, dh_post,
+                     dh_res, p_in, rstd_in,
                      dx, dlogits, NULL};
     int T = an_threads_for(N, K, nthreads), Cn = an_chunks_for(N, K, T);
     void *part = NULL;
@@ -1108,16 +1113,18 @@ static PyObject *an_py_stream(PyObject *self, PyObject *const *args, Py_ssize_t 
 static PyObject *an_py_mhc(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     int op, n, dt, m, mp, r, iters, nthreads, rc;
     int64_t N, C;
-    float a_pre, a_post, a_res, eps;
+    int res_t;
+    float a_pre, a_post, a_res, eps, pre_eps, res_eps;
     void *x, *phi, *phiT, *bias, *perm, *h, *hp, *hpo, *hr, *p, *rstd, *dh, *dhp, *dhpo, *dhr, *pin, *rin, *dx, *dl,
         *dphi;
-    if (an_parse(args, nargs, "iiiLLiiiipppfffppfpppppppppppppppi", &op, &n, &dt, &N, &C, &m, &mp, &r, &iters, &x,
-                 &phi, &phiT, &a_pre, &a_post, &a_res, &bias, &perm, &eps, &h, &hp, &hpo, &hr, &p, &rstd, &dh, &dhp,
-                 &dhpo, &dhr, &pin, &rin, &dx, &dl, &dphi, &nthreads) < 0)
+    if (an_parse(args, nargs, "iiiLLiiiipppfffppfffipppppppppppppppi", &op, &n, &dt, &N, &C, &m, &mp, &r, &iters, &x,
+                 &phi, &phiT, &a_pre, &a_post, &a_res, &bias, &perm, &eps, &pre_eps, &res_eps, &res_t, &h, &hp, &hpo,
+                 &hr, &p, &rstd, &dh, &dhp, &dhpo, &dhr, &pin, &rin, &dx, &dl, &dphi, &nthreads) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = addnorm_mhc(op, n, dt, N, C, m, mp, r, iters, x, (const float *)phi, (const float *)phiT, a_pre, a_post, a_res,
-                     (const float *)bias, (const int32_t *)perm, eps, h, (float *)hp, (float *)hpo, (float *)hr,
+                     (const float *)bias, (const int32_t *)perm, eps, pre_eps, res_eps, res_t, h, (float *)hp,
+                     (float *)hpo, (float *)hr,
                      (float *)p, (float *)rstd, dh, (const float *)dhp, (const float *)dhpo, (const float *)dhr,
                      (const float *)pin, (const float *)rin, dx, (float *)dl, (float *)dphi, nthreads);
     Py_END_ALLOW_THREADS

@@ -1,14 +1,17 @@
 """Host side of mHC's pre-step CPU kernels (``mhc_rows.h``); the Triton host (``kernels.triton.mhc``) has the
 same signatures.
 
-    mhc_pre(x, phi, scal, bias, perm_idx, eps, iters)          -> (h, h_pre, h_post, h_res, p, rstd)
-    mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd, iters)
-                                                               -> (dx, dlogits, dphi)
+    mhc_pre(x, phi, scal, bias, perm_idx, eps, iters, pre_eps=0, res_eps=0, res_transposed=False)
+                                                               -> (h, h_pre, h_post, h_res, p, rstd)
+    mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd, iters, pre_eps=0,
+                     res_eps=0, res_transposed=False)          -> (dx, dlogits, dphi)
 
 x (..., n, C) in a kernel dtype; phi float32 (nC, m); scal float32 (3,) = (a_pre, a_post, a_res); bias float32 (m,)
 = (b_pre, b_post, b_res flattened); perm_idx None (mHC: Sinkhorn-Knopp) or int32 (n!, n) with P_k[i, perm_idx[k, i]]
 = 1 (mHC-lite). Per-token outputs and gradients float32; dlogits is the gradient of the pre-activations
-scal * p + bias, dphi the projection's.
+scal * p + bias, dphi the projection's. The last three arguments are a model's convention
+(``ops.mhc.convention.MhcConvention``; the paper's by default). The Triton host takes the paper's only
+(``CONVENTIONS``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from .norm import DTYPE, empty_rows_like, num_threads, ptr
 MAX_STREAMS = 8
 MAX_OUTPUTS = 128  # AN_MHC_MAX_M: m = 2n + n^2 (mHC) or 2n + n! (mHC-lite)
 MAX_ITERS = 64  # AN_MHC_MAX_ITERS
+CONVENTIONS = True  # the kernels take a model's convention (pre_eps, res_eps, res_transposed)
 FWD, BWD = 0, 1
 
 
@@ -37,12 +41,13 @@ def _padded(phi: torch.Tensor, mp: int) -> torch.Tensor:
     return out
 
 
-def _run(op, x, n, C, N, m, r, iters, phi, phiT, scal, bias, perm_idx, eps, outs, grads):
+def _run(op, x, n, C, N, m, r, iters, phi, phiT, scal, bias, perm_idx, eps, conv, outs, grads):
     mp = -(-m // 8) * 8
     a = [float(v) for v in scal.tolist()]
     phi_mp = _padded(phi, mp)  # held here: the kernel reads it through a raw pointer
     rc = library().mhc(op, n, DTYPE[x.dtype], N, C, m, mp, r, iters, ptr(x), ptr(phi_mp),
-                       ptr(phiT), a[0], a[1], a[2], ptr(bias), ptr(perm_idx), float(eps), *map(ptr, outs),
+                       ptr(phiT), a[0], a[1], a[2], ptr(bias), ptr(perm_idx), float(eps), float(conv[0]),
+                       float(conv[1]), int(bool(conv[2])), *map(ptr, outs),
                        *map(ptr, grads), num_threads())
     if rc == -1:
         raise MemoryError("addnorm CPU mHC kernel could not allocate its partial sums")
@@ -64,7 +69,7 @@ def _geometry(x, phi, perm_idx, scal, bias):
     return n, C, x.numel() // (n * C), m, r
 
 
-def mhc_pre(x, phi, scal, bias, perm_idx, eps, iters):
+def mhc_pre(x, phi, scal, bias, perm_idx, eps, iters, pre_eps=0.0, res_eps=0.0, res_transposed=False):
     x, phi, scal, bias, perm_idx = resolved(x, phi, scal, bias, perm_idx)
     x = x.contiguous()
     n, C, N, m, r = _geometry(x, phi, perm_idx, scal, bias)
@@ -74,11 +79,12 @@ def mhc_pre(x, phi, scal, bias, perm_idx, eps, iters):
     h_pre, h_post = torch.empty(lead + (n,), **f), torch.empty(lead + (n,), **f)
     h_res, p, rstd = torch.empty(lead + (n, n), **f), torch.empty(lead + (m,), **f), torch.empty(lead, **f)
     _run(FWD, x, n, C, N, m, r, iters, _f32(phi), None, _f32(scal), _f32(bias), perm_idx, eps,
-         (h, h_pre, h_post, h_res, p, rstd), (None,) * 9)
+         (pre_eps, res_eps, res_transposed), (h, h_pre, h_post, h_res, p, rstd), (None,) * 9)
     return h, h_pre, h_post, h_res, p, rstd
 
 
-def mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd, iters):
+def mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd, iters, pre_eps=0.0,
+                     res_eps=0.0, res_transposed=False):
     (dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd) = resolved(
         dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd)
     x = x.contiguous()
@@ -89,5 +95,5 @@ def mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, 
     dphi = torch.empty(phi.shape, device="cpu", dtype=torch.float32)
     dh = None if dh is None else dh.to(x.dtype).contiguous()
     _run(BWD, x, n, C, N, m, r, iters, phi, phi.t().contiguous(), _f32(scal), _f32(bias), perm_idx, 0.0,
-         (None,) * 6, (dh, _f32(dh_pre), _f32(dh_post), _f32(dh_res), _f32(p), _f32(rstd), dx, dlogits, dphi))
+         (pre_eps, res_eps, res_transposed), (None,) * 6, (dh, _f32(dh_pre), _f32(dh_post), _f32(dh_res), _f32(p), _f32(rstd), dx, dlogits, dphi))
     return dx, dlogits, dphi

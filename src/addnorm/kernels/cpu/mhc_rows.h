@@ -8,6 +8,9 @@
  *   backward  dlogits = the coefficient maps' backward (g_pre[i] = <dh, X_i> + dH_pre[i]; Sinkhorn through
  *             every round, its max shift a constant);  dp = a_g dlogits,  dz = dp rstd
  *             dX = H_pre (x) dh + phi dz - (rstd^2 / K)(dp . p) v;   dphi += v^T dz  (per chunk)
+ *   a model's convention (ops/mhc/convention.py, DeepSeek-V4's): H_pre + pre_eps; Sinkhorn's first round's
+ *             column-normalised matrix + res_eps and every later sum + res_eps; res_t: the logits of H_res
+ *             transposed before Sinkhorn (their gradient transposed back)
  *
  * The projection is a small GEMM done here on tiles of AN_MHC_TB tokens, phi zero-padded to mp (a multiple
  * of 8) columns so that the accumulators of a tile stay in registers; the tile's rows are converted to
@@ -152,8 +155,10 @@ static void AN_FN(mhc_dx_gemm)(float *const *dx, const float *restrict dz, int m
 static inline float AN_FN(mhc_sigmoid)(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 /* Sinkhorn-Knopp on the n x n logits L, `iters` rounds (columns, then rows); `st` (when not NULL) receives
- * M0 and each round's column-normalized matrix A and row sums r, column sums c: (1 + iters) n^2 + 2 iters n. */
-static void AN_FN(mhc_sinkhorn)(const float *L, int n, int iters, float *out, float *st) {
+ * M0 and each round's column-normalized matrix A and the denominators of its rows r and columns c:
+ * (1 + iters) n^2 + 2 iters n. With eps (a model's convention): the first round's A + eps before its rows are
+ * normalised, every later column sum + eps, every row sum + eps; 0 gives the paper's rounds bit for bit. */
+static void AN_FN(mhc_sinkhorn)(const float *L, int n, int iters, float eps, float *out, float *st) {
     const int nn = n * n;
     /* exp after each column's max: the first round divides the columns, so the shift cancels exactly, and a
      * column far below the others cannot underflow to zeros (0 / 0) as under the matrix's max */
@@ -171,16 +176,18 @@ static void AN_FN(mhc_sinkhorn)(const float *L, int n, int iters, float *out, fl
         for (int j = 0; j < n; j++) {
             float s = 0.0f;
             for (int i = 0; i < n; i++) s += M[i * n + j];
-            c[j] = s;
+            c[j] = it ? s + eps : s; /* the first: exact, a softmax over each column */
         }
         /* divided, not multiplied by 1/c: a sum below 1/FLT_MAX has an infinite reciprocal */
         for (int i = 0; i < n; i++)
             for (int j = 0; j < n; j++) M[i * n + j] /= c[j];
         if (st) memcpy(st + nn + (size_t)it * (nn + 2 * n), M, sizeof(float) * (size_t)nn);
+        if (it == 0 && eps != 0.0f)
+            for (int e = 0; e < nn; e++) M[e] += eps;
         for (int i = 0; i < n; i++) {
             float s = 0.0f;
             for (int j = 0; j < n; j++) s += M[i * n + j];
-            r[i] = s;
+            r[i] = s + eps;
         }
         for (int i = 0; i < n; i++)
             for (int j = 0; j < n; j++) M[i * n + j] /= r[i];
@@ -193,17 +200,19 @@ static void AN_FN(mhc_sinkhorn)(const float *L, int n, int iters, float *out, fl
     memcpy(out, M, sizeof(float) * (size_t)nn);
 }
 
-/* dL from dOut through the rounds kept in st (see mhc_sinkhorn) */
-static void AN_FN(mhc_sinkhorn_backward)(const float *dout, int n, int iters, const float *st, float *dL) {
+/* dL from dOut through the rounds kept in st (see mhc_sinkhorn; eps as it was given) */
+static void AN_FN(mhc_sinkhorn_backward)(const float *dout, int n, int iters, float eps, const float *st,
+                                         float *dL) {
     const int nn = n * n;
     float G[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
     memcpy(G, dout, sizeof(float) * (size_t)nn);
     for (int it = iters - 1; it >= 0; it--) {
         const float *A = st + nn + (size_t)it * (nn + 2 * n), *r = A + nn, *c = r + n;
-        /* out = A / r (rows): dA_ij = (G_ij - sum_k G_ik out_ik) / r_i */
+        const float e0 = it == 0 ? eps : 0.0f; /* what the first round added before its rows (a constant) */
+        /* out = (A + e0) / r (rows): dA_ij = (G_ij - sum_k G_ik out_ik) / r_i */
         for (int i = 0; i < n; i++) {
             float s = 0.0f;
-            for (int k = 0; k < n; k++) s += G[i * n + k] * (A[i * n + k] / r[i]);
+            for (int k = 0; k < n; k++) s += G[i * n + k] * ((A[i * n + k] + e0) / r[i]);
             for (int j = 0; j < n; j++) G[i * n + j] = (G[i * n + j] - s) / r[i];
         }
         /* A = M / c (columns): dM_ij = (dA_ij - sum_k dA_kj A_kj) / c_j */
@@ -216,16 +225,26 @@ static void AN_FN(mhc_sinkhorn_backward)(const float *dout, int n, int iters, co
     for (int e = 0; e < nn; e++) dL[e] = G[e] * st[e]; /* M0 = exp(L - column max) */
 }
 
+/* H_res's n x n logits from lg + 2n (row-major), transposed where the convention says so */
+static const float *AN_FN(mhc_res_logits)(const an_mhc_args *a, const float *lg, float *tmp) {
+    const int n = a->n;
+    if (!a->res_t) return lg + 2 * n;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) tmp[j * n + i] = lg[2 * n + i * n + j];
+    return tmp;
+}
+
 /* the coefficient maps of one token: logits (m) -> H_pre, H_post, H_res; st: Sinkhorn's rounds (backward) */
 static void AN_FN(mhc_maps)(const an_mhc_args *a, const float *lg, float *hp, float *hpo, float *hr, float *st,
                             float *w) {
     const int n = a->n, r = a->r;
     for (int i = 0; i < n; i++) {
-        hp[i] = AN_FN(mhc_sigmoid)(lg[i]);
+        hp[i] = AN_FN(mhc_sigmoid)(lg[i]) + a->pre_eps;
         hpo[i] = 2.0f * AN_FN(mhc_sigmoid)(lg[n + i]);
     }
     if (a->perm == NULL) {
-        AN_FN(mhc_sinkhorn)(lg + 2 * n, n, a->iters, hr, st);
+        float lt[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
+        AN_FN(mhc_sinkhorn)(AN_FN(mhc_res_logits)(a, lg, lt), n, a->iters, a->res_eps, hr, st);
         return;
     }
     float mx = lg[2 * n];
@@ -294,14 +313,18 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
             for (int i = 0; i < n; i++) {
                 float g = a->dh_pre ? a->dh_pre[t * n + i] : 0.0f;
                 if (dh) g += AN_FN(dot)(dh, v[b] + (int64_t)i * C, C);
-                d[i] = g * hp[i] * (1.0f - hp[i]);
+                const float sp = AN_FN(mhc_sigmoid)(lg[i]); /* H_pre without the convention's eps */
+                d[i] = g * sp * (1.0f - sp);
                 const float s = 0.5f * hpo[i];
                 d[n + i] = a->dh_post ? a->dh_post[t * n + i] * 2.0f * s * (1.0f - s) : 0.0f;
             }
             if (a->dh_res == NULL) {
                 for (int k = 0; k < r; k++) d[2 * n + k] = 0.0f;
             } else if (a->perm == NULL) {
-                AN_FN(mhc_sinkhorn_backward)(a->dh_res + t * nn, n, a->iters, st, d + 2 * n);
+                float dL[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
+                AN_FN(mhc_sinkhorn_backward)(a->dh_res + t * nn, n, a->iters, a->res_eps, st, dL);
+                for (int i = 0; i < n; i++) /* back to the logits' own layout */
+                    for (int j = 0; j < n; j++) d[2 * n + i * n + j] = a->res_t ? dL[j * n + i] : dL[i * n + j];
             } else {
                 const float *G = a->dh_res + t * nn;
                 float wd = 0.0f;

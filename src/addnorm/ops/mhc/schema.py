@@ -9,8 +9,8 @@
 
 See ``formulas`` for the math; the last three arguments are a model's convention (``convention.MhcConvention``),
 the paper's by default. CPU: the C kernels (``kernels.cpu.mhc``) where they take the call (a kernel dtype,
-n <= 8, m <= 128, iters <= 64, perms that are permutation matrices, the paper's convention), else the formulas;
-CUDA: the Triton kernels where Triton is installed and the convention is the paper's, else the formulas; other
+n <= 8, m <= 128, iters <= 64, perms that are permutation matrices), else the formulas; CUDA: the Triton kernels
+where Triton is installed and the convention is the paper's (they take no other yet), else the formulas; other
 devices: the formulas. Autograd: ``autograd``.
 """
 
@@ -73,15 +73,23 @@ def _scal_bias(a_pre, a_post, a_res, b_pre, b_post, b_res):
     return scal, bias
 
 
-def _kernel_index(k, x, phi, coeffs, perms, iters, convention=(0.0, 0.0, False)):
-    """The permutation index table (None for mHC) when kernel backend ``k`` takes the call, else False. The kernels
-    compute the paper's convention only: another (``convention.MhcConvention``: pre_eps, res_eps, res_transposed)
-    runs on the formulas."""
+PAPER = (0.0, 0.0, False)  # (pre_eps, res_eps, res_transposed) of the paper's convention
+
+
+def _kernel_index(k, x, phi, coeffs, perms, iters, convention=PAPER):
+    """The permutation index table (None for mHC) when kernel backend ``k`` takes the call, else False. A model's
+    convention (``convention.MhcConvention``: pre_eps, res_eps, res_transposed) where the kernels take one
+    (``k.CONVENTIONS``: the C kernels; the Triton ones compute the paper's), else the formulas."""
     if x.dim() < 2 or not (_kernel_params(x, phi, coeffs) and k.applies(x, phi.shape[-1], iters)):
         return False
-    if tuple(convention) != (0.0, 0.0, False):
+    if tuple(convention) != PAPER and not getattr(k, "CONVENTIONS", False):
         return False
     return perm_index(perms, x.shape[-2])
+
+
+def _convention_args(k, conv):
+    """The convention as the kernel host takes it: nothing for one that computes the paper's only."""
+    return tuple(conv) if getattr(k, "CONVENTIONS", False) else ()
 
 
 def _impls(k):
@@ -93,7 +101,7 @@ def _impls(k):
         if idx is False:
             declined()
             return _pre_formulas(x, phi, *coeffs, perms, eps, iters, *conv)
-        return k.mhc_pre(x, phi, *_scal_bias(*coeffs), idx, eps, iters)
+        return k.mhc_pre(x, phi, *_scal_bias(*coeffs), idx, eps, iters, *_convention_args(k, conv))
 
     def pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, p, rstd,
                      eps, iters, pre_eps=0.0, res_eps=0.0, res_transposed=False):
@@ -104,7 +112,7 @@ def _impls(k):
             return _pre_backward_formulas(dh, dh_pre, dh_post, dh_res, x, phi, *coeffs, perms, p, rstd, eps, iters,
                                           *conv)
         dx, dlogits, dphi = k.mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, *_scal_bias(*coeffs), idx, p, rstd,
-                                               iters)
+                                               iters, *_convention_args(k, conv))
         return (dx, dphi.to(phi.dtype), *mf.coefficient_grads(dlogits, p, x.shape[-2], coeffs))
 
     return pre, pre_backward
