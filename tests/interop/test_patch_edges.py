@@ -338,3 +338,15 @@ def test_a_float64_llama_is_refused_naming_its_norms_and_why():
     m = build("Llama").double()
     with pytest.raises(ValueError, match=r"its norms \(LlamaRMSNorm \(torch.float64\)\) follow no convention"):
         patch_hf_model(m)
+
+
+def test_a_forward_whose_decorator_cannot_take_the_rewrite_keeps_its_own():
+    """HF's auto_docstring reads the path of the decorated function's source file: applied again to a rewritten
+    forward it raised IndexError out of patch_hf_model (GLM-5-next's vision blocks). Such a layer keeps its own
+    forward; its norms are still patched."""
+    ref = E.Model(E.DocumentedPreNorm, plain_tensor=True)
+    m = patch_hf_model(copy.deepcopy(ref))
+    assert all("forward" not in layer.__dict__ and "forward" in layer.norm.__dict__ for layer in m.layers)
+    ids = torch.randint(0, E.V, (2, 5), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(m(ids), ref(ids), atol=1e-5, rtol=1e-5)

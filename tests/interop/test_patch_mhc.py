@@ -124,6 +124,30 @@ def test_a_checkpoint_loaded_in_bfloat16_keeps_its_float32_connections(tmp_path)
     torch.testing.assert_close(got.float(), want.float(), atol=1.6e-2, rtol=1.6e-2)
 
 
+class _OtherSpelling(hf.DeepseekV4DecoderLayer):
+    """DeepSeek-V4's layer with its writes spelled otherwise: ``@`` and ``.mT``, the terms and factors swapped, no
+    casts, and a mix by comb itself rather than its transpose."""
+
+    def forward(self, hidden_states, input_ids=None, **kwargs):
+        dtype = hidden_states.dtype
+        post, comb, collapsed = self.attn_hc(hidden_states)
+        attn_output, _ = self.self_attn(self.input_layernorm(collapsed), **kwargs)
+        hidden_states = comb.to(dtype).mT @ hidden_states + attn_output.unsqueeze(-2) * post.to(dtype).unsqueeze(-1)
+        post, comb, collapsed = self.ffn_hc(hidden_states)
+        mlp_output = self.mlp(self.post_attention_layernorm(collapsed), input_ids=input_ids)
+        return torch.matmul(comb, hidden_states) + post.unsqueeze(-1) * mlp_output.unsqueeze(-2)
+
+
+def test_other_spellings_of_a_write_are_found_and_keep_what_the_layer_computes():
+    ref_m = build("DeepseekV4")
+    for layer in ref_m.model.layers:
+        layer.__class__ = _OtherSpelling
+    m = patch_hf_model(copy.deepcopy(ref_m))
+    assert [f["hyper-connection write"] for f in m._addnorm_patched["per_layer"].values()] == [2, 2]
+    with torch.no_grad():
+        assert (m(IDX).logits - ref_m(IDX).logits).abs().max() <= 1e-5
+
+
 def _state(m):
     return {k: v.clone() for k, v in m.state_dict().items()}, [(n, type(x)) for n, x in m.named_modules()]
 
@@ -183,3 +207,27 @@ def test_unpatch_takes_the_hyper_connections_back():
     assert not any(k.startswith("_addnorm") or k == "forward" for mod in m.modules() for k in mod.__dict__)
     with torch.no_grad():
         assert torch.equal(m(IDX).logits, ref_m(IDX).logits)
+
+
+def test_glm5_nexts_text_layers_are_fused_as_deepseeks():
+    """GLM-5-next (built by transformers as a vision-language model, not a causal LM) holds DeepSeek-V4's connection
+    in its text layers: each read and write fused the same way, exact. Its final collapse is a plain mean over the
+    streams, no hyper-connection (nothing of it is counted); its vision blocks keep their own forwards."""
+    G = pytest.importorskip("transformers.models.glm5_next.modeling_glm5_next", reason="transformers without GLM-5-next")
+    text = dict(vocab_size=96, hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2,
+                kv_lora_rank=16, q_lora_rank=32, qk_nope_head_dim=16, v_head_dim=16, index_topk=8, index_kpool=4,
+                index_head_dim=16, index_n_heads=2, linear_head_dim=16, linear_num_heads=4, pad_token_id=0,
+                max_position_embeddings=64, layer_types=["linear_attention", "indexed_attention"],
+                mlp_layer_types=["dense", "sparse"])
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=2)
+    torch.manual_seed(0)
+    ref_m = G.Glm5NextForConditionalGeneration(T.Glm5NextConfig(text_config=text, vision_config=vision)).eval()
+    m = patch_hf_model(copy.deepcopy(ref_m))
+    r = m._addnorm_patched
+    assert r["layers"] == 2 and r["final_collapse"] == 0
+    first, last = r["per_layer"].values()
+    assert first == {"hyper-connection read": 2, "hyper-connection write": 2, "write+read hand-off": 2}
+    assert last == {"hyper-connection read": 2, "hyper-connection write": 2, "write+read hand-off": 1}
+    with torch.no_grad():
+        assert (m(input_ids=IDX).logits - ref_m(input_ids=IDX).logits).abs().max() <= 1e-5

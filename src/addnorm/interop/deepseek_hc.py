@@ -14,7 +14,7 @@ columns; H_res = comb^T, returned transposed as HF's comb.
 coefficients kept), and, where a probe run found the one patched connection that reads X' next -- the layer's
 second, the next layer's first, the model's final collapse -- that read too, its output left for the connection
 (``interop.handoff``), so the read happens in the write's call. On the CPU these are still two passes over the
-stream (``stream_write``'s kernel, then ``mhc_pre``'s formulas: the kernels compute the paper's convention only).
+stream (``stream_write``'s kernel, then ``mhc_pre``'s; a kernel that reads X once for both is the next step).
 """
 
 from __future__ import annotations

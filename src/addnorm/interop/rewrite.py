@@ -281,5 +281,8 @@ def _rewrite(cls, norms) -> Rewritten | None:
     new = namespace.pop(scratch)
     new.__name__, new.__qualname__ = fn.__name__, fn.__qualname__
     for dec in reversed(decorators):  # e.g. deprecate_kwarg(...): the same argument handling as before
-        new = eval(compile(ast.Expression(dec), "<decorator>", "eval"), namespace)(new)  # noqa: S307
+        try:
+            new = eval(compile(ast.Expression(dec), "<decorator>", "eval"), namespace)(new)  # noqa: S307
+        except Exception:  # noqa: BLE001  (one that cannot take a compiled function -- HF's auto_docstring reads
+            return None  # its source file's path -- leaves the layer's own forward, not a crash)
     return Rewritten(new, rw.sites)
