@@ -213,7 +213,8 @@ def test_glm5_nexts_text_layers_are_fused_as_deepseeks():
     """GLM-5-next (built by transformers as a vision-language model, not a causal LM) holds DeepSeek-V4's connection
     in its text layers: each read and write fused the same way, exact. Its final collapse is a plain mean over the
     streams, no hyper-connection (nothing of it is counted); its vision blocks keep their own forwards."""
-    G = pytest.importorskip("transformers.models.glm5_next.modeling_glm5_next", reason="transformers without GLM-5-next")
+    G = pytest.importorskip("transformers.models.glm5_next.modeling_glm5_next",
+                            reason="transformers without GLM-5-next")
     text = dict(vocab_size=96, hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2,
                 num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2,
                 kv_lora_rank=16, q_lora_rank=32, qk_nope_head_dim=16, v_head_dim=16, index_topk=8, index_kpool=4,

@@ -126,7 +126,8 @@ class _Rewriter:
                 if isinstance(getattr(s, attr, None), list) and getattr(s, attr) and not isinstance(
                         s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                     setattr(s, attr, self.block(getattr(s, attr)))
-            took = (self._mhc_write(stmts, i, out) or self._hyper_write(stmts, i, out) or self._add_then_norm(stmts, i, out)
+            took = (self._mhc_write(stmts, i, out) or self._hyper_write(stmts, i, out)
+                    or self._add_then_norm(stmts, i, out)
                     or self._norm_then_add(stmts, i, out) or self._sum(stmts, i, out))
             if took:
                 i += took

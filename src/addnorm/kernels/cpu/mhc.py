@@ -95,5 +95,6 @@ def mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, 
     dphi = torch.empty(phi.shape, device="cpu", dtype=torch.float32)
     dh = None if dh is None else dh.to(x.dtype).contiguous()
     _run(BWD, x, n, C, N, m, r, iters, phi, phi.t().contiguous(), _f32(scal), _f32(bias), perm_idx, 0.0,
-         (pre_eps, res_eps, res_transposed), (None,) * 6, (dh, _f32(dh_pre), _f32(dh_post), _f32(dh_res), _f32(p), _f32(rstd), dx, dlogits, dphi))
+         (pre_eps, res_eps, res_transposed), (None,) * 6,
+         (dh, _f32(dh_pre), _f32(dh_post), _f32(dh_res), _f32(p), _f32(rstd), dx, dlogits, dphi))
     return dx, dlogits, dphi
