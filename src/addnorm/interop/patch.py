@@ -10,10 +10,10 @@ A decoder layer is recognised by what it holds, not by its class name (``STRUCTU
     scaled branches        the same with the branches scaled before their adds (Granite)
     sandwich               norms on the branch outputs too (Gemma2/3; GLM-4's names)
 
-A layer that holds hyper-connections (a widened stream (B, T, n, C): HY-V4, Qwen4-exp, ``interop.hyper``; DeepSeek-V4's
-mHC, ``interop.deepseek_hc``) is
-none of these, whatever its attributes are called: its forward is rewritten by data flow, each read of the stream
-on the hyper-connection's patched forward and each write fused with the read after it.
+A layer that holds hyper-connections (a widened stream (B, T, n, C): HY-V4, Qwen4-exp, ``interop.hyper``;
+DeepSeek-V4's mHC, ``interop.deepseek_hc``) is none of these, whatever its attributes are called: its forward is
+rewritten by data flow, each read of the stream on the hyper-connection's patched forward and each write fused
+with the read after it.
 
 In each, the add after attention and the norm after it become one ``add_layer_norm`` / ``add_rms_norm``
 call. Where no norm follows an add inside the layer (parallel attention + MLP: GPT-NeoX, Falcon, Phi,
