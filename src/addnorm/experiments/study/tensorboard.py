@@ -30,18 +30,23 @@ def open_writer(log_dir: Path, purge_step: int):
 
 def scalars(line: dict) -> dict[str, float]:
     """A metrics line as TensorBoard tags: scalars as they are, per-block lists as ``name/block_i``, per-slot
-    dicts as ``name/slot``."""
+    dicts as ``name/slot``, nested as deep as the line nests them (a slot's per-layer list: ``name/slot/block_i``)."""
     out = {}
     for k, v in line.items():
-        if k == "step":
-            continue
-        if isinstance(v, list):
-            out.update({f"{k}/block_{i}": float(x) for i, x in enumerate(v)})
-        elif isinstance(v, dict):
-            out.update({f"{k}/{s}": float(x) for s, x in v.items()})
-        elif isinstance(v, int | float) and not isinstance(v, bool):
-            out[k] = float(v)
+        if k != "step":
+            _flatten(k, v, out)
     return out
+
+
+def _flatten(tag: str, v, out: dict[str, float]) -> None:
+    if isinstance(v, list):
+        for i, x in enumerate(v):
+            _flatten(f"{tag}/block_{i}", x, out)
+    elif isinstance(v, dict):
+        for s, x in v.items():
+            _flatten(f"{tag}/{s}", x, out)
+    elif isinstance(v, int | float) and not isinstance(v, bool):
+        out[tag] = float(v)
 
 
 def write_line(writer, line: dict) -> None:
