@@ -23,7 +23,7 @@ bench: $(STAMP)
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py src/addnorm/kernels/cpu/autograd_nodes.cpp src/addnorm/kernels/cpu/addnorm_cpu.c src/addnorm/kernels/cpu/norm_rows.h src/addnorm/kernels/cpu/fused_rows.h src/addnorm/kernels/cpu/stream_rows.h src/addnorm/kernels/cpu/mhc_rows.h src/addnorm/kernels/cpu/pointwise_rows.h
+$(STAMP): pyproject.toml setup.py src/addnorm/kernels/cpu/autograd_nodes.cpp src/addnorm/kernels/cpu/addnorm_cpu.c $(wildcard src/addnorm/kernels/cpu/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip "setuptools>=77"  # the build backend pyproject names (PEP 639 license); the packaging tests drive it directly
 	$(PY) -m pip install --quiet $(TORCH)
