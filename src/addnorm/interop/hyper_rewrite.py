@@ -131,12 +131,17 @@ def _two_statements(stmts, i, coeffs):
     return None
 
 
-def _call(site, s, y, p, dtype, rounding, eager):
-    load = lambda n: ast.Name(n, ast.Load())  # noqa: E731
-    return ast.Call(ast.Name("_addnorm_hyper_write", ast.Load()),
-                    [load("self"), ast.Constant(site), load(s), load(y), load(p),
-                     copy.deepcopy(dtype) if dtype is not None else ast.Constant(None), ast.Constant(rounding),
+def write_call(function: str, site: int, names: tuple[str, ...], dtype, option, eager) -> ast.Call:
+    """``function(self, site, *names, dtype, option, lambda: eager)``: the call a matched write becomes (the
+    layer's own expression kept as the lambda, for the paths the operator declines)."""
+    return ast.Call(ast.Name(function, ast.Load()),
+                    [ast.Name("self", ast.Load()), ast.Constant(site), *(ast.Name(n, ast.Load()) for n in names),
+                     copy.deepcopy(dtype) if dtype is not None else ast.Constant(None), ast.Constant(option),
                      ast.Lambda(ast.arguments([], [], None, [], [], None, []), eager)], [])
+
+
+def _call(site, s, y, p, dtype, rounding, eager):
+    return write_call("_addnorm_hyper_write", site, (s, y, p), dtype, rounding, eager)
 
 
 def match_write(stmts, i, coeffs):

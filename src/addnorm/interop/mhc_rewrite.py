@@ -18,6 +18,8 @@ from __future__ import annotations
 import ast
 import copy
 
+from .hyper_rewrite import write_call
+
 
 def _int(node):
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
@@ -110,11 +112,7 @@ def _write(value, coeffs):
 
 
 def _call(site, s, y, p, m, dtype, transposed, eager):
-    load = lambda n: ast.Name(n, ast.Load())  # noqa: E731
-    return ast.Call(ast.Name("_addnorm_mhc_write", ast.Load()),
-                    [load("self"), ast.Constant(site), load(s), load(y), load(p), load(m),
-                     copy.deepcopy(dtype) if dtype is not None else ast.Constant(None), ast.Constant(transposed),
-                     ast.Lambda(ast.arguments([], [], None, [], [], None, []), eager)], [])
+    return write_call("_addnorm_mhc_write", site, (s, y, p, m), dtype, transposed, eager)
 
 
 def match_write(stmts, i, coeffs):
