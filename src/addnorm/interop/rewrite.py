@@ -126,7 +126,7 @@ class _Rewriter:
                 if isinstance(getattr(s, attr, None), list) and getattr(s, attr) and not isinstance(
                         s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                     setattr(s, attr, self.block(getattr(s, attr)))
-            took = (self._mhc_write(stmts, i, out) or self._hyper_write(stmts, i, out)
+            took = (self._write(stmts, i, out)
                     or self._add_then_norm(stmts, i, out)
                     or self._norm_then_add(stmts, i, out) or self._sum(stmts, i, out))
             if took:
@@ -136,20 +136,12 @@ class _Rewriter:
             i += 1
         return out
 
-    def _mhc_write(self, stmts, i, out) -> int:
-        """A write of an mHC stream, ``H_post^T y + comb^T X`` (``mhc_rewrite``): one ``interop.deepseek_hc.write``."""
-        found = mhc_rewrite.match_write(stmts, i, self.coeffs)
-        if found is None:
-            return 0
-        took, build = found
-        self.n += 1
-        out.append(build(f"write{self.n}"))
-        self._count("hyper-connection write")
-        return took
-
-    def _hyper_write(self, stmts, i, out) -> int:
-        """A write of a widened stream, ``X + H_post^T y`` (``hyper_rewrite``): one ``interop.hyper.write``."""
-        found = hyper_rewrite.match_write(stmts, i, self.coeffs)
+    def _write(self, stmts, i, out) -> int:
+        """A write of a widened stream: an mHC one, ``H_post^T y + comb^T X`` (``mhc_rewrite``: one
+        ``interop.deepseek_hc.write``), or one without a mixing matrix, ``X + H_post^T y`` (``hyper_rewrite``: one
+        ``interop.hyper.write``)."""
+        found = (mhc_rewrite.match_write(stmts, i, self.coeffs)
+                 or hyper_rewrite.match_write(stmts, i, self.coeffs))
         if found is None:
             return 0
         took, build = found
