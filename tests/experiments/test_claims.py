@@ -222,6 +222,57 @@ def test_a_diverged_learning_rate_is_never_the_best():
     assert r["arm"]["lr"] == 1e-3 and r["lr_bracketed"] is False
 
 
+def _confirm(placement, lr, dev, test, seeds=range(5, 11)):
+    """Confirmation runs: one setting at seeds 5-10 (seed s adds s / 100, as ``_grid``)."""
+    return [_run(placement, s, test + s / 100, lr=lr, dev=dev + s / 100) for s in seeds]
+
+
+def test_the_setting_is_chosen_on_the_seeds_run_at_every_setting_and_tested_on_all_its_seeds():
+    # lns on seeds 0-4: best at 3e-3 (2.6) over 1e-3 (2.7). Seeds 5-10 run only at 1e-3 (dev 2.0) would make 1e-3
+    # the best if counted (mean over 11 seeds 2.35): the choice must stay 3e-3, and those runs be left out
+    rows = _grid("pre", dev=[3.0, 2.8, 2.9], test=[3.0, 2.8, 2.9]) + _grid("lns", dev=[2.7, 2.6, 2.9],
+                                                                              test=[2.7, 2.6, 2.9])
+    rows += _confirm("lns", 1e-3, dev=2.0, test=2.0)
+    r = C.measure(_spec(tune=("lr",)), rows)
+    assert (r["arm"]["lr"], r["arm"]["chosen_with_seeds"], r["arm"]["runs"]) == (3e-3, [0, 1, 2, 3, 4], 5)
+    assert r["n_seeds"] == 5 and r["arm"]["left_out"] == 6 and r["arm"]["lr_bracketed"] is True
+    assert ("the arm's 6 runs at seeds 5-10, run at a setting not chosen here (confirmation runs of another "
+            "claim's setting), are left out") in r["notes"]
+    # the confirmation runs at each side's chosen setting: 11 pairs, every one below -> p = 2/2^11
+    rows += _confirm("lns", 3e-3, dev=2.6, test=2.6) + _confirm("pre", 3e-3, dev=2.8, test=2.8)
+    r = C.measure(_spec(tune=("lr",)), rows)
+    assert (r["arm"]["lr"], r["baseline"]["lr"]) == (3e-3, 3e-3)
+    assert r["n_seeds"] == 11 and r["p"] == pytest.approx(2 / 2 ** 11) and r["min_p"] == pytest.approx(2 / 2 ** 11)
+    assert r["arm"]["runs"] == r["baseline"]["runs"] == 11 and r["effect"] == pytest.approx(-0.2)
+    assert r["baseline"]["chosen_with_seeds"] == [0, 1, 2, 3, 4] and "left_out" not in r["baseline"]
+    assert any("lowest mean final dev loss over seeds 0-4, those run at every setting" in n for n in r["notes"])
+
+
+def test_confirmation_runs_enter_no_pool_and_no_pairing_over_the_grid():
+    """A failure rate pools every setting of a side, and a claim paired by learning rate and seed spans the grid:
+    seeds run at one of its settings only (another claim's confirmation runs) would weigh that setting more."""
+    rows = _grid("pre", dev=[3.0, 2.8, 2.9], test=[3.0, 2.8, 2.9]) + _grid("lns", dev=[2.7, 2.6, 2.9],
+                                                                              test=[2.7, 2.6, 2.9])
+    rows += [r | {"failed": True} for r in _confirm("lns", 3e-3, dev=2.6, test=2.6)]
+    rows += _confirm("pre", 3e-3, dev=2.8, test=2.8)
+    fails = C.measure(_spec(measure=C.FAILURE, direction=HIGHER), rows)
+    assert (fails["arm"]["runs"], fails["baseline"]["runs"], fails["effect"]) == (15, 15, 0.0)
+    assert any(n.startswith("the arm's 6 runs at seeds 5-10, run at only some of its settings") for n in fails["notes"])
+    grid = C.measure(_spec(pair_by=("lr", "seed")), rows)
+    assert grid["n_seeds"] == 15 and grid["effect"] == pytest.approx((-0.3 - 0.2 + 0.0) / 3)
+    # a side of one setting reads every seed run there
+    one = [r for r in rows if r["lr"] == 3e-3]
+    assert C.measure(_spec(), one)["n_seeds"] == 11
+
+
+def test_a_side_with_no_seed_run_at_every_setting_is_not_measured():
+    rows = [_run("pre", s, 2.5, lr=1e-3) for s in range(5)] + [_run("lns", s, 2.4, lr=1e-3) for s in (0, 1)]
+    rows += [_run("lns", s, 2.4, lr=3e-3) for s in (2, 3)]
+    r = C.measure(_spec(tune=("lr",)), rows)
+    assert (r["n_seeds"], r["p"]) == (0, None)
+    assert r["notes"][0] == "not measured: no seed of the arm's 4 runs in study/ was run at every one of its settings"
+
+
 @pytest.mark.parametrize("change, reason", [
     (dict(val_bytes=4096), "val_bytes 4,096 < 262,144: the final losses were measured on 4,096 held-out bytes"),
     (dict(final_dev_loss=None), "the learning rate was chosen on the bytes the test reads (no dev loss recorded)"),
