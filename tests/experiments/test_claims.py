@@ -408,3 +408,31 @@ def test_the_command_line_writes_the_file(tmp_path, capsys):
     assert len(data["claims"]) == len(C.SPECS) and "claims (" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         C.main(["--results", str(tmp_path / "missing")])
+
+
+def test_a_paired_claims_command_trains_its_confirmation_runs_before_the_claims_file():
+    specs = {s.id: s for s in C.SPECS}
+    study = "addnorm study --preset claims_seeds --out benchmarks/results/study/claims_seeds"
+    assert C.measure(specs["rmsnorm"], None)["command"] == (
+        f"{study} && addnorm study --preset claims_seeds --confirm --out benchmarks/results/study/claims_seeds && "
+        "python benchmarks/study_claims.py")
+    # pooled (failure) and paired over the grid: the preset's runs alone
+    for claim in ("no_residual", "post_warmup"):
+        assert C.measure(specs[claim], None)["command"] == f"{study} && python benchmarks/study_claims.py"
+    assert [s.id for s in C.SPECS if s.preset == "claims_mixing" and s.confirmed] == ["hc_gain_depth", "mhc_gain"]
+
+
+def test_a_runs_peak_gains_come_from_its_own_summary_where_summary_json_lacks_them(tmp_path):
+    """A confirmation run reported after the preset's summary.json was written again without it keeps its gains."""
+    d = tmp_path / "claims_mixing"
+    (d / "runs" / "a").mkdir(parents=True)
+    cfg = {"placement": "hc", "norm": "layer", "init": "gpt2", "depth": 24, "d_model": 64, "lr": 1e-3,
+           "warmup": 100, "seed": 7, "steps": 500, "batch": 16, "seq_len": 64, "eval_batches": 4}
+    (d / "runs" / "a" / "config.json").write_text(json.dumps({"config": cfg, "data_digest": "d"}))
+    (d / "runs" / "a" / "summary.json").write_text(json.dumps(
+        {"name": "a", "final_val_loss": 2.0, "failed": False, "peak_composite_gain_fwd": 9.5,
+         "peak_composite_gain_bwd": 4.5}))
+    (d / "summary.json").write_text(json.dumps({"runs": [], "mixing": []}))
+    (row,) = C.load_rows(tmp_path, "claims_mixing")
+    assert (row[C.GAIN_FWD], row[C.GAIN_BWD]) == (9.5, 4.5)
+    assert C.run_rows(d) == [{k: v for k, v in row.items() if k != C.MODE_GAP}]
