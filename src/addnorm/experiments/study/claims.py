@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .budget import BUDGET_CPU_HOURS, CLAIM_SET, load_costs, preset_cost
-from .config import PRESETS, RunConfig
+from .config import CLAIM_SEEDS, CONFIRM_SEEDS, PRESETS, RunConfig
 from .data import TEST_BYTES
 from ...harness.statistics import (ALPHA, HIGHER, INCONCLUSIVE, LOWER, POWER, SAME, differences, fisher_exact, holm, mde_paired,
                          mde_rate, min_sign_flip_p, paired_t_interval, pairs_to_reach, rate_difference_interval,
@@ -573,25 +573,34 @@ def to_json(claims: list[Claim]) -> str:
             # the fewest seeds with which a loss claim can be decided at all once every claim of the file is judged:
             # its sign-flip p, with every seed of one sign, below Holm's first threshold alpha / len(claims)
             "seeds_to_decide": pairs_to_reach(ALPHA / len(claims)) if claims else None,
+            # the seeds a tuned side's setting is chosen on, and those its claim's settings are run again at
+            "selection_seeds": list(CLAIM_SEEDS), "confirmation_seeds": list(CONFIRM_SEEDS),
             "claims": [asdict(c) for c in claims]}
     return json.dumps(head, indent=1, ensure_ascii=False) + "\n"
 
 
+_SEL, _CONF = f"{CLAIM_SEEDS[0]}-{CLAIM_SEEDS[-1]}", f"{CONFIRM_SEEDS[0]}-{CONFIRM_SEEDS[-1]}"
+_ALL = len(CLAIM_SEEDS) + len(CONFIRM_SEEDS)
 METHOD = ("Each claim compares an arm with its baseline in one results directory. Every final loss is measured on "
           "the held-out test split (at least 262,144 bytes, the same for every run, read whole), and a tuned side "
-          "runs at its own best learning rate (and warmup) of the grid, chosen by the lowest mean final loss over "
-          "seeds on the separate dev split. Loss and gap claims pair runs by seed (by learning rate and seed where "
-          "a claim spans the grid) and test the mean paired difference with the exact two-sided sign-flip "
-          "permutation test (every one of the 2^n sign vectors; p >= 2/2^n, so 3 seeds can never give p < 0.25 and "
-          "5 seeds never p < 0.05); the interval is the paired-t 95 % interval. Failure claims compare failure "
-          "rates with Fisher's exact test (two-sided); the interval is Newcombe's. A claim is judged only where its "
-          "final losses were measured on at least 262,144 held-out bytes, with 5 seeds or more, on one data split "
-          "and with its learning rates chosen on the dev split; p_holm is Holm's step-down adjustment across the "
-          "judged records. A judged claim is 'supported' or 'contradicted' only where p_holm < 0.05 with the effect "
-          "in (or against) its direction; a claim of no difference can only be contradicted; everything else is "
-          "'inconclusive'. mde is the smallest |effect| the paired t-test (noncentral t, the seeds' sd taken as the "
-          "truth) or Fisher's test (exact binomial power) detects with 80 % power at alpha 0.05, before Holm: a "
-          "lower bound on what this file could decide. effect = arm minus baseline.")
+          "runs at its own best learning rate (and warmup) of the grid, chosen on the separate dev split by the "
+          f"lowest mean final loss over seeds {_SEL}, the seeds run at every setting. Loss, gap and gain claims pair "
+          "runs by seed (by learning rate and seed where a claim spans the grid) and test the mean paired "
+          "difference with the exact two-sided sign-flip permutation test (every one of the 2^n sign vectors; "
+          f"p >= 2/2^n, so {len(CLAIM_SEEDS)} seeds can never give p < 0.05); so the chosen settings, and the one "
+          f"setting of each untuned side of a claim paired by seed, are run again at seeds {_CONF} (addnorm study "
+          f"--confirm), and every claim paired by seed is tested on all {_ALL} seeds at those settings (p down to "
+          f"2/2^{_ALL}). A claim pooled or paired over the grid reads only the seeds run at every one of its "
+          "settings: the extra seeds neither change a choice nor weigh one setting more. The interval is the "
+          "paired-t 95 % interval. Failure claims compare failure rates with Fisher's exact test (two-sided); the "
+          "interval is Newcombe's. A claim is judged only where its final losses were measured on at least 262,144 "
+          "held-out bytes, with 5 seeds or more, on one data split and with its learning rates chosen on the dev "
+          "split; p_holm is Holm's step-down adjustment across the judged records. A judged claim is 'supported' or "
+          "'contradicted' only where p_holm < 0.05 with the effect in (or against) its direction; a claim of no "
+          "difference can only be contradicted; everything else is 'inconclusive'. mde is the smallest |effect| the "
+          "paired t-test (noncentral t, the seeds' sd taken as the truth) or Fisher's test (exact binomial power) "
+          "detects with 80 % power at alpha 0.05, before Holm: a lower bound on what this file could decide. "
+          "effect = arm minus baseline.")
 
 
 # ---- the claims ----------------------------------------------------------------------------------------------
