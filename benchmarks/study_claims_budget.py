@@ -80,8 +80,8 @@ def main() -> None:
     print(f"  the claim set ({', '.join(CLAIM_SET)}): {inside:.2f} CPU-hours of {BUDGET_CPU_HOURS:g}; every claims "
           f"preset: {total:.2f} CPU-hours ({total / 2:.2f} h on 2 cores)")
     if args.seeds is None:
-        print(f"  with the confirmation runs: the claim set {inside_c:.2f} CPU-hours ({inside_c / 2:.2f} h on 2 cores); "
-              f"every claims preset {total_c:.2f} CPU-hours ({total_c / 2:.2f} h on 2 cores)")
+        print(f"  with the confirmation runs: the claim set {inside_c:.2f} CPU-hours ({inside_c / 2:.2f} h on 2 "
+              f"cores); every claims preset {total_c:.2f} CPU-hours ({total_c / 2:.2f} h on 2 cores)")
 
 
 if __name__ == "__main__":

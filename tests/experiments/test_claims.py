@@ -416,8 +416,9 @@ def test_a_paired_claims_command_trains_its_confirmation_runs_before_the_claims_
     assert C.measure(specs["rmsnorm"], None)["command"] == (
         f"{study} && addnorm study --preset claims_seeds --confirm --out benchmarks/results/study/claims_seeds && "
         "python benchmarks/study_claims.py")
-    # pooled (failure) and paired over the grid: the preset's runs alone
-    for claim in ("no_residual", "post_warmup"):
+    # pooled (failure), paired over the grid, and paired by seed over untuned sides of 3 settings each (nothing to
+    # run again): the preset's runs alone
+    for claim in ("no_residual", "post_warmup", "batchnorm_leak"):
         assert C.measure(specs[claim], None)["command"] == f"{study} && python benchmarks/study_claims.py"
     assert [s.id for s in C.SPECS if s.preset == "claims_mixing" and s.confirmed] == ["hc_gain_depth", "mhc_gain"]
 

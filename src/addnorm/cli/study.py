@@ -166,7 +166,8 @@ def _seeds(text: str) -> tuple[int, ...]:
         if not seeds or min(seeds) < 0:
             raise ValueError
     except ValueError:
-        raise ValueError(f"--confirm-seeds must be a-b or comma separated seeds >= 0, e.g. 5-10, got {text!r}") from None
+        raise ValueError(f"--confirm-seeds must be a-b or comma separated seeds >= 0, e.g. 5-10, got "
+                         f"{text!r}") from None
     return seeds
 
 

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .budget import BUDGET_CPU_HOURS, CLAIM_SET, load_costs, preset_cost
-from .config import CLAIM_SEEDS, CONFIRM_SEEDS, PRESETS, RunConfig
+from .config import CLAIM_SEEDS, CONFIRM_SEEDS, PRESETS, RunConfig, as_study
 from .data import TEST_BYTES
 from ...harness.statistics import (ALPHA, HIGHER, INCONCLUSIVE, LOWER, POWER, SAME, differences, fisher_exact, holm, mde_paired,
                          mde_rate, min_sign_flip_p, paired_t_interval, pairs_to_reach, rate_difference_interval,
@@ -383,11 +383,28 @@ def confirm_command(preset: str) -> str:
     return f"addnorm study --preset {preset} --confirm --out benchmarks/results/study/{preset}"
 
 
+def unconfirmable(spec: Spec) -> list[str]:
+    """Why the confirmation runs cannot serve a claim paired by seed alone ([] where they can): a side its preset
+    has no run of, or an untuned side of several settings (paired by seed alone, it would pair runs of different
+    settings: there is no one setting to run again)."""
+    runs = [setting_row(r.__dict__) for r in as_study(PRESETS[spec.preset]).runs()] if spec.preset in PRESETS else []
+    why = []
+    for role, select in (("arm", spec.arm), ("baseline", spec.baseline)):
+        side = [r for r in runs if matches(r, select)]
+        settings = len({_setting_of_run(r) for r in side})
+        if not side:
+            why.append(f"the preset has no run of its {role}")
+        elif not spec.tune and settings > 1:
+            why.append(f"its {role} spans {settings} settings, untuned and paired by seed alone: there is no one "
+                       "setting to confirm")
+    return why
+
+
 def _command(spec: Spec) -> str:
     """The claim from nothing: its preset's runs, then (a claim paired by seed) the confirmation runs of the settings
     they choose, then this file."""
-    steps = [_STUDY[spec.preset], *([confirm_command(spec.preset)] if spec.confirmed else []), _SELF]
-    return " && ".join(steps)
+    again = spec.confirmed and spec.preset in PRESETS and not unconfirmable(spec)
+    return " && ".join([_STUDY[spec.preset], *([confirm_command(spec.preset)] if again else []), _SELF])
 
 
 def measure(spec: Spec, rows: list[dict] | None, results: str | None = None) -> dict:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .claims import SPECS, Spec, matches, setting_row, tuned
+from .claims import SPECS, Spec, matches, setting_row, tuned, unconfirmable
 from .config import CONFIRM_SEEDS, PRESETS, RunConfig, Study, StudyGrid, as_study
 
 
@@ -72,28 +72,20 @@ def at_seeds(cfg: RunConfig, seeds) -> StudyGrid:
 
 
 def sides(preset: str, specs: tuple[Spec, ...] = SPECS) -> tuple[list[tuple[Side, Side]], list[str]]:
-    """The two sides of each claim of ``preset`` that the confirmation runs serve, and the claims they cannot
-    ('claim: why'): a side the preset has no run of, or an untuned side of several settings (pairing it by seed
-    alone would pair runs of different settings)."""
+    """The two sides of each claim of ``preset`` that the confirmation runs serve, and the claims paired by seed they
+    cannot serve ('claim: why', ``claims.unconfirmable``)."""
     grid = as_study(PRESETS[preset]).runs()
     out, skipped = [], []
     for spec in specs:
         if spec.preset != preset or not spec.confirmed:
             continue
-        pair, why = [], []
-        for role, select in (("arm", spec.arm), ("baseline", spec.baseline)):
-            side = Side(spec.id, role, spec.tune,
-                        tuple(r for r in grid if matches(setting_row(r.__dict__), select)))
-            if not side.runs:
-                why.append(f"the preset has no run of its {role}")
-            elif not spec.tune and len(side.settings) > 1:
-                why.append(f"its {role} spans {len(side.settings)} settings, untuned and paired by seed alone: "
-                           "there is no one setting to confirm")
-            pair.append(side)
+        why = unconfirmable(spec)
         if why:
             skipped.append(f"{spec.id}: {'; '.join(why)}")
-        else:
-            out.append(tuple(pair))
+            continue
+        out.append(tuple(Side(spec.id, role, spec.tune,
+                              tuple(r for r in grid if matches(setting_row(r.__dict__), select)))
+                         for role, select in (("arm", spec.arm), ("baseline", spec.baseline))))
     return out, skipped
 
 
@@ -106,8 +98,9 @@ def chosen(side: Side, rows: list[dict]) -> list[RunConfig]:
     by_name = {r["name"]: r for r in rows}
     missing = [r.name() for r in side.runs if r.name() not in by_name]
     if missing:
+        named = ", ".join(missing[:2]) + (", ..." if len(missing) > 2 else "")
         raise LookupError(f"the {side.role}'s setting cannot be chosen yet: {len(missing)} of its {len(side.runs)} "
-                          f"selection runs are not finished ({', '.join(missing[:2])}{', ...' if len(missing) > 2 else ''})")
+                          f"selection runs are not finished ({named})")
     kept, _ = tuned([by_name[r.name()] for r in side.runs], side.tune)
     names = {r["name"] for r in kept}
     best = {_setting(r) for r in side.runs if r.name() in names}
