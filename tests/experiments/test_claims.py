@@ -69,7 +69,8 @@ def test_the_warmup_claim_is_decided_on_post_ln_without_against_with_warmup(comm
     r = {c["id"]: c for c in committed["claims"]}["post_warmup"]
     assert (r["arm"]["placement"], r["arm"]["warmup"]) == ("post", 0)
     assert (r["baseline"]["placement"], r["baseline"]["warmup"]) == ("post", 100)
-    assert r["n_seeds"] == 6  # 3 seeds x 2 learning rates, paired by both
+    # paired by learning rate and seed: every run of each side is in a pair
+    assert r["n_seeds"] == r["arm"]["runs"] == r["baseline"]["runs"] == len(r["arm"]["lr"]) * 5
 
 
 def test_the_frontier_baseline_is_gpt2_init_pre_ln_at_its_best_learning_rate(committed):
@@ -130,6 +131,20 @@ def test_a_loss_claim_pairs_by_seed_and_tests_the_differences():
     assert r["epochs"] == pytest.approx(102400 / 4194304, abs=1e-4)
     # each side's mean over the paired runs: pre 3 + (0+1+2+3+4)/5 = 5, lns 5 - 0.3
     assert (r["arm"]["mean"], r["baseline"]["mean"]) == (pytest.approx(4.7), pytest.approx(5.0))
+
+
+def test_a_side_spanning_a_setting_its_pairing_does_not_name_is_refused_not_picked_from():
+    # each side ran 3 learning rates: paired by seed alone, a seed has 3 runs a side; one of them was kept before
+    rows = [_run(p, s, 3.0 + lr, lr=lr) for p in ("pre", "lns") for s in range(5) for lr in (1e-3, 3e-3, 1e-2)]
+    with pytest.raises(ValueError, match=r"claim 'x': the arm has two runs at \{'seed': 0\}"):
+        C.measure(_spec(), rows)
+    r = C.measure(_spec(pair_by=("lr", "seed")), rows)
+    assert r["n_seeds"] == 15
+
+
+def test_the_batchnorm_mode_gap_and_leak_pair_over_the_learning_rate_grid():
+    by_id = {s.id: s for s in C.SPECS}
+    assert by_id["batchnorm_mode_gap"].pair_by == by_id["batchnorm_leak"].pair_by == ("lr", "seed")
 
 
 def test_a_batchnorm_gap_claim_says_when_the_leak_was_not_recorded():
@@ -220,6 +235,58 @@ def test_a_diverged_learning_rate_is_never_the_best():
             r["final_dev_loss"] = r["final_val_loss"] = float("nan")
     r = C.measure(_spec(tune=("lr",)), rows)
     assert r["arm"]["lr"] == 1e-3 and r["lr_bracketed"] is False
+
+
+def _confirm(placement, lr, dev, test, seeds=range(5, 11)):
+    """Confirmation runs: one setting at seeds 5-10 (seed s adds s / 100, as ``_grid``)."""
+    return [_run(placement, s, test + s / 100, lr=lr, dev=dev + s / 100) for s in seeds]
+
+
+def test_the_setting_is_chosen_on_the_seeds_run_at_every_setting_and_tested_on_all_its_seeds():
+    # lns on seeds 0-4: best at 3e-3 (2.6) over 1e-3 (2.7). Seeds 5-10 run only at 1e-3 (dev 2.0) would make 1e-3
+    # the best if counted (mean over 11 seeds 2.35): the choice must stay 3e-3, and those runs be left out
+    rows = _grid("pre", dev=[3.0, 2.8, 2.9], test=[3.0, 2.8, 2.9]) + _grid("lns", dev=[2.7, 2.6, 2.9],
+                                                                              test=[2.7, 2.6, 2.9])
+    rows += _confirm("lns", 1e-3, dev=2.0, test=2.0)
+    r = C.measure(_spec(tune=("lr",)), rows)
+    assert (r["arm"]["lr"], r["arm"]["runs"]) == (3e-3, 5)  # counting seeds 5-10 would choose 1e-3
+    assert r["arm"]["chosen_with_seeds"] == [0, 1, 2, 3, 4]
+    assert r["n_seeds"] == 5 and r["arm"]["left_out"] == 6 and r["arm"]["lr_bracketed"] is True
+    assert ("the arm's 6 runs at seeds 5-10, run at a setting not chosen here (confirmation runs of another "
+            "claim's setting), are left out") in r["notes"]
+    # the confirmation runs at each side's chosen setting: 11 pairs, every one below -> p = 2/2^11
+    rows += _confirm("lns", 3e-3, dev=2.6, test=2.6) + _confirm("pre", 3e-3, dev=2.8, test=2.8)
+    r = C.measure(_spec(tune=("lr",)), rows)
+    assert (r["arm"]["lr"], r["baseline"]["lr"]) == (3e-3, 3e-3)
+    assert r["n_seeds"] == 11 and r["p"] == pytest.approx(2 / 2 ** 11) and r["min_p"] == pytest.approx(2 / 2 ** 11)
+    assert r["arm"]["runs"] == r["baseline"]["runs"] == 11 and r["effect"] == pytest.approx(-0.2)
+    assert r["baseline"]["chosen_with_seeds"] == [0, 1, 2, 3, 4] and "left_out" not in r["baseline"]
+    assert any("lowest mean final dev loss over seeds 0-4, those run at every setting" in n for n in r["notes"])
+
+
+def test_confirmation_runs_enter_no_pool_and_no_pairing_over_the_grid():
+    """A failure rate pools every setting of a side, and a claim paired by learning rate and seed spans the grid:
+    seeds run at one of its settings only (another claim's confirmation runs) would weigh that setting more."""
+    rows = _grid("pre", dev=[3.0, 2.8, 2.9], test=[3.0, 2.8, 2.9]) + _grid("lns", dev=[2.7, 2.6, 2.9],
+                                                                              test=[2.7, 2.6, 2.9])
+    rows += [r | {"failed": True} for r in _confirm("lns", 3e-3, dev=2.6, test=2.6)]
+    rows += _confirm("pre", 3e-3, dev=2.8, test=2.8)
+    fails = C.measure(_spec(measure=C.FAILURE, direction=HIGHER), rows)
+    assert (fails["arm"]["runs"], fails["baseline"]["runs"], fails["effect"]) == (15, 15, 0.0)
+    assert any(n.startswith("the arm's 6 runs at seeds 5-10, run at only some of its settings") for n in fails["notes"])
+    grid = C.measure(_spec(pair_by=("lr", "seed")), rows)
+    assert grid["n_seeds"] == 15 and grid["effect"] == pytest.approx((-0.3 - 0.2 + 0.0) / 3)
+    # a side of one setting reads every seed run there
+    one = [r for r in rows if r["lr"] == 3e-3]
+    assert C.measure(_spec(), one)["n_seeds"] == 11
+
+
+def test_a_side_with_no_seed_run_at_every_setting_is_not_measured():
+    rows = [_run("pre", s, 2.5, lr=1e-3) for s in range(5)] + [_run("lns", s, 2.4, lr=1e-3) for s in (0, 1)]
+    rows += [_run("lns", s, 2.4, lr=3e-3) for s in (2, 3)]
+    r = C.measure(_spec(tune=("lr",)), rows)
+    assert (r["n_seeds"], r["p"]) == (0, None)
+    assert r["notes"][0] == "not measured: no seed of the arm's 4 runs in study/ was run at every one of its settings"
 
 
 @pytest.mark.parametrize("change, reason", [
@@ -357,3 +424,32 @@ def test_the_command_line_writes_the_file(tmp_path, capsys):
     assert len(data["claims"]) == len(C.SPECS) and "claims (" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         C.main(["--results", str(tmp_path / "missing")])
+
+
+def test_a_paired_claims_command_trains_its_confirmation_runs_before_the_claims_file():
+    specs = {s.id: s for s in C.SPECS}
+    study = "addnorm study --preset claims_seeds --out benchmarks/results/study/claims_seeds"
+    assert C.measure(specs["rmsnorm"], None)["command"] == (
+        f"{study} && addnorm study --preset claims_seeds --confirm --out benchmarks/results/study/claims_seeds && "
+        "python benchmarks/study_claims.py")
+    # pooled (failure), paired over the grid, and paired by seed over untuned sides of 3 settings each (nothing to
+    # run again): the preset's runs alone
+    for claim in ("no_residual", "post_warmup", "batchnorm_leak"):
+        assert C.measure(specs[claim], None)["command"] == f"{study} && python benchmarks/study_claims.py"
+    assert [s.id for s in C.SPECS if s.preset == "claims_mixing" and s.confirmed] == ["hc_gain_depth", "mhc_gain"]
+
+
+def test_a_runs_peak_gains_come_from_its_own_summary_where_summary_json_lacks_them(tmp_path):
+    """A confirmation run reported after the preset's summary.json was written again without it keeps its gains."""
+    d = tmp_path / "claims_mixing"
+    (d / "runs" / "a").mkdir(parents=True)
+    cfg = {"placement": "hc", "norm": "layer", "init": "gpt2", "depth": 24, "d_model": 64, "lr": 1e-3,
+           "warmup": 100, "seed": 7, "steps": 500, "batch": 16, "seq_len": 64, "eval_batches": 4}
+    (d / "runs" / "a" / "config.json").write_text(json.dumps({"config": cfg, "data_digest": "d"}))
+    (d / "runs" / "a" / "summary.json").write_text(json.dumps(
+        {"name": "a", "final_val_loss": 2.0, "failed": False, "peak_composite_gain_fwd": 9.5,
+         "peak_composite_gain_bwd": 4.5}))
+    (d / "summary.json").write_text(json.dumps({"runs": [], "mixing": []}))
+    (row,) = C.load_rows(tmp_path, "claims_mixing")
+    assert (row[C.GAIN_FWD], row[C.GAIN_BWD]) == (9.5, 4.5)
+    assert C.run_rows(d) == [{k: v for k, v in row.items() if k != C.MODE_GAP}]

@@ -80,3 +80,14 @@ def test_the_study_page_shows_the_claims_table():
     assert "<h2>The claims file</h2>" in html
     for c in T.load(CLAIMS)["claims"]:
         assert f"{c['id']}: " in html
+
+
+def test_the_seeds_text_says_where_settings_are_chosen_and_how_many_seeds_test_them():
+    data = {"claims": [_claim()] * 39, "seeds_to_decide": 11, "selection_seeds": [0, 1, 2, 3, 4],
+            "confirmation_seeds": [5, 6, 7, 8, 9, 10]}
+    text = T.seeds_text(data)
+    assert "p < 0.05/39" in text and "Five seeds cannot decide any paired claim (p >= 2/32 = 0.0625)" in text
+    assert text.endswith("So the learning rates (and warmups) are chosen on the dev split with seeds 0–4, the chosen "
+                         "settings are run again at seeds 5–10, and every claim paired by seed is tested on all 11 "
+                         "seeds at the chosen settings (p down to 2/2^11).")
+    assert "chosen on the dev split with seeds 0–4" in T.markdown(json.loads(CLAIMS.read_text(encoding="utf-8")))

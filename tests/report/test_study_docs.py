@@ -160,3 +160,26 @@ def test_the_claims_presets_hours_are_the_budgets_computation():
         assert f"{h:.2f} CPU-hours" in rows[p], (p, h)
     total = sum(hours[p] for p in CLAIM_SET)
     assert f"make **{total:.2f} CPU-hours, {total / 2:.1f} h as two one-thread" in " ".join(DOC.split())
+
+
+def test_the_confirmation_runs_cost_is_stated_beside_each_claims_preset_and_in_the_claim_sets_total():
+    """Each claims preset with a claim paired by seed states what its confirmation runs (`--confirm`) cost at most,
+    and the compute section the claim set's total with them."""
+    from addnorm.experiments.study import confirm
+    from addnorm.experiments.study.budget import CLAIM_SET, load_costs, preset_cost
+
+    costs = load_costs(ROOT / "benchmarks" / "results" / "study_presets.json")
+    rows = {re.match(r"\| `([a-z0-9_]+)` \|", line).group(1): line for line in DOC.splitlines()
+            if re.match(r"\| `claims_[a-z_]+` \|", line)}
+    extra = {}
+    for p in rows:
+        most = confirm.most(p)
+        extra[p] = preset_cost(most, costs) if most is not None else None
+        said = f"at most {extra[p].runs} confirmation runs" if extra[p] else "confirmation runs"
+        assert (said in rows[p]) == (extra[p] is not None), p
+        if extra[p]:
+            assert f"{extra[p].cpu_hours:.2f} CPU-hours computed |" in rows[p], p
+    total = sum(preset_cost(PRESETS[p], costs).cpu_hours + extra[p].cpu_hours for p in CLAIM_SET)
+    text = " ".join(DOC.split())
+    assert f"at most **{total:.2f} CPU-hours, {total / 2:.1f} h as two one-thread shards**" in text
+    assert "chosen on the dev split with seeds 0–4" in text and "run again at seeds 5–10" in text

@@ -9,6 +9,8 @@ from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 
+from ..experiments.study import confirm
+from ..experiments.study.claims import run_rows
 from ..experiments.study.config import PRESETS, Study, StudyConfigError, as_study
 from ..experiments.study.data import TEST_BYTES, SplitError, load_split
 from ..experiments.study import tensorboard
@@ -59,6 +61,13 @@ def add_arguments(p) -> None:
     add_out(p, "study", "results directory")
     p.add_argument("--shard", default="0/1", help="i/n: run every n-th run starting at i (default %(default)s)")
     p.add_argument("--list", action="store_true", help="print the grid and exit (default: off)")
+    p.add_argument("--confirm", action="store_true",
+                   help="train the confirmation runs of a claims preset into --out, after its study: the setting each "
+                        "side of each claim paired by seed runs at (a tuned side's chosen on the finished runs' dev "
+                        "losses) at --confirm-seeds; resumable and shardable as the preset's own runs, and the "
+                        "outputs report both. With --list: the runs it would make (default: off)")
+    p.add_argument("--confirm-seeds", default=None,
+                   help="the confirmation seeds, a-b or comma separated; only with --confirm (default: 5-10)")
     p.add_argument("--report-only", action="store_true",
                    help="write summary.md, the figures and index.html again from what --out holds: nothing is "
                         "trained and no data is loaded. Without runs/ (a committed results directory) every run its "
@@ -146,7 +155,55 @@ def grid_from_args(args) -> Study:
     return study
 
 
+def _seeds(text: str) -> tuple[int, ...]:
+    """'5-10' or '5,6,7': ValueError naming --confirm-seeds otherwise."""
+    try:
+        if "-" in text:
+            first, last = (int(v) for v in text.split("-"))
+            seeds = tuple(range(first, last + 1))
+        else:
+            seeds = _axis("confirm-seeds", text, int)
+        if not seeds or min(seeds) < 0:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"--confirm-seeds must be a-b or comma separated seeds >= 0, e.g. 5-10, got "
+                         f"{text!r}") from None
+    return seeds
+
+
+_GRID_OPTIONS = ("placements", "norms", "depths", "lrs", "warmups", "seeds", "clips", "inits", "n_streams",
+                 "value_residual", "dyt_alpha", "embed_scale", "steps", "d_model")
+
+
+def confirmation(args, grid: Study, console) -> tuple[Study, Study, bool]:
+    """(the confirmation runs, the grid the outputs report: the preset's and those, whether a claim waits for its
+    selection runs), the plan printed. ValueError naming the option for a call that cannot be planned."""
+    given = [f"--{k.replace('_', '-')}" for k in _GRID_OPTIONS if getattr(args, k) is not None]
+    if given:
+        raise ValueError(f"--confirm plans from the preset's own grid (the settings its finished runs chose): drop "
+                         f"{', '.join(given)}")
+    seeds = _seeds(args.confirm_seeds or "5-10")
+    overlap = sorted({r.seed for r in grid.runs()} & set(seeds))
+    if overlap:
+        raise ValueError(f"--confirm-seeds {args.confirm_seeds}: seeds {overlap} are the preset's own (its "
+                         "selection seeds choose each tuned setting); give seeds beyond them")
+    p = confirm.plan(args.preset, run_rows(Path(args.out)), seeds)
+    if not (p.claims or p.skipped or p.waiting):
+        raise ValueError(f"--confirm: no claim of the claims file pairs runs of the {args.preset} preset by seed: "
+                         "nothing to confirm")
+    for line in p.skipped:
+        console.print(f"[yellow]not confirmed: {escape(line)}[/yellow]")
+    for line in p.waiting:
+        console.print(f"[yellow]not yet: {escape(line)}[/yellow]")
+    runs = p.runs()
+    console.print(f"[bold]{len(runs)} confirmation runs[/bold] ({len(p.grids)} settings x {len(seeds)} seeds) of "
+                  f"the {args.preset} preset, for {', '.join(p.claims) or 'no claim yet'}")
+    return p.study, Study(grid.parts + p.grids), bool(p.waiting)
+
+
 def run(args) -> int:
+    if args.confirm_seeds is not None and not args.confirm:
+        return _error("--confirm-seeds needs --confirm")
     try:
         grid = grid_from_args(args)
     except StudyConfigError as e:
@@ -161,21 +218,31 @@ def run(args) -> int:
         return _error(f"--shard must be i/n with 0 <= i < n, got {args.shard!r}")
     rank = _init_distributed()
     console = make_console(quiet=rank != 0)  # under torchrun, rank 0 speaks
-    runs = grid.runs()
-    console.print(f"[bold]{len(runs)} runs[/bold] ({args.preset} preset): {escape(grid.describe())}")
+    report, waiting = None, False
+    if args.confirm:
+        try:
+            grid, report, waiting = confirmation(args, grid, console)
+        except ValueError as e:
+            return _error(str(e))
+        runs = grid.runs()
+    else:
+        runs = grid.runs()
+        console.print(f"[bold]{len(runs)} runs[/bold] ({args.preset} preset): {escape(grid.describe())}")
     if args.list:
         for r in runs:
             console.print(f"  {r.name()}", markup=False)
         return 0
     if args.report_only:
         try:
-            study = report_only(grid, Path(args.out))
+            study = report_only(grid if report is None else report, Path(args.out))
         except (OSError, ValueError) as e:
             return _error(f"--report-only: {e}")
         if study.get("source") == "summary.json":
             console.print(f"--report-only: {len(study['runs'])} runs from {escape(args.out)}/summary.json (no runs/ "
                           "there: the runs it records, whatever --preset and the axes say)")
         return _done(console, args.out, study)
+    if not runs:  # --confirm before any claim could be planned
+        return _waiting(console) if waiting else 0
     try:
         data = load_split(args.data, test_bytes=args.test_bytes)
     except SplitError as e:
@@ -207,10 +274,20 @@ def run(args) -> int:
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
                   TimeElapsedColumn(), TimeRemainingColumn(), console=console, disable=rank != 0 or not live) as progress:
         study = run_study(grid, data, Path(args.out), progress, (i, n),
-                          tensorboard=None if args.tensorboard is None else Path(args.tensorboard), on_run=on_run)
+                          tensorboard=None if args.tensorboard is None else Path(args.tensorboard), on_run=on_run,
+                          report=report)
     if rank != 0:
         return 0
-    return _done(console, args.out, study)
+    code = _done(console, args.out, study)
+    return _waiting(console) if waiting else code
+
+
+def _waiting(console) -> int:
+    """Exit status 1 where a claim's confirmation runs could not be planned yet: the claims file must not be made
+    before they are."""
+    console.print("[yellow]--confirm: some claims wait for their selection runs (above): finish the preset's study, "
+                  "then run this command again[/yellow]")
+    return 1
 
 
 def _done(console, out: str, study: dict) -> int:

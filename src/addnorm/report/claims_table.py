@@ -108,14 +108,26 @@ def counts_text(data: dict) -> str:
     return f"{len(claims)} claims: {said}; {m} judged (Holm's correction over those {m})"
 
 
+def _span(seeds: list[int]) -> str:
+    return f"{seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
+
+
 def seeds_text(data: dict) -> str:
-    """What it takes to decide a loss claim at all, once every claim of the file is judged."""
+    """What it takes to decide a paired claim at all, once every claim of the file is judged, and the seeds the
+    file chooses settings on and tests them on."""
     n, m = data.get("seeds_to_decide"), len(data["claims"])
     if n is None:
         return ""
-    return (f"With all {m} claims judged under Holm's correction, the strongest must reach p < 0.05/{m}; the exact "
+    text = (f"With all {m} claims judged under Holm's correction, the strongest must reach p < 0.05/{m}; the exact "
             f"sign-flip test can only do that with {n} seeds or more, every one agreeing in sign (p = 2/2^{n}). "
-            "Five seeds cannot decide any loss claim (p >= 2/32 = 0.0625), whatever the effect.")
+            "Five seeds cannot decide any paired claim (p >= 2/32 = 0.0625), whatever the effect.")
+    chose, again = data.get("selection_seeds"), data.get("confirmation_seeds")
+    if chose and again:
+        every = len(chose) + len(again)
+        text += (f" So the learning rates (and warmups) are chosen on the dev split with seeds {_span(chose)}, the "
+                 f"chosen settings are run again at seeds {_span(again)}, and every claim paired by seed is tested on "
+                 f"all {every} seeds at the chosen settings (p down to 2/2^{every}).")
+    return text
 
 
 def markdown(data: dict) -> str:

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .budget import BUDGET_CPU_HOURS, CLAIM_SET, load_costs, preset_cost
-from .config import PRESETS, RunConfig
+from .config import CLAIM_SEEDS, CONFIRM_SEEDS, PRESETS, RunConfig, as_study
 from .data import TEST_BYTES
 from ...harness.statistics import (ALPHA, HIGHER, INCONCLUSIVE, LOWER, POWER, SAME, differences, fisher_exact, holm, mde_paired,
                          mde_rate, min_sign_flip_p, paired_t_interval, pairs_to_reach, rate_difference_interval,
@@ -48,7 +48,7 @@ TRAIN_BYTES = 4 << 20
 MIN_VAL_BYTES = TEST_BYTES  # a final loss measured on fewer held-out bytes decides nothing
 MIN_SEEDS = 5
 _DEFAULT = RunConfig()
-_SELF = "python -m addnorm.experiments.study.claims --out benchmarks/results/study/claims.json"
+_SELF = "python benchmarks/study_claims.py"  # claims.json and docs/study.md's claims table
 _STUDY = {  # how each results directory is made from nothing
     "study": "addnorm study --preset default --out benchmarks/results/study/study",
     "paper24": "addnorm study --preset paper --out benchmarks/results/study/paper24",
@@ -98,6 +98,13 @@ class Spec:
     needs: str = ""  # the runs the claim needs that do not exist yet ("" where the committed runs answer it)
     remarks: tuple[str, ...] = ()  # what a reader must know to compare it (kept in the record's notes)
     legacy: str = ""  # the directory measured before the test split, read (never judged) while ``preset``'s is absent
+
+    @property
+    def confirmed(self) -> bool:
+        """Paired by seed alone (not pooled, not paired over the grid): the settings each side runs at -- a tuned
+        side's chosen on the selection seeds -- are run again at the confirmation seeds (confirm.py), and the claim
+        is tested on every seed run there."""
+        return self.measure != FAILURE and self.pair_by == ("seed",) and not self.needs
 
     def __post_init__(self):
         for name, value, valid in (("preset", self.preset, tuple(_STUDY)),
@@ -170,7 +177,8 @@ def _row_from_run(config: dict, summary: dict) -> dict:
             "data_digest": config.get("data_digest") or summary.get("data_digest"),
             "generalization_gap": summary.get("generalization_gap"), "failed": summary["failed"],
             "steps_done": summary.get("steps_done"), "seconds": summary.get("seconds_this_session"),
-            "future_leak": summary.get("future_leak"), "train_mode_val_loss": summary.get("train_mode_val_loss")}
+            "future_leak": summary.get("future_leak"), "train_mode_val_loss": summary.get("train_mode_val_loss"),
+            GAIN_FWD: summary.get(GAIN_FWD), GAIN_BWD: summary.get(GAIN_BWD)}
 
 
 def _row_from_summary(r: dict, data_digest: str | None) -> dict:
@@ -186,19 +194,24 @@ def _row_from_summary(r: dict, data_digest: str | None) -> dict:
             "data_digest": data_digest, "seconds": None}
 
 
+def run_rows(results_dir: Path) -> list[dict]:
+    """One dict per finished run under ``results_dir/runs/`` (its config.json and summary.json; a run without
+    summary.json is not finished), whether or not the directory's summary.json has been written."""
+    run_dirs = sorted(p.parent for p in (Path(results_dir) / "runs").glob("*/summary.json"))
+    return [_row_from_run(json.loads((p / "config.json").read_text()), json.loads((p / "summary.json").read_text()))
+            for p in run_dirs]
+
+
 def load_rows(results: Path, preset: str) -> list[dict] | None:
-    """The committed runs of one results directory, one dict per run: from runs/*/ where they are committed (the
-    run's own config.json and summary.json), else from the directory's summary.json; the peak composite gains
-    of a widened run from summary.json's ``mixing`` series. None where the directory is not committed."""
+    """The committed runs of one results directory, one dict per run: from runs/*/ where they are committed
+    (``run_rows``), else from the directory's summary.json; the peak composite gains of a widened run from its own
+    summary, else from summary.json's ``mixing`` series. None where the directory is not committed."""
     d = Path(results) / preset
     if not (d / "summary.json").exists():
         return None
     study = json.loads((d / "summary.json").read_text())
-    run_dirs = sorted(p.parent for p in (d / "runs").glob("*/summary.json")) if (d / "runs").is_dir() else []
-    if run_dirs:
-        rows = [_row_from_run(json.loads((p / "config.json").read_text()), json.loads((p / "summary.json").read_text()))
-                for p in run_dirs]
-    else:
+    rows = run_rows(d) if (d / "runs").is_dir() else []
+    if not rows:
         rows = [_row_from_summary(r, study.get("data_digest")) for r in study["runs"]]
     peaks = {}
     for m in study.get("mixing", []):
@@ -207,7 +220,8 @@ def load_rows(results: Path, preset: str) -> list[dict] | None:
             peaks[key] = (max(s[1] for s in m["series"]), max(s[2] for s in m["series"]))
     for r in rows:
         peak = peaks.get(r["name"]) or peaks.get((r["placement"], r["depth"], r["seed"], r["lr"]))
-        r[GAIN_FWD], r[GAIN_BWD] = peak if peak else (None, None)
+        if r.get(GAIN_FWD) is None and r.get(GAIN_BWD) is None:  # a run summarised before it kept its peaks
+            r[GAIN_FWD], r[GAIN_BWD] = peak if peak else (None, None)
         r[MODE_GAP] = _mode_gap(r)
     return rows
 
@@ -227,6 +241,9 @@ def matches(row: dict, select) -> bool:
     return all(row.get(k) in v if isinstance(v, tuple) else row.get(k) == v for k, v in select)
 
 
+_SETTING_KEYS = tuple(setting_row({**RunConfig().__dict__}))
+
+
 def _setting(row: dict, axes: tuple[str, ...]) -> tuple:
     return tuple(row[a] for a in axes)
 
@@ -236,26 +253,56 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if all(math.isfinite(v) for v in values) else math.inf
 
 
-def _tuned(rows: list[dict], axes: tuple[str, ...]) -> tuple[list[dict], dict]:
-    """The runs at the setting of ``axes`` with the lowest mean final dev loss over seeds (ties: the first in sorted
-    order), and what was chosen: {axis: value, axis_grid: every value, lr_bracketed: the best learning rate lies
-    strictly inside a grid of 3 or more, chosen_on: "dev"}. Runs finished before the dev split recorded no dev
-    loss: their setting is chosen on the final (test) loss, and ``chosen_on`` says "test"."""
-    if not axes:
-        return rows, {}
-    on = "final_dev_loss" if all(r.get("final_dev_loss") is not None for r in rows) else "final_val_loss"
-    by = {}
+def _setting_of_run(row: dict) -> tuple:
+    """Everything that tells a run's setting from another's but its seed."""
+    return tuple((k, row.get(k)) for k in _SETTING_KEYS if k != "seed")
+
+
+def selection_seeds(rows: list[dict]) -> list[int]:
+    """The seeds run at every setting of ``rows`` (the claims presets': 0-4). Seeds run at only some settings -- the
+    confirmation runs (confirm.py) of the setting one claim chose -- cannot choose a setting or enter a pool: a
+    setting with more seeds would be judged on a different sample."""
+    by: dict[tuple, set] = {}
     for r in rows:
-        by.setdefault(_setting(r, axes), []).append(r[on])
-    best = min(sorted(by), key=lambda s: _mean(by[s]))
-    info = {}
-    for i, a in enumerate(axes):
-        grid = sorted({s[i] for s in by})
-        info[a], info[f"{a}_grid"] = best[i], grid
-        if a == "lr":  # a best value at the grid's edge may not be the side's optimum
-            info["lr_bracketed"] = len(grid) >= 3 and grid[0] < best[i] < grid[-1]
-    info["chosen_on"] = "dev" if on == "final_dev_loss" else "test"
-    return [r for r in rows if _setting(r, axes) == best], info
+        by.setdefault(_setting_of_run(r), set()).add(r["seed"])
+    return sorted(set.intersection(*by.values())) if by else []
+
+
+def tuned(rows: list[dict], axes: tuple[str, ...]) -> tuple[list[dict], dict]:
+    """The runs a side reads, and what was chosen.
+
+    Untuned (``axes`` empty): the runs at the selection seeds (``selection_seeds``; for a side of one setting, every
+    run of it). Tuned: the setting of ``axes`` with the lowest mean final dev loss over the selection seeds (ties: the
+    first in sorted order), and every run at that setting -- the selection seeds' and any confirmation seeds' run
+    there. The info: {axis: value, axis_grid: every value, lr_bracketed: the best learning rate lies strictly inside
+    a grid of 3 or more, chosen_on: "dev", chosen_with_seeds: the selection seeds}, and where runs were left out
+    (seeds run only at settings not read), ``left_out``: how many and ``left_out_seeds``. Runs finished before the
+    dev split recorded no dev loss: their setting is chosen on the final (test) loss, and ``chosen_on`` says
+    "test"."""
+    seeds = set(selection_seeds(rows))
+    chosen_from = [r for r in rows if r["seed"] in seeds]
+    info: dict = {}
+    if not axes or not chosen_from:
+        kept = chosen_from
+    else:
+        on = "final_dev_loss" if all(r.get("final_dev_loss") is not None for r in chosen_from) else "final_val_loss"
+        by: dict[tuple, list] = {}
+        for r in chosen_from:
+            by.setdefault(_setting(r, axes), []).append(r[on])
+        best = min(sorted(by), key=lambda s: _mean(by[s]))
+        for i, a in enumerate(axes):
+            grid = sorted({s[i] for s in by})
+            info[a], info[f"{a}_grid"] = best[i], grid
+            if a == "lr":  # a best value at the grid's edge may not be the side's optimum
+                info["lr_bracketed"] = len(grid) >= 3 and grid[0] < best[i] < grid[-1]
+        info["chosen_on"] = "dev" if on == "final_dev_loss" else "test"
+        info["chosen_with_seeds"] = sorted(seeds)
+        kept = [r for r in rows if _setting(r, axes) == best]
+    read = {id(r) for r in kept}
+    left = [r for r in rows if id(r) not in read and r["seed"] not in seeds]
+    if left:
+        info["left_out"], info["left_out_seeds"] = len(left), sorted({r["seed"] for r in left})
+    return kept, info
 
 
 def _side(spec_select, rows: list[dict], info: dict, mean: float | None = None) -> dict:
@@ -331,8 +378,49 @@ def _test_name(spec: Spec, n: int) -> str:
     return f"paired sign-flip permutation test, two-sided ({how}); interval: paired t"
 
 
+def confirm_command(preset: str) -> str:
+    """The command that trains a claims preset's confirmation runs (confirm.py) into its results directory."""
+    return f"addnorm study --preset {preset} --confirm --out benchmarks/results/study/{preset}"
+
+
+def unconfirmable(spec: Spec) -> list[str]:
+    """Why the confirmation runs cannot serve a claim paired by seed alone ([] where they can): a side its preset
+    has no run of, or an untuned side of several settings (paired by seed alone, it would pair runs of different
+    settings: there is no one setting to run again)."""
+    runs = [setting_row(r.__dict__) for r in as_study(PRESETS[spec.preset]).runs()] if spec.preset in PRESETS else []
+    why = []
+    for role, select in (("arm", spec.arm), ("baseline", spec.baseline)):
+        side = [r for r in runs if matches(r, select)]
+        settings = len({_setting_of_run(r) for r in side})
+        if not side:
+            why.append(f"the preset has no run of its {role}")
+        elif not spec.tune and settings > 1:
+            why.append(f"its {role} spans {settings} settings, untuned and paired by seed alone: there is no one "
+                       "setting to confirm")
+    return why
+
+
 def _command(spec: Spec) -> str:
-    return f"{_STUDY[spec.preset]} && {_SELF}"
+    """The claim from nothing: its preset's runs, then (a claim paired by seed) the confirmation runs of the settings
+    they choose, then this file."""
+    again = spec.confirmed and spec.preset in PRESETS and not unconfirmable(spec)
+    return " && ".join([_STUDY[spec.preset], *([confirm_command(spec.preset)] if again else []), _SELF])
+
+
+def _by_pair(spec: Spec, side: str, rows: list[dict], key: str) -> dict:
+    """{pair key: the run's measure}; a side holding two runs at one pair key (it spans a setting the pairing does
+    not name, e.g. a learning-rate grid paired by seed alone) is an error, not a silent choice of one of them."""
+    out, names = {}, {}
+    for r in rows:
+        k = _setting(r, spec.pair_by)
+        if k in names:
+            raise ValueError(f"claim {spec.id!r}: the {side} has two runs at {dict(zip(spec.pair_by, k))} "
+                             f"({names[k]}, {r.get('name', '?')}): pair_by {spec.pair_by} does not tell them apart "
+                             "(add the axis they differ in to pair_by, or tune it)")
+        names[k] = r.get("name", "?")
+        if r.get(key) is not None:
+            out[k] = r[key]
+    return out
 
 
 def measure(spec: Spec, rows: list[dict] | None, results: str | None = None) -> dict:
@@ -349,8 +437,12 @@ def measure(spec: Spec, rows: list[dict] | None, results: str | None = None) -> 
     if not arm_all or not base_all:
         return _empty(spec, f"not measured: {results}/ holds {len(arm_all)} runs of the arm and "
                             f"{len(base_all)} of the baseline", results)
-    arm, arm_info = _tuned(arm_all, spec.tune)
-    base, base_info = _tuned(base_all, spec.tune)
+    arm, arm_info = tuned(arm_all, spec.tune)
+    base, base_info = tuned(base_all, spec.tune)
+    for side, kept, every in (("arm", arm, arm_all), ("baseline", base, base_all)):
+        if not kept:
+            return _empty(spec, f"not measured: no seed of the {side}'s {len(every)} runs in {results}/ was run at "
+                                "every one of its settings", results)
     notes = []
     if spec.measure == FAILURE:
         ka, na = sum(r["failed"] for r in arm), len(arm)
@@ -367,8 +459,7 @@ def measure(spec: Spec, rows: list[dict] | None, results: str | None = None) -> 
             notes.append(f"Fisher's test cannot reach p < {ALPHA:g} with {na} runs against {nb}, whatever the rates")
     else:
         key = spec.measure
-        a = {_setting(r, spec.pair_by): r[key] for r in arm if r.get(key) is not None}
-        b = {_setting(r, spec.pair_by): r[key] for r in base if r.get(key) is not None}
+        a, b = _by_pair(spec, "arm", arm, key), _by_pair(spec, "baseline", base, key)
         both = sorted(set(a) & set(b))
         pairs = [k for k in both if math.isfinite(a[k]) and math.isfinite(b[k])]
         if not pairs:
@@ -393,6 +484,11 @@ def measure(spec: Spec, rows: list[dict] | None, results: str | None = None) -> 
         notes.append(f"the test's smallest possible p with these runs is {min_p:.3g} >= {ALPHA:g}: no verdict but "
                      "inconclusive is possible")
     notes += _tuning_notes(spec, arm_info, base_info)
+    for side, info in (("arm", arm_info), ("baseline", base_info)):
+        if info.get("left_out"):
+            where = "a setting not chosen here" if spec.tune else "only some of its settings"
+            notes.append(f"the {side}'s {info['left_out']} runs at seeds {_seeds_text(info['left_out_seeds'])}, run "
+                         f"at {where} (confirmation runs of another claim's setting), are left out")
     inits = ({r["init"] for r in arm}, {r["init"] for r in base})
     if inits[0] != inits[1] and "init" not in dict(spec.arm):
         notes.append(f"the arm ran only at {'/'.join(sorted(inits[0]))} init, the baseline at "
@@ -425,9 +521,15 @@ def _tuning_notes(spec: Spec, arm_info: dict, base_info: dict) -> list[str]:
     grids = (arm_info.get("lr_grid", ()), base_info.get("lr_grid", ()))
     if len(grids[0]) == 1 and len(grids[1]) == 1:
         return [f"one learning rate ({arm_info['lr']:g}) for both sides: neither is tuned"]
-    on = ("the lowest mean final dev loss over seeds, on the dev split; the test split's bytes decide the effect"
+    seeds = {_seeds_text(info["chosen_with_seeds"]) for info in (arm_info, base_info)}
+    over = (f"seeds {seeds.pop()}" if len(seeds) == 1 else
+            f"seeds {_seeds_text(arm_info['chosen_with_seeds'])} (arm) and "
+            f"{_seeds_text(base_info['chosen_with_seeds'])} (baseline)")
+    over += ", those run at every setting"
+    on = (f"the lowest mean final dev loss over {over}, on the dev split; the test split's bytes decide the effect, "
+          "over every seed run at the chosen settings"
           if "test" not in (arm_info["chosen_on"], base_info["chosen_on"]) else
-          "the lowest mean final loss over seeds, on the same held-out bytes the test reads: no dev split")
+          f"the lowest mean final loss over {over}, on the same held-out bytes the test reads: no dev split")
     notes = [f"each side at its own best {' and '.join(spec.tune)} ({on})"]
     for side, info in (("arm", arm_info), ("baseline", base_info)):
         if not info.get("lr_bracketed", True):
@@ -435,6 +537,14 @@ def _tuning_notes(spec: Spec, arm_info: dict, base_info: dict) -> list[str]:
             notes.append(f"the {side}'s best learning rate {info['lr']:g} is not inside its grid ({grid}): the grid "
                          "does not bracket its optimum")
     return notes
+
+
+def _seeds_text(seeds) -> str:
+    """'0-4' for a run of consecutive seeds, else '0, 2, 3'."""
+    seeds = sorted(seeds)
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ", ".join(map(str, seeds))
 
 
 def _mean_of(rows: list[dict], key: str) -> float:
@@ -495,25 +605,34 @@ def to_json(claims: list[Claim]) -> str:
             # the fewest seeds with which a loss claim can be decided at all once every claim of the file is judged:
             # its sign-flip p, with every seed of one sign, below Holm's first threshold alpha / len(claims)
             "seeds_to_decide": pairs_to_reach(ALPHA / len(claims)) if claims else None,
+            # the seeds a tuned side's setting is chosen on, and those its claim's settings are run again at
+            "selection_seeds": list(CLAIM_SEEDS), "confirmation_seeds": list(CONFIRM_SEEDS),
             "claims": [asdict(c) for c in claims]}
     return json.dumps(head, indent=1, ensure_ascii=False) + "\n"
 
 
+_SEL, _CONF = f"{CLAIM_SEEDS[0]}-{CLAIM_SEEDS[-1]}", f"{CONFIRM_SEEDS[0]}-{CONFIRM_SEEDS[-1]}"
+_ALL = len(CLAIM_SEEDS) + len(CONFIRM_SEEDS)
 METHOD = ("Each claim compares an arm with its baseline in one results directory. Every final loss is measured on "
           "the held-out test split (at least 262,144 bytes, the same for every run, read whole), and a tuned side "
-          "runs at its own best learning rate (and warmup) of the grid, chosen by the lowest mean final loss over "
-          "seeds on the separate dev split. Loss and gap claims pair runs by seed (by learning rate and seed where "
-          "a claim spans the grid) and test the mean paired difference with the exact two-sided sign-flip "
-          "permutation test (every one of the 2^n sign vectors; p >= 2/2^n, so 3 seeds can never give p < 0.25 and "
-          "5 seeds never p < 0.05); the interval is the paired-t 95 % interval. Failure claims compare failure "
-          "rates with Fisher's exact test (two-sided); the interval is Newcombe's. A claim is judged only where its "
-          "final losses were measured on at least 262,144 held-out bytes, with 5 seeds or more, on one data split "
-          "and with its learning rates chosen on the dev split; p_holm is Holm's step-down adjustment across the "
-          "judged records. A judged claim is 'supported' or 'contradicted' only where p_holm < 0.05 with the effect "
-          "in (or against) its direction; a claim of no difference can only be contradicted; everything else is "
-          "'inconclusive'. mde is the smallest |effect| the paired t-test (noncentral t, the seeds' sd taken as the "
-          "truth) or Fisher's test (exact binomial power) detects with 80 % power at alpha 0.05, before Holm: a "
-          "lower bound on what this file could decide. effect = arm minus baseline.")
+          "runs at its own best learning rate (and warmup) of the grid, chosen on the separate dev split by the "
+          f"lowest mean final loss over seeds {_SEL}, the seeds run at every setting. Loss, gap and gain claims pair "
+          "runs by seed (by learning rate and seed where a claim spans the grid) and test the mean paired "
+          "difference with the exact two-sided sign-flip permutation test (every one of the 2^n sign vectors; "
+          f"p >= 2/2^n, so {len(CLAIM_SEEDS)} seeds can never give p < 0.05); so the chosen settings, and the one "
+          f"setting of each untuned side of a claim paired by seed, are run again at seeds {_CONF} (addnorm study "
+          f"--confirm), and every claim paired by seed is tested on all {_ALL} seeds at those settings (p down to "
+          f"2/2^{_ALL}). A claim pooled or paired over the grid reads only the seeds run at every one of its "
+          "settings: the extra seeds neither change a choice nor weigh one setting more. The interval is the "
+          "paired-t 95 % interval. Failure claims compare failure rates with Fisher's exact test (two-sided); the "
+          "interval is Newcombe's. A claim is judged only where its final losses were measured on at least 262,144 "
+          "held-out bytes, with 5 seeds or more, on one data split and with its learning rates chosen on the dev "
+          "split; p_holm is Holm's step-down adjustment across the judged records. A judged claim is 'supported' or "
+          "'contradicted' only where p_holm < 0.05 with the effect in (or against) its direction; a claim of no "
+          "difference can only be contradicted; everything else is 'inconclusive'. mde is the smallest |effect| the "
+          "paired t-test (noncentral t, the seeds' sd taken as the truth) or Fisher's test (exact binomial power) "
+          "detects with 80 % power at alpha 0.05, before Holm: a lower bound on what this file could decide. "
+          "effect = arm minus baseline.")
 
 
 # ---- the claims ----------------------------------------------------------------------------------------------
@@ -599,12 +718,12 @@ SPECS: tuple[Spec, ...] = (
          "scores worse on validation bytes in evaluation mode (running statistics) than in training mode (the batch's "
          "statistics, the future included), a difference LayerNorm does not have (exactly 0).", "claims_seeds",
          MODE_GAP, HIGHER, (("placement", "pre"), ("norm", "batch"), _D6, _W100), (*_PRE, _D6, _W100),
-         remarks=("effect = BatchNorm's evaluation-mode minus training-mode validation loss, LayerNorm's being 0",),
+         pair_by=("lr", "seed"), remarks=("effect = BatchNorm's evaluation-mode minus training-mode validation loss, LayerNorm's being 0",),
          legacy="study_norms"),
     Spec("batchnorm_leak", _SEED_002, "BatchNorm in a causal language model reads the future in training mode: "
          "changing the second half of a sequence changes the logits of its first half (future_leak > 0), where "
          "LayerNorm's are unchanged (exactly 0).", "claims_seeds", LEAK, HIGHER,
-         (("placement", "pre"), ("norm", "batch"), _D6, _W100), (*_PRE, _D6, _W100),
+         (("placement", "pre"), ("norm", "batch"), _D6, _W100), (*_PRE, _D6, _W100), pair_by=("lr", "seed"),
          remarks=("future_leak: the largest change of any first-half logit, in training mode, when the bytes of the "
                   "second half are replaced",), legacy="study_norms"),
     Spec("rmsnorm", _SEED_003, "RMSNorm provides the same stabilization as LayerNorm: pre-norm with RMSNorm ends at "

@@ -42,9 +42,10 @@ def run_dir(out_dir: Path, cfg: RunConfig, data: SplitCorpus) -> Path:
 
 
 def run_study(grid: StudyGrid | Study, data: SplitCorpus, out_dir: Path, progress=None, shard: tuple[int, int] = (0, 1),
-              on_step=None, tensorboard: Path | None = None, on_run=None) -> dict:
+              on_step=None, tensorboard: Path | None = None, on_run=None, report: StudyGrid | Study | None = None) -> dict:
     """Every run of this shard, then the outputs. ``on_run(i, n, row)``: after each run (the i-th of this shard's
-    n), with its line in the tables (``_row``)."""
+    n), with its line in the tables (``_row``). ``report``: the grid whose finished runs the outputs hold (default:
+    ``grid``) -- a preset's confirmation runs (confirm.py) are reported with the preset's own."""
     out_dir = Path(out_dir)
     runs = grid.runs()
     mine = [r for i, r in enumerate(runs) if i % shard[1] == shard[0]]
@@ -65,7 +66,7 @@ def run_study(grid: StudyGrid | Study, data: SplitCorpus, out_dir: Path, progres
             on_run(i + 1, len(mine), {**_row(summary, cfg), "reused": summary.get("reused", False)})
     if rank_and_world()[0] != 0:  # under torchrun: rank 0 writes the study's outputs
         return {}
-    return write_outputs(grid, data, out_dir)
+    return write_outputs(grid if report is None else report, data, out_dir)
 
 
 def collect(grid: StudyGrid | Study, data: SplitCorpus, out_dir: Path) -> tuple[list[dict], list[str]]:
