@@ -177,8 +177,9 @@ def _limitations(m: dict, claims: dict) -> list[str]:
     c, t = m["corpus"], m["training"]
     presets = m["presets"].values()
     params = (min(p["n_params"][0] for p in presets), max(p["n_params"][1] for p in presets))
-    tokens = (min(x for p in presets for x in p["tokens_per_run"]), max(x for p in presets for x in p["tokens_per_run"]))
-    epochs = (min(x for p in presets for x in p["epochs"]), max(x for p in presets for x in p["epochs"]))
+    every_tokens = [x for p in presets for x in p["tokens_per_run"]]
+    every_epochs = [x for p in presets for x in p["epochs"]]
+    tokens, epochs = (min(every_tokens), max(every_tokens)), (min(every_epochs), max(every_epochs))
     records = claims["claims"]
     judged = [r["id"] for r in records if r["judged"]]
     unmeasured = [r["id"] for r in records if r["effect"] is None]
