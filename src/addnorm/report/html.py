@@ -218,13 +218,20 @@ def _training(p: Page, d: dict, figures: dict[str, str]) -> None:
     """Training: post-norm vs pre-norm, with and without warmup."""
     p.add("<h2>Training: post-norm vs pre-norm, with and without warmup</h2>")
     p.add(f"<p>Four real training runs of a {p.num('train.depth', d['depth'], '{}')}-layer byte-level GPT "
-          f"(d_model {d['d_model']}, AdamW, lr {d.get('lr', 3e-3):g}, {p.num('train.steps', d['steps'], '{}')} steps) "
-          f"on {html.escape(d['corpus'])}, split by file. A run is stopped when its loss spikes above 1.5× the mean "
-          "of its previous 20 steps, or turns non-finite; a run that ends within "
-          f"{d.get('stuck_fraction', 0.02):.0%} of the unigram plateau "
-          f"({p.num('train.unigram', d['unigram_nats'], '{:.3f}')} nats: byte frequencies alone) is stuck there. "
-          "At 24 layers and 500 steps the same failure is the study's <code>plateau</code> (post-norm fails there "
-          "at every learning rate); see <code>addnorm study --preset paper</code>.</p>")
+          f"(d_model {d['d_model']}, AdamW, lr {d.get('lr', 3e-3):g}, {p.num('train.steps', d['steps'], '{}')} steps, "
+          f"seed {p.num('train.seed', d['seed'], '{}')}) on {html.escape(d['corpus'])}, split by file. Each final "
+          f"loss is the study's: the held-out test split read whole "
+          f"({p.num('train.val_bytes', d['val_bytes'], '{:,}')} predicted bytes, files no run trains on). A run "
+          "fails when its loss spikes above 1.5× the mean of its previous 20 steps, turns non-finite, or ends at or "
+          f"above the unigram plateau ({p.num('train.unigram', d['unigram_nats'], '{:.3f}')} nats: byte "
+          f"frequencies alone); a run that ends within {d.get('stuck_fraction', 0.02):.0%} of the plateau is stuck "
+          "there. At 24 layers and 500 steps the same failure is the study's <code>plateau</code> (post-norm fails "
+          "there at every learning rate); see <code>addnorm study --preset paper</code>.</p>")
+    p.add("<p class='note'>Measured at seeds 0, 1 and 2 (docs/study.md, “The tour's training section”): post-norm "
+          "failed at every seed, with and without warmup, and pre-norm trained at every seed. How far pre-norm "
+          "ends below post-norm without warmup depends on the seed (at one of the three it barely cleared the stuck "
+          "line); with 50 warmup steps it ended far below at all three. <code>addnorm tour --seed N</code> runs "
+          "this section at another seed.</p>")
     rows = []
     for i, r in enumerate(d["runs"]):
         outcome = (f"<span class='bad'>{html.escape(r['failure'])} at step {p.num(f'train.{i}.steps', r['steps_done'], '{}')}"
@@ -232,7 +239,7 @@ def _training(p: Page, d: dict, figures: dict[str, str]) -> None:
                    if r.get("stuck") else "<span class='ok'>trains</span>")
         rows.append([f"{r['placement']}-norm", p.num(f"train.{i}.warmup", r["warmup"], "{}"), outcome,
                      p.num(f"train.{i}.val", r["final_val_loss"], "{:.3f}")])
-    p.table(["placement", "warmup steps", "outcome", "final validation loss"], rows)
+    p.table(["placement", "warmup steps", "outcome", "final loss, held-out test split"], rows)
     p.img(figures["training"], "training loss, post vs pre, with and without warmup")
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..harness.store import atomic_write_text
 from . import claims_table
+from .docs_section import replace_section
 from .html import Page
 from .published import PUBLISHED, scale_gap, url
 from .study_stats import bootstrap_mean, failure_call
@@ -447,15 +448,7 @@ def markdown(results_root: Path, link_root: str = "../benchmarks/results/study")
 
 def update_docs(docs: Path, results_root: Path) -> bool:
     """Replace the section between START and END of ``docs`` (or append it); True when the file changed."""
-    text = Path(docs).read_text(encoding="utf-8")
-    section = markdown(results_root)
-    if START in text and END in text:
-        new = text[:text.index(START)] + section.rstrip("\n") + text[text.index(END) + len(END):]
-    else:
-        new = text.rstrip("\n") + "\n\n" + section
-    if new != text:
-        atomic_write_text(Path(docs), new)
-    return new != text
+    return replace_section(Path(docs), START, END, markdown(results_root))
 
 
 def page(results_root: Path) -> Page:

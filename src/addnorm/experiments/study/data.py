@@ -30,6 +30,7 @@ from ...harness.store import digest
 TEST_BYTES = 262_144  # 256 KiB: the held-out bytes of every final loss; the claims file judges nothing on fewer
 DEV_BYTES = 65_536  # 64 KiB: the dev loss at the end, which picks a claim's learning rates
 HELD_OUT_EVERY = 10
+MAX_TRAIN_BYTES = 4 << 20  # 4 MiB: the training split's cap (the rest of the training files is read by no split)
 MIN_DEV_BYTES = 1024  # below this the dev split cannot hold an evaluation batch worth the name
 
 
@@ -126,7 +127,7 @@ def _check_int(name: str, v, lo: int) -> None:
         raise SplitError(name, f"{name} must be an integer >= {lo}, got {v!r}")
 
 
-def load_split(path: str | Path | None = None, max_bytes: int = 4 << 20, test_bytes: int = TEST_BYTES,
+def load_split(path: str | Path | None = None, max_bytes: int = MAX_TRAIN_BYTES, test_bytes: int = TEST_BYTES,
                dev_bytes: int = DEV_BYTES, held_out_every: int = HELD_OUT_EVERY) -> SplitCorpus:
     """The corpus at ``path`` (a folder of text files; default: the Python standard library's ``*.py``) split by
     file into training, dev and test (see the module's docstring). ``SplitError`` naming ``test_bytes`` or

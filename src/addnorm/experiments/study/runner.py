@@ -58,6 +58,8 @@ from .stream import EARLY_STEPS, BlockStats, SlotStats, stream_summary
 SPIKE_WINDOW = 20
 SPIKE_FACTOR = 1.5  # a loss above 1.5x the mean of the previous 20 steps stops the run
 SPIKE_PERSIST = 5  # ... for 5 steps in a row, in runs trained until their curve flattens (see _failure)
+BETAS = (0.9, 0.98)  # AdamW's, with no weight decay: every run's optimizer (its schedule: data.lr_at)
+WEIGHT_DECAY = 0.0
 
 
 def build_model(cfg: RunConfig) -> GPT:
@@ -71,6 +73,11 @@ def build_model(cfg: RunConfig) -> GPT:
                 if isinstance(m, nn.Linear):
                     nn.init.xavier_normal_(m.weight)
     return model.normalize_()  # nGPT: the re-initialised weights back on the sphere (nothing otherwise)
+
+
+def optimizer(params, lr: float) -> torch.optim.Optimizer:
+    """The optimizer every run trains with (the write-up's method section reads its settings from here)."""
+    return torch.optim.AdamW(params, lr=lr, betas=BETAS, weight_decay=WEIGHT_DECAY)
 
 
 def rank_and_world() -> tuple[int, int]:
@@ -366,7 +373,7 @@ def _resume(cfg: RunConfig, data: SplitCorpus, run_dir: Path, key: str, notes: l
     device = _device()
     model = build_model(cfg).to(device)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.0)
+    opt = optimizer(params, cfg.lr)
     ckpt = run_dir / "checkpoint.pt"
     start, losses, why = _load_checkpoint(ckpt, model, opt)
     if why:
