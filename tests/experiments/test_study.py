@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from addnorm.cli.main import main
-from addnorm.experiments.study import RunConfig, train_run
+from addnorm.experiments.study import RunConfig, StudyGrid, train_run
 from addnorm.experiments.study.data import load_split
 
 TINY = dict(depth=2, d_model=32, heads=2, seq_len=32, batch=4, steps=30, eval_every=10, eval_batches=2,
@@ -298,3 +298,11 @@ def test_the_summary_is_a_table_that_fits_the_terminal():
         text = console.export_text()
         assert max(len(line) for line in text.splitlines()) <= width and "…" not in text
         assert sum(line.count("/ 5") for line in text.splitlines()) == len(study["groups"])  # a row per setting
+
+
+def test_a_grid_refuses_a_base_setting_its_default_axis_would_replace():
+    # the tour's grid once set 12 layers in its base and trained at the depths axis' default, 6
+    with pytest.raises(ValueError, match=r"base.depth=12 would be replaced by the default depths=\(6,\)"):
+        StudyGrid(base=RunConfig(depth=12))
+    assert {r.depth for r in StudyGrid(depths=(12,), base=RunConfig(depth=12)).runs()} == {12}
+    assert {r.depth for r in StudyGrid(depths=(48,), base=RunConfig(depth=24)).runs()} == {48}  # given: on purpose

@@ -191,6 +191,17 @@ class StudyGrid:
     dyt_alphas: tuple[float | tuple[float, float, float], ...] | None = None  # DyT/Derf norms only
     embed_scales: tuple[float | None, ...] | None = None  # every placement but nGPT (None in it: off)
 
+    def __post_init__(self):
+        # every run takes these from the axes, never from ``base``: a base that sets one where its axis was left at
+        # the grid's default would be silently replaced (a base of 12 layers trained at the default axis' 6). An axis
+        # given explicitly overrides a shared base on purpose (the presets' 48-layer grids on a 24-layer base)
+        default, grid_default = RunConfig(), {f.name: f.default for f in fields(StudyGrid)}
+        for axis, name in _AXES:
+            mine, values = getattr(self.base, name), getattr(self, axis)
+            if values == grid_default[axis] and mine != getattr(default, name) and mine not in values:
+                raise ValueError(f"StudyGrid: base.{name}={mine!r} would be replaced by the default "
+                                 f"{axis}={values!r} in every run; give {axis}=({mine!r},)")
+
     def runs(self) -> list[RunConfig]:
         """Every combination, each once: an axis a run cannot use (n_streams on a single stream, alpha without a
         DyT/Derf norm, a norm kind or an embedding scale for nGPT) is set to its default there rather than giving
@@ -215,6 +226,11 @@ class StudyGrid:
         fixed = (f"d_model {b.d_model}, {b.heads} heads, seq {b.seq_len}, batch {b.batch}, {b.steps} steps, "
                  f"eval every {b.eval_every}" + (", until the validation curve flattens" if b.until_flat else ""))
         return "; ".join(f"{k}: {', '.join(map(_axis_text, v))}" for k, v in axes.items()) + f"  [{fixed}]"
+
+
+# (StudyGrid axis, the RunConfig field it sets in every run)
+_AXES = (("placements", "placement"), ("norms", "norm"), ("depths", "depth"), ("lrs", "lr"), ("warmups", "warmup"),
+         ("seeds", "seed"), ("clips", "clip"), ("inits", "init"))
 
 
 def _axis_text(v) -> str:
