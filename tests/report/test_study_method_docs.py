@@ -62,11 +62,12 @@ def test_each_paper_claim_is_a_row_with_its_scale_and_a_seeds_claim_is_not():
 def test_the_limitations_say_which_claims_are_judged_from_the_claims_file():
     method = S.load(RESULTS / "method.json")
     claims = {"claims": [_record(), _record(id="a", judged=True), _record(id="b", effect=None)],
-              "seeds_to_decide": 11, "min_seeds": 5, "min_val_bytes": 262_144}
+              "seeds_to_decide": 11, "min_seeds": 5, "min_val_bytes": 262_144,
+              "selection_seeds": [0, 1, 2, 3, 4], "confirmation_seeds": [5, 6, 7, 8, 9, 10]}
     text = S.markdown(method, claims)
     assert "1 of the claims file's 3 claims are judged. Measured but not judged (1): `lns`. Not measured yet " \
            "(1): `b`." in text
-    assert "a loss claim needs 11 seeds" in text
+    assert "a loss claim needs 11 pairs" in text
     for name, p in method["presets"].items():
         (row,) = [line for line in text.splitlines() if line.startswith(f"| `{name}` |")]
         assert f"| {p['runs']} |" in row
@@ -85,6 +86,6 @@ def test_the_section_goes_before_a_line_then_replaces_only_itself(tmp_path):
     claims["seeds_to_decide"] = 99
     (tmp_path / "claims.json").write_text(json.dumps(claims))
     assert S.update_docs(doc, tmp_path, before="## What a run is")
-    assert doc.read_text().count(S.START) == 1 and "needs 99 seeds" in doc.read_text()
+    assert doc.read_text().count(S.START) == 1 and "needs 99 pairs" in doc.read_text()
     with pytest.raises(ValueError, match="section"):
         replace_section(doc, S.START, S.END, "no markers")

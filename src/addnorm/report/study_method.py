@@ -152,7 +152,11 @@ def _method(m: dict, claims: dict) -> list[str]:
         f"{t['final_lr_fraction']:g} × its peak at the last step.", "",
         f"**Learning rates and seeds.** Each claims preset runs seeds {_list(t['claim_seeds'])} at learning rates "
         f"{_list(t['claim_lrs'], '{:g}')} (`claims_mixing` at one: its measure is a gain, not a loss); a claim "
-        "tuned by learning rate takes each side at its own best, the lowest mean final dev loss over seeds.", "",
+        "tuned by learning rate takes each side at its own best, the lowest mean final dev loss over these seeds. "
+        f"A claim paired by seed alone then runs its sides' settings again at seeds "
+        f"{_list(claims['confirmation_seeds'])} (`addnorm study --confirm`) and is tested on all "
+        f"{len(claims['selection_seeds']) + len(claims['confirmation_seeds'])}: the choice is made on seeds the "
+        "confirmation runs cannot move.", "",
         f"**Evaluation.** Every final loss reads the test split whole: its {c['test_bytes']:,} predicted bytes, each "
         f"once, in non-overlapping windows of the run's sequence length ({t['heldout_sequences']} windows a "
         f"forward pass); the dev split ({c['dev_bytes']:,} bytes) is read whole at the end too and picks learning "
@@ -202,9 +206,12 @@ def _limitations(m: dict, claims: dict) -> list[str]:
         f"- **CPU, {t['dtype']}.** The committed runs were trained on CPU in {t['dtype']}, one thread a process "
         "(the commands below); the papers' GPU training in mixed precision, at their batch sizes and sequence "
         "lengths, is not reproduced.",
-        f"- **Seeds.** {len(t['claim_seeds'])} seeds a setting. The claims file says what that can decide: with "
-        f"all {len(records)} of its claims under Holm's correction a loss claim needs {claims['seeds_to_decide']} "
-        "seeds, every one agreeing in sign (its preamble, \"The claims file\" below).",
+        f"- **Seeds.** {len(t['claim_seeds'])} seeds a setting, and "
+        f"{len(claims['selection_seeds']) + len(claims['confirmation_seeds'])} at a paired claim's chosen settings. "
+        f"With all {len(records)} of the claims file's claims under Holm's correction a loss claim needs "
+        f"{claims['seeds_to_decide']} pairs, every one agreeing in sign (its preamble, \"The claims file\" below); "
+        f"a claim whose confirmation runs are not committed is tested on {len(claims['selection_seeds'])} pairs "
+        "and cannot be decided.",
         f"- **Short budgets.** {epochs[0]:.3g}–{epochs[1]:.3g} epochs of the training split a run (a run trained "
         "until flat: at most its cap); what happens over a paper's token budget is not measured.",
         f"- **What is not judged.** {len(judged)} of the claims file's {len(records)} claims are judged. "
