@@ -328,6 +328,22 @@ def test_holm_runs_over_the_judged_records_only(tmp_path):
     assert json.loads(C.to_json([big, small]))["holm_family"] == 1
 
 
+def test_a_decided_claim_whose_t_interval_holds_zero_says_why(tmp_path):
+    # 14 differences of -0.01 and one of -3 (a failed baseline run): every sign agrees, p = 2 / 2^15, while the
+    # t interval (mean -0.209, sd 0.77) reaches past 0
+    rows = [_run("pre", s, 2.5 + (3.0 if s == 0 else 0.01)) for s in range(15)] + [_run("lns", s, 2.5)
+                                                                                for s in range(15)]
+    (tmp_path / "study").mkdir()
+    (tmp_path / "study" / "summary.json").write_text(json.dumps({"runs": rows}))
+    (r,) = C.build((_spec(),), tmp_path)
+    assert r.verdict == "supported" and r.p == pytest.approx(2 / 2 ** 15) and r.ci[0] < 0 < r.ci[1]
+    assert any("the paired-t interval holds 0 while the sign-flip test rejects" in n for n in r.notes)
+    rows = [_run("pre", s, 2.51) for s in range(15)] + [_run("lns", s, 2.5) for s in range(15)]
+    (tmp_path / "study" / "summary.json").write_text(json.dumps({"runs": rows}))
+    (r,) = C.build((_spec(),), tmp_path)
+    assert r.verdict == "supported" and not any("holds 0" in n for n in r.notes)
+
+
 def test_a_claim_reads_its_legacy_directory_until_its_own_is_committed(tmp_path):
     old = [_run("pre", s, 2.5, val_bytes=4096) for s in range(3)] + [_run("lns", s, 2.4, val_bytes=4096)
                                                                     for s in range(3)]

@@ -593,9 +593,20 @@ def build(specs: tuple[Spec, ...] | None = None, results: Path = RESULTS) -> lis
     out = []
     for i, r in enumerate(records):
         p_holm = _round(adjusted.get(i))
-        out.append(Claim(**{**r, "p_holm": p_holm, "verdict": verdict(r["effect"], p_holm, r["direction"])
-                            if p_holm is not None else INCONCLUSIVE}))
+        v = verdict(r["effect"], p_holm, r["direction"]) if p_holm is not None else INCONCLUSIVE
+        out.append(Claim(**{**r, "p_holm": p_holm, "verdict": v, "notes": r["notes"] + _interval_note(r, v)}))
     return out
+
+
+def _interval_note(r: dict, v: str) -> list[str]:
+    """A decided paired claim whose paired-t interval still holds 0: the two do not measure the same thing, and a
+    reader seeing both must be told why (the sign-flip test counts signs of the differences; the t interval is
+    widened by their spread, as a few failed runs' large differences widen it)."""
+    if v == INCONCLUSIVE or r["measure"] == FAILURE or not r.get("ci") or not r["ci"][0] <= 0 <= r["ci"][1]:
+        return []
+    return ["the paired-t interval holds 0 while the sign-flip test rejects: the differences are heavy-tailed "
+            "(a few large ones, such as failed runs' losses, widen the t interval; the permutation test, which the "
+            "verdict rests on, does not assume normal differences)"]
 
 
 def to_json(claims: list[Claim]) -> str:
