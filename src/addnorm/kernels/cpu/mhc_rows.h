@@ -5,8 +5,10 @@
  *             logits = a_g p + bias  (a_g: a_pre on p[:n], a_post on p[n:2n], a_res on p[2n:])
  *             H_pre = sigmoid, H_post = 2 sigmoid, H_res = Sinkhorn-Knopp (r = n^2) or the softmax-weighted
  *             sum of the n! permutation matrices (mHC-lite, r = n!),   h = sum_i H_pre[i] X_i
+ *             and (mHC) Sinkhorn-Knopp's rounds, kept for the backward (st: M0, then per round A, r, c)
  *   backward  dlogits = the coefficient maps' backward (g_pre[i] = <dh, X_i> + dH_pre[i]; Sinkhorn through
- *             every round, its max shift a constant);  dp = a_g dlogits,  dz = dp rstd
+ *             every round -- the forward's, when it kept them --, its max shift a constant);
+ *             dp = a_g dlogits,  dz = dp rstd
  *             dX = H_pre (x) dh + phi dz - (rstd^2 / K)(dp . p) v;   dphi += v^T dz  (per chunk)
  *
  * The projection is a small GEMM done here on tiles of AN_MHC_TB tokens, phi zero-padded to mp (a multiple
@@ -128,7 +130,9 @@ static void AN_FN(mhc_dx_gemm)(float *const *dx, const float *restrict dz, int m
     int64_t k0 = 0;
     for (; k0 + AN_MHC_KB <= K; k0 += AN_MHC_KB) {
         float d[AN_MHC_TB][AN_MHC_KB];
-        for (int t = 0; t < AN_MHC_TB; t++) memcpy(d[t], dx[t] + k0, sizeof d[t]);
+        /* copied by loops: gcc called memcpy for these 128 bytes, twice per block and token */
+        for (int t = 0; t < AN_MHC_TB; t++)
+            for (int kk = 0; kk < AN_MHC_KB; kk++) d[t][kk] = dx[t][k0 + kk];
         for (int j = 0; j < m; j++) {
             const float *restrict ph = phiT + (int64_t)j * K + k0;
             const float z0 = dz[j], z1 = dz[mp + j], z2 = dz[2 * mp + j], z3 = dz[3 * mp + j];
@@ -139,7 +143,8 @@ static void AN_FN(mhc_dx_gemm)(float *const *dx, const float *restrict dz, int m
                 d[3][kk] += z3 * ph[kk];
             }
         }
-        for (int t = 0; t < AN_MHC_TB; t++) memcpy(dx[t] + k0, d[t], sizeof d[t]);
+        for (int t = 0; t < AN_MHC_TB; t++)
+            for (int kk = 0; kk < AN_MHC_KB; kk++) dx[t][k0 + kk] = d[t][kk];
     }
     for (; k0 < K; k0++)
         for (int t = 0; t < AN_MHC_TB; t++) {
@@ -216,14 +221,19 @@ static void AN_FN(mhc_sinkhorn_backward)(const float *dout, int n, int iters, co
     for (int e = 0; e < nn; e++) dL[e] = G[e] * st[e]; /* M0 = exp(L - column max) */
 }
 
-/* the coefficient maps of one token: logits (m) -> H_pre, H_post, H_res; st: Sinkhorn's rounds (backward) */
-static void AN_FN(mhc_maps)(const an_mhc_args *a, const float *lg, float *hp, float *hpo, float *hr, float *st,
-                            float *w) {
-    const int n = a->n, r = a->r;
+/* H_pre = sigmoid, H_post = 2 sigmoid of their logits */
+static void AN_FN(mhc_gates)(int n, const float *lg, float *hp, float *hpo) {
     for (int i = 0; i < n; i++) {
         hp[i] = AN_FN(mhc_sigmoid)(lg[i]);
         hpo[i] = 2.0f * AN_FN(mhc_sigmoid)(lg[n + i]);
     }
+}
+
+/* the coefficient maps of one token: logits (m) -> H_pre, H_post, H_res; st (when not NULL): Sinkhorn's rounds */
+static void AN_FN(mhc_maps)(const an_mhc_args *a, const float *lg, float *hp, float *hpo, float *hr, float *st,
+                            float *w) {
+    const int n = a->n, r = a->r;
+    AN_FN(mhc_gates)(n, lg, hp, hpo);
     if (a->perm == NULL) {
         AN_FN(mhc_sinkhorn)(lg + 2 * n, n, a->iters, hr, st);
         return;
@@ -243,8 +253,10 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
     const int64_t C = a->C, K = a->K;
     const size_t es = an_elem_size(a->dt);
     const int nn = n * n;
-    /* the tile's projections and their gradients, and Sinkhorn's rounds kept for its backward: in the task's
-     * scratch (sc->mhc, AN_MHC_SCRATCH_FLOATS), as they would take 25 KiB of the stack */
+    const int64_t S = AN_MHC_STATE(n, a->iters);
+    /* the tile's projections and their gradients, and Sinkhorn's rounds recomputed for a backward that was not
+     * handed the forward's: in the task's scratch (sc->mhc, AN_MHC_SCRATCH_FLOATS), as they would take 25 KiB of
+     * the stack */
     float *restrict z = sc->mhc, *restrict dz = z + AN_MHC_TB * AN_MHC_MAX_M;
     float lg[AN_MHC_MAX_M], w[AN_MHC_MAX_M], hp[AN_STREAM_MAX_N], hpo[AN_STREAM_MAX_N],
         hr[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
@@ -271,7 +283,8 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
                     p[j] = z[b * mp + j] * rs;
                     lg[j] = a->a[j < n ? 0 : j < 2 * n ? 1 : 2] * p[j] + a->bias[j];
                 }
-                AN_FN(mhc_maps)(a, lg, a->h_pre + t * n, a->h_post + t * n, a->h_res + t * nn, NULL, w);
+                AN_FN(mhc_maps)(a, lg, a->h_pre + t * n, a->h_post + t * n, a->h_res + t * nn,
+                                a->st ? a->st + t * S : NULL, w);
                 const float *hpt = a->h_pre + t * n;
                 for (int i = 0; i < n; i++) AN_FN(axpy)(tmp, v[b] + (int64_t)i * C, hpt[i], C, i == 0);
                 AN_FN(put_row)((char *)a->h + t * C * es, tmp, C, a->dt, a->nt, sc->r[9]);
@@ -287,7 +300,13 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
             const float rs = a->rstd_in[t];
             const float *p = a->p_in + t * m;
             for (int j = 0; j < m; j++) lg[j] = a->a[j < n ? 0 : j < 2 * n ? 1 : 2] * p[j] + a->bias[j];
-            AN_FN(mhc_maps)(a, lg, hp, hpo, hr, st, w);
+            const float *rounds = st; /* this token's Sinkhorn rounds: the forward's, or recomputed here */
+            if (a->st_in) {
+                rounds = a->st_in + t * S;
+                AN_FN(mhc_gates)(n, lg, hp, hpo);
+            } else {
+                AN_FN(mhc_maps)(a, lg, hp, hpo, hr, st, w);
+            }
             float *d = a->dlogits + t * m;
             /* dh, as float32, at the start of this token's dX row (read before that row is written) */
             const float *dh = a->dh ? AN_FN(f32_row)((const char *)a->dh + t * C * es, a->dt, tmp, C) : NULL;
@@ -301,7 +320,7 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
             if (a->dh_res == NULL) {
                 for (int k = 0; k < r; k++) d[2 * n + k] = 0.0f;
             } else if (a->perm == NULL) {
-                AN_FN(mhc_sinkhorn_backward)(a->dh_res + t * nn, n, a->iters, st, d + 2 * n);
+                AN_FN(mhc_sinkhorn_backward)(a->dh_res + t * nn, n, a->iters, rounds, d + 2 * n);
             } else {
                 const float *G = a->dh_res + t * nn;
                 float wd = 0.0f;

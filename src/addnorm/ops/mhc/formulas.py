@@ -16,6 +16,9 @@ Outputs (h, H_pre, H_post, H_res, p, rstd): h in X's dtype; everything else in f
 or a coefficient is float64). p and rstd are what a backward needs (as native_layer_norm's mean and rstd): not
 differentiable.
 ``perms`` is the (n!, n, n) stack of permutation matrices for mHC-lite, None for mHC.
+
+The operator (``pre_op``) adds ``state``: what its backward keeps from the forward (Sinkhorn-Knopp's rounds on the
+CPU, ``state_size`` floats a token; none elsewhere). Not differentiable.
 """
 
 from __future__ import annotations
@@ -39,6 +42,16 @@ def _column_max(logits: torch.Tensor, iters: int):
     """The shift taken before exp: each column's max (a constant: the first round divides it out), or 0 when no
     round follows."""
     return logits.amax(dim=-2, keepdim=True).detach() if iters else 0.0
+
+
+def state_size(x: torch.Tensor, perms, iters: int) -> int:
+    """Floats per token of the rounds the operator's forward keeps for its backward: M0, then per round the
+    column-normalized A (n^2), its row sums r and the column sums c (n each), as the CPU kernels lay them out. Kept
+    for mHC on the CPU, where memory is plentiful and the rounds are scalar divisions: (1 + iters) n^2 + 2 iters n
+    (496 at n = 4, 20 rounds, a sixth of a float32 stream token's 4 x 768). None for mHC-lite (its softmax is one exp
+    per permutation) nor on other devices, whose kernels recompute them on chip as DeepSeek's do."""
+    n = x.shape[-2]
+    return (1 + iters) * n * n + 2 * iters * n if perms is None and x.device.type == "cpu" else 0
 
 
 def sinkhorn_knopp(logits: torch.Tensor, iters: int) -> torch.Tensor:
@@ -120,6 +133,16 @@ def _pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
     return h, h_pre, h_post, h_res, p, rstd
 
 
+def pre_op(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
+    """The operator's outputs: ``pre``'s, then ``state`` (``state_size`` floats a token)."""
+    with _autocast_off(x):
+        out = _pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters)
+        p, ct = out[4], out[4].dtype
+        if not state_size(x, perms, iters):
+            return (*out, p.new_empty(p.shape[:-1] + (0,)))
+        return (*out, coefficient_state(p, x.size(-2), a_res.to(ct), b_res.to(ct), iters))
+
+
 def _split_last(t, a, b):
     """The last dim of t as (a, b): a reshape rather than ``unflatten``, which the vmap of
     ``autograd.grad(..., is_grads_batched=True)`` cannot batch."""
@@ -129,14 +152,15 @@ def _split_last(t, a, b):
 def pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters):
     """Gradients of (x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res) from those of (h, H_pre, H_post, H_res)
     (None: zero), written out in torch ops as the kernels compute them -- differentiable again (double backward),
-    and carrying forward-mode tangents (a Hessian-vector product taken forward-over-reverse)."""
+    and carrying forward-mode tangents (a Hessian-vector product taken forward-over-reverse). The rounds are
+    recomputed from x here: the ones the forward kept are not differentiable."""
     with _autocast_off(x):
         return _pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms,
                              eps, iters)
 
 
-def _sinkhorn_backward(L, iters, dout):
-    """dL of sinkhorn_knopp(L, iters) from dOut, through every round (the column max shift a constant)."""
+def sinkhorn_rounds(L, iters):
+    """(M0, [(A, r, c, M) per round]) of sinkhorn_knopp(L, iters): A = M / c (columns), M = A / r (rows)."""
     m0 = torch.exp(L - _column_max(L, iters))
     m, rounds = m0, []
     for _ in range(iters):
@@ -145,6 +169,22 @@ def _sinkhorn_backward(L, iters, dout):
         r = a.sum(-1, keepdim=True)
         m = a / r
         rounds.append((a, r, c, m))
+    return m0, rounds
+
+
+def coefficient_state(p, n, a_res, b_res, iters):
+    """The rounds ``state_size`` counts, laid out as the CPU kernels keep them, from p (..., m)."""
+    L = _split_last(a_res * p[..., 2 * n:] + b_res.reshape(-1), n, n)
+    m0, rounds = sinkhorn_rounds(L, iters)
+    parts = [m0.flatten(-2)]
+    for a, r, c, _ in rounds:
+        parts += [a.flatten(-2), r.flatten(-2), c.flatten(-2)]
+    return torch.cat(parts, -1)
+
+
+def _sinkhorn_backward(L, iters, dout):
+    """dL of sinkhorn_knopp(L, iters) from dOut, through every round (the column max shift a constant)."""
+    m0, rounds = sinkhorn_rounds(L, iters)
     g = dout
     for a, r, c, out in reversed(rounds):
         g = (g - (g * out).sum(-1, keepdim=True)) / r  # out = a / r (rows)
