@@ -12,7 +12,8 @@
  *             dX = H_pre (x) dh + phi dz - (rstd^2 / K)(dp . p) v;   dphi += v^T dz  (per chunk)
  *
  * The projection is a small GEMM done here on tiles of AN_MHC_TB tokens, phi zero-padded to mp (a multiple
- * of 8) columns so that the accumulators of a tile stay in registers; the tile's rows are converted to
+ * of 8) columns so that the accumulators of a tile stay in registers, its products added by fused multiply-adds
+ * (AN_MAD) where the instruction set has them; the tile's rows are converted to
  * float32 once and stay in cache for the norm, the projection, h and (backward) dX. Every sum in float32,
  * each output rounded once. Included per instruction set after norm_rows.h.
  */
@@ -33,10 +34,10 @@
             const float *restrict ph = phi + k * MP;                                                            \
             const float x0 = v0[k], x1 = v1[k], x2 = v2[k], x3 = v3[k];                                         \
             for (int j = 0; j < MP; j++) {                                                                      \
-                a0[j] += x0 * ph[j];                                                                            \
-                a1[j] += x1 * ph[j];                                                                            \
-                a2[j] += x2 * ph[j];                                                                            \
-                a3[j] += x3 * ph[j];                                                                            \
+                a0[j] = AN_MAD(x0, ph[j], a0[j]);                                                               \
+                a1[j] = AN_MAD(x1, ph[j], a1[j]);                                                               \
+                a2[j] = AN_MAD(x2, ph[j], a2[j]);                                                               \
+                a3[j] = AN_MAD(x3, ph[j], a3[j]);                                                               \
             }                                                                                                   \
         }                                                                                                       \
         memcpy(out, a0, sizeof a0);                                                                             \
@@ -56,7 +57,8 @@
         for (int64_t k = 0; k < K; k++) {                                                                       \
             float *restrict d = dphi + k * MP;                                                                  \
             const float x0 = v0[k], x1 = v1[k], x2 = v2[k], x3 = v3[k];                                         \
-            for (int j = 0; j < MP; j++) d[j] += x0 * z0[j] + x1 * z1[j] + x2 * z2[j] + x3 * z3[j];             \
+            for (int j = 0; j < MP; j++)                                                                        \
+                d[j] = AN_MAD(x3, z3[j], AN_MAD(x2, z2[j], AN_MAD(x1, z1[j], AN_MAD(x0, z0[j], d[j]))));        \
         }                                                                                                       \
     }
 
@@ -137,10 +139,10 @@ static void AN_FN(mhc_dx_gemm)(float *const *dx, const float *restrict dz, int m
             const float *restrict ph = phiT + (int64_t)j * K + k0;
             const float z0 = dz[j], z1 = dz[mp + j], z2 = dz[2 * mp + j], z3 = dz[3 * mp + j];
             for (int kk = 0; kk < AN_MHC_KB; kk++) {
-                d[0][kk] += z0 * ph[kk];
-                d[1][kk] += z1 * ph[kk];
-                d[2][kk] += z2 * ph[kk];
-                d[3][kk] += z3 * ph[kk];
+                d[0][kk] = AN_MAD(z0, ph[kk], d[0][kk]);
+                d[1][kk] = AN_MAD(z1, ph[kk], d[1][kk]);
+                d[2][kk] = AN_MAD(z2, ph[kk], d[2][kk]);
+                d[3][kk] = AN_MAD(z3, ph[kk], d[3][kk]);
             }
         }
         for (int t = 0; t < AN_MHC_TB; t++)
@@ -149,7 +151,7 @@ static void AN_FN(mhc_dx_gemm)(float *const *dx, const float *restrict dz, int m
     for (; k0 < K; k0++)
         for (int t = 0; t < AN_MHC_TB; t++) {
             float s = dx[t][k0];
-            for (int j = 0; j < m; j++) s += dz[t * mp + j] * phiT[(int64_t)j * K + k0];
+            for (int j = 0; j < m; j++) s = AN_MAD(dz[t * mp + j], phiT[(int64_t)j * K + k0], s);
             dx[t][k0] = s;
         }
 }
