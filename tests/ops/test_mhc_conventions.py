@@ -121,12 +121,12 @@ def test_opcheck_with_a_convention():
     args = (x, fn.t().contiguous(), scale[0], scale[1], scale[2], base[:N], base[N:2 * N], base[2 * N:].reshape(N, N),
             None, RMS_EPS, 20, HC_EPS, HC_EPS, True)
     torch.library.opcheck(torch.ops.addnorm.mhc_pre.default, args)
-    _, _, _, _, p, rstd = torch.ops.addnorm.mhc_pre(*args)
+    _, _, _, _, p, rstd, state = torch.ops.addnorm.mhc_pre(*args)
     g = torch.Generator().manual_seed(2)
     grads = [torch.randn(2, 3, C, generator=g), None, torch.randn(2, 3, N, generator=g),
              torch.randn(2, 3, N, N, generator=g)]
     torch.library.opcheck(torch.ops.addnorm.mhc_pre_backward.default,
-                          (*grads, *args[:9], p, rstd, RMS_EPS, 20, HC_EPS, HC_EPS, True))
+                          (*grads, *args[:9], p, rstd, state, RMS_EPS, 20, HC_EPS, HC_EPS, True))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
