@@ -3,11 +3,15 @@
 addnorm op as torch ops (``use_backend("torch")``) -- timed interleaved in one process, so the ratios to
 pre are side by side and a drifting machine favours none.
 
-    python benchmarks/bench_mhc_block.py [--tokens 512] [--budget 3]
+    python benchmarks/bench_mhc_block.py [--tokens 512] [--budget 3] [--upstream loss|gradient]
 
 A block isolates what the stream form adds (the n x C stream read and written around each sub-layer, the
 coefficients) from what every form shares (the embeddings, the vocabulary projection) -- a whole-model step
-dilutes it. Results: benchmarks/results/mhc_block.json.
+dilutes it. The backward starts from ``--upstream``: ``loss`` (the default) differentiates y.square().mean() of
+the block's output, which for a widened form is n times pre's (B, T, n, C) and costs the loss and its backward n
+times over -- a cost a model pays once, after the streams are summed, not per block; ``gradient`` hands the block a
+fixed gradient of its output's shape (what the next block would give it), so that only the block is timed.
+Results: benchmarks/results/mhc_block.json (mhc_block_gradient.json with ``--upstream gradient``).
 """
 
 import argparse
@@ -27,7 +31,7 @@ from addnorm.harness.store import atomic_write_text
 FORMS = ("pre", "hc", "mhc", "mhc_lite", "mhc_sk1")  # mhc_sk1: mHC with one Sinkhorn iteration (what 19 cost)
 
 
-def step_fn(form: str, backend: str, tokens: int):
+def step_fn(form: str, backend: str, tokens: int, upstream: str = "loss"):
     torch.manual_seed(0)
     extra = {"sinkhorn_iters": 1} if form == "mhc_sk1" else {}
     placement = "mhc" if form == "mhc_sk1" else form
@@ -37,12 +41,16 @@ def step_fn(form: str, backend: str, tokens: int):
     seq = 128
     shape = (tokens // seq, seq) + ((n,) if form != "pre" else ()) + (cfg.n_embd,)
     x = torch.randn(shape, requires_grad=True)
+    dy = torch.randn(shape) / shape[-1] ** 0.5  # the output's gradient (--upstream gradient)
     params = [x, *block.parameters()]
 
     def step():
         with addnorm.use_backend(backend):
             y = block(x)
-            torch.autograd.grad(y.square().mean(), params)
+            if upstream == "loss":
+                torch.autograd.grad(y.square().mean(), params)
+            else:
+                torch.autograd.grad(y, params, dy)
 
     return step
 
@@ -51,15 +59,19 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tokens", type=int, default=512)
     p.add_argument("--budget", type=float, default=3.0, help="seconds of timing per method (default 3)")
+    p.add_argument("--upstream", choices=("loss", "gradient"), default="loss",
+                   help="what the backward starts from: y.square().mean() of the block's output (default), or a fixed "
+                        "gradient of the output's shape (the block alone)")
     p.add_argument("--out", default="benchmarks/results")
     args = p.parse_args(argv)
     if args.tokens < 128 or args.tokens % 128:
         p.error(f"--tokens must be a positive multiple of 128, got {args.tokens}")
-    steps = {f"{f}@{b}": step_fn(f, b, args.tokens) for b in ("auto", "torch") for f in FORMS}
+    steps = {f"{f}@{b}": step_fn(f, b, args.tokens, args.upstream) for b in ("auto", "torch") for f in FORMS}
     t = measure_interleaved(steps, min_runs=10, budget_s=args.budget, block=2)
     rows = {k: {"median_ms": v.median_s * 1e3, "p10_ms": v.p10_s * 1e3, "p90_ms": v.p90_s * 1e3, "runs": v.runs}
             for k, v in t.items()}
-    lines = [f"one block, GPT-2-small width, {args.tokens} tokens, n = 4, forward + backward, "
+    lines = [f"one block, GPT-2-small width, {args.tokens} tokens, n = 4, forward + backward "
+             f"({'from y.square().mean()' if args.upstream == 'loss' else 'from a given output gradient'}), "
              f"{torch.get_num_threads()} threads, interleaved", "",
              "| form | kernels (ms) | / pre | torch ops (ms) | / pre@torch |", "|---|---|---|---|---|"]
     for f in FORMS:
@@ -69,8 +81,9 @@ def main(argv=None) -> int:
                      f"({b['p10_ms']:.1f}–{b['p90_ms']:.1f}) | {b['median_ms'] / rows['pre@torch']['median_ms']:.3f} |")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "mhc_block.json", json.dumps({"conditions": conditions("current"), "tokens": args.tokens,
-                                                          "rows": rows, "table": lines}, indent=1))
+    name = "mhc_block.json" if args.upstream == "loss" else "mhc_block_gradient.json"
+    atomic_write_text(out / name, json.dumps({"conditions": conditions("current"), "tokens": args.tokens,
+                                              "upstream": args.upstream, "rows": rows, "table": lines}, indent=1))
     print("\n".join(lines))
     return 0
 

@@ -84,8 +84,9 @@ def _check(lead, n, C, dtype, lite, iters=4, drop=(), seed=0):
     assert outs[0].dtype == dtype and all(o.dtype == torch.float32 for o in outs[1:])
     for k, (o, r, name) in enumerate(zip(outs, ref_outs, ("h", "h_pre", "h_post", "h_res", "p", "rstd"))):
         _close(o, r, 8e-3 if low and k == 0 else 2e-5, name)
-    h, h_pre, h_post, h_res, p, rstd = outs
-    dx, dlogits, dphi = T.mhc_pre_backward(*grads, x, phi, scal, bias, perm_idx, p, rstd, iters)
+    h, h_pre, h_post, h_res, p, rstd, state = outs
+    assert state.shape == x.shape[:-2] + (0,)  # the kernels recompute the rounds on chip: nothing kept
+    dx, dlogits, dphi = T.mhc_pre_backward(*grads, x, phi, scal, bias, perm_idx, p, rstd, state, iters)
     assert dx.dtype == dtype and dlogits.dtype == dphi.dtype == torch.float32
     _close(dx, ref_grads[0], 8e-3 if low else 5e-5, "dx")
     _close(dlogits, ref_grads[1], 5e-5, "dlogits")
@@ -123,10 +124,10 @@ def test_float16_streams():
 
 def test_no_tokens():
     x, phi, scal, bias, perm_idx, _, _ = _case((0,), 4, 8, torch.float32, False)
-    h, h_pre, h_post, h_res, p, rstd = T.mhc_pre(x, phi, scal, bias, perm_idx, EPS, 4)
+    h, h_pre, h_post, h_res, p, rstd, state = T.mhc_pre(x, phi, scal, bias, perm_idx, EPS, 4)
     assert h.shape == (0, 8) and h_res.shape == (0, 4, 4) and p.shape == (0, 24) and rstd.shape == (0,)
     dx, dlogits, dphi = T.mhc_pre_backward(torch.zeros(0, 8), None, None, torch.zeros(0, 4, 4), x, phi, scal, bias,
-                                           perm_idx, p, rstd, 4)
+                                           perm_idx, p, rstd, state, 4)
     assert dx.shape == x.shape and dlogits.shape == (0, 24)
     assert torch.equal(dphi, torch.zeros(32, 24))
 
@@ -144,11 +145,11 @@ def test_applies():
 
 def test_dphi_is_deterministic_and_close_under_another_split(monkeypatch):
     x, phi, scal, bias, perm_idx, _, grads = _case((50,), 2, 8, torch.float32, False, seed=6)
-    p, rstd = T.mhc_pre(x, phi, scal, bias, perm_idx, EPS, 3)[4:]
+    p, rstd, state = T.mhc_pre(x, phi, scal, bias, perm_idx, EPS, 3)[4:]
     runs = []
     for splits in (2, 2, 1, 4):
         monkeypatch.setattr(T, "_INTERPRETER_SPLITS", splits)
-        runs.append(T.mhc_pre_backward(*grads, x, phi, scal, bias, perm_idx, p, rstd, 3)[2])
+        runs.append(T.mhc_pre_backward(*grads, x, phi, scal, bias, perm_idx, p, rstd, state, 3)[2])
     assert torch.equal(runs[0], runs[1])
     for other in runs[2:]:
         torch.testing.assert_close(other, runs[0], atol=1e-5, rtol=1e-5)

@@ -16,6 +16,7 @@ from tests.backends import BACKENDS, KERNELS
 N, C = 4, 24
 RMS_EPS, HC_EPS = 1e-6, 1e-6
 TOL = {torch.float32: 2e-5, torch.bfloat16: 1.6e-2}
+COEFFS = ("a_pre", "a_post", "a_res", "b_pre", "b_post", "b_res")
 
 
 def _params(seed=0, dtype=torch.float64, lead=(2, 3), C=C):
@@ -121,12 +122,12 @@ def test_opcheck_with_a_convention():
     args = (x, fn.t().contiguous(), scale[0], scale[1], scale[2], base[:N], base[N:2 * N], base[2 * N:].reshape(N, N),
             None, RMS_EPS, 20, HC_EPS, HC_EPS, True)
     torch.library.opcheck(torch.ops.addnorm.mhc_pre.default, args)
-    _, _, _, _, p, rstd = torch.ops.addnorm.mhc_pre(*args)
+    _, _, _, _, p, rstd, state = torch.ops.addnorm.mhc_pre(*args)
     g = torch.Generator().manual_seed(2)
     grads = [torch.randn(2, 3, C, generator=g), None, torch.randn(2, 3, N, generator=g),
              torch.randn(2, 3, N, N, generator=g)]
     torch.library.opcheck(torch.ops.addnorm.mhc_pre_backward.default,
-                          (*grads, *args[:9], p, rstd, RMS_EPS, 20, HC_EPS, HC_EPS, True))
+                          (*grads, *args[:9], p, rstd, state, RMS_EPS, 20, HC_EPS, HC_EPS, True))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -169,6 +170,66 @@ def test_the_c_kernels_take_the_convention_the_triton_ones_decline_it(backend):
         assert ran == "torch"
         for a, b in zip(got, formulas, strict=True):
             assert torch.equal(a, b)
+
+
+KEPT_SCRIPT = r"""
+import sys, torch, addnorm
+ins, convs, grads, eps, iters = torch.load(sys.argv[1])
+op, bwd = torch.ops.addnorm.mhc_pre, torch.ops.addnorm.mhc_pre_backward
+res = []
+for conv in convs:
+    *_, p, rstd, state = op(*ins, None, eps, iters, *conv)
+    run = lambda st: bwd(*grads, *ins, None, p, rstd, st, eps, iters, *conv)  # noqa: E731
+    res.append({"state": state, "kept": run(state), "empty": run(state[..., :0]), "wrong": run(state[..., 1:])})
+torch.save({"isa": addnorm.cpu_kernel_availability().isa, "res": res}, sys.argv[2])
+"""
+
+
+@pytest.mark.skipif("cpu" not in KERNELS, reason="the compiled kernels are not built")
+@pytest.mark.parametrize("isa", ["avx2", "native"])
+def test_the_rounds_the_forward_keeps_are_the_conventions(tmp_path, isa):
+    """The CPU forward keeps Sinkhorn-Knopp's rounds (state) for its backward: with a convention they must be that
+    convention's (res_eps in every sum, the logits transposed), or a backward reading them would differ from one
+    that runs them again. DeepSeek-V4's convention, and one whose eps terms are large: the backward reading the
+    kept rounds gives the gradients of the one handed no rounds (an empty state, or one of the wrong shape) bit for
+    bit, on each instruction set path (ADDNORM_CPU_ISA, read once per process); the kept rounds are the formulas'
+    (float64) to float32 rounding, and so are the gradients."""
+    import os
+    import subprocess
+    import sys
+
+    from addnorm.ops.mhc import formulas as mf
+
+    iters = 20
+    x, fn, base, scale = [t.detach() for t in _params(dtype=torch.float32, lead=(37,), C=67)]
+    ins = [x, fn.t().contiguous(), scale[0], scale[1], scale[2], base[:N], base[N:2 * N], base[2 * N:].reshape(N, N)]
+    ds = MhcConvention.deepseek_v4(HC_EPS)
+    convs = [(ds.pre_eps, ds.sinkhorn_eps, ds.res_transposed), (0.01, 0.05, True)]
+    g = torch.Generator().manual_seed(4)
+    grads = [torch.randn(37, 67, generator=g), torch.randn(37, N, generator=g), torch.randn(37, N, generator=g),
+             torch.randn(37, N, N, generator=g)]
+    torch.save((ins, convs, grads, RMS_EPS, iters), tmp_path / "in.pt")
+    env = dict(os.environ)
+    env.pop("ADDNORM_CPU_ISA", None)
+    if isa != "native":
+        env["ADDNORM_CPU_ISA"] = isa
+    subprocess.run([sys.executable, "-c", KEPT_SCRIPT, str(tmp_path / "in.pt"), str(tmp_path / "out.pt")], env=env,
+                   check=True, timeout=300)
+    got = torch.load(tmp_path / "out.pt")
+    assert isa == "native" or got["isa"] == "avx2+fma+f16c"
+    ins64 = [t.double() for t in ins]
+    paper_state = torch.ops.addnorm.mhc_pre(*ins64, None, RMS_EPS, iters)[6]
+    for conv, res in zip(convs, got["res"], strict=True):
+        assert res["state"].shape == (37, (1 + iters) * N * N + 2 * iters * N)
+        for name, k, e, w in zip(("dx", "dphi", *COEFFS), res["kept"], res["empty"], res["wrong"], strict=True):
+            assert torch.equal(k, e) and torch.equal(k, w), f"{conv} {name}"
+        want_state = torch.ops.addnorm.mhc_pre(*ins64, None, RMS_EPS, iters, *conv)[6]  # the formulas' rounds
+        torch.testing.assert_close(res["state"].double(), want_state, atol=1e-6, rtol=1e-5, msg=str(conv))
+        assert (want_state - paper_state).abs().max() > 1e-3  # the convention is in the rounds
+        want = mf.pre_backward(*[t.double() for t in grads], *ins64, None, RMS_EPS, iters, *conv)
+        for name, a, e in zip(("dx", "dphi", *COEFFS), res["kept"], want, strict=True):
+            torch.testing.assert_close(a.double(), e, atol=2e-5 * (1 + e.abs().max().item()), rtol=1e-4,
+                                       msg=f"{conv} {name}")
 
 
 @pytest.mark.parametrize("kwargs, error, match", [

@@ -108,11 +108,12 @@ def test_opcheck(lite):
     args = (*ins, perms, EPS, ITERS)
     torch.library.opcheck(torch.ops.addnorm.mhc_pre.default, args)
     det = [t.detach() for t in ins]
-    _, _, _, _, p, rstd = torch.ops.addnorm.mhc_pre(*det, perms, EPS, ITERS)
+    _, _, _, _, p, rstd, state = torch.ops.addnorm.mhc_pre(*det, perms, EPS, ITERS)
     g = torch.Generator().manual_seed(2)
     grads = [torch.randn(2, 3, 24, generator=g), torch.randn(2, 3, 4, generator=g), None,
              torch.randn(2, 3, 4, 4, generator=g)]
-    torch.library.opcheck(torch.ops.addnorm.mhc_pre_backward.default, (*grads, *det, perms, p, rstd, EPS, ITERS))
+    torch.library.opcheck(torch.ops.addnorm.mhc_pre_backward.default,
+                          (*grads, *det, perms, p, rstd, state, EPS, ITERS))
 
 
 @pytest.mark.parametrize("lite", [False, True], ids=["mhc", "mhc_lite"])
@@ -270,3 +271,92 @@ def test_every_instruction_set_path_meets_the_float64_tolerance(tmp_path, lite):
                 atol = (tol * 4 if k == 0 else 2e-5) if k < 4 else tol * 8 * scale
                 torch.testing.assert_close(a.double(), e.detach(), atol=atol, rtol=tol * 4,
                                            msg=f"{isa} {dt} output {k}")
+
+
+@pytest.mark.skipif("cpu" not in KERNELS, reason="the compiled kernels are not built")
+def test_the_cpu_forward_keeps_the_sinkhorn_rounds_and_the_backward_reads_them_instead_of_running_them():
+    """mHC on the CPU kernels: the forward's ``state`` holds Sinkhorn-Knopp's rounds (M0 = exp(L - column max),
+    then each round's A, r, c; the last A / r is H_res), checked against the oracle's logits; the autograd node
+    saves it; and the backward reads it. b_res enters the backward only through the rounds, so a backward handed
+    another b_res than the forward's gives the forward's gradients when it reads the kept rounds, and other ones
+    when it has to run them again from p (an empty state)."""
+    n, iters = 4, ITERS
+    *ins, _ = _make((2, 3), n, 24, False, torch.float32)
+    det = [t.detach() for t in ins]
+    *_, p, rstd, state = torch.ops.addnorm.mhc_pre(*det, None, EPS, iters)
+    S = (1 + iters) * n * n + 2 * iters * n
+    assert state.shape == (2, 3, S) and state.dtype == torch.float32
+    x64, phi64, *c64 = (t.double() for t in det)
+    L = ref.mhc_eq8_res_logits(ref.mhc_eq7_rmsnorm(x64, EPS), phi64[:, 2 * n:], c64[2], c64[5], n)
+    m0 = torch.exp(L - L.amax(-2, keepdim=True))
+    torch.testing.assert_close(state[..., :n * n].double(), m0.flatten(-2), atol=1e-6, rtol=1e-5)
+    last = n * n + (iters - 1) * (n * n + 2 * n)
+    a_last, r_last = state[..., last:last + n * n].double(), state[..., last + n * n:last + n * n + n].double()
+    torch.testing.assert_close((a_last.unflatten(-1, (n, n)) / r_last[..., None]),
+                               ref.mhc_eq9_sinkhorn(L, iters), atol=1e-6, rtol=1e-5)
+
+    h = mhc_pre(*ins, iters=iters, backend="cpu")[0]
+    assert any(t.shape == (2, 3, S) for t in h.grad_fn.saved_tensors)
+
+    g = torch.Generator().manual_seed(7)
+    grads = [torch.randn(2, 3, 24, generator=g), torch.randn(2, 3, n, generator=g),
+             torch.randn(2, 3, n, generator=g), torch.randn(2, 3, n, n, generator=g)]
+    bwd = torch.ops.addnorm.mhc_pre_backward
+    want = bwd(*grads, *det, None, p, rstd, state, EPS, iters)
+    other_b_res = det[:7] + [det[7] + torch.randn(n, n, generator=g)]  # not a constant: Sinkhorn divides that out
+    kept = bwd(*grads, *other_b_res, None, p, rstd, state, EPS, iters)
+    rerun = bwd(*grads, *other_b_res, None, p, rstd, state[..., :0], EPS, iters)
+    for name, w, k in zip(NAMES, want, kept, strict=True):
+        assert torch.equal(w, k), name
+    assert not torch.allclose(rerun[0], want[0], atol=1e-6, rtol=1e-4)
+    # the empty state with the forward's b_res: the rounds run again, the same gradients
+    for name, w, r in zip(NAMES, want, bwd(*grads, *det, None, p, rstd, state[..., :0], EPS, iters), strict=True):
+        torch.testing.assert_close(r, w, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_state_is_kept_for_mhc_on_the_cpu_only():
+    """mHC-lite keeps nothing (its softmax is one exp per permutation), nor do other devices (their kernels recompute
+    the rounds on chip): the fake implementation agrees with every real one."""
+    *ins, perms = _make((2,), 3, 8, True, torch.float32)
+    det = [t.detach() for t in ins]
+    assert torch.ops.addnorm.mhc_pre(*det, perms, EPS, 5)[6].shape == (2, 0)
+    *ins, _ = _make((2,), 3, 8, False, torch.float32)
+    det = [t.detach() for t in ins]
+    assert torch.ops.addnorm.mhc_pre(*det, None, EPS, 5)[6].shape == (2, 6 * 9 + 2 * 5 * 3)
+    assert torch.ops.addnorm.mhc_pre(*[t.to("meta") for t in det], None, EPS, 5)[6].shape == (2, 0)
+    # the formulas (float64 is theirs) keep the same rounds as the kernels on the CPU
+    out64 = torch.ops.addnorm.mhc_pre(*[t.double() for t in det], None, EPS, 5)
+    torch.testing.assert_close(out64[6].float(), torch.ops.addnorm.mhc_pre(*det, None, EPS, 5)[6], atol=1e-6,
+                               rtol=1e-5)
+
+
+PARTIALS_SCRIPT = r"""
+import resource, sys, torch
+torch.set_num_threads(2)
+from addnorm.ops.mhc.schema import CPU
+n, C, N = 4, 16384, 64
+g = torch.Generator().manual_seed(0)
+x = torch.randn(N, n, C, generator=g)
+phi = torch.randn(n * C, 2 * n + n * n, generator=g) / (n * C) ** 0.5
+coeffs = [torch.tensor(0.5), torch.tensor(0.5), torch.tensor(0.5), torch.zeros(n), torch.zeros(n), torch.zeros(n, n)]
+*_, p, rstd, state = CPU[0](x, phi, *coeffs, None, 1e-6, 3)
+dh = torch.randn(N, C, generator=g)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+CPU[1](dh, None, None, None, x, phi, *coeffs, None, p, rstd, state, 1e-6, 3)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+"""
+
+
+@pytest.mark.skipif("cpu" not in KERNELS, reason="the compiled kernels are not built")
+def test_the_backward_sums_phis_gradient_in_one_partial_per_thread():
+    """phi's gradient is summed per chunk of tokens into a partial as large as phi, zeroed first and reduced serially
+    after. The backward cuts one chunk per thread: the load-balancing default (eight chunks per thread) made 16
+    partials on two threads -- at nC = 65536 and m = 24, 16 x 6.3 MB that the peak memory shows (dx, phi^T and dphi
+    take 29 MB besides)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", PARTIALS_SCRIPT], capture_output=True, text=True, check=True,
+                         timeout=300)
+    grown_mb = float(out.stdout.split()[-1])
+    assert grown_mb < 60, f"the backward's peak memory grew by {grown_mb:.0f} MB"

@@ -61,6 +61,25 @@ def test_read_and_write_match_the_float64_oracle(lead, n, C, layout, dtype, back
         torch.testing.assert_close(a.double(), e, atol=tol * 8 * scale, rtol=tol * 4, msg=name)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n, C", [(2, 33), (4, 769), (3, 40)])
+def test_write_backward_without_q_matches_the_float64_oracle(n, C, dtype, backend):
+    """The model's case: X' alone is used (no gradient for q), so the kernels read dX' where it lies (float32) and
+    never read X'."""
+    x, y, _, hpo, hr = _make((3, 5), n, C, dtype, seed=4)
+    x2, _ = stream_write(x, y, hpo, hr, backend=backend)
+    u = torch.randn(x2.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    ins = [x, y, hpo, hr]
+    got = torch.autograd.grad((x2.double() * u).sum(), ins)
+    ins64 = [t.detach().double().requires_grad_() for t in ins]
+    exp = torch.autograd.grad((_oracle(ins64[0], ins64[1], ins64[2], ins64[2], ins64[3])[1] * u).sum(), ins64)
+    tol = TOL[dtype]
+    for name, a, e in zip(("x", "y", "h_post", "h_res"), got, exp, strict=True):
+        scale = 1 + e.abs().max().item()
+        torch.testing.assert_close(a.double(), e, atol=tol * 8 * scale, rtol=tol * 4, msg=name)
+
+
 @pytest.mark.parametrize("backend", ["op", "torch"])
 def test_gradcheck_and_gradgradcheck_float64(backend):
     x, y, hp, hpo, hr = (t.detach().double().requires_grad_() for t in _make((2,), 3, 5, torch.float64))

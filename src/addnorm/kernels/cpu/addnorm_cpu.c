@@ -160,11 +160,15 @@ typedef struct {
     int res_t;                /* first result + res_eps, every later sum + res_eps; res_t: its logits transposed */
     void *h;                  /* FWD outputs */
     float *h_pre, *h_post, *h_res, *p, *rstd;
+    float *st;                /* FWD: Sinkhorn-Knopp's rounds per token (AN_MHC_STATE floats; NULL: not kept) */
     const void *dh;           /* BWD inputs (the gradients NULL when absent) */
     const float *dh_pre, *dh_post, *dh_res, *p_in, *rstd_in;
+    const float *st_in;       /* BWD: the rounds the forward kept (NULL: recomputed from p) */
     void *dx;                 /* BWD outputs */
     float *dlogits, *dphi_part; /* dphi_part: per chunk (K, mp) partial sums */
 } an_mhc_args;
+/* Sinkhorn-Knopp's rounds of one token, as mhc_sinkhorn keeps them: M0, then per round A (n^2), r (n), c (n) */
+#define AN_MHC_STATE(n, iters) ((1 + (iters)) * (n) * (n) + 2 * (iters) * (n))
 
 /* Attention Residuals' depth mix (attn_res_rows.h): S sources of N contiguous rows of C, one dtype, given as an array
  * of S row pointers; u = query * key-norm weight in float32 (C); alpha and rstd (N, S) float32. Backward writes dv
@@ -899,22 +903,25 @@ int addnorm_attn_res(int op, int dt, int S, int64_t N, int64_t C, const void *co
 int addnorm_mhc(int op, int n, int dt, int64_t N, int64_t C, int m, int mp, int r, int iters, const void *x,
                 const float *phi, const float *phiT, float a_pre, float a_post, float a_res, const float *bias,
                 const int32_t *perm, float eps, float pre_eps, float res_eps, int res_t, void *h, float *h_pre,
-                float *h_post, float *h_res, float *p,
-                float *rstd, const void *dh, const float *dh_pre, const float *dh_post, const float *dh_res,
-                const float *p_in, const float *rstd_in, void *dx, float *dlogits, float *dphi, int nthreads) {
+                float *h_post, float *h_res, float *p, float *rstd, float *st, const void *dh, const float *dh_pre,
+                const float *dh_post, const float *dh_res, const float *p_in, const float *rstd_in,
+                const float *st_in, void *dx, float *dlogits, float *dphi, int nthreads) {
     an_pick_isa();
     const int64_t K = (int64_t)n * C;
     if (n < 1 || n > AN_STREAM_MAX_N || m != 2 * n + r || m > AN_MHC_MAX_M || mp % 8 || mp < m || mp > AN_MHC_MAX_M ||
         iters < 0 || iters > AN_MHC_MAX_ITERS || C < 1 || r < 1 || (perm == NULL && r != n * n) ||
         !(pre_eps >= 0.0f) || !(res_eps >= 0.0f))
         return -3;
+    if (perm != NULL && (st != NULL || st_in != NULL)) return -3; /* mHC-lite keeps no rounds */
     if (op == AN_MHC_BWD && dphi) memset(dphi, 0, sizeof(float) * (size_t)K * (size_t)m);
     if (N <= 0) return 0;
-    an_mhc_args a = {op, n, dt, an_use_nt(N, K, dt, 1), m, mp, r, iters, N, C, K, x, phi, phiT, {a_pre, a_post, a_res},
-                     bias, perm, eps, pre_eps, res_eps, res_t, h, h_pre, h_post, h_res, p, rstd, dh, dh_pre, dh_post,
-                     dh_res, p_in, rstd_in,
-                     dx, dlogits, NULL};
-    int T = an_threads_for(N, K, nthreads), Cn = an_chunks_for(N, K, T);
+    an_mhc_args a = {op, n, dt, an_use_nt(N, K, dt, 1), m, mp, r, iters, N, C, K, x, phi, phiT,
+                     {a_pre, a_post, a_res}, bias, perm, eps, pre_eps, res_eps, res_t, h, h_pre, h_post, h_res, p,
+                     rstd, st, dh, dh_pre, dh_post, dh_res, p_in, rstd_in, st_in, dx, dlogits, NULL};
+    /* backward: one chunk per thread. Each chunk sums phi's gradient into a partial of its own (K x mp floats, as
+     * large as phi), zeroed first and reduced here after: at 512 tokens x 4 x 768 on two threads the 16 chunks that
+     * an_chunks_for gives took 16 x 295 KB of partials to zero and to add serially, more than the tokens' work */
+    int T = an_threads_for(N, K, nthreads), Cn = op == AN_MHC_BWD ? T : an_chunks_for(N, K, T);
     void *part = NULL;
     if (op == AN_MHC_BWD) {
         if (posix_memalign(&part, AN_PAGE, sizeof(float) * (size_t)Cn * (size_t)K * (size_t)mp) != 0) return -1;
@@ -1115,18 +1122,18 @@ static PyObject *an_py_mhc(PyObject *self, PyObject *const *args, Py_ssize_t nar
     int64_t N, C;
     int res_t;
     float a_pre, a_post, a_res, eps, pre_eps, res_eps;
-    void *x, *phi, *phiT, *bias, *perm, *h, *hp, *hpo, *hr, *p, *rstd, *dh, *dhp, *dhpo, *dhr, *pin, *rin, *dx, *dl,
-        *dphi;
-    if (an_parse(args, nargs, "iiiLLiiiipppfffppfffipppppppppppppppi", &op, &n, &dt, &N, &C, &m, &mp, &r, &iters, &x,
-                 &phi, &phiT, &a_pre, &a_post, &a_res, &bias, &perm, &eps, &pre_eps, &res_eps, &res_t, &h, &hp, &hpo,
-                 &hr, &p, &rstd, &dh, &dhp, &dhpo, &dhr, &pin, &rin, &dx, &dl, &dphi, &nthreads) < 0)
+    void *x, *phi, *phiT, *bias, *perm, *h, *hp, *hpo, *hr, *p, *rstd, *st, *dh, *dhp, *dhpo, *dhr, *pin, *rin, *stin,
+        *dx, *dl, *dphi;
+    if (an_parse(args, nargs, "iiiLLiiiipppfffppfffipppppppppppppppppi", &op, &n, &dt, &N, &C, &m, &mp, &r, &iters,
+                 &x, &phi, &phiT, &a_pre, &a_post, &a_res, &bias, &perm, &eps, &pre_eps, &res_eps, &res_t, &h, &hp,
+                 &hpo, &hr, &p, &rstd, &st, &dh, &dhp, &dhpo, &dhr, &pin, &rin, &stin, &dx, &dl, &dphi, &nthreads) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = addnorm_mhc(op, n, dt, N, C, m, mp, r, iters, x, (const float *)phi, (const float *)phiT, a_pre, a_post, a_res,
                      (const float *)bias, (const int32_t *)perm, eps, pre_eps, res_eps, res_t, h, (float *)hp,
-                     (float *)hpo, (float *)hr,
-                     (float *)p, (float *)rstd, dh, (const float *)dhp, (const float *)dhpo, (const float *)dhr,
-                     (const float *)pin, (const float *)rin, dx, (float *)dl, (float *)dphi, nthreads);
+                     (float *)hpo, (float *)hr, (float *)p, (float *)rstd, (float *)st, dh, (const float *)dhp,
+                     (const float *)dhpo, (const float *)dhr, (const float *)pin, (const float *)rin,
+                     (const float *)stin, dx, (float *)dl, (float *)dphi, nthreads);
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(rc);
 }

@@ -2,8 +2,8 @@
 same signatures.
 
     mhc_pre(x, phi, scal, bias, perm_idx, eps, iters, pre_eps=0, res_eps=0, res_transposed=False)
-                                                               -> (h, h_pre, h_post, h_res, p, rstd)
-    mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd, iters, pre_eps=0,
+                                                               -> (h, h_pre, h_post, h_res, p, rstd, state)
+    mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd, state, iters, pre_eps=0,
                      res_eps=0, res_transposed=False)          -> (dx, dlogits, dphi)
 
 x (..., n, C) in a kernel dtype; phi float32 (nC, m); scal float32 (3,) = (a_pre, a_post, a_res); bias float32 (m,)
@@ -11,7 +11,10 @@ x (..., n, C) in a kernel dtype; phi float32 (nC, m); scal float32 (3,) = (a_pre
 = 1 (mHC-lite). Per-token outputs and gradients float32; dlogits is the gradient of the pre-activations
 scal * p + bias, dphi the projection's. The last three arguments are a model's convention
 (``ops.mhc.convention.MhcConvention``; the paper's by default). The Triton host takes the paper's only
-(``CONVENTIONS``).
+(``CONVENTIONS``). ``state`` is (..., state_size) float32: Sinkhorn-Knopp's rounds, kept by the forward so that the
+backward does not run them again (mHC; (..., 0) for mHC-lite, whose softmax is one exp per permutation); they are
+the convention's rounds, so the backward must be given the convention the forward was. The backward recomputes them
+from p when handed a state of another shape (an empty one).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ def applies(x: torch.Tensor, m: int, iters: int) -> bool:
 
 
 def _padded(phi: torch.Tensor, mp: int) -> torch.Tensor:
+    if phi.shape[1] == mp and phi.is_contiguous():
+        return phi
     out = phi.new_zeros(phi.shape[0], mp)
     out[:, :phi.shape[1]] = phi
     return out
@@ -69,6 +74,11 @@ def _geometry(x, phi, perm_idx, scal, bias):
     return n, C, x.numel() // (n * C), m, r
 
 
+def state_size(n: int, iters: int, lite: bool) -> int:
+    """Floats per token of the rounds the forward keeps (AN_MHC_STATE): M0, then per round A (n^2), r and c (n)."""
+    return 0 if lite else (1 + iters) * n * n + 2 * iters * n
+
+
 def mhc_pre(x, phi, scal, bias, perm_idx, eps, iters, pre_eps=0.0, res_eps=0.0, res_transposed=False):
     x, phi, scal, bias, perm_idx = resolved(x, phi, scal, bias, perm_idx)
     x = x.contiguous()
@@ -78,23 +88,28 @@ def mhc_pre(x, phi, scal, bias, perm_idx, eps, iters, pre_eps=0.0, res_eps=0.0, 
     h = torch.empty(lead + (C,), device="cpu", dtype=x.dtype)
     h_pre, h_post = torch.empty(lead + (n,), **f), torch.empty(lead + (n,), **f)
     h_res, p, rstd = torch.empty(lead + (n, n), **f), torch.empty(lead + (m,), **f), torch.empty(lead, **f)
+    S = state_size(n, iters, perm_idx is not None)
+    state = torch.empty(lead + (S,), **f)
     _run(FWD, x, n, C, N, m, r, iters, _f32(phi), None, _f32(scal), _f32(bias), perm_idx, eps,
-         (pre_eps, res_eps, res_transposed), (h, h_pre, h_post, h_res, p, rstd), (None,) * 9)
-    return h, h_pre, h_post, h_res, p, rstd
+         (pre_eps, res_eps, res_transposed), (h, h_pre, h_post, h_res, p, rstd, state if S else None), (None,) * 10)
+    return h, h_pre, h_post, h_res, p, rstd, state
 
 
-def mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd, iters, pre_eps=0.0,
+def mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd, state, iters, pre_eps=0.0,
                      res_eps=0.0, res_transposed=False):
-    (dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd) = resolved(
-        dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd)
+    (dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd, state) = resolved(
+        dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd, state)
     x = x.contiguous()
     n, C, N, m, r = _geometry(x, phi, perm_idx, scal, bias)
+    S = state_size(n, iters, perm_idx is not None)
+    kept = state is not None and S > 0 and state.shape == x.shape[:-2] + (S,)
     phi = _f32(phi)
     dx = empty_rows_like(x)
     dlogits = torch.empty(x.shape[:-2] + (m,), device="cpu", dtype=torch.float32)
     dphi = torch.empty(phi.shape, device="cpu", dtype=torch.float32)
     dh = None if dh is None else dh.to(x.dtype).contiguous()
     _run(BWD, x, n, C, N, m, r, iters, phi, phi.t().contiguous(), _f32(scal), _f32(bias), perm_idx, 0.0,
-         (pre_eps, res_eps, res_transposed), (None,) * 6,
-         (dh, _f32(dh_pre), _f32(dh_post), _f32(dh_res), _f32(p), _f32(rstd), dx, dlogits, dphi))
+         (pre_eps, res_eps, res_transposed), (None,) * 7,
+         (dh, _f32(dh_pre), _f32(dh_post), _f32(dh_res), _f32(p), _f32(rstd), _f32(state) if kept else None, dx,
+          dlogits, dphi))
     return dx, dlogits, dphi

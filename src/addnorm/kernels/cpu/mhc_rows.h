@@ -5,15 +5,20 @@
  *             logits = a_g p + bias  (a_g: a_pre on p[:n], a_post on p[n:2n], a_res on p[2n:])
  *             H_pre = sigmoid, H_post = 2 sigmoid, H_res = Sinkhorn-Knopp (r = n^2) or the softmax-weighted
  *             sum of the n! permutation matrices (mHC-lite, r = n!),   h = sum_i H_pre[i] X_i
+ *             and (mHC) Sinkhorn-Knopp's rounds, kept for the backward (st: M0, then per round A, r, c)
  *   backward  dlogits = the coefficient maps' backward (g_pre[i] = <dh, X_i> + dH_pre[i]; Sinkhorn through
- *             every round, its max shift a constant);  dp = a_g dlogits,  dz = dp rstd
+ *             every round -- the forward's, when it kept them --, its max shift a constant);
+ *             dp = a_g dlogits,  dz = dp rstd
  *             dX = H_pre (x) dh + phi dz - (rstd^2 / K)(dp . p) v;   dphi += v^T dz  (per chunk)
  *   a model's convention (ops/mhc/convention.py, DeepSeek-V4's): H_pre + pre_eps; Sinkhorn's first round's
  *             column-normalised matrix + res_eps and every later sum + res_eps; res_t: the logits of H_res
- *             transposed before Sinkhorn (their gradient transposed back)
+ *             transposed before Sinkhorn (their gradient transposed back). The rounds kept are the
+ *             convention's (res_eps in r and c, of the logits as Sinkhorn took them): those a backward
+ *             handed none would recompute
  *
  * The projection is a small GEMM done here on tiles of AN_MHC_TB tokens, phi zero-padded to mp (a multiple
- * of 8) columns so that the accumulators of a tile stay in registers; the tile's rows are converted to
+ * of 8) columns so that the accumulators of a tile stay in registers, its products added by fused multiply-adds
+ * (AN_MAD) where the instruction set has them; the tile's rows are converted to
  * float32 once and stay in cache for the norm, the projection, h and (backward) dX. Every sum in float32,
  * each output rounded once. Included per instruction set after norm_rows.h.
  */
@@ -34,10 +39,10 @@
             const float *restrict ph = phi + k * MP;                                                            \
             const float x0 = v0[k], x1 = v1[k], x2 = v2[k], x3 = v3[k];                                         \
             for (int j = 0; j < MP; j++) {                                                                      \
-                a0[j] += x0 * ph[j];                                                                            \
-                a1[j] += x1 * ph[j];                                                                            \
-                a2[j] += x2 * ph[j];                                                                            \
-                a3[j] += x3 * ph[j];                                                                            \
+                a0[j] = AN_MAD(x0, ph[j], a0[j]);                                                               \
+                a1[j] = AN_MAD(x1, ph[j], a1[j]);                                                               \
+                a2[j] = AN_MAD(x2, ph[j], a2[j]);                                                               \
+                a3[j] = AN_MAD(x3, ph[j], a3[j]);                                                               \
             }                                                                                                   \
         }                                                                                                       \
         memcpy(out, a0, sizeof a0);                                                                             \
@@ -57,7 +62,8 @@
         for (int64_t k = 0; k < K; k++) {                                                                       \
             float *restrict d = dphi + k * MP;                                                                  \
             const float x0 = v0[k], x1 = v1[k], x2 = v2[k], x3 = v3[k];                                         \
-            for (int j = 0; j < MP; j++) d[j] += x0 * z0[j] + x1 * z1[j] + x2 * z2[j] + x3 * z3[j];             \
+            for (int j = 0; j < MP; j++)                                                                        \
+                d[j] = AN_MAD(x3, z3[j], AN_MAD(x2, z2[j], AN_MAD(x1, z1[j], AN_MAD(x0, z0[j], d[j]))));        \
         }                                                                                                       \
     }
 
@@ -131,23 +137,26 @@ static void AN_FN(mhc_dx_gemm)(float *const *dx, const float *restrict dz, int m
     int64_t k0 = 0;
     for (; k0 + AN_MHC_KB <= K; k0 += AN_MHC_KB) {
         float d[AN_MHC_TB][AN_MHC_KB];
-        for (int t = 0; t < AN_MHC_TB; t++) memcpy(d[t], dx[t] + k0, sizeof d[t]);
+        /* copied by loops: gcc called memcpy for these 128 bytes, twice per block and token */
+        for (int t = 0; t < AN_MHC_TB; t++)
+            for (int kk = 0; kk < AN_MHC_KB; kk++) d[t][kk] = dx[t][k0 + kk];
         for (int j = 0; j < m; j++) {
             const float *restrict ph = phiT + (int64_t)j * K + k0;
             const float z0 = dz[j], z1 = dz[mp + j], z2 = dz[2 * mp + j], z3 = dz[3 * mp + j];
             for (int kk = 0; kk < AN_MHC_KB; kk++) {
-                d[0][kk] += z0 * ph[kk];
-                d[1][kk] += z1 * ph[kk];
-                d[2][kk] += z2 * ph[kk];
-                d[3][kk] += z3 * ph[kk];
+                d[0][kk] = AN_MAD(z0, ph[kk], d[0][kk]);
+                d[1][kk] = AN_MAD(z1, ph[kk], d[1][kk]);
+                d[2][kk] = AN_MAD(z2, ph[kk], d[2][kk]);
+                d[3][kk] = AN_MAD(z3, ph[kk], d[3][kk]);
             }
         }
-        for (int t = 0; t < AN_MHC_TB; t++) memcpy(dx[t] + k0, d[t], sizeof d[t]);
+        for (int t = 0; t < AN_MHC_TB; t++)
+            for (int kk = 0; kk < AN_MHC_KB; kk++) dx[t][k0 + kk] = d[t][kk];
     }
     for (; k0 < K; k0++)
         for (int t = 0; t < AN_MHC_TB; t++) {
             float s = dx[t][k0];
-            for (int j = 0; j < m; j++) s += dz[t * mp + j] * phiT[(int64_t)j * K + k0];
+            for (int j = 0; j < m; j++) s = AN_MAD(dz[t * mp + j], phiT[(int64_t)j * K + k0], s);
             dx[t][k0] = s;
         }
 }
@@ -234,14 +243,19 @@ static const float *AN_FN(mhc_res_logits)(const an_mhc_args *a, const float *lg,
     return tmp;
 }
 
-/* the coefficient maps of one token: logits (m) -> H_pre, H_post, H_res; st: Sinkhorn's rounds (backward) */
+/* H_pre = sigmoid + pre_eps (the convention's; 0 for the paper), H_post = 2 sigmoid of their logits */
+static void AN_FN(mhc_gates)(int n, const float *lg, float pre_eps, float *hp, float *hpo) {
+    for (int i = 0; i < n; i++) {
+        hp[i] = AN_FN(mhc_sigmoid)(lg[i]) + pre_eps;
+        hpo[i] = 2.0f * AN_FN(mhc_sigmoid)(lg[n + i]);
+    }
+}
+
+/* the coefficient maps of one token: logits (m) -> H_pre, H_post, H_res; st (when not NULL): Sinkhorn's rounds */
 static void AN_FN(mhc_maps)(const an_mhc_args *a, const float *lg, float *hp, float *hpo, float *hr, float *st,
                             float *w) {
     const int n = a->n, r = a->r;
-    for (int i = 0; i < n; i++) {
-        hp[i] = AN_FN(mhc_sigmoid)(lg[i]) + a->pre_eps;
-        hpo[i] = 2.0f * AN_FN(mhc_sigmoid)(lg[n + i]);
-    }
+    AN_FN(mhc_gates)(n, lg, a->pre_eps, hp, hpo);
     if (a->perm == NULL) {
         float lt[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
         AN_FN(mhc_sinkhorn)(AN_FN(mhc_res_logits)(a, lg, lt), n, a->iters, a->res_eps, hr, st);
@@ -262,8 +276,10 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
     const int64_t C = a->C, K = a->K;
     const size_t es = an_elem_size(a->dt);
     const int nn = n * n;
-    /* the tile's projections and their gradients, and Sinkhorn's rounds kept for its backward: in the task's
-     * scratch (sc->mhc, AN_MHC_SCRATCH_FLOATS), as they would take 25 KiB of the stack */
+    const int64_t S = AN_MHC_STATE(n, a->iters);
+    /* the tile's projections and their gradients, and Sinkhorn's rounds recomputed for a backward that was not
+     * handed the forward's: in the task's scratch (sc->mhc, AN_MHC_SCRATCH_FLOATS), as they would take 25 KiB of
+     * the stack */
     float *restrict z = sc->mhc, *restrict dz = z + AN_MHC_TB * AN_MHC_MAX_M;
     float lg[AN_MHC_MAX_M], w[AN_MHC_MAX_M], hp[AN_STREAM_MAX_N], hpo[AN_STREAM_MAX_N],
         hr[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
@@ -290,7 +306,8 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
                     p[j] = z[b * mp + j] * rs;
                     lg[j] = a->a[j < n ? 0 : j < 2 * n ? 1 : 2] * p[j] + a->bias[j];
                 }
-                AN_FN(mhc_maps)(a, lg, a->h_pre + t * n, a->h_post + t * n, a->h_res + t * nn, NULL, w);
+                AN_FN(mhc_maps)(a, lg, a->h_pre + t * n, a->h_post + t * n, a->h_res + t * nn,
+                                a->st ? a->st + t * S : NULL, w);
                 const float *hpt = a->h_pre + t * n;
                 for (int i = 0; i < n; i++) AN_FN(axpy)(tmp, v[b] + (int64_t)i * C, hpt[i], C, i == 0);
                 AN_FN(put_row)((char *)a->h + t * C * es, tmp, C, a->dt, a->nt, sc->r[9]);
@@ -306,7 +323,13 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
             const float rs = a->rstd_in[t];
             const float *p = a->p_in + t * m;
             for (int j = 0; j < m; j++) lg[j] = a->a[j < n ? 0 : j < 2 * n ? 1 : 2] * p[j] + a->bias[j];
-            AN_FN(mhc_maps)(a, lg, hp, hpo, hr, st, w);
+            const float *rounds = st; /* this token's Sinkhorn rounds: the forward's, or recomputed here */
+            if (a->st_in) {
+                rounds = a->st_in + t * S;
+                AN_FN(mhc_gates)(n, lg, a->pre_eps, hp, hpo);
+            } else {
+                AN_FN(mhc_maps)(a, lg, hp, hpo, hr, st, w);
+            }
             float *d = a->dlogits + t * m;
             /* dh, as float32, at the start of this token's dX row (read before that row is written) */
             const float *dh = a->dh ? AN_FN(f32_row)((const char *)a->dh + t * C * es, a->dt, tmp, C) : NULL;
@@ -321,8 +344,10 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
             if (a->dh_res == NULL) {
                 for (int k = 0; k < r; k++) d[2 * n + k] = 0.0f;
             } else if (a->perm == NULL) {
+                /* the rounds (kept or recomputed) are those of the logits as Sinkhorn took them: transposed
+                 * where the convention says so, so dL is too */
                 float dL[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
-                AN_FN(mhc_sinkhorn_backward)(a->dh_res + t * nn, n, a->iters, a->res_eps, st, dL);
+                AN_FN(mhc_sinkhorn_backward)(a->dh_res + t * nn, n, a->iters, a->res_eps, rounds, dL);
                 for (int i = 0; i < n; i++) /* back to the logits' own layout */
                     for (int j = 0; j < n; j++) d[2 * n + i * n + j] = a->res_t ? dL[j * n + i] : dL[i * n + j];
             } else {

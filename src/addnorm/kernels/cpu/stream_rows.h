@@ -137,13 +137,13 @@ static inline __attribute__((always_inline)) void AN_FN(stream_fwd_fixed)(const 
     }
 }
 
-/* One pass of the write's bf16 backward for a constant n: out = sum_i c[i] g_i, stored as bfloat16, and
- * dots[i] = <g_i, v> for each i with dot's lanes and order, v the bfloat16 row vb read where it lies. dy with its
- * dH_post (v = y), and each dX_j with its dH_res[., j] (v = X_j): n + 1 passes per token where the general loop
- * makes 2n(n + 1). The sum's terms may be regrouped (see stream_write_row). */
+/* One pass of the write's backward for a constant n, float32 or bfloat16: out = sum_i c[i] g_i, stored in the
+ * storage dtype, and dots[i] = <g_i, v> for each i with dot's lanes and order, v the row vrow read where it lies. dy
+ * with its dH_post (v = y), and each dX_j with its dH_res[., j] (v = X_j): n + 1 passes per token where the general
+ * loop makes 2n(n + 1). The sum's terms may be regrouped (see stream_write_row). */
 static inline __attribute__((always_inline)) void AN_FN(stream_mix_dots)(
-    uint16_t *restrict dst, float *const *gs, const float *c, int64_t cstride, const uint16_t *restrict vb,
-    float *dots, int64_t C, const int n, const int nf, int nt, uint16_t *restrict tmp) {
+    void *restrict dst, float *const *gs, const float *c, int64_t cstride, const void *restrict vrow,
+    float *dots, int64_t C, const int n, const int bf16, const int nf, int nt, void *restrict tmp) {
     const float *restrict g[AN_STREAM_MAX_N];
     float cc[AN_STREAM_MAX_N];
     float acc[AN_STREAM_MAX_N][AN_LANES];
@@ -152,47 +152,54 @@ static inline __attribute__((always_inline)) void AN_FN(stream_mix_dots)(
         cc[i] = c[i * cstride];
         for (int l = 0; l < AN_LANES; l++) acc[i][l] = 0.0f;
     }
-    uint16_t *restrict d = nt ? tmp : dst;
+    const uint16_t *restrict vb = (const uint16_t *)vrow;
+    const float *restrict vf = (const float *)vrow;
+    uint16_t *restrict d16 = (uint16_t *)(nt ? tmp : dst);
+    float *restrict d32 = (float *)(nt ? tmp : dst);
     int64_t k = 0;
     for (; k + AN_LANES <= C; k += AN_LANES)
         for (int l = 0; l < AN_LANES; l++) {
-            const float v = an_bf16_to_f32(vb[k + l]);
+            const float v = bf16 ? an_bf16_to_f32(vb[k + l]) : vf[k + l];
             float o = cc[0] * g[0][k + l];
             acc[0][l] += g[0][k + l] * v;
             for (int i = 1; i < n; i++) {
                 o += cc[i] * g[i][k + l];
                 acc[i][l] += g[i][k + l] * v;
             }
-            d[k + l] = AN_TO_BF16(nf, o);
+            if (bf16) d16[k + l] = AN_TO_BF16(nf, o);
+            else d32[k + l] = o;
         }
     for (; k < C; k++) {
-        const float v = an_bf16_to_f32(vb[k]);
+        const float v = bf16 ? an_bf16_to_f32(vb[k]) : vf[k];
         float o = cc[0] * g[0][k];
         acc[0][0] += g[0][k] * v;
         for (int i = 1; i < n; i++) {
             o += cc[i] * g[i][k];
             acc[i][0] += g[i][k] * v;
         }
-        d[k] = AN_TO_BF16(nf, o);
+        if (bf16) d16[k] = AN_TO_BF16(nf, o);
+        else d32[k] = o;
     }
     for (int i = 0; i < n; i++) dots[i] = AN_FN(hsum)(acc[i]);
-    if (nt) AN_FN(stream_bytes)(dst, tmp, (size_t)C * 2);
+    if (nt) AN_FN(stream_bytes)(dst, tmp, (size_t)C * (bf16 ? 2 : 4));
 }
 
-/* the write's bf16 backward for a constant n (2 or 4): g_i as the general loop forms them, then stream_mix_dots
- * for dy and for each dX_j */
+/* the write's backward for a constant n (2 or 4), float32 or bfloat16: g_i as the general loop forms them (float32
+ * rows of dX' read where they lie when there is no dq), then stream_mix_dots for dy and for each dX_j */
 static inline __attribute__((always_inline)) void AN_FN(stream_write_bwd_fixed)(const an_stream_args *a, int64_t r0,
                                                                                  int64_t r1, const an_rows *sc,
-                                                                                 const int n, const int nf) {
+                                                                                 const int n, const int bf16,
+                                                                                 const int nf) {
     const int64_t C = a->C;
-    uint16_t *tmp = (uint16_t *)sc->r[AN_STREAM_MAX_N + 2];
+    const size_t es = bf16 ? 2 : 4;
+    void *tmp = sc->r[AN_STREAM_MAX_N + 2];
     float *gs[AN_STREAM_MAX_N];
     float dots[AN_STREAM_MAX_N];
     for (int64_t t = r0; t < r1; t++) {
-        /* a later token's rows: dX', X', the stream read and y (see prefetch_span). Caches flushed, 8192 tokens x
-         * 4 x 1024, fwd+bwd: 22.7 -> 20.7 ms (AVX2 30.0 -> 29.0). The general loop's backward (float32, and the
+        /* bf16: a later token's rows: dX', X', the stream read and y (see prefetch_span). Caches flushed, 8192 tokens
+         * x 4 x 1024, fwd+bwd: 22.7 -> 20.7 ms (AVX2 30.0 -> 29.0). The general loop's backward (float32, and the
          * read's) was left without: float32 lost 6-13 % with it, the bf16 read gained nothing. */
-        if (t + AN_PF_AHEAD < r1) {
+        if (bf16 && t + AN_PF_AHEAD < r1) {
             const int64_t f = t + AN_PF_AHEAD;
             const size_t nb = (size_t)n * (size_t)C * 2;
             AN_FN(prefetch_span)((const uint16_t *)a->x + f * (int64_t)n * C, nb);
@@ -201,48 +208,59 @@ static inline __attribute__((always_inline)) void AN_FN(stream_write_bwd_fixed)(
             AN_FN(prefetch_span)((const uint16_t *)a->xin + f * (int64_t)n * C, nb);
             AN_FN(prefetch_span)((const uint16_t *)a->y + f * C, (size_t)C * 2);
         }
-        const uint16_t *xrow = (const uint16_t *)a->x + t * (int64_t)n * C;
-        const uint16_t *xin = (const uint16_t *)a->xin + t * (int64_t)n * C;
-        const uint16_t *xout = a->xout ? (const uint16_t *)a->xout + t * (int64_t)n * C : NULL;
+        const char *xrow = (const char *)a->x + t * (int64_t)n * C * (int64_t)es;
+        const char *xout = a->xout ? (const char *)a->xout + t * (int64_t)n * C * (int64_t)es : NULL;
         const float dq = a->dq ? a->dq[t] : 0.0f;
-        const float *hpost = a->h_post + t * n, *hres = a->h_res + t * n * n;
-        for (int i = 0; i < n; i++) { /* g_i = dX'_i + 2 dq X'_i in scratch row i */
+        const float *hpost = a->h_post + t * n;
+        for (int i = 0; i < n; i++) { /* g_i = dX'_i + 2 dq X'_i */
+            const char *gi = xrow + (size_t)i * (size_t)C * es;
+            if (!bf16 && !(xout && dq != 0.0f)) {
+                gs[i] = (float *)gi; /* read where it lies, never written */
+                continue;
+            }
             gs[i] = sc->r[i];
-            AN_FN(load_row)(gs[i], xrow + (size_t)i * (size_t)C, C, AN_BF16);
+            AN_FN(load_row)(gs[i], gi, C, a->dt);
             if (xout && dq != 0.0f) {
-                const float *xo = AN_FN(f32_row)(xout + (size_t)i * (size_t)C, AN_BF16, sc->r[AN_STREAM_MAX_N + 3], C);
+                const float *xo = AN_FN(f32_row)(xout + (size_t)i * (size_t)C * es, a->dt, sc->r[AN_STREAM_MAX_N + 3],
+                                                 C);
                 AN_FN(axpy)(gs[i], xo, 2.0f * dq, C, 0);
             }
         }
-        AN_FN(stream_mix_dots)((uint16_t *)a->dy + t * C, gs, hpost, 1, (const uint16_t *)a->y + t * C, dots, C, n,
-                               nf, a->nt, tmp);
+        AN_FN(stream_mix_dots)((char *)a->dy + t * C * (int64_t)es, gs, hpost, 1, (const char *)a->y + t * C * (int64_t)es,
+                               dots, C, n, bf16, nf, a->nt, tmp);
         for (int i = 0; i < n; i++) a->d_post[t * n + i] = dots[i];
-        uint16_t *dx = (uint16_t *)a->out + t * (int64_t)n * C;
+        char *dx = (char *)a->out + t * (int64_t)n * C * (int64_t)es;
+        const float *hres = a->h_res + t * n * n;
+        const char *xin = (const char *)a->xin + t * (int64_t)n * C * (int64_t)es;
         for (int j = 0; j < n; j++) {
-            AN_FN(stream_mix_dots)(dx + (size_t)j * (size_t)C, gs, hres + j, n, xin + (size_t)j * (size_t)C, dots,
-                                   C, n, nf, a->nt, tmp);
+            AN_FN(stream_mix_dots)(dx + (size_t)j * (size_t)C * es, gs, hres + j, n, xin + (size_t)j * (size_t)C * es,
+                                   dots, C, n, bf16, nf, a->nt, tmp);
             for (int i = 0; i < n; i++) a->d_res[t * n * n + i * n + j] = dots[i];
         }
     }
 }
 
-/* bfloat16 only: in float32 (memory-bound, rows read in place) the fused passes measured 6-8 % slower at
- * 8192 tokens x 4 x 1024 on two threads (28.0 against 26.1 ms fwd+bwd), where bf16 gained 8 % (19.5 against
- * 21.2 ms) */
+/* float32 and bfloat16. bf16 gained 8 % at 8192 tokens x 4 x 1024 on two threads (19.5 against 21.2 ms fwd+bwd).
+ * float32 was left to the general loop then, these passes having measured 6-8 % slower there (28.0 against 26.1
+ * ms, memory-bound); but at a block's 512 tokens x 4 x 768 the general loop's 2n(n + 1) walks and row copies cost
+ * 1.9 ms of one core's time where these take 1.1, and at 8192 x 4 x 1024 a shared 2-core machine showed no loss
+ * (single thread 37-40 against 40-48 ms) -- the general loop keeps n other than 2 and 4 and float16 */
 static int AN_FN(stream_write_bwd_fast)(const an_stream_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
-    if (a->op != AN_STREAM_WRITE_BWD || (a->n != 2 && a->n != 4) || a->dt != AN_BF16)
+    if (a->op != AN_STREAM_WRITE_BWD || (a->n != 2 && a->n != 4) || (a->dt != AN_BF16 && a->dt != AN_F32))
         return 0;
     const int64_t T = r1 - r0, n = a->n;
     /* the outputs are rounded without the NaN test only when no float32 operand holds a NaN that needs it */
-    const int nf = an_nan_safe(a->h_post + r0 * n, T * n) && an_nan_safe(a->h_res + r0 * n * n, T * n * n) &&
+    const int nf = an_nan_safe(a->h_post + r0 * n, T * n) &&
+                   an_nan_safe(a->h_res + r0 * n * n, T * n * n) &&
                    an_nan_safe(a->dq ? a->dq + r0 : NULL, T);
-    if (a->n == 2) {
-        if (nf) AN_FN(stream_write_bwd_fixed)(a, r0, r1, sc, 2, 1);
-        else AN_FN(stream_write_bwd_fixed)(a, r0, r1, sc, 2, 0);
-    } else {
-        if (nf) AN_FN(stream_write_bwd_fixed)(a, r0, r1, sc, 4, 1);
-        else AN_FN(stream_write_bwd_fixed)(a, r0, r1, sc, 4, 0);
-    }
+#define AN_STREAM_CASE(N, B)                                                                                       \
+    if (nf) AN_FN(stream_write_bwd_fixed)(a, r0, r1, sc, N, B, 1);                                               \
+    else AN_FN(stream_write_bwd_fixed)(a, r0, r1, sc, N, B, 0);
+    if (a->n == 2 && a->dt == AN_F32) { AN_STREAM_CASE(2, 0) }
+    else if (a->n == 2) { AN_STREAM_CASE(2, 1) }
+    else if (a->dt == AN_F32) { AN_STREAM_CASE(4, 0) }
+    else { AN_STREAM_CASE(4, 1) }
+#undef AN_STREAM_CASE
     return 1;
 }
 
@@ -328,6 +346,7 @@ static void AN_FN(stream_rows)(const an_stream_args *a, int64_t r0, int64_t r1, 
             AN_FN(put_row)((char *)a->dy + t * C * es, out, C, a->dt, a->nt, tmp);
             /* dX_j = sum_i H_res[i, j] g_i; dH_res[i, j] = <g_i, X_j> */
             char *dx = (char *)a->out + t * (int64_t)n * C * es;
+            /* dX_j = sum_i H_res[i, j] g_i; dH_res[i, j] = <g_i, X_j> */
             for (int j = 0; j < n; j++) {
                 const float *xj = AN_FN(f32_row)(xin + (size_t)j * (size_t)C * es, a->dt, g, C);
                 for (int i = 0; i < n; i++) a->d_res[t * n * n + i * n + j] = AN_FN(dot)(gs[i], xj, C);

@@ -1,8 +1,8 @@
 """Host side of mHC's pre-step Triton kernels (``jit.mhc``), with the CPU host's signatures
 (``kernels.cpu.mhc``):
 
-    mhc_pre(x, phi, scal, bias, perm_idx, eps, iters)          -> (h, h_pre, h_post, h_res, p, rstd)
-    mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd, iters)
+    mhc_pre(x, phi, scal, bias, perm_idx, eps, iters)          -> (h, h_pre, h_post, h_res, p, rstd, state)
+    mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd, state, iters)
                                                                -> (dx, dlogits, dphi)
 
 x (..., n, C) in a kernel dtype (read contiguous); phi float32 (nC, m); scal float32 (3,) = (a_pre, a_post, a_res);
@@ -10,6 +10,8 @@ bias float32 (m,) = (b_pre, b_post, b_res flattened); perm_idx None (mHC: Sinkho
 (n!, n) with P_k[i, perm_idx[k, i]] = 1 (mHC-lite); m = 2n + r. h in x's dtype, dx too; everything else float32.
 dlogits is the gradient of the pre-activations scal * p + bias; dphi the projection's, summed over the tokens
 in (a fixed number of) splits, each a partial of the kernel's, the splits summed here in float64.
+The backward kernel recomputes Sinkhorn-Knopp's rounds on chip (DeepSeek's choice on GPUs): ``state`` comes back
+(..., 0) and is not read.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ def mhc_pre(x, phi, scal, bias, perm_idx, eps: float, iters: int):
             _k().mhc_pre_fwd[(-(-N // _BT),)](
                 x, _f32(phi), _f32(scal).reshape(3), _f32(bias).reshape(m), _perm(perm_idx, x), h, h_pre, h_post,
                 h_res, p, rstd, N, C, m, float(eps), int(iters), BK=_block(n * C, _BK), **meta)
-    return h, h_pre, h_post, h_res, p, rstd
+    return h, h_pre, h_post, h_res, p, rstd, torch.empty(lead + (0,), **f)
 
 
 def _splits(N: int, kblocks: int, x: torch.Tensor) -> int:
@@ -102,7 +104,7 @@ def _splits(N: int, kblocks: int, x: torch.Tensor) -> int:
     return max(1, min(tiles, _INTERPRETER_SPLITS))
 
 
-def mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd, iters: int):
+def mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd, state, iters: int):
     (dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd) = resolved(
         dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd)
     x = x.contiguous()

@@ -1,6 +1,6 @@
-"""Autograd of mHC's pre step: backward on the kernels (one pass over the stream), double backward and
-forward-mode AD from ``formulas``. ``MhcPre`` redispatches to the operator (what tracing sees); its
-``Direct``/``Triton`` variants call one implementation without the dispatcher."""
+"""Autograd of mHC's pre step: backward on the kernels (one pass over the stream, reading the rounds the forward
+kept), double backward and forward-mode AD from ``formulas``. ``MhcPre`` redispatches to the operator (what
+tracing sees); its ``Direct``/``Triton`` variants call one implementation without the dispatcher."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ N_ARGS = 6  # perms, eps, iters, pre_eps, res_eps, res_transposed: no gradient
 
 class MhcPre(torch.autograd.Function):
     """(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps, res_eps, res_transposed)
-    -> (h, H_pre, H_post, H_res, p, rstd); p and rstd are not differentiable (they are what backward reads). The
-    last three arguments are a model's convention (``convention.MhcConvention``)."""
+    -> (h, H_pre, H_post, H_res, p, rstd, state); p, rstd and state are not differentiable: they are what backward
+    reads (state: Sinkhorn-Knopp's rounds, where the forward kept them, so that the backward does not run them
+    again). The last three arguments are a model's convention (``convention.MhcConvention``); the rounds kept are
+    that convention's, and the backward is handed the same one."""
 
     @staticmethod
     def forward(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps, res_eps,
@@ -32,32 +34,32 @@ class MhcPre(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         *ts, perms, eps, iters, pre_eps, res_eps, res_transposed = inputs
-        ctx.save_for_backward(*ts, output[4], output[5])
+        ctx.save_for_backward(*ts, output[4], output[5], output[6])
         ctx.perms, ctx.eps, ctx.iters = perms, eps, iters
         ctx.convention = (pre_eps, res_eps, res_transposed)
-        ctx.mark_non_differentiable(output[4], output[5])
+        ctx.mark_non_differentiable(output[4], output[5], output[6])
         ctx.set_materialize_grads(False)
         ctx.direct = None
         if _fwad._current_level >= 0:  # jvp cannot read saved tensors
             ctx.primals = tuple(primal(t) for t in ts)
 
     @staticmethod
-    def backward(ctx, dh, dh_pre, dh_post, dh_res, _dp, _drstd):
+    def backward(ctx, dh, dh_pre, dh_post, dh_res, _dp, _drstd, _dstate):
         if dh is None and dh_pre is None and dh_post is None and dh_res is None:
             return (None,) * (N_IN + N_ARGS)
-        *ts, p, rstd = ctx.saved_tensors
+        *ts, p, rstd, state = ctx.saved_tensors
         if differentiable_backward(dh, dh_pre, dh_post, dh_res):  # double backward, or tangents to carry: the formulas (torch ops)
             gs = mf.pre_backward(dh, dh_pre, dh_post, dh_res, *ts, ctx.perms, ctx.eps, ctx.iters, *ctx.convention)
         else:
             bwd = ctx.direct if ctx.direct is not None and (dh is None or type(dh) is torch.Tensor) else _pre_backward
-            gs = bwd(dh, dh_pre, dh_post, dh_res, *ts, ctx.perms, p, rstd, ctx.eps, ctx.iters, *ctx.convention)
+            gs = bwd(dh, dh_pre, dh_post, dh_res, *ts, ctx.perms, p, rstd, state, ctx.eps, ctx.iters, *ctx.convention)
         return (*(g if ctx.needs_input_grad[i] else None for i, g in enumerate(gs)), *(None,) * N_ARGS)
 
     @staticmethod
     def jvp(ctx, *tangents):
         prim = ctx.primals
         touts = mf.pre_jvp(prim, tangents[:N_IN], ctx.perms, ctx.eps, ctx.iters, *ctx.convention)
-        return (*touts, None, None)  # p and rstd are not differentiable
+        return (*touts, None, None, None)  # p, rstd and state are not differentiable
 
 
 DirectMhcPre = direct_subclass("DirectMhcPre", MhcPre, CPU[0], CPU[1])

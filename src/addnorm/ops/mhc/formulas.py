@@ -21,6 +21,9 @@ A model's own conventions (``convention.MhcConvention``; every function takes it
 by default): ``pre_eps`` added to H_pre; ``res_eps`` in Sinkhorn-Knopp (the first normalisation's result + eps,
 every later sum + eps); ``res_transposed``: the H_res logits are mat(.)^T (DeepSeek-V4's rows-first Sinkhorn
 mixed with its transpose).
+
+The operator (``pre_op``) adds ``state``: what its backward keeps from the forward (Sinkhorn-Knopp's rounds on the
+CPU, ``state_size`` floats a token; none elsewhere), the convention's rounds. Not differentiable.
 """
 
 from __future__ import annotations
@@ -44,6 +47,16 @@ def _column_max(logits: torch.Tensor, iters: int):
     """The shift taken before exp: each column's max (a constant: the first round divides it out), or 0 when no
     round follows."""
     return logits.amax(dim=-2, keepdim=True).detach() if iters else 0.0
+
+
+def state_size(x: torch.Tensor, perms, iters: int) -> int:
+    """Floats per token of the rounds the operator's forward keeps for its backward: M0, then per round the
+    column-normalized A (n^2), its row sums r and the column sums c (n each), as the CPU kernels lay them out. Kept
+    for mHC on the CPU, where memory is plentiful and the rounds are scalar divisions: (1 + iters) n^2 + 2 iters n
+    (496 at n = 4, 20 rounds, a sixth of a float32 stream token's 4 x 768). None for mHC-lite (its softmax is one exp
+    per permutation) nor on other devices, whose kernels recompute them on chip as DeepSeek's do."""
+    n = x.shape[-2]
+    return (1 + iters) * n * n + 2 * iters * n if perms is None and x.device.type == "cpu" else 0
 
 
 def sinkhorn_knopp(logits: torch.Tensor, iters: int, res_eps: float = 0.0) -> torch.Tensor:
@@ -144,6 +157,18 @@ def _pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, 
     return h, h_pre, h_post, h_res, p, rstd
 
 
+def pre_op(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps=0.0, res_eps=0.0,
+           res_transposed=False):
+    """The operator's outputs: ``pre``'s, then ``state`` (``state_size`` floats a token, the convention's rounds)."""
+    with _autocast_off(x):
+        out = _pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps, res_eps,
+                   res_transposed)
+        p, ct = out[4], out[4].dtype
+        if not state_size(x, perms, iters):
+            return (*out, p.new_empty(p.shape[:-1] + (0,)))
+        return (*out, coefficient_state(p, x.size(-2), a_res.to(ct), b_res.to(ct), iters, res_eps, res_transposed))
+
+
 def _split_last(t, a, b):
     """The last dim of t as (a, b): a reshape rather than ``unflatten``, which the vmap of
     ``autograd.grad(..., is_grads_batched=True)`` cannot batch."""
@@ -154,15 +179,16 @@ def pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pr
                  pre_eps=0.0, res_eps=0.0, res_transposed=False):
     """Gradients of (x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res) from those of (h, H_pre, H_post, H_res)
     (None: zero), written out in torch ops as the kernels compute them -- differentiable again (double backward),
-    and carrying forward-mode tangents (a Hessian-vector product taken forward-over-reverse)."""
+    and carrying forward-mode tangents (a Hessian-vector product taken forward-over-reverse). The rounds are
+    recomputed from x here: the ones the forward kept are not differentiable."""
     with _autocast_off(x):
         return _pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms,
                              eps, iters, pre_eps, res_eps, res_transposed)
 
 
-def _sinkhorn_backward(L, iters, dout, res_eps=0.0):
-    """dL of sinkhorn_knopp(L, iters, res_eps) from dOut, through every round (the column max shift a constant;
-    the eps added after the first round a constant too)."""
+def sinkhorn_rounds(L, iters, res_eps=0.0):
+    """(M0, [(A, r, c, M) per round]) of sinkhorn_knopp(L, iters, res_eps): A = M / c (columns), M = (A [+ eps]) / r
+    (rows); c and r the denominators, res_eps in them (the first c none, the first A's eps not in A)."""
     m0 = torch.exp(L - _column_max(L, iters))
     m, rounds = m0, []
     for t in range(iters):
@@ -172,6 +198,24 @@ def _sinkhorn_backward(L, iters, dout, res_eps=0.0):
         r = a_in.sum(-1, keepdim=True) + res_eps
         m = a_in / r
         rounds.append((a, r, c, m))
+    return m0, rounds
+
+
+def coefficient_state(p, n, a_res, b_res, iters, res_eps=0.0, res_transposed=False):
+    """The rounds ``state_size`` counts, laid out as the CPU kernels keep them, from p (..., m): those of the
+    convention's Sinkhorn-Knopp (res_eps in it, on the logits transposed where res_transposed says)."""
+    L = _res_matrix(a_res * p[..., 2 * n:] + b_res.reshape(-1), n, res_transposed)
+    m0, rounds = sinkhorn_rounds(L, iters, res_eps)
+    parts = [m0.flatten(-2)]
+    for a, r, c, _ in rounds:
+        parts += [a.flatten(-2), r.flatten(-2), c.flatten(-2)]
+    return torch.cat(parts, -1)
+
+
+def _sinkhorn_backward(L, iters, dout, res_eps=0.0):
+    """dL of sinkhorn_knopp(L, iters, res_eps) from dOut, through every round (the column max shift a constant;
+    the eps added after the first round a constant too)."""
+    m0, rounds = sinkhorn_rounds(L, iters, res_eps)
     g = dout
     for a, r, c, out in reversed(rounds):
         g = (g - (g * out).sum(-1, keepdim=True)) / r  # out = (a [+ eps]) / r (rows)

@@ -2,16 +2,18 @@
 
     addnorm::mhc_pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms?, eps, iters,
                      pre_eps=0, res_eps=0, res_transposed=False)
-        -> (h, h_pre, h_post, h_res, p, rstd)
+        -> (h, h_pre, h_post, h_res, p, rstd, state)
     addnorm::mhc_pre_backward(dh?, dh_pre?, dh_post?, dh_res?, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res,
-                              perms?, p, rstd, eps, iters, pre_eps=0, res_eps=0, res_transposed=False)
+                              perms?, p, rstd, state, eps, iters, pre_eps=0, res_eps=0, res_transposed=False)
         -> (dx, dphi, da_pre, da_post, da_res, db_pre, db_post, db_res)
 
-See ``formulas`` for the math; the last three arguments are a model's convention (``convention.MhcConvention``),
-the paper's by default. CPU: the C kernels (``kernels.cpu.mhc``) where they take the call (a kernel dtype,
-n <= 8, m <= 128, iters <= 64, perms that are permutation matrices), else the formulas; CUDA: the Triton kernels
-where Triton is installed and the convention is the paper's (they take no other yet), else the formulas; other
-devices: the formulas. Autograd: ``autograd``.
+See ``formulas`` for the math (``pre_op``; ``state``, what the backward keeps from the forward: Sinkhorn-Knopp's
+rounds where the CPU kernels take mHC, so that their backward does not run them again); the last three arguments
+are a model's convention (``convention.MhcConvention``), the paper's by default, and the rounds kept are the
+convention's. CPU: the C kernels (``kernels.cpu.mhc``) where they take the call (a kernel dtype, n <= 8, m <= 128,
+iters <= 64, perms that are permutation matrices), else the formulas; CUDA: the Triton kernels where Triton is
+installed and the convention is the paper's (they take no other yet), else the formulas; other devices: the
+formulas. Autograd: ``autograd``.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from . import formulas as mf
 
 LIB.define("mhc_pre(Tensor x, Tensor phi, Tensor a_pre, Tensor a_post, Tensor a_res, Tensor b_pre, Tensor b_post, "
            "Tensor b_res, Tensor? perms, float eps, int iters, float pre_eps=0., float res_eps=0., "
-           "bool res_transposed=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+           "bool res_transposed=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
 LIB.define("mhc_pre_backward(Tensor? dh, Tensor? dh_pre, Tensor? dh_post, Tensor? dh_res, Tensor x, Tensor phi, "
            "Tensor a_pre, Tensor a_post, Tensor a_res, Tensor b_pre, Tensor b_post, Tensor b_res, Tensor? perms, "
-           "Tensor p, Tensor rstd, float eps, int iters, float pre_eps=0., float res_eps=0., "
+           "Tensor p, Tensor rstd, Tensor state, float eps, int iters, float pre_eps=0., float res_eps=0., "
            "bool res_transposed=False) "
            "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
 
@@ -38,12 +40,12 @@ COEFFS = ("a_pre", "a_post", "a_res", "b_pre", "b_post", "b_res")
 
 def _pre_formulas(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps=0.0, res_eps=0.0,
                   res_transposed=False):
-    return tuple(t.contiguous() for t in mf.pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters,
-                                                pre_eps, res_eps, res_transposed))
+    return tuple(t.contiguous() for t in mf.pre_op(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps,
+                                                   iters, pre_eps, res_eps, res_transposed))
 
 
 def _pre_backward_formulas(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, p,
-                           rstd, eps, iters, pre_eps=0.0, res_eps=0.0, res_transposed=False):
+                           rstd, state, eps, iters, pre_eps=0.0, res_eps=0.0, res_transposed=False):
     gs = mf.pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps,
                          iters, pre_eps, res_eps, res_transposed)
     return tuple(g.contiguous() for g in gs)
@@ -101,18 +103,24 @@ def _impls(k):
         if idx is False:
             declined()
             return _pre_formulas(x, phi, *coeffs, perms, eps, iters, *conv)
-        return k.mhc_pre(x, phi, *_scal_bias(*coeffs), idx, eps, iters, *_convention_args(k, conv))
+        out = k.mhc_pre(x, phi, *_scal_bias(*coeffs), idx, eps, iters, *_convention_args(k, conv))
+        if out[6].shape[-1] != mf.state_size(x, perms, iters):  # kernels that keep no rounds (Triton, interpreted
+            # on CPU tensors, whose operator keeps them): the rounds from p, as the formulas would give them
+            state = mf.coefficient_state(out[4], x.shape[-2], a_res.float(), b_res.float(), iters, res_eps,
+                                         res_transposed)
+            out = (*out[:6], state)
+        return out
 
     def pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, p, rstd,
-                     eps, iters, pre_eps=0.0, res_eps=0.0, res_transposed=False):
+                     state, eps, iters, pre_eps=0.0, res_eps=0.0, res_transposed=False):
         coeffs = (a_pre, a_post, a_res, b_pre, b_post, b_res)
         conv = (pre_eps, res_eps, res_transposed)
         idx = _kernel_index(k, x, phi, coeffs, perms, iters, conv)
         if idx is False or (dh is not None and dh.dtype != x.dtype) or p.dtype != torch.float32:
-            return _pre_backward_formulas(dh, dh_pre, dh_post, dh_res, x, phi, *coeffs, perms, p, rstd, eps, iters,
-                                          *conv)
+            return _pre_backward_formulas(dh, dh_pre, dh_post, dh_res, x, phi, *coeffs, perms, p, rstd, state, eps,
+                                          iters, *conv)
         dx, dlogits, dphi = k.mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, *_scal_bias(*coeffs), idx, p, rstd,
-                                               iters, *_convention_args(k, conv))
+                                               state, iters, *_convention_args(k, conv))
         return (dx, dphi.to(phi.dtype), *mf.coefficient_grads(dlogits, p, x.shape[-2], coeffs))
 
     return pre, pre_backward
@@ -135,10 +143,11 @@ def _pre_fake(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, it
     lead, n, m = x.shape[:-2], x.shape[-2], phi.shape[-1]
     f = dict(dtype=ct)
     return (x.new_empty(lead + x.shape[-1:]), x.new_empty(lead + (n,), **f), x.new_empty(lead + (n,), **f),
-            x.new_empty(lead + (n, n), **f), x.new_empty(lead + (m,), **f), x.new_empty(lead, **f))
+            x.new_empty(lead + (n, n), **f), x.new_empty(lead + (m,), **f), x.new_empty(lead, **f),
+            x.new_empty(lead + (mf.state_size(x, perms, iters),), **f))
 
 
 @torch.library.register_fake("addnorm::mhc_pre_backward", lib=LIB)
 def _pre_backward_fake(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, p, rstd,
-                       eps, iters, pre_eps=0.0, res_eps=0.0, res_transposed=False):
+                       state, eps, iters, pre_eps=0.0, res_eps=0.0, res_transposed=False):
     return tuple(t.new_empty(t.shape) for t in (x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res))
