@@ -9,7 +9,7 @@ import html
 import json
 from pathlib import Path
 
-from ..harness.store import atomic_write_text
+from .docs_section import replace_section
 from .published import url
 
 START, END = "<!-- claims-table:start -->", "<!-- claims-table:end -->"
@@ -173,15 +173,4 @@ def html_table(data: dict) -> str:
 def update_docs(docs: Path, claims: Path, before: str | None = None) -> bool:
     """Replace the section between START and END of ``docs`` (else insert it before the line ``before``, else
     append it); True when the file changed."""
-    text = Path(docs).read_text(encoding="utf-8")
-    section = markdown(load(claims)).rstrip("\n")
-    if START in text and END in text:
-        new = text[:text.index(START)] + section + text[text.index(END) + len(END):]
-    elif before is not None and before in text:
-        i = text.index(before)
-        new = text[:i] + section + "\n\n" + text[i:]
-    else:
-        new = text.rstrip("\n") + "\n\n" + section + "\n"
-    if new != text:
-        atomic_write_text(Path(docs), new)
-    return new != text
+    return replace_section(Path(docs), START, END, markdown(load(claims)), before)
