@@ -1,7 +1,7 @@
 """Regenerate the tables made from committed results (benchmarks/results/): the README's one table of headline
 numbers, the full CPU Add & Norm tables in docs/performance-journal.md, the HuggingFace parity table in
-docs/exactness.md and the CPU engines' tables in docs/performance.md (one per machine under
-benchmarks/results/peers/), each between its markers.
+docs/exactness.md, the CPU engines' tables in docs/performance.md (one per machine under
+benchmarks/results/peers/) and HF's widened-stream decoders' table in docs/hf.md, each between its markers.
 
     python benchmarks/readme_table.py
 
@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from addnorm.bench import hf_hyper
 from addnorm.bench.peers import LABELS
 from addnorm.bench.report import bandwidth_table, markdown_table
 
@@ -26,6 +27,8 @@ EXACTNESS = ROOT / "docs" / "exactness.md"
 PARITY_MARKERS = ("<!-- parity:start -->", "<!-- parity:end -->")
 PERFORMANCE = ROOT / "docs" / "performance.md"
 PEERS_MARKERS = ("<!-- peers:start -->", "<!-- peers:end -->")
+HF = ROOT / "docs" / "hf.md"
+HF_HYPER_MARKERS = ("<!-- hf_hyper:start -->", "<!-- hf_hyper:end -->")
 PEERS_RESULTS = RESULTS / "peers"  # one folder per machine, each with the tuned allocator's add_norm_tuned.json
 HEADLINE_SHAPES = {(8192, 1024), (16384, 768), (2048, 4096), (64, 768)}  # the journal's shapes (4096×768: CSV only)
 NORM = {"layer": "LayerNorm", "rms": "RMSNorm"}
@@ -174,10 +177,33 @@ def peers_tables() -> str:
     return "\n".join(text).rstrip("\n")
 
 
+def hf_hyper_table() -> str:
+    """docs/hf.md's table of HF's widened-stream decoders, eager, patched and compiled, from
+    `python benchmarks/bench_hf_hyper.py`'s results, once they are committed."""
+    path = RESULTS / "hf_hyper.json"
+    if not path.exists():
+        return ("No run is committed yet: the numbers are filled in here from the results file of a run on a quiet "
+                "machine (`benchmarks/results/hf_hyper.json`, written by the command above) by "
+                "`python benchmarks/readme_table.py`.")
+    res = json.loads(path.read_text())
+    m, c = res["machine"], res["config"]
+    errors = [f"{r['family']} {name}: {text}" for r in res["results"] for name, text in r["errors"].items()]
+    return "\n".join([
+        f"Measured on {m['processor']}, {m['cores']} cores, {m['torch_threads']} torch threads, addnorm's kernels "
+        f"`{m['addnorm_isa']}`, torch {m['torch']}, transformers {m['transformers']}, {m['date'][:10]}: hidden "
+        f"{c['hidden']}, {c['layers']} layers, training {c['batch']} × {c['seq']} tokens, decoding {c['decode_batch']} "
+        f"× ({c['prompt']} + {c['new_tokens']}) tokens; the median of {c['repeats']} interleaved rounds "
+        f"(p10–p90), the shares the median of {c['share_repeats']} instrumented passes "
+        "(`benchmarks/results/hf_hyper.json`).",
+        "", *hf_hyper.table(res["results"]),
+        *(["", "Failed: " + "; ".join(errors) + "."] if errors else [])])
+
+
 def regions() -> list[tuple[Path, tuple[str, str], str]]:
     """(file, (start marker, end marker), the text that belongs between them)."""
     return [(README, README_MARKERS, headline_table()), (JOURNAL, JOURNAL_MARKERS, cpu_tables()),
-            (EXACTNESS, PARITY_MARKERS, parity_table()), (PERFORMANCE, PEERS_MARKERS, peers_tables())]
+            (EXACTNESS, PARITY_MARKERS, parity_table()), (PERFORMANCE, PEERS_MARKERS, peers_tables()),
+            (HF, HF_HYPER_MARKERS, hf_hyper_table())]
 
 
 def between(text: str, markers: tuple[str, str]) -> str:
