@@ -10,7 +10,12 @@
  *             dX = H_pre (x) dh + phi dz - (rstd^2 / K)(dp . p) v;   dphi += v^T dz  (per chunk)
  *   a model's convention (ops/mhc/convention.py, DeepSeek-V4's): H_pre + pre_eps; Sinkhorn's first round's
  *             column-normalised matrix + res_eps and every later sum + res_eps; res_t: the logits of H_res
- *             transposed before Sinkhorn (their gradient transposed back)
+ *             transposed before Sinkhorn (their gradient transposed back); H_post = post_scale sigmoid + post_eps;
+ *             groups: 2 makes no H_res (HY-V4's iHC, m = 2n), 1 H_pre alone (a final collapse, m = n)
+ *   write+read (WFWD) the write of the stream before the read, in the same walk over each token: X'_i =
+ *             H_post[i] y + sum_j H_res[i, j] X_j (the stream kernels' order), or X_i + H_post[i] y without a
+ *             mixing matrix (each stream its own: an inf stays in its stream), rounded to the storage dtype,
+ *             stored, and read from the tile's float32 rows as the forward reads X
  *
  * The projection is a small GEMM done here on tiles of AN_MHC_TB tokens, phi zero-padded to mp (a multiple
  * of 8) columns so that the accumulators of a tile stay in registers; the tile's rows are converted to
@@ -234,14 +239,15 @@ static const float *AN_FN(mhc_res_logits)(const an_mhc_args *a, const float *lg,
     return tmp;
 }
 
-/* the coefficient maps of one token: logits (m) -> H_pre, H_post, H_res; st: Sinkhorn's rounds (backward) */
+/* the coefficient maps of one token: logits (m) -> H_pre, H_post, H_res (those of its groups); st: Sinkhorn's
+ * rounds (backward) */
 static void AN_FN(mhc_maps)(const an_mhc_args *a, const float *lg, float *hp, float *hpo, float *hr, float *st,
                             float *w) {
     const int n = a->n, r = a->r;
-    for (int i = 0; i < n; i++) {
-        hp[i] = AN_FN(mhc_sigmoid)(lg[i]) + a->pre_eps;
-        hpo[i] = 2.0f * AN_FN(mhc_sigmoid)(lg[n + i]);
-    }
+    for (int i = 0; i < n; i++) hp[i] = AN_FN(mhc_sigmoid)(lg[i]) + a->pre_eps;
+    if (a->groups < 2) return;
+    for (int i = 0; i < n; i++) hpo[i] = a->post_scale * AN_FN(mhc_sigmoid)(lg[n + i]) + a->post_eps;
+    if (a->groups < 3) return;
     if (a->perm == NULL) {
         float lt[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
         AN_FN(mhc_sinkhorn)(AN_FN(mhc_res_logits)(a, lg, lt), n, a->iters, a->res_eps, hr, st);
@@ -257,6 +263,30 @@ static void AN_FN(mhc_maps)(const an_mhc_args *a, const float *lg, float *hp, fl
         for (int i = 0; i < n; i++) hr[i * n + a->perm[k * n + i]] += w[k];
 }
 
+/* WFWD: token t's X' = the write of its stream, into v (K floats: the values as stored, in float32) and a->x2.
+ * Scratch: rows 4 (y), 5 (X, converted) and 9 (put_row's). */
+static void AN_FN(mhc_write)(const an_mhc_args *a, int64_t t, float *v, const an_rows *sc) {
+    const int n = a->n;
+    const int64_t C = a->C, K = a->K;
+    const size_t es = an_elem_size(a->dt);
+    const float *y = AN_FN(f32_row)((const char *)a->wy + t * C * (int64_t)es, a->dt, sc->r[4], C);
+    const float *x = AN_FN(f32_row)((const char *)a->x + t * K * (int64_t)es, a->dt, sc->r[5], K);
+    const float *hpost = a->w_post + t * n, *hres = a->w_res ? a->w_res + t * n * n : NULL;
+    for (int i = 0; i < n; i++) {
+        float *o = v + (int64_t)i * C;
+        AN_FN(axpy)(o, y, hpost[i], C, 1);
+        if (hres) {
+            for (int j = 0; j < n; j++) AN_FN(axpy)(o, x + (int64_t)j * C, hres[i * n + j], C, 0);
+        } else {
+            if (a->w_products) AN_FN(round_row)(o, C, a->dt); /* H_post[i] y as eager 16-bit code rounds it */
+            const float *xi = x + (int64_t)i * C;
+            for (int64_t c = 0; c < C; c++) o[c] += xi[c];
+        }
+        AN_FN(round_row)(o, C, a->dt); /* the read sees the values as stored */
+    }
+    AN_FN(put_row)((char *)a->x2 + t * K * (int64_t)es, v, K, a->dt, a->nt, sc->r[9]);
+}
+
 static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const an_rows *sc, int chunk) {
     const int n = a->n, m = a->m, mp = a->mp, r = a->r;
     const int64_t C = a->C, K = a->K;
@@ -267,7 +297,8 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
     float *restrict z = sc->mhc, *restrict dz = z + AN_MHC_TB * AN_MHC_MAX_M;
     float lg[AN_MHC_MAX_M], w[AN_MHC_MAX_M], hp[AN_STREAM_MAX_N], hpo[AN_STREAM_MAX_N],
         hr[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
-    float *st = a->perm == NULL && a->op == AN_MHC_BWD ? dz + AN_MHC_TB * AN_MHC_MAX_M : NULL, *tmp = sc->r[8];
+    float *st = a->groups == 3 && a->perm == NULL && a->op == AN_MHC_BWD ? dz + AN_MHC_TB * AN_MHC_MAX_M : NULL,
+          *tmp = sc->r[8];
     float *dphi = a->op == AN_MHC_BWD ? a->dphi_part + (size_t)chunk * (size_t)K * (size_t)mp : NULL;
     if (dphi) memset(dphi, 0, sizeof(float) * (size_t)K * (size_t)mp);
     AN_FN(mhc_project_fn) project = AN_FN(mhc_project_for)(mp);
@@ -277,9 +308,11 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
         const float *v[AN_MHC_TB];
         for (int b = 0; b < AN_MHC_TB; b++) {
             const int64_t t = t0 + (b < nt ? b : nt - 1); /* a short tile repeats its last token */
-            v[b] = b < nt ? AN_FN(f32_row)((const char *)a->x + t * K * es, a->dt, sc->r[b], K) : v[nt - 1];
+            if (b >= nt) v[b] = v[nt - 1];
+            else if (a->op == AN_MHC_WFWD) AN_FN(mhc_write)(a, t, sc->r[b], sc), v[b] = sc->r[b];
+            else v[b] = AN_FN(f32_row)((const char *)a->x + t * K * es, a->dt, sc->r[b], K);
         }
-        if (a->op == AN_MHC_FWD) {
+        if (a->op != AN_MHC_BWD) {
             project(v, a->phi, K, z);
             for (int b = 0; b < nt; b++) {
                 const int64_t t = t0 + b;
@@ -290,7 +323,8 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
                     p[j] = z[b * mp + j] * rs;
                     lg[j] = a->a[j < n ? 0 : j < 2 * n ? 1 : 2] * p[j] + a->bias[j];
                 }
-                AN_FN(mhc_maps)(a, lg, a->h_pre + t * n, a->h_post + t * n, a->h_res + t * nn, NULL, w);
+                AN_FN(mhc_maps)(a, lg, a->h_pre + t * n, a->groups > 1 ? a->h_post + t * n : hpo,
+                                a->groups > 2 ? a->h_res + t * nn : hr, NULL, w);
                 const float *hpt = a->h_pre + t * n;
                 for (int i = 0; i < n; i++) AN_FN(axpy)(tmp, v[b] + (int64_t)i * C, hpt[i], C, i == 0);
                 AN_FN(put_row)((char *)a->h + t * C * es, tmp, C, a->dt, a->nt, sc->r[9]);
@@ -315,10 +349,11 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
                 if (dh) g += AN_FN(dot)(dh, v[b] + (int64_t)i * C, C);
                 const float sp = AN_FN(mhc_sigmoid)(lg[i]); /* H_pre without the convention's eps */
                 d[i] = g * sp * (1.0f - sp);
-                const float s = 0.5f * hpo[i];
-                d[n + i] = a->dh_post ? a->dh_post[t * n + i] * 2.0f * s * (1.0f - s) : 0.0f;
+                if (a->groups < 2) continue;
+                const float s = AN_FN(mhc_sigmoid)(lg[n + i]);
+                d[n + i] = a->dh_post ? a->dh_post[t * n + i] * a->post_scale * s * (1.0f - s) : 0.0f;
             }
-            if (a->dh_res == NULL) {
+            if (a->groups < 3 || a->dh_res == NULL) {
                 for (int k = 0; k < r; k++) d[2 * n + k] = 0.0f;
             } else if (a->perm == NULL) {
                 float dL[AN_STREAM_MAX_N * AN_STREAM_MAX_N];

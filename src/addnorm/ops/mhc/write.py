@@ -1,0 +1,203 @@
+"""A write of the widened stream and mHC's pre step on its result as one operator: what a sub-layer leaves pending
+(its output y and the coefficients that write it) finished in the same pass that computes the next read.
+
+    addnorm::mhc_write_pre(x, y, w_post, w_res?, products, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms?,
+                           eps, iters, pre_eps=0, res_eps=0, res_transposed=False, post_scale=2, post_eps=0,
+                           groups=3)
+        -> (x2, h, h_pre, h_post, h_res, p, rstd)
+
+x2 = X' = H_res X + H_post^T y (w_res (..., n, n): the stream family's write, DeepSeek-V4's post y + comb^T X) or
+X + H_post^T y (w_res None: no mixing matrix, each stream its own -- HY-V4's; ``products``: each H_post[i] y rounded
+to the inputs' dtype first, as eager 16-bit code does); the rest is ``mhc_pre(x2, ...)`` (``schema``).
+
+CPU: one C kernel (``kernels.cpu.mhc.mhc_write_pre``: each token's X' is written and read while its rows are in
+cache) where mhc_pre's kernels take the read and the write's tensors are kernel dtypes, y X's; else the write's
+formulas, then mhc_pre's CPU implementation. CUDA: the write's formulas, then mhc_pre's Triton implementation.
+
+Backward (``MhcWritePre``) is two passes: the read's (``mhc_pre_backward`` on the saved X'), then the write's
+(``stream_write_backward``, or without a mixing matrix its formulas: dX = g, dy = sum_i H_post[i] g_i, dH_post[i] =
+<g_i, y>) from g = dX' + the read's dX'. Both are per token, so one C pass could do them together; that kernel is
+not written yet. Double backward and forward-mode AD: the formulas of both.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.autograd.forward_ad as _fwad
+
+from ...kernels.cpu import mhc as _cpu
+from ..hyper import formulas as hyper_formulas
+from ..last import declined
+from ..norm.autograd import differentiable_backward, direct_subclass, primal
+from ..norm.schema import LIB
+from ..stream import formulas as stream_formulas
+from . import formulas as mf
+from .schema import CPU as PRE_CPU
+from .schema import TRITON as PRE_TRITON
+from .schema import kernel_index, pre_fake, scal_bias
+
+LIB.define("mhc_write_pre(Tensor x, Tensor y, Tensor w_post, Tensor? w_res, bool products, Tensor phi, Tensor a_pre, "
+           "Tensor a_post, Tensor a_res, Tensor b_pre, Tensor b_post, Tensor b_res, Tensor? perms, float eps, int iters, "
+           "float pre_eps=0., float res_eps=0., bool res_transposed=False, float post_scale=2., float post_eps=0., "
+           "int groups=3) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+
+_KERNEL_COEFF = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def write_formulas(x, y, w_post, w_res, products):
+    """X' in X's dtype: the stream family's write (w_res given) or the hyper write without a mixing matrix."""
+    if w_res is None:
+        return hyper_formulas.write(x, y, w_post, "products" if products else "once")
+    return stream_formulas.write(x, y, w_post, w_res)[0]
+
+
+def write_backward(g, x, y, w_post, w_res):
+    """(dx, dy, dw_post, dw_res) of the write from g = dX', in torch ops (differentiable again); dw_res None
+    without a mixing matrix. Rounding each product first has no gradient of its own: the same as rounding once."""
+    if w_res is not None:
+        return stream_formulas.write_backward(g, None, x, y, None, w_post, w_res)
+    ct = mf.compute_dtype(x, y, w_post)
+    gf = g.to(ct)
+    dy = (w_post.to(ct).unsqueeze(-1) * gf).sum(-2).to(y.dtype)
+    return g.to(x.dtype), dy, (gf * y.to(ct).unsqueeze(-2)).sum(-1).to(w_post.dtype), None
+
+
+def write_jvp(x, y, w_post, w_res, tx, ty, tpost, tres):
+    """The tangent of X' (in X's dtype) along the write's input tangents (None: zero)."""
+    ct = mf.compute_dtype(x, y, w_post, w_res)
+    t = torch.zeros(x.shape, dtype=ct, device=x.device)
+    if tx is not None:
+        t = t + (tx.to(ct) if w_res is None else torch.matmul(w_res.to(ct), tx.to(ct)))
+    if tres is not None and w_res is not None:
+        t = t + torch.matmul(tres.to(ct), x.to(ct))
+    if tpost is not None:
+        t = t + tpost.to(ct).unsqueeze(-1) * y.to(ct).unsqueeze(-2)
+    if ty is not None:
+        t = t + w_post.to(ct).unsqueeze(-1) * ty.to(ct).unsqueeze(-2)
+    return t.to(x.dtype)
+
+
+def _formulas(x, y, w_post, w_res, products, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters,
+              *convention):
+    x2 = write_formulas(x, y, w_post, w_res, products)
+    outs = mf.pre(x2, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, *convention)
+    return tuple(t.contiguous() for t in (x2, *outs))
+
+
+def _kernel_products(x, y, w_post, w_res, products):
+    """What the C kernel's ``products`` must be for the formulas' result, or None where it cannot compute it: the
+    formulas round H_post y to the product's own dtype, which is X's only when H_post is no wider than y."""
+    if y.dtype != x.dtype or y.device != x.device or w_post.dtype not in _KERNEL_COEFF:
+        return None
+    if w_res is not None:
+        return False if not products and w_res.dtype in _KERNEL_COEFF else None
+    return bool(products) and torch.promote_types(w_post.dtype, y.dtype) == x.dtype
+
+
+def _impl(kernel, pre_impl):
+    """mhc_write_pre on one device: ``kernel``'s fused pass (None: no such kernel) where it takes the call, else the
+    write's formulas and ``pre_impl`` (mhc_pre's implementation on that device)."""
+
+    def write_pre(x, y, w_post, w_res, products, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters,
+                  pre_eps=0.0, res_eps=0.0, res_transposed=False, post_scale=2.0, post_eps=0.0, groups=3):
+        coeffs = (a_pre, a_post, a_res, b_pre, b_post, b_res)
+        conv = (pre_eps, res_eps, res_transposed, post_scale, post_eps, groups)
+        if kernel is not None:
+            prods = _kernel_products(x, y, w_post, w_res, products)
+            idx = False if prods is None else kernel_index(kernel, x, phi, coeffs, perms, iters, conv)
+            if idx is not False:
+                return kernel.mhc_write_pre(x, y, w_post, w_res, prods, phi, *scal_bias(*coeffs), idx, eps, iters,
+                                            *conv)
+            declined()
+        x2 = write_formulas(x, y, w_post, w_res, products).contiguous()
+        return (x2, *pre_impl(x2, phi, *coeffs, perms, eps, iters, *conv))
+
+    return write_pre
+
+
+CPU = _impl(_cpu, PRE_CPU[0])
+TRITON = _impl(None, PRE_TRITON[0])
+LIB.impl("mhc_write_pre", CPU, "CPU")
+LIB.impl("mhc_write_pre", TRITON, "CUDA")
+LIB.impl("mhc_write_pre", _formulas, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("addnorm::mhc_write_pre", lib=LIB)
+def _fake(x, y, w_post, w_res, products, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters,
+          *convention):
+    return (x.new_empty(x.shape), *pre_fake(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters,
+                                            *convention))
+
+
+_op = torch.ops.addnorm.mhc_write_pre.default
+_pre_backward = torch.ops.addnorm.mhc_pre_backward.default
+_stream_write_backward = torch.ops.addnorm.stream_write_backward.default
+N_IN = 12  # x, y, w_post, w_res, products, phi, a_pre, a_post, a_res, b_pre, b_post, b_res
+N_ARGS = 9  # perms, eps, iters and the convention
+
+
+class MhcWritePre(torch.autograd.Function):
+    """(x, y, w_post, w_res, products, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters,
+    *convention) -> (x2, h, H_pre, H_post, H_res, p, rstd); p and rstd are not differentiable."""
+
+    @staticmethod
+    def forward(x, y, w_post, w_res, products, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters,
+                pre_eps, res_eps, res_transposed, post_scale, post_eps, groups):
+        with torch._C._AutoDispatchBelowAutograd():
+            return _op(x, y, w_post, w_res, products, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps,
+                       iters, pre_eps, res_eps, res_transposed, post_scale, post_eps, groups)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, y, w_post, w_res, products, phi, *coeffs = inputs[:N_IN]
+        perms, eps, iters, *convention = inputs[N_IN:]
+        ctx.save_for_backward(x, y, w_post, w_res, phi, *coeffs, output[0], output[5], output[6])
+        ctx.perms, ctx.eps, ctx.iters, ctx.convention = perms, eps, iters, tuple(convention)
+        ctx.mark_non_differentiable(output[5], output[6])
+        ctx.set_materialize_grads(False)
+        ctx.direct = None
+        if _fwad._current_level >= 0:  # jvp cannot read saved tensors
+            ctx.primals = tuple(primal(t) for t in (x, y, w_post, w_res, phi, *coeffs, output[0]))
+
+    @staticmethod
+    def backward(ctx, dx2, dh, dh_pre, dh_post, dh_res, _dp, _drstd):
+        x, y, w_post, w_res, phi, *rest = ctx.saved_tensors
+        coeffs, (x2, p, rstd) = rest[:6], rest[6:]
+        diff = differentiable_backward(dx2, dh, dh_pre, dh_post, dh_res)
+        read = (None,) * 8
+        if not (dh is None and dh_pre is None and dh_post is None and dh_res is None):
+            args = (dh, dh_pre, dh_post, dh_res, x2, phi, *coeffs, ctx.perms)
+            if diff:  # double backward, or tangents to carry: the formulas (torch ops)
+                read = mf.pre_backward(*args, ctx.eps, ctx.iters, *ctx.convention)
+            else:
+                read = _pre_backward(*args, p, rstd, ctx.eps, ctx.iters, *ctx.convention)
+            dx2 = read[0] if dx2 is None else dx2 + read[0]
+        write = (None,) * 4
+        if dx2 is not None:
+            if diff or w_res is None:
+                write = write_backward(dx2, x, y, w_post, w_res)
+            else:
+                write = _stream_write_backward(dx2, None, x, y, x2, w_post, w_res)
+        gs = (*write, None, *read[1:])
+        return (*(g if ctx.needs_input_grad[i] else None for i, g in enumerate(gs)), *(None,) * N_ARGS)
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        x, y, w_post, w_res, phi, *coeffs, x2 = ctx.primals
+        tx2 = write_jvp(x, y, w_post, w_res, *tangents[:4])
+        t_read = mf.pre_jvp((x2, phi, *coeffs), (tx2, *tangents[5:N_IN]), ctx.perms, ctx.eps, ctx.iters,
+                            *ctx.convention)
+        return (tx2, *t_read, None, None)  # p and rstd are not differentiable
+
+
+DirectMhcWritePre = direct_subclass("DirectMhcWritePre", MhcWritePre, CPU, None)
+TritonMhcWritePre = direct_subclass("TritonMhcWritePre", MhcWritePre, TRITON, None)
+
+
+def _autograd(x, y, w_post, w_res, products, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters,
+              pre_eps=0.0, res_eps=0.0, res_transposed=False, post_scale=2.0, post_eps=0.0, groups=3):
+    return MhcWritePre.apply(x, y, w_post, w_res, products, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms,
+                             eps, iters, pre_eps, res_eps, res_transposed, post_scale, post_eps, groups)
+
+
+LIB.impl("mhc_write_pre", _autograd, "Autograd")
