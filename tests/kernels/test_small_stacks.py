@@ -31,7 +31,8 @@ SCRIPT = textwrap.dedent(
     from addnorm.functional import layer_norm_add, parallel_add_rms_norm
     from addnorm.functional import add_dyt, add_derf
     from addnorm.functional import mhc_pre, mhc_write_pre, stream_read, stream_write
-    from addnorm.functional import MhcConvention, ProjectedGates, hyper_read, hyper_write_read
+    from addnorm.functional import MhcConvention, ProjectedGates, StreamNorm, hyper_read, hyper_write_read
+    from addnorm.functional import stream_rms_norm
 
     def grads(outs, ins):
         outs = [o for o in outs if o.is_floating_point() and o.requires_grad]
@@ -75,6 +76,7 @@ SCRIPT = textwrap.dedent(
         grads(hyper_read(X, W, s2, b2, convention=conv, backend="cpu"), [X, W])
         grads(hyper_read(X, W[:n], s2[:1], b2[:n], convention=conv, backend="cpu")[:2], [X])
         grads(hyper_write_read(X, y, hpo, W, s2, b2, convention=conv, backend="cpu"), [X, y, hpo, W])
+        grads([stream_rms_norm(X, W[0].reshape(n, C), convention=StreamNorm(1e-6), backend="cpu")], [X, W])
 
     def body(shapes):
         for dtype in (torch.float32, torch.bfloat16):

@@ -178,19 +178,28 @@ def test_the_write_keeps_each_stream_its_own():
     assert torch.isinf(x2[0, 1, 2]) and torch.isfinite(x2[0, [0, 2]]).all()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", [torch.float64, *DTYPES], ids=str)
 @pytest.mark.parametrize("lead, n, C", CASES)
-def test_stream_norm_and_gated_collapse_match_the_float64_equations(lead, n, C, dtype):
-    x = (_rand(*lead, n, C, seed=1) * 3).to(dtype).requires_grad_()
+def test_stream_norm_and_gated_collapse_match_the_float64_equations(lead, n, C, dtype, backend):
+    """The stream norm on each backend (the norm family's RMSNorm per stream on the kernels: ``_ran``); the gated
+    collapse on its formulas (no kernel takes per-element gates)."""
+    if dtype == torch.float64 and backend != "torch":
+        pytest.skip("the kernels take float32, bfloat16 and float16")
+    x = (_rand(*lead, C, n, seed=1).transpose(-1, -2) if n == 4 else _rand(*lead, n, C, seed=1)) * 3
+    x = x.to(dtype).requires_grad_()
     w = (_rand(n, C, seed=2) * 0.2).to(dtype).requires_grad_()
     conv = StreamNorm(eps=1e-6)
-    N = stream_rms_norm(x, w, convention=conv)
+    N = stream_rms_norm(x, w, convention=conv, backend=backend)
+    kernel = backend in KERNELS and dtype != torch.float64
+    assert last_backend() == (backend if kernel else "torch")
     assert N.dtype == dtype and N.shape == x.shape
     _close(N, ref.stream_rms_norm(x.detach(), w.detach(), conv.eps), dtype, scale=3)
     # HF's flat (nC,) weight is taken as (n, C)
-    torch.testing.assert_close(stream_rms_norm(x, w.reshape(-1), convention=conv), N, atol=0, rtol=0)
+    torch.testing.assert_close(stream_rms_norm(x, w.reshape(-1), convention=conv, backend=backend), N, atol=0, rtol=0)
     G = torch.sigmoid(_rand(*lead, n, C, seed=3)).to(dtype).requires_grad_()
     h = gated_collapse(N, G)
+    assert last_backend() == "torch"
     assert h.dtype == dtype and h.shape == x.shape[:-2] + (C,)
     _close(h, ref.gated_collapse(G.detach(), ref.stream_rms_norm(x.detach(), w.detach(), conv.eps)), dtype, scale=3)
     g = _rand(*h.shape, seed=4)
@@ -356,9 +365,28 @@ def test_the_c_kernels_run_the_read_and_the_pair_both_ways(dtype, monkeypatch):
         calls("torch")
 
 
+@pytest.mark.skipif("cpu" not in KERNELS, reason="the compiled kernels are not built")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_the_c_kernels_run_the_stream_norm_both_ways(dtype, monkeypatch):
+    x = (_rand(3, 5, 4, 19, seed=1) * 3).to(dtype).requires_grad_()
+    w = (_rand(4 * 19, seed=2) * 0.2).to(dtype).requires_grad_()  # HF's flat weight
+
+    def boom(*a, **k):
+        raise AssertionError("the formulas ran")
+
+    monkeypatch.setattr(hyper_formulas, "stream_norm", boom)
+    monkeypatch.setattr(torch.ops.addnorm, "hyper_stream_norm", boom)  # the operator of the formulas, as registered
+    N = stream_rms_norm(x, w, convention=StreamNorm(1e-6), backend="cpu")
+    assert last_backend() == "cpu"
+    gx, gw = torch.autograd.grad(N.float().square().sum(), [x, w])
+    assert gx.shape == x.shape and gw.shape == w.shape
+    with pytest.raises(AssertionError, match="the formulas ran"):
+        stream_rms_norm(x, w, convention=StreamNorm(1e-6), backend="torch")
+
+
 ISA_SCRIPT = r"""
 import sys, torch, addnorm
-from addnorm.functional import ProjectedGates, hyper_read, hyper_write_read
+from addnorm.functional import ProjectedGates, StreamNorm, hyper_read, hyper_write_read, stream_rms_norm
 ins, numbers = torch.load(sys.argv[1])
 conv = ProjectedGates(*numbers)
 res = {}
@@ -366,7 +394,8 @@ for dt in ("float32", "bfloat16"):
     x, y = (t.to(getattr(torch, dt)).requires_grad_() for t in ins[:2])
     hp, w, s, b = (t.clone().requires_grad_() for t in ins[2:])
     outs = [*hyper_read(x, w, s, b, convention=conv, backend="cpu"),
-            *hyper_write_read(x, y, hp, w, s, b, convention=conv, backend="cpu")]
+            *hyper_write_read(x, y, hp, w, s, b, convention=conv, backend="cpu"),
+            stream_rms_norm(x, w[0].reshape(x.shape[-2:]), convention=StreamNorm(conv.eps, 1.0), backend="cpu")]
     assert addnorm.last_backend() == "cpu"
     grads = torch.autograd.grad(sum(o.double().sum() * (i + 1) for i, o in enumerate(outs)), [x, y, hp, w, s, b])
     res[dt] = [t.detach() for t in (*outs, *grads)]
@@ -376,8 +405,9 @@ torch.save({"isa": addnorm.cpu_kernel_availability().isa, "res": res}, sys.argv[
 
 @pytest.mark.skipif("cpu" not in KERNELS, reason="the compiled kernels are not built")
 def test_every_instruction_set_path_meets_the_float64_tolerance(tmp_path):
-    """ADDNORM_CPU_ISA=baseline|avx2 caps the kernels' instruction set (read once per process): the read and the
-    write+read of each path, in its own process, against the float64 equations (odd C: every loop's tail)."""
+    """ADDNORM_CPU_ISA=baseline|avx2 caps the kernels' instruction set (read once per process): the read, the
+    write+read and the stream norm of each path, in its own process, against the float64 equations (odd C: every
+    loop's tail)."""
     n, C = 4, 259
     x = _rand(37, n, C, seed=1) * 3
     y = _rand(37, C, seed=2)
@@ -401,7 +431,8 @@ def test_every_instruction_set_path_meets_the_float64_tolerance(tmp_path):
                      for i, t in enumerate((x, y, hp, w, s, b))]
             x2 = ref.expand(*ins64[:3])
             outs = (*ref.ihc_read(ins64[0], *ins64[3:], HY.eps, HY.pre_eps, HY.post_scale), x2,
-                    *ref.ihc_read(x2, *ins64[3:], HY.eps, HY.pre_eps, HY.post_scale))
+                    *ref.ihc_read(x2, *ins64[3:], HY.eps, HY.pre_eps, HY.post_scale),
+                    ref.stream_rms_norm(ins64[0], ins64[3][0].reshape(n, C), HY.eps))
             grads = torch.autograd.grad(sum(o.sum() * (i + 1) for i, o in enumerate(outs)), ins64)
             tol = TOL[dtype]
             for k, (a, e) in enumerate(zip(res, (*outs, *grads), strict=True)):

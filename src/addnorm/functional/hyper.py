@@ -29,7 +29,7 @@ import torch
 
 from ..ops.hyper.convention import ONCE, PRODUCTS, ProjectedGates, Rounding, StreamNorm
 from ..ops.hyper.schema import mhc_args
-from . import core, mhc
+from . import core, mhc, norm
 
 __all__ = ["ProjectedGates", "StreamNorm", "Rounding", "ONCE", "PRODUCTS", "hyper_read", "hyper_write", "stream_rms_norm", "gated_collapse",
            "hyper_write_read", "hyper_write_norm"]
@@ -116,13 +116,23 @@ def _norm_weight(weight, x):
     return weight.reshape(n, C)
 
 
-def stream_rms_norm(x, weight, *, convention: StreamNorm):
+def stream_rms_norm(x, weight, *, convention: StreamNorm, backend: str | None = None):
     """N_i = X_i / sqrt(mean(X_i^2) + eps) * (weight_offset + w_i): each stream of X (..., n, C) over its C
-    channels, weight (n, C) (or HF's flat (nC,)); in float32, rounded once to X's dtype (Qwen4-exp's hc_norm)."""
+    channels, weight (n, C) (or HF's flat (nC,)); in float32, rounded once to X's dtype (Qwen4-exp's hc_norm).
+
+    Each stream is the norm family's RMSNorm with Gemma's convention (the scale weight_offset + w_i, applied in
+    float32 before the one rounding): on the CPU and Triton kernels, one ``rms_norm`` per stream on the strided
+    rows X[..., i, :] (no copy of X), stacked; on the torch backend the formulas (``ops.hyper``)."""
     w = _norm_weight(weight, x)
     c = _convention(convention, StreamNorm)
-    core.choose_backend("torch", x, tuple(x.shape[-1:]))
-    return torch.ops.addnorm.hyper_stream_norm(x, w, c.eps, c.weight_offset)
+    which = core.resolve(backend, x, tuple(x.shape[-1:]), None)
+    if which == "torch" or w.dtype == torch.float64:  # (a float64 weight: the formulas compute in float64)
+        core.choose_backend("torch", x, tuple(x.shape[-1:]))
+        return torch.ops.addnorm.hyper_stream_norm(x, w, c.eps, c.weight_offset)
+    # unbind, not x[..., i, :]: its backward stacks the n gradients in one pass, where n selects' would each
+    # scatter into a zero tensor of X's size
+    return torch.stack([norm.rms_norm(xi, xi.shape[-1:], wi, c.eps, weight_offset=c.weight_offset, backend=which)
+                        for xi, wi in zip(x.unbind(-2), w.unbind(0), strict=True)], -2)
 
 
 def gated_collapse(x, gates, *, rounding: Rounding = ONCE):
