@@ -308,9 +308,18 @@ def test_opcheck():
     ops = torch.ops.addnorm
     torch.library.opcheck(ops.hyper_read.default, (x, w, s, b, 1e-5, 1e-3, 1.5, 1e-3))
     for products in (False, True):  # the write and the read in one operator (mhc_pre's convention, no H_res)
-        torch.library.opcheck(ops.mhc_write_pre.default,
-                              (x, y, hp, None, products, w.t(), s[0], s[1], torch.zeros(()), b[:4], b[4:],
-                               torch.zeros(0), None, 1e-5, 0, 1e-3, 0.0, False, 1.5, 1e-3, 2))
+        read = (w.t(), s[0], s[1], torch.zeros(()), b[:4], b[4:], torch.zeros(0), None)
+        conv = (1e-3, 0.0, False, 1.5, 1e-3, 2)
+        torch.library.opcheck(ops.mhc_write_pre.default, (x, y, hp, None, products, *read, 1e-5, 0, *conv))
+        det = [t.detach() for t in (x, y, hp)]
+        x2, _, _, _, _, p, rstd = ops.mhc_write_pre(*det, None, products, *(t.detach() if t is not None else t
+                                                                             for t in read), 1e-5, 0, *conv)
+        g = torch.Generator().manual_seed(3)
+        grads = (torch.randn(x2.shape, generator=g), torch.randn(2, 3, 8, generator=g), None,
+                 torch.randn(2, 3, 4, generator=g), None)
+        torch.library.opcheck(ops.mhc_write_pre_backward.default,
+                              (*grads, *det, None, products, x2, *(t.detach() if t is not None else t for t in read),
+                               p, rstd, 1e-5, 0, *conv))
     torch.library.opcheck(ops.hyper_write.default, (x, y, hp, "once"))
     torch.library.opcheck(ops.hyper_write.default, (x, y, hp, "products"))
     torch.library.opcheck(ops.hyper_stream_norm.default, (x, nw, 1e-6, 1.0))
@@ -363,6 +372,29 @@ def test_the_c_kernels_run_the_read_and_the_pair_both_ways(dtype, monkeypatch):
     calls("cpu")
     with pytest.raises(AssertionError, match="the formulas ran"):
         calls("torch")
+
+
+@pytest.mark.skipif("cpu" not in KERNELS, reason="the compiled kernels are not built")
+def test_the_pair_is_one_kernel_call_each_way(monkeypatch):
+    """hyper_write_read forward is one call of the C write+read kernel, backward one of its backward: neither the
+    read's kernels nor the write's formulas run apart."""
+    from addnorm.kernels.cpu import mhc as cpu_mhc
+
+    counts = {}
+    for name in ("mhc_pre", "mhc_pre_backward", "mhc_write_pre", "mhc_write_pre_backward"):
+        real = getattr(cpu_mhc, name)
+
+        def spy(*a, _real=real, _name=name):
+            counts[_name] = counts.get(_name, 0) + 1
+            return _real(*a)
+
+        monkeypatch.setattr(cpu_mhc, name, spy)
+    x, w, s, b = _read_inputs((3, 5), 4, 19, torch.bfloat16)
+    y = _rand(3, 5, 19, seed=8).to(torch.bfloat16).requires_grad_()
+    hp = torch.rand(3, 5, 4).requires_grad_()
+    outs = hyper_write_read(x, y, hp, w, s, b, convention=HY, backend="cpu")
+    torch.autograd.grad(sum(o.float().sum() for o in outs), [x, y, hp, w, s, b])
+    assert counts == {"mhc_write_pre": 1, "mhc_write_pre_backward": 1}
 
 
 @pytest.mark.skipif("cpu" not in KERNELS, reason="the compiled kernels are not built")

@@ -369,9 +369,16 @@ def test_opcheck_of_the_write_and_read_and_of_the_groups():
     x, y, post, comb, fn, base, scale = [t.detach() for t in _deepseek_write_args(torch.float32, (2, 3), C)]
     conv = MhcConvention.deepseek_v4(HC_EPS)
     coeffs = (scale[0], scale[1], scale[2], base[:N], base[N:2 * N], base[2 * N:].reshape(N, N))
+    write = (x, y, post, comb.transpose(-1, -2).contiguous(), False)
     torch.library.opcheck(torch.ops.addnorm.mhc_write_pre.default,
-                          (x, y, post, comb.transpose(-1, -2), False, fn.t().contiguous(), *coeffs, None, RMS_EPS, 20,
-                           *conv.fields))
+                          (*write, fn.t().contiguous(), *coeffs, None, RMS_EPS, 20, *conv.fields))
+    x2, _, _, _, _, p, rstd = torch.ops.addnorm.mhc_write_pre(*write, fn.t().contiguous(), *coeffs, None, RMS_EPS, 20,
+                                                              *conv.fields)
+    g = torch.Generator().manual_seed(4)
+    grads = [torch.randn(x2.shape, generator=g), torch.randn(2, 3, C, generator=g), None, None,
+             torch.randn(2, 3, N, N, generator=g)]
+    torch.library.opcheck(torch.ops.addnorm.mhc_write_pre_backward.default,
+                          (*grads, *write, x2, fn.t().contiguous(), *coeffs, None, p, rstd, RMS_EPS, 20, *conv.fields))
     for groups in (1, 2):
         args = _groups_args(x, fn, base, scale, groups)
         fields = MhcConvention(pre_eps=1e-3, post_scale=1.5, post_eps=1e-3, groups=groups).fields
@@ -400,6 +407,15 @@ def test_the_c_kernel_runs_the_mixing_write_and_read_both_ways(dtype, monkeypatc
     for mod, name in ((mhc_formulas, "pre"), (mhc_formulas, "pre_backward"), (stream_formulas, "write"),
                       (stream_formulas, "write_backward")):
         monkeypatch.setattr(mod, name, boom)
+    from addnorm.kernels.cpu import mhc as cpu_mhc
+    from addnorm.kernels.cpu import stream as cpu_stream
+
+    seen = []
+    for mod, name in ((cpu_mhc, "mhc_pre"), (cpu_mhc, "mhc_pre_backward"), (cpu_mhc, "mhc_write_pre"),
+                      (cpu_mhc, "mhc_write_pre_backward"), (cpu_stream, "stream_write"),
+                      (cpu_stream, "stream_write_backward")):
+        real = getattr(mod, name)
+        monkeypatch.setattr(mod, name, lambda *a, _real=real, _name=name: seen.append(_name) or _real(*a))
     for backend in ("cpu", "torch"):
         x, y, post, comb, fn, base, scale = ins
         call = lambda: mhc_write_pre(x, y, post, comb, fn.t(), scale[0], scale[1], scale[2], base[:N],  # noqa: E731
@@ -412,6 +428,7 @@ def test_the_c_kernel_runs_the_mixing_write_and_read_both_ways(dtype, monkeypatc
         outs = call()
         assert addnorm.last_backend() == "cpu"
         torch.autograd.grad(sum(o.float().sum() for o in outs), ins)
+        assert seen == ["mhc_write_pre", "mhc_write_pre_backward"]  # one C pass each way
 
 
 @pytest.mark.parametrize("edit, error, match", [

@@ -181,8 +181,8 @@ def mhc_write_pre(x, y, h_post, h_res, phi, a_pre, a_post, a_res, b_pre, b_post,
 
     rounded to X's dtype, then (h, H_pre, H_post, H_res) = mhc_pre(X', phi, ...) as ``mhc_pre`` documents. y is
     (..., C) in X's dtype, h_post (..., n). Returns (X', h, H_pre, H_post, H_res). On the CPU kernels the read sees
-    X' while it is still in cache (the write and the read are one walk over the stream); backward is the read's
-    backward, then the write's.
+    X' while it is still in cache (the write and the read are one walk over the stream), and backward is one walk
+    too: the read's backward, its gradient of X' added to X''s own in float32, then the write's.
     """
     x, phi = core.uninferred((x, phi), (y, h_post, h_res, a_pre, a_post, a_res, b_pre, b_post, b_res))
     coeffs = {"a_pre": a_pre, "a_post": a_post, "a_res": a_res, "b_pre": b_pre, "b_post": b_post, "b_res": b_res}

@@ -144,8 +144,10 @@ typedef struct {
 /* mHC's pre step (mhc_rows.h): x (N, n, C) contiguous in dt; phi float32 (K, mp) zero-padded (mp: m rounded up to
  * a multiple of 8), phiT (m, K);
  * per-token outputs and gradients float32 and contiguous. WFWD: the write of the stream before the read, in the
- * same pass (x is then the stream the write reads; its result X' is written to x2 and read). */
-enum { AN_MHC_FWD = 0, AN_MHC_BWD = 1, AN_MHC_WFWD = 2 };
+ * same pass (x is then the stream the write reads; its result X' is written to x2 and read). WBWD: the backward of
+ * both in one pass: the read's backward on X' (x = X'), its dX' kept in float32, plus the dX' given (dx2), then
+ * the write's backward from that sum. */
+enum { AN_MHC_FWD = 0, AN_MHC_BWD = 1, AN_MHC_WFWD = 2, AN_MHC_WBWD = 3 };
 #define AN_MHC_MAX_M 128
 #define AN_MHC_MAX_ITERS 64
 typedef struct {
@@ -165,6 +167,9 @@ typedef struct {
     const float *w_post, *w_res; /* WFWD: (N, n) and (N, n, n); w_res NULL: X'_i = X_i + H_post[i] y, no mixing */
     int w_products;           /* WFWD without mixing: H_post[i] y rounded to dt before the add (eager 16-bit's) */
     void *x2;                 /* WFWD: X' (N, n, C) in dt */
+    const void *wx, *dx2;     /* WBWD: the stream the write read (only with w_res); the gradient of X' (NULL: none) */
+    void *wdx, *wdy;          /* WBWD: dX (N, n, C) and dy (N, C) in dt */
+    float *wd_post, *wd_res;  /* WBWD: (N, n) and (N, n, n) (with w_res) */
     void *h;                  /* FWD outputs */
     float *h_pre, *h_post, *h_res, *p, *rstd;
     const void *dh;           /* BWD inputs (the gradients NULL when absent) */
@@ -920,33 +925,40 @@ int addnorm_mhc(int op, int n, int dt, int64_t N, int64_t C, int m, int mp, int 
                 float post_eps, int groups, void *h, float *h_pre, float *h_post, float *h_res, float *p,
                 float *rstd, const void *dh, const float *dh_pre, const float *dh_post, const float *dh_res,
                 const float *p_in, const float *rstd_in, void *dx, float *dlogits, float *dphi, const void *wy,
-                const float *w_post, const float *w_res, int w_products, void *x2, int nthreads) {
+                const float *w_post, const float *w_res, int w_products, void *x2, const void *wx,
+                const void *dx2, void *wdx, void *wdy, float *wd_post, float *wd_res, int nthreads) {
     an_pick_isa();
     const int64_t K = (int64_t)n * C;
     if (n < 1 || n > AN_STREAM_MAX_N || !an_mhc_geometry_ok(n, m, mp, r, groups, perm) || iters < 0 ||
-        iters > AN_MHC_MAX_ITERS || C < 1 || op < AN_MHC_FWD || op > AN_MHC_WFWD || !an_finite(pre_eps) ||
+        iters > AN_MHC_MAX_ITERS || C < 1 || op < AN_MHC_FWD || op > AN_MHC_WBWD || !an_finite(pre_eps) ||
         !(res_eps >= 0.0f) || !an_finite(res_eps) || !an_finite(post_scale) || !an_finite(post_eps))
         return -3;
+    const int bwd = op == AN_MHC_BWD || op == AN_MHC_WBWD;
     if (op == AN_MHC_WFWD && N > 0 && (wy == NULL || w_post == NULL || x2 == NULL)) return -2;
-    if (op == AN_MHC_BWD && dphi) memset(dphi, 0, sizeof(float) * (size_t)K * (size_t)m);
+    if (op == AN_MHC_WBWD && N > 0 && (wy == NULL || w_post == NULL || wdx == NULL || wdy == NULL ||
+                                       wd_post == NULL || (w_res != NULL && (wx == NULL || wd_res == NULL))))
+        return -2;
+    if (bwd && dphi) memset(dphi, 0, sizeof(float) * (size_t)K * (size_t)m);
     if (N <= 0) return 0;
-    an_mhc_args a = {.op = op, .n = n, .dt = dt, .nt = an_use_nt(N, K, dt, op == AN_MHC_WFWD ? 2 : 1), .m = m,
+    an_mhc_args a = {.op = op, .n = n, .dt = dt, .nt = an_use_nt(N, K, dt, op >= AN_MHC_WFWD ? 2 : 1), .m = m,
                      .mp = mp, .r = r, .iters = iters, .N = N, .C = C, .K = K, .x = x, .phi = phi, .phiT = phiT,
                      .a = {a_pre, a_post, a_res}, .bias = bias, .perm = perm, .eps = eps, .pre_eps = pre_eps,
                      .res_eps = res_eps, .res_t = res_t, .post_scale = post_scale, .post_eps = post_eps,
                      .groups = groups, .wy = wy, .w_post = w_post, .w_res = w_res, .w_products = w_products, .x2 = x2,
+                     .wx = wx, .dx2 = dx2, .wdx = wdx, .wdy = wdy, .wd_post = wd_post, .wd_res = wd_res,
                      .h = h, .h_pre = h_pre, .h_post = h_post, .h_res = h_res, .p = p, .rstd = rstd, .dh = dh,
                      .dh_pre = dh_pre, .dh_post = dh_post, .dh_res = dh_res, .p_in = p_in, .rstd_in = rstd_in,
                      .dx = dx, .dlogits = dlogits, .dphi_part = NULL};
     if (op == AN_MHC_WFWD) an_advise_huge(x2, (size_t)(N * K) * an_elem_size(dt));
+    if (op == AN_MHC_WBWD) an_advise_huge(wdx, (size_t)(N * K) * an_elem_size(dt));
     int T = an_threads_for(N, K, nthreads), Cn = an_chunks_for(N, K, T);
     void *part = NULL;
-    if (op == AN_MHC_BWD) {
+    if (bwd) {
         if (posix_memalign(&part, AN_PAGE, sizeof(float) * (size_t)Cn * (size_t)K * (size_t)mp) != 0) return -1;
         a.dphi_part = (float *)part;
     }
     int rc = an_parallel(7, &a, N, K, T, Cn, NULL, NULL, NULL);
-    if (rc == 0 && op == AN_MHC_BWD) {
+    if (rc == 0 && bwd) {
         const float *pp = a.dphi_part;
         for (int64_t k = 0; k < K; k++)
             for (int j = 0; j < m; j++) {
@@ -1141,11 +1153,12 @@ static PyObject *an_py_mhc(PyObject *self, PyObject *const *args, Py_ssize_t nar
     int res_t;
     float a_pre, a_post, a_res, eps, pre_eps, res_eps, post_scale, post_eps;
     void *x, *phi, *phiT, *bias, *perm, *h, *hp, *hpo, *hr, *p, *rstd, *dh, *dhp, *dhpo, *dhr, *pin, *rin, *dx, *dl,
-        *dphi, *wy, *wpost, *wres, *x2;
-    if (an_parse(args, nargs, "iiiLLiiiipppfffppfffiffippppppppppppppppppipi", &op, &n, &dt, &N, &C, &m, &mp, &r,
-                 &iters, &x, &phi, &phiT, &a_pre, &a_post, &a_res, &bias, &perm, &eps, &pre_eps, &res_eps, &res_t,
+        *dphi, *wy, *wpost, *wres, *x2, *wx, *dx2, *wdx, *wdy, *wdpost, *wdres;
+    if (an_parse(args, nargs, "iiiLLiiiipppfffppfffiffippppppppppppppppppipppppppi", &op, &n, &dt, &N, &C, &m, &mp,
+                 &r, &iters, &x, &phi, &phiT, &a_pre, &a_post, &a_res, &bias, &perm, &eps, &pre_eps, &res_eps, &res_t,
                  &post_scale, &post_eps, &groups, &h, &hp, &hpo, &hr, &p, &rstd, &dh, &dhp, &dhpo, &dhr, &pin, &rin,
-                 &dx, &dl, &dphi, &wy, &wpost, &wres, &w_products, &x2, &nthreads) < 0)
+                 &dx, &dl, &dphi, &wy, &wpost, &wres, &w_products, &x2, &wx, &dx2, &wdx, &wdy, &wdpost, &wdres,
+                 &nthreads) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = addnorm_mhc(op, n, dt, N, C, m, mp, r, iters, x, (const float *)phi, (const float *)phiT, a_pre, a_post, a_res,
@@ -1153,7 +1166,8 @@ static PyObject *an_py_mhc(PyObject *self, PyObject *const *args, Py_ssize_t nar
                      groups, h, (float *)hp, (float *)hpo, (float *)hr,
                      (float *)p, (float *)rstd, dh, (const float *)dhp, (const float *)dhpo, (const float *)dhr,
                      (const float *)pin, (const float *)rin, dx, (float *)dl, (float *)dphi, wy, (const float *)wpost,
-                     (const float *)wres, w_products, x2, nthreads);
+                     (const float *)wres, w_products, x2, wx, dx2, wdx, wdy, (float *)wdpost, (float *)wdres,
+                     nthreads);
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(rc);
 }

@@ -6,6 +6,8 @@ same signatures without the convention.
                                                                     -> (dx, dlogits, dphi)
     mhc_write_pre(x, y, w_post, w_res, products, phi, scal, bias, perm_idx, eps, iters, *convention)
                                                                     -> (x2, h, h_pre, h_post, h_res, p, rstd)
+    mhc_write_pre_backward(dx2, dh, dh_pre, dh_post, dh_res, x, y, w_post, w_res, x2, phi, scal, bias, perm_idx, p,
+                           rstd, iters, *convention)                -> (dx, dy, d_post, d_res, dlogits, dphi)
 
 x (..., n, C) in a kernel dtype; phi float32 (nC, m); scal float32 (3,) = (a_pre, a_post, a_res); bias float32 (m,)
 = (b_pre, b_post, b_res flattened); perm_idx None (mHC: Sinkhorn-Knopp) or int32 (n!, n) with P_k[i, perm_idx[k, i]]
@@ -16,7 +18,9 @@ no H_res (m = 2n; h_res comes back (..., 0, 0)), with groups 1 no H_post either 
 
 ``mhc_write_pre`` computes the write of the stream first, X' = H_res X + H_post^T y (w_res (..., n, n)) or
 X + H_post^T y (w_res None; ``products``: each H_post[i] y rounded to X's dtype first, as eager 16-bit code), y
-(..., C) in X's dtype, and reads X' in the same pass: X' and the read of X', as ``mhc_pre(x2, ...)`` returns it.
+(..., C) in X's dtype, and reads X' in the same pass: X' and the read of X', as ``mhc_pre(x2, ...)`` returns it. Its
+backward is one pass too: the read's backward on X' (its dX' in float32, plus dx2 where given), then the write's
+(d_res None without a mixing matrix).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ MAX_OUTPUTS = 128  # AN_MHC_MAX_M: m = 2n + n^2 (mHC) or 2n + n! (mHC-lite)
 MAX_ITERS = 64  # AN_MHC_MAX_ITERS
 CONVENTIONS = True  # the kernels take a model's convention (MhcConvention's fields)
 PAPER = (0.0, 0.0, False, 2.0, 0.0, 3)  # (pre_eps, res_eps, res_transposed, post_scale, post_eps, groups)
-FWD, BWD, WFWD = 0, 1, 2
+FWD, BWD, WFWD, WBWD = 0, 1, 2, 3
 
 
 def applies(x: torch.Tensor, m: int, iters: int) -> bool:
@@ -47,7 +51,8 @@ def _padded(phi: torch.Tensor, mp: int) -> torch.Tensor:
     return out
 
 
-def _run(op, x, n, C, N, m, r, iters, phi, phiT, scal, bias, perm_idx, eps, conv, outs, grads, write=(None,) * 5):
+def _run(op, x, n, C, N, m, r, iters, phi, phiT, scal, bias, perm_idx, eps, conv, outs, grads, write=(None,) * 5,
+         write_grads=(None,) * 6):
     mp = -(-m // 8) * 8
     a = [float(v) for v in scal.tolist()]
     phi_mp = _padded(phi, mp)  # held here: the kernel reads it through a raw pointer
@@ -57,7 +62,7 @@ def _run(op, x, n, C, N, m, r, iters, phi, phiT, scal, bias, perm_idx, eps, conv
                        ptr(phiT), a[0], a[1], a[2], ptr(bias), ptr(perm_idx), float(eps), float(pre_eps),
                        float(res_eps), int(bool(res_t)), float(post_scale), float(post_eps), int(groups),
                        *map(ptr, outs), *map(ptr, grads), ptr(wy), ptr(w_post), ptr(w_res), int(bool(products)),
-                       ptr(x2), num_threads())
+                       ptr(x2), *map(ptr, write_grads), num_threads())
     if rc == -1:
         raise MemoryError("addnorm CPU mHC kernel could not allocate its partial sums")
     if rc:
@@ -133,3 +138,30 @@ def mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, 
     _run(BWD, x, n, C, N, m, r, iters, phi, phi.t().contiguous(), _f32(scal), _f32(bias), perm_idx, 0.0, conv,
          (None,) * 6, (dh, _f32(dh_pre), _f32(dh_post), _f32(dh_res), _f32(p), _f32(rstd), dx, dlogits, dphi))
     return dx, dlogits, dphi
+
+
+def mhc_write_pre_backward(dx2, dh, dh_pre, dh_post, dh_res, x, y, w_post, w_res, x2, phi, scal, bias, perm_idx, p,
+                           rstd, iters, *convention):
+    conv = tuple(convention) + PAPER[len(convention):]
+    (dx2, dh, dh_pre, dh_post, dh_res, x, y, w_post, w_res, x2, phi, scal, bias, perm_idx, p, rstd) = resolved(
+        dx2, dh, dh_pre, dh_post, dh_res, x, y, w_post, w_res, x2, phi, scal, bias, perm_idx, p, rstd)
+    x2, y = x2.contiguous(), y.contiguous()
+    n, C, N, m, r = _geometry(x2, phi, perm_idx, scal, bias, conv[5])
+    if y.dtype != x2.dtype or x.dtype != x2.dtype or x.shape != x2.shape:
+        raise ValueError(f"x and y must be in x2's dtype and x of its shape {tuple(x2.shape)}, got {x.dtype} "
+                         f"{tuple(x.shape)} and {y.dtype}")
+    phi = _f32(phi)
+    dx, dy = empty_rows_like(x2), empty_rows_like(y)
+    d_post = torch.empty(x2.shape[:-1], device="cpu", dtype=torch.float32)
+    d_res = None if w_res is None else torch.empty(x2.shape[:-1] + (n,), device="cpu", dtype=torch.float32)
+    dlogits = torch.empty(x2.shape[:-2] + (m,), device="cpu", dtype=torch.float32)
+    dphi = torch.empty(phi.shape, device="cpu", dtype=torch.float32)
+    dh = None if dh is None else dh.to(x2.dtype).contiguous()
+    dx2 = None if dx2 is None else dx2.to(x2.dtype).contiguous()
+    dh_post = None if conv[5] < 2 else dh_post
+    dh_res = None if conv[5] < 3 else dh_res
+    _run(WBWD, x2, n, C, N, m, r, iters, phi, phi.t().contiguous(), _f32(scal), _f32(bias), perm_idx, 0.0, conv,
+         (None,) * 6, (dh, _f32(dh_pre), _f32(dh_post), _f32(dh_res), _f32(p), _f32(rstd), None, dlogits, dphi),
+         (y, _f32(w_post), _f32(w_res), False, None),
+         (None if w_res is None else x.contiguous(), dx2, dx, dy, d_post, d_res))
+    return dx, dy, d_post, d_res, dlogits, dphi

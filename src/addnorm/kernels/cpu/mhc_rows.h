@@ -16,6 +16,9 @@
  *             H_post[i] y + sum_j H_res[i, j] X_j (the stream kernels' order), or X_i + H_post[i] y without a
  *             mixing matrix (each stream its own: an inf stays in its stream), rounded to the storage dtype,
  *             stored, and read from the tile's float32 rows as the forward reads X
+ *   its backward (WBWD) the read's backward on X', its dX' kept in float32 and added to the dX' given, then the
+ *             write's backward from that sum in the same walk over each token (dX = g, or H_res^T g; dy =
+ *             sum_i H_post[i] g_i; dH_post[i] = <g_i, y>; dH_res[i, j] = <g_i, X_j>)
  *
  * The projection is a small GEMM done here on tiles of AN_MHC_TB tokens, phi zero-padded to mp (a multiple
  * of 8) columns so that the accumulators of a tile stay in registers; the tile's rows are converted to
@@ -287,6 +290,41 @@ static void AN_FN(mhc_write)(const an_mhc_args *a, int64_t t, float *v, const an
     AN_FN(put_row)((char *)a->x2 + t * K * (int64_t)es, v, K, a->dt, a->nt, sc->r[9]);
 }
 
+/* WBWD: token t's write backward from g = the read's dX' (float32, in place) + the dX' given: dX, dy, dH_post
+ * and, with a mixing matrix, dH_res, in the stream kernels' order (stream_rows.h's general loop). Scratch: rows
+ * 8 (X, converted), 10 (dX', then y) and 11 (dy, then each dX_j); 9 is put_row's. */
+static void AN_FN(mhc_write_bwd)(const an_mhc_args *a, int64_t t, float *g, const an_rows *sc) {
+    const int n = a->n;
+    const int64_t C = a->C, K = a->K;
+    const size_t es = an_elem_size(a->dt);
+    if (a->dx2) {
+        const float *d = AN_FN(f32_row)((const char *)a->dx2 + t * K * (int64_t)es, a->dt, sc->r[10], K);
+        for (int64_t k = 0; k < K; k++) g[k] += d[k];
+    }
+    const float *y = AN_FN(f32_row)((const char *)a->wy + t * C * (int64_t)es, a->dt, sc->r[10], C);
+    const float *hpost = a->w_post + t * n;
+    float *out = sc->r[11];
+    for (int i = 0; i < n; i++) { /* dy = sum_i H_post[i] g_i; dH_post[i] = <g_i, y> */
+        a->wd_post[t * n + i] = AN_FN(dot)(g + (int64_t)i * C, y, C);
+        AN_FN(axpy)(out, g + (int64_t)i * C, hpost[i], C, i == 0);
+    }
+    AN_FN(put_row)((char *)a->wdy + t * C * (int64_t)es, out, C, a->dt, a->nt, sc->r[9]);
+    char *dx = (char *)a->wdx + t * K * (int64_t)es;
+    if (a->w_res == NULL) { /* X' = X + H_post^T y: dX = g */
+        AN_FN(put_row)(dx, g, K, a->dt, a->nt, sc->r[9]);
+        return;
+    }
+    /* dX_j = sum_i H_res[i, j] g_i; dH_res[i, j] = <g_i, X_j> */
+    const float *hres = a->w_res + t * n * n;
+    const float *x = AN_FN(f32_row)((const char *)a->wx + t * K * (int64_t)es, a->dt, sc->r[8], K);
+    float *dres = a->wd_res + t * n * n;
+    for (int j = 0; j < n; j++) {
+        for (int i = 0; i < n; i++) dres[i * n + j] = AN_FN(dot)(g + (int64_t)i * C, x + (int64_t)j * C, C);
+        for (int i = 0; i < n; i++) AN_FN(axpy)(out, g + (int64_t)i * C, hres[i * n + j], C, i == 0);
+        AN_FN(put_row)(dx + (size_t)j * (size_t)C * es, out, C, a->dt, a->nt, sc->r[9]);
+    }
+}
+
 static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const an_rows *sc, int chunk) {
     const int n = a->n, m = a->m, mp = a->mp, r = a->r;
     const int64_t C = a->C, K = a->K;
@@ -297,9 +335,10 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
     float *restrict z = sc->mhc, *restrict dz = z + AN_MHC_TB * AN_MHC_MAX_M;
     float lg[AN_MHC_MAX_M], w[AN_MHC_MAX_M], hp[AN_STREAM_MAX_N], hpo[AN_STREAM_MAX_N],
         hr[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
-    float *st = a->groups == 3 && a->perm == NULL && a->op == AN_MHC_BWD ? dz + AN_MHC_TB * AN_MHC_MAX_M : NULL,
+    const int bwd = a->op == AN_MHC_BWD || a->op == AN_MHC_WBWD;
+    float *st = a->groups == 3 && a->perm == NULL && bwd ? dz + AN_MHC_TB * AN_MHC_MAX_M : NULL,
           *tmp = sc->r[8];
-    float *dphi = a->op == AN_MHC_BWD ? a->dphi_part + (size_t)chunk * (size_t)K * (size_t)mp : NULL;
+    float *dphi = bwd ? a->dphi_part + (size_t)chunk * (size_t)K * (size_t)mp : NULL;
     if (dphi) memset(dphi, 0, sizeof(float) * (size_t)K * (size_t)mp);
     AN_FN(mhc_project_fn) project = AN_FN(mhc_project_for)(mp);
     AN_FN(mhc_dphi_fn) add_dphi = AN_FN(mhc_dphi_for)(mp);
@@ -312,7 +351,7 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
             else if (a->op == AN_MHC_WFWD) AN_FN(mhc_write)(a, t, sc->r[b], sc), v[b] = sc->r[b];
             else v[b] = AN_FN(f32_row)((const char *)a->x + t * K * es, a->dt, sc->r[b], K);
         }
-        if (a->op != AN_MHC_BWD) {
+        if (!bwd) {
             project(v, a->phi, K, z);
             for (int b = 0; b < nt; b++) {
                 const int64_t t = t0 + b;
@@ -390,8 +429,10 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
         for (int b = nt; b < AN_MHC_TB; b++) memset(dx[b], 0, sizeof(float) * (size_t)K); /* dz is 0 there */
         AN_FN(mhc_dx_gemm)(dx, dz, mp, m, a->phiT, K);
         add_dphi(v, dz, K, dphi);
-        for (int b = 0; b < nt; b++)
-            AN_FN(put_row)((char *)a->dx + (t0 + b) * K * es, dx[b], K, a->dt, a->nt, sc->r[9]);
+        for (int b = 0; b < nt; b++) {
+            if (a->op == AN_MHC_WBWD) AN_FN(mhc_write_bwd)(a, t0 + b, dx[b], sc);
+            else AN_FN(put_row)((char *)a->dx + (t0 + b) * K * es, dx[b], K, a->dt, a->nt, sc->r[9]);
+        }
     }
 }
 

@@ -45,7 +45,7 @@ def pre_formulas(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps,
                                                 *convention))
 
 
-def _pre_backward_formulas(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, p,
+def pre_backward_formulas(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, p,
                            rstd, eps, iters, *convention):
     gs = mf.pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps,
                          iters, *convention)
@@ -115,7 +115,7 @@ def _impls(k):
         conv = (pre_eps, res_eps, res_transposed, post_scale, post_eps, groups)
         idx = kernel_index(k, x, phi, coeffs, perms, iters, conv)
         if idx is False or (dh is not None and dh.dtype != x.dtype) or p.dtype != torch.float32:
-            return _pre_backward_formulas(dh, dh_pre, dh_post, dh_res, x, phi, *coeffs, perms, p, rstd, eps, iters,
+            return pre_backward_formulas(dh, dh_pre, dh_post, dh_res, x, phi, *coeffs, perms, p, rstd, eps, iters,
                                           *conv)
         dx, dlogits, dphi = k.mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, *scal_bias(*coeffs), idx, p, rstd,
                                                iters, *_convention_args(k, conv))
@@ -131,7 +131,7 @@ LIB.impl("mhc_pre_backward", CPU[1], "CPU")
 LIB.impl("mhc_pre", TRITON[0], "CUDA")
 LIB.impl("mhc_pre_backward", TRITON[1], "CUDA")
 LIB.impl("mhc_pre", pre_formulas, "CompositeExplicitAutograd")
-LIB.impl("mhc_pre_backward", _pre_backward_formulas, "CompositeExplicitAutograd")
+LIB.impl("mhc_pre_backward", pre_backward_formulas, "CompositeExplicitAutograd")
 
 
 def pre_fake(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps=0.0, res_eps=0.0,
