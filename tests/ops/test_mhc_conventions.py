@@ -192,7 +192,8 @@ torch.save({"isa": addnorm.cpu_kernel_availability().isa, "res": res}, sys.argv[
 def test_the_rounds_the_forward_keeps_are_the_conventions(tmp_path, isa):
     """The CPU forward keeps Sinkhorn-Knopp's rounds (state) for its backward: with a convention they must be that
     convention's (res_eps in every sum, the logits transposed), or a backward reading them would differ from one
-    that runs them again. DeepSeek-V4's convention, and one whose eps terms are large: the backward reading the
+    that runs them again. DeepSeek-V4's convention, one whose eps terms are large, and that one with H_post's own
+    scale and eps (the kept-rounds path skips mhc_maps, so its gates must be mhc_maps'): the backward reading the
     kept rounds gives the gradients of the one handed no rounds (an empty state, or one of the wrong shape) bit for
     bit, on each instruction set path (ADDNORM_CPU_ISA, read once per process); the kept rounds are the formulas'
     (float64) to float32 rounding, and so are the gradients."""
@@ -206,7 +207,8 @@ def test_the_rounds_the_forward_keeps_are_the_conventions(tmp_path, isa):
     x, fn, base, scale = [t.detach() for t in _params(dtype=torch.float32, lead=(37,), C=67)]
     ins = [x, fn.t().contiguous(), scale[0], scale[1], scale[2], base[:N], base[N:2 * N], base[2 * N:].reshape(N, N)]
     ds = MhcConvention.deepseek_v4(HC_EPS)
-    convs = [(ds.pre_eps, ds.sinkhorn_eps, ds.res_transposed), (0.01, 0.05, True)]
+    convs = [(ds.pre_eps, ds.sinkhorn_eps, ds.res_transposed), (0.01, 0.05, True),
+             MhcConvention(pre_eps=0.01, sinkhorn_eps=0.05, res_transposed=True, post_scale=1.5, post_eps=0.02).fields]
     g = torch.Generator().manual_seed(4)
     grads = [torch.randn(37, 67, generator=g), torch.randn(37, N, generator=g), torch.randn(37, N, generator=g),
              torch.randn(37, N, N, generator=g)]
