@@ -1,6 +1,7 @@
 """patch_hf_model on DeepSeek-V4's widened stream (B, T, n, C) and its mHC hyper-connections: every read on
-``mhc_pre`` (DeepSeek-V4's convention), every write on ``stream_write`` with the next read handed over, the final
-collapse on ``hyper_read``'s head; what cannot be matched refused by name. (The generic checks -- exact logits and
+``mhc_pre`` (DeepSeek-V4's convention), every write together with the next read in one call (``mhc_write_pre``; the
+last with the final collapse, ``hyper_write_read``'s head form), that read handed over; what cannot be matched
+refused by name. (The generic checks -- exact logits and
 gradients, bfloat16, generation, cache, padding, checkpointing, save/load, unpatch, Trainer's groups, and the fusions
 counted per decoder layer -- run on it in ``test_patch``'s table.)"""
 
@@ -23,7 +24,7 @@ from test_patch import IDX, build  # noqa: E402
 def _spy(monkeypatch):
     """Counts of the addnorm calls a DeepSeek-V4 forward makes, and of the reads handed over by a write."""
     calls = {}
-    for fn in ("stream_write", "mhc_pre", "hyper_read"):
+    for fn in ("stream_write", "mhc_pre", "hyper_read", "mhc_write_pre", "hyper_write_read"):
         real = getattr(AF, fn)
 
         def spy(*a, _real=real, _fn=fn, **k):
@@ -44,8 +45,9 @@ def _spy(monkeypatch):
 
 
 def test_every_read_write_and_the_final_collapse_run_on_addnorms_operators(monkeypatch):
-    """HF's connection modules never run. 2 layers: 4 writes, each handing over the read after it (the same layer's
-    second connection, the next layer's first, the final collapse); the first layer's first read computes its own."""
+    """HF's connection modules never run. 2 layers: 4 writes, each computed with the read after it in one call (the
+    same layer's second connection, the next layer's first: mhc_write_pre; the final collapse: hyper_write_read with
+    the mixing matrix) and handing that read over; the first layer's first read computes its own."""
     ref_m = build("DeepseekV4")
     with torch.no_grad():
         want = ref_m(IDX).logits
@@ -56,7 +58,7 @@ def test_every_read_write_and_the_final_collapse_run_on_addnorms_operators(monke
     with torch.no_grad():
         got = m(IDX).logits
     assert (got - want).abs().max() <= 1e-5
-    assert calls == {"stream_write": 4, "mhc_pre": 4, "hyper_read": 1, "handed over": 4}
+    assert calls == {"mhc_pre": 1, "mhc_write_pre": 3, "hyper_write_read": 1, "handed over": 4}
 
 
 def test_the_writes_are_the_transcription_of_hfs():

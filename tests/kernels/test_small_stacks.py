@@ -30,7 +30,9 @@ SCRIPT = textwrap.dedent(
     import addnorm.functional as AF
     from addnorm.functional import layer_norm_add, parallel_add_rms_norm
     from addnorm.functional import add_dyt, add_derf
-    from addnorm.functional import mhc_pre, stream_read, stream_write
+    from addnorm.functional import mhc_pre, mhc_write_pre, stream_read, stream_write
+    from addnorm.functional import MhcConvention, ProjectedGates, StreamNorm, hyper_read, hyper_write_read
+    from addnorm.functional import stream_rms_norm
 
     def grads(outs, ins):
         outs = [o for o in outs if o.is_floating_point() and o.requires_grad]
@@ -65,6 +67,16 @@ SCRIPT = textwrap.dedent(
                 import itertools
                 perms = torch.stack([torch.eye(n)[list(p)] for p in itertools.permutations(range(n))])
             grads(mhc_pre(X, phi, *co, *bs, perms=perms, backend="cpu"), [X, phi])
+            if not lite:  # the write of the stream and the read of its result in one pass, with its mixing matrix
+                grads(mhc_write_pre(X, y, hpo, hr, phi, *co, *bs, convention=MhcConvention.deepseek_v4(1e-6),
+                                    backend="cpu"), [X, y, hpo, hr, phi])
+        # HY-V4's read without the comb matrix, its head, and the write+read without a mixing matrix
+        conv = ProjectedGates(1e-6, pre_eps=1e-3, post_scale=1.5, post_eps=1e-3)
+        W, s2, b2 = leaf(2 * n, n * C), leaf(2), leaf(2 * n)
+        grads(hyper_read(X, W, s2, b2, convention=conv, backend="cpu"), [X, W])
+        grads(hyper_read(X, W[:n], s2[:1], b2[:n], convention=conv, backend="cpu")[:2], [X])
+        grads(hyper_write_read(X, y, hpo, W, s2, b2, convention=conv, backend="cpu"), [X, y, hpo, W])
+        grads([stream_rms_norm(X, W[0].reshape(n, C), convention=StreamNorm(1e-6), backend="cpu")], [X, W])
 
     def body(shapes):
         for dtype in (torch.float32, torch.bfloat16):

@@ -10,7 +10,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from addnorm.reference import streams as ref
-from addnorm.functional import mhc_pre
+from addnorm.functional import mhc_pre, mhc_write_pre
 from tests.backends import BACKENDS, KERNELS
 from tests.compile_spy import addnorm_ops_backend
 
@@ -84,6 +84,39 @@ def test_forward_and_backward_match_the_float64_oracle(lead, n, C, lite, dtype, 
         e = torch.zeros_like(ins64[NAMES.index(name)]) if e is None else e
         scale = 1 + (e.abs().max().item() if e.numel() else 0.0)
         torch.testing.assert_close(a.double(), e, atol=tol * 8 * scale, rtol=tol * 4, msg=name)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("lite", [False, True], ids=["mhc", "mhc_lite"])
+@pytest.mark.parametrize("lead, n, C", CASES)
+def test_a_write_then_the_pre_step_match_the_float64_oracle(lead, n, C, lite, dtype, backend):
+    """mhc_write_pre: mHC's write (eq. 3, X' = H_res X + H_post^T y) and the pre step on X' in one call (one pass
+    over the stream on the C kernels), against eq. 3 and the oracle above, both ways."""
+    if lite and n > 4:
+        pytest.skip("mHC-lite at n > 4 has more than 5! permutations (the paper's n is 4)")
+    *ins, perms = _make(lead, n, C, lite, dtype, layout="permuted" if n == 4 else "contiguous")
+    g = torch.Generator().manual_seed(3)
+    y = torch.randn(*lead, C, generator=g).to(dtype).requires_grad_()
+    h_post = (2 * torch.rand(*lead, n, generator=g)).requires_grad_()
+    h_res = torch.softmax(torch.randn(*lead, n, n, generator=g), -1).requires_grad_()
+    out = mhc_write_pre(ins[0], y, h_post, h_res, *ins[1:], perms=perms, eps=EPS, iters=ITERS, backend=backend)
+    write = [ins[0], y, h_post, h_res]
+    w64 = [t.detach().double().requires_grad_() for t in write]
+    ins64 = [t.detach().double().requires_grad_() for t in ins[1:]]
+    x2 = ref.mhc_eq3(w64[0], w64[1], w64[2], w64[3])
+    exp = (x2, *_oracle(x2, *ins64, perms))
+    assert out[0].dtype == out[1].dtype == dtype and out[0].shape == ins[0].shape
+    tol = TOL[dtype]
+    for name, a, e in zip(("x2", "h", "H_pre", "H_post", "H_res"), out, exp, strict=True):
+        atol = tol * 8 if name in ("x2", "h") else (2e-5 if dtype == torch.float32 else tol)
+        torch.testing.assert_close(a.double(), e.detach(), atol=atol, rtol=tol, msg=name)
+    cots = [torch.randn(o.shape, generator=g, dtype=torch.float64) for o in out]
+    got = torch.autograd.grad(sum((o.double() * c).sum() for o, c in zip(out, cots, strict=True)), write + ins[1:])
+    want = torch.autograd.grad(sum((o * c).sum() for o, c in zip(exp, cots, strict=True)), w64 + ins64)
+    for name, a, e in zip(("x", "y", "h_post", "h_res", *NAMES[1:]), got, want, strict=True):
+        scale = 1 + (e.abs().max().item() if e.numel() else 0.0)
+        torch.testing.assert_close(a.double(), e, atol=tol * 16 * scale, rtol=tol * 4, msg=name)
 
 
 @pytest.mark.parametrize("lite", [False, True], ids=["mhc", "mhc_lite"])
@@ -221,7 +254,7 @@ def test_bad_input_is_refused_naming_the_argument(edit, match):
 
 ISA_SCRIPT = r"""
 import sys, torch, addnorm
-from addnorm.functional import mhc_pre
+from addnorm.functional import mhc_pre, mhc_write_pre
 ins, perms, cots = torch.load(sys.argv[1])
 res = {}
 for dt in ("float32", "bfloat16"):

@@ -7,12 +7,17 @@
     stream_rms_norm(x, weight, convention=StreamNorm)               -> each stream RMS-normed with its own weight
     gated_collapse(x, gates, rounding=ONCE)                        -> h = (1/n) sum_i G_i * X_i  (gates per element)
     hyper_write_read(x, y, h_post, weight, scale, base, convention) -> (X', h, H_pre, H_post): one sub-layer's
-        write and the next one's read (HY-V4's layers hand them over so: ``addnorm.interop``)
+        write and the next one's read, one pass over the stream (HY-V4's layers hand them over so:
+        ``addnorm.interop``; with h_res, a write that mixes the streams first: DeepSeek-V4's before its head)
     hyper_write_norm(x, y, h_post, weight, convention)             -> (X', N'): the write and the next read's norm
         (Qwen4-exp's gated read: N' feeds its low-rank gate, then ``gated_collapse``)
 
-Each runs ``torch.ops.addnorm.hyper_*`` (``addnorm.ops.hyper``), whose only implementation so far is the exact torch
-formulas on every device: ``last_backend()`` says "torch". The conventions are frozen dataclasses
+``hyper_read`` is mHC's pre step without the comb matrix (``functional.mhc.mhc_pre`` with the convention's numbers
+and groups 2, or 1 for a head): it runs on the backend ``functional.core`` picks (``backend=`` / ``use_backend``),
+the C kernels on the CPU, the formulas elsewhere. ``hyper_write_read`` is ``functional.mhc.mhc_write_pre`` without a
+mixing matrix: on the C kernels the write and the read are one pass over the stream. The others run
+``torch.ops.addnorm.hyper_*`` (``addnorm.ops.hyper``), whose only implementation so far is the exact torch formulas
+on every device: ``last_backend()`` says "torch". The conventions are frozen dataclasses
 (``addnorm.ops.hyper.convention``): what differs between models is a value passed to the same operator -- HY-V4's
 magnitude and eps, Qwen4-exp's (1 + w), and where a 16-bit result is rounded (``Rounding``: once, addnorm's way and
 HY-V4's; or after each product, as Qwen4-exp's eager bfloat16 code).
@@ -23,7 +28,8 @@ from __future__ import annotations
 import torch
 
 from ..ops.hyper.convention import ONCE, PRODUCTS, ProjectedGates, Rounding, StreamNorm
-from . import core
+from ..ops.hyper.schema import mhc_args
+from . import core, mhc, norm
 
 __all__ = ["ProjectedGates", "StreamNorm", "Rounding", "ONCE", "PRODUCTS", "hyper_read", "hyper_write", "stream_rms_norm", "gated_collapse",
            "hyper_write_read", "hyper_write_norm"]
@@ -69,7 +75,7 @@ def _check_read(x, weight, scale, base, convention):
         raise ValueError(f"base must be one-dimensional ({groups * n},), got shape {tuple(base.shape)}")
 
 
-def hyper_read(x, weight, scale, base, *, convention: ProjectedGates):
+def hyper_read(x, weight, scale, base, *, convention: ProjectedGates, backend: str | None = None):
     """One read of the stream X (..., n, C) (HY-V4's iHC): with v = vec(X) and m = (v weight^T) / RMS(v),
 
         H_pre  = sigmoid(scale[0] m[:n] + base[:n]) + convention.pre_eps
@@ -79,10 +85,11 @@ def hyper_read(x, weight, scale, base, *, convention: ProjectedGates):
     weight (2n, nC) (HF's ``fn``), scale (2,), base (2n,); or weight (n, nC), scale (1,), base (n,) for a head,
     whose H_post is empty (..., 0). Returns (h, H_pre, H_post): h in X's dtype, the gates in float32 (float64 if X
     or a parameter is float64)."""
+    x, weight = core.uninferred((x, weight), (scale, base))
     _check_read(x, weight, scale, base, convention)
-    core.choose_backend("torch", x, tuple(x.shape[-1:]))
+    which = core.choose_backend(backend, x, tuple(x.shape[-1:]))
     c = convention
-    return torch.ops.addnorm.hyper_read(x, weight, scale, base, c.eps, c.pre_eps, c.post_scale, c.post_eps)
+    return mhc.run_pre(which, mhc_args(x, weight, scale, base, c.eps, c.pre_eps, c.post_scale, c.post_eps))[:3]
 
 
 def _check_write(x, y, h_post):
@@ -109,13 +116,23 @@ def _norm_weight(weight, x):
     return weight.reshape(n, C)
 
 
-def stream_rms_norm(x, weight, *, convention: StreamNorm):
+def stream_rms_norm(x, weight, *, convention: StreamNorm, backend: str | None = None):
     """N_i = X_i / sqrt(mean(X_i^2) + eps) * (weight_offset + w_i): each stream of X (..., n, C) over its C
-    channels, weight (n, C) (or HF's flat (nC,)); in float32, rounded once to X's dtype (Qwen4-exp's hc_norm)."""
+    channels, weight (n, C) (or HF's flat (nC,)); in float32, rounded once to X's dtype (Qwen4-exp's hc_norm).
+
+    Each stream is the norm family's RMSNorm with Gemma's convention (the scale weight_offset + w_i, applied in
+    float32 before the one rounding): on the CPU and Triton kernels, one ``rms_norm`` per stream on the strided
+    rows X[..., i, :] (no copy of X), stacked; on the torch backend the formulas (``ops.hyper``)."""
     w = _norm_weight(weight, x)
     c = _convention(convention, StreamNorm)
-    core.choose_backend("torch", x, tuple(x.shape[-1:]))
-    return torch.ops.addnorm.hyper_stream_norm(x, w, c.eps, c.weight_offset)
+    which = core.resolve(backend, x, tuple(x.shape[-1:]), None)
+    if which == "torch" or w.dtype == torch.float64:  # (a float64 weight: the formulas compute in float64)
+        core.choose_backend("torch", x, tuple(x.shape[-1:]))
+        return torch.ops.addnorm.hyper_stream_norm(x, w, c.eps, c.weight_offset)
+    # unbind, not x[..., i, :]: its backward stacks the n gradients in one pass, where n selects' would each
+    # scatter into a zero tensor of X's size
+    return torch.stack([norm.rms_norm(xi, xi.shape[-1:], wi, c.eps, weight_offset=c.weight_offset, backend=which)
+                        for xi, wi in zip(x.unbind(-2), w.unbind(0), strict=True)], -2)
 
 
 def gated_collapse(x, gates, *, rounding: Rounding = ONCE):
@@ -127,12 +144,21 @@ def gated_collapse(x, gates, *, rounding: Rounding = ONCE):
     return torch.ops.addnorm.hyper_gated_collapse(x, gates, _convention(rounding, Rounding, "rounding").where)
 
 
-def hyper_write_read(x, y, h_post, weight, scale, base, *, convention: ProjectedGates, rounding: Rounding = ONCE):
-    """(X', h, H_pre, H_post): ``hyper_write(x, y, h_post)`` and the next sub-layer's ``hyper_read`` of X'."""
+def hyper_write_read(x, y, h_post, weight, scale, base, *, convention: ProjectedGates, rounding: Rounding = ONCE,
+                     h_res=None, backend: str | None = None):
+    """(X', h, H_pre, H_post): ``hyper_write(x, y, h_post)`` and the next sub-layer's ``hyper_read`` of X', in one
+    pass over the stream on the C kernels (``functional.mhc.mhc_write_pre`` without a mixing matrix). With ``h_res``
+    (..., n, n) the write is the stream family's, X' = H_res X + H_post^T y (DeepSeek-V4's, whose final collapse is
+    this read's head form), rounded once."""
+    x, weight = core.uninferred((x, weight), (y, h_post, h_res, scale, base))
     _check_write(x, y, h_post)
     _check_read(x, weight, scale, base, convention)
-    x2 = hyper_write(x, y, h_post, rounding=rounding)
-    return (x2, *hyper_read(x2, weight, scale, base, convention=convention))
+    products = _convention(rounding, Rounding, "rounding").where == "products"
+    mhc.check_write(x, y, h_post, h_res, products)
+    which = core.choose_backend(backend, x, tuple(x.shape[-1:]))
+    c = convention
+    read = mhc_args(x, weight, scale, base, c.eps, c.pre_eps, c.post_scale, c.post_eps)
+    return mhc.run_write_pre(which, (x, y, h_post, h_res, products, *read[1:]))[:4]
 
 
 def hyper_write_norm(x, y, h_post, weight, *, convention: StreamNorm, rounding: Rounding = ONCE):

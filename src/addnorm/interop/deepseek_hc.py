@@ -10,11 +10,11 @@ columns; H_res = comb^T, returned transposed as HF's comb.
 
 ``write`` is what a rewritten decoder layer calls in place of its write of the stream,
 ``post.to(d).unsqueeze(-1) * y.unsqueeze(-2) + torch.matmul(comb.to(d).transpose(-1, -2), X)`` (found by
-``interop.mhc_rewrite``): one ``stream_write`` (X' = H_res X + H_post^T y, the layer's own casts of the
-coefficients kept), and, where a probe run found the one patched connection that reads X' next -- the layer's
-second, the next layer's first, the model's final collapse -- that read too, its output left for the connection
-(``interop.handoff``), so the read happens in the write's call. On the CPU these are still two passes over the
-stream (``stream_write``'s kernel, then ``mhc_pre``'s; a kernel that reads X once for both is the next step).
+``interop.mhc_rewrite``): X' = H_res X + H_post^T y with the layer's own casts of the coefficients kept. Where a
+probe run found the one patched connection that reads X' next -- the layer's second, the next layer's first, the
+model's final collapse -- the write and that read are one ``mhc_write_pre`` (with the next connection's convention,
+or the head's, groups 1), its read left for the connection (``interop.handoff``): on the CPU kernels one pass over
+the stream, each token's X' read while it is in cache. Elsewhere the write is one ``stream_write``.
 """
 
 from __future__ import annotations
@@ -106,12 +106,17 @@ def _takes(plan: MhcPlan, x) -> bool:
             and tuple(x.shape[-2:]) == (plan.n, plan.C))
 
 
-def _read(module, plan: MhcPlan, x):
-    """The module's output (post, comb, h) from one mhc_pre on the stream x (..., n, C)."""
+def _read_args(module, plan: MhcPlan):
+    """mhc_pre's projection and coefficients from the module's fn, scale and base."""
     n = plan.n
     fn, base, scale = module.fn, module.base, module.scale
-    h, _, post, h_res = AF.mhc_pre(x, fn.t(), scale[0], scale[1], scale[2], base[:n], base[n:2 * n],
-                                   base[2 * n:].view(n, n), eps=plan.eps, iters=plan.iters, convention=plan.convention)
+    return fn.t(), scale[0], scale[1], scale[2], base[:n], base[n:2 * n], base[2 * n:].view(n, n)
+
+
+def _read(module, plan: MhcPlan, x):
+    """The module's output (post, comb, h) from one mhc_pre on the stream x (..., n, C)."""
+    h, _, post, h_res = AF.mhc_pre(x, *_read_args(module, plan), eps=plan.eps, iters=plan.iters,
+                                   convention=plan.convention)
     return post, h_res.transpose(-1, -2), h  # HF's comb is H_res^T: a view, which the layer transposes back
 
 
@@ -150,31 +155,34 @@ def _coefficients(stream, y, post, comb, dtype, transposed):
     return h_post, h_res
 
 
-def _hand_over(reader, x2):
-    """The read of x2 that ``reader`` -- the patched hyper-connection found to read it next -- would compute: a
-    connection of this family's (its mhc_pre), or interop.hyper's (DeepSeek-V4's final collapse); None where it
-    must compute its own (a pre-hook that could change its input, another shape)."""
+def _write_and_read(reader, stream, y, h_post, h_res):
+    """(X', the read of X' that ``reader`` -- the patched hyper-connection found to read it next -- would compute),
+    in one call: a connection of this family's (its mhc_pre's read), or interop.hyper's (DeepSeek-V4's final
+    collapse); None where it must compute its own (a pre-hook that could change its input, another shape)."""
     if isinstance(reader.__dict__.get("_addnorm_hyper"), MhcPlan):
         plan = recognise(reader)
-        if plan is None or reader._forward_pre_hooks or not _takes(plan, x2):
+        if plan is None or reader._forward_pre_hooks or not _takes(plan, stream):
             return None
-        return _read(reader, plan, x2)
-    return hyper.read_to_hand_over(reader, x2)
+        x2, h, _, post, h_res2 = AF.mhc_write_pre(stream, y, h_post, h_res, *_read_args(reader, plan), eps=plan.eps,
+                                                  iters=plan.iters, convention=plan.convention)
+        return x2, (post, h_res2.transpose(-1, -2), h)  # as _read returns it
+    return hyper.write_and_read_to_hand_over(reader, stream, y, h_post, h_res)
 
 
 def write(layer, site, stream, y, post, comb, dtype, transposed, eager):
     """``eager()`` -- the layer's ``post.to(d).unsqueeze(-1) * y.unsqueeze(-2) + (comb.to(d)^T) @ stream`` -- on
-    one stream_write, and the next read of its result where a probe run found it (``handoff``)."""
+    addnorm's operators: with the next read of its result where a probe run found it (``handoff``), else alone."""
     coeffs = _coefficients(stream, y, post, comb, dtype, transposed)
     if coeffs is None:
         s = eager()
         handoff.record(layer, site, s)
         return s
-    x2 = AF.stream_write(stream, y, *coeffs)[0]
     readers = handoff.readers(layer, site)
-    pending = _hand_over(readers[0], x2) if len(readers) == 1 and handoff.enabled(layer) else None
-    if pending is None:
+    fused = _write_and_read(readers[0], stream, y, *coeffs) if len(readers) == 1 and handoff.enabled(layer) else None
+    if fused is None:
+        x2 = AF.stream_write(stream, y, *coeffs)[0]
         handoff.record(layer, site, x2)
         return x2
+    x2, pending = fused
     handoff.give(readers[0], x2, pending)
     return x2

@@ -231,15 +231,18 @@ def _usable_reader(reader, x4) -> HyperPlan | None:
     return plan
 
 
-def read_to_hand_over(reader: nn.Module, x4: torch.Tensor):
-    """What a write of another family's stream (DeepSeek-V4's mix: ``interop.deepseek_hc``) hands over to ``reader``,
-    the patched hyper-connection found to read its result x4 (..., n, C) next -- DeepSeek-V4's final collapse is HY-V4's
-    head: its read of x4, as ``hyper_forward`` takes it; None where it would not be handed over (a pre-hook on the
-    reader, another shape, Qwen4-exp's flattened stream)."""
+def write_and_read_to_hand_over(reader: nn.Module, x4: torch.Tensor, y, h_post, h_res):
+    """A write of another family's stream (DeepSeek-V4's mix, X' = H_res X + H_post^T y: ``interop.deepseek_hc``)
+    computed together with the read that ``reader``, the patched hyper-connection found to read X' next, makes of it
+    -- DeepSeek-V4's final collapse is HY-V4's head form -- in one pass: (X', the read as ``hyper_forward`` takes
+    it), or None where the read would not be handed over (a pre-hook on the reader, another shape, Qwen4-exp's
+    flattened stream)."""
     plan = _usable_reader(reader, x4)
     if plan is None or plan.kind.startswith("gated"):
         return None
-    return AF.hyper_read(x4, *_ihc_params(reader, plan), convention=plan.convention)
+    x2, *read = AF.hyper_write_read(x4, y, h_post, *_ihc_params(reader, plan), convention=plan.convention,
+                                    h_res=h_res)
+    return x2, tuple(read)
 
 
 def write(layer, site, stream, y, coeff, to_dtype, rounding, eager):

@@ -143,8 +143,11 @@ typedef struct {
 
 /* mHC's pre step (mhc_rows.h): x (N, n, C) contiguous in dt; phi float32 (K, mp) zero-padded (mp: m rounded up to
  * a multiple of 8), phiT (m, K);
- * per-token outputs and gradients float32 and contiguous. */
-enum { AN_MHC_FWD = 0, AN_MHC_BWD = 1 };
+ * per-token outputs and gradients float32 and contiguous. WFWD: the write of the stream before the read, in the
+ * same pass (x is then the stream the write reads; its result X' is written to x2 and read). WBWD: the backward of
+ * both in one pass: the read's backward on X' (x = X'), its dX' kept in float32, plus the dX' given (dx2), then
+ * the write's backward from that sum. */
+enum { AN_MHC_FWD = 0, AN_MHC_BWD = 1, AN_MHC_WFWD = 2, AN_MHC_WBWD = 3 };
 #define AN_MHC_MAX_M 128
 #define AN_MHC_MAX_ITERS 64
 typedef struct {
@@ -158,6 +161,15 @@ typedef struct {
     float eps;
     float pre_eps, res_eps;   /* a model's convention (ops/mhc/convention.py): + pre_eps on H_pre; Sinkhorn's */
     int res_t;                /* first result + res_eps, every later sum + res_eps; res_t: its logits transposed */
+    float post_scale, post_eps; /* H_post = post_scale sigmoid(.) + post_eps (the paper's: 2 and 0) */
+    int groups;               /* 3: H_pre, H_post, H_res (m = 2n + r); 2: no H_res (m = 2n, r = 0); 1: H_pre (m = n) */
+    const void *wy;           /* WFWD: the branch output y (N, C) in dt */
+    const float *w_post, *w_res; /* WFWD: (N, n) and (N, n, n); w_res NULL: X'_i = X_i + H_post[i] y, no mixing */
+    int w_products;           /* WFWD without mixing: H_post[i] y rounded to dt before the add (eager 16-bit's) */
+    void *x2;                 /* WFWD: X' (N, n, C) in dt */
+    const void *wx, *dx2;     /* WBWD: the stream the write read (only with w_res); the gradient of X' (NULL: none) */
+    void *wdx, *wdy;          /* WBWD: dX (N, n, C) and dy (N, C) in dt */
+    float *wd_post, *wd_res;  /* WBWD: (N, n) and (N, n, n) (with w_res) */
     void *h;                  /* FWD outputs */
     float *h_pre, *h_post, *h_res, *p, *rstd;
     float *st;                /* FWD: Sinkhorn-Knopp's rounds per token (AN_MHC_STATE floats; NULL: not kept) */
@@ -900,35 +912,63 @@ int addnorm_attn_res(int op, int dt, int S, int64_t N, int64_t C, const void *co
 /* mHC's pre step, forward (op 0) and backward (op 1); see an_mhc_args and mhc_rows.h. Backward reduces the
  * chunks' float32 dphi partial sums in chunk order (in float64) into dphi (K, m): the same bits on every run
  * for a given thread count. Returns 0, -1 (no memory), -3 (a shape the kernels do not take). */
+static int an_finite(float v) { return v == v && fabsf(v) <= FLT_MAX; }
+
+/* the coefficient groups' geometry: m = n (H_pre), 2n (and H_post) or 2n + r (and H_res: n^2 Sinkhorn-Knopp logits,
+ * or r >= 1 permutations) */
+static int an_mhc_geometry_ok(int n, int m, int mp, int r, int groups, const int32_t *perm) {
+    const int want = groups == 1 ? n : groups == 2 ? 2 * n : 2 * n + r;
+    if (groups < 1 || groups > 3 || m != want || m > AN_MHC_MAX_M || mp % 8 || mp < m || mp > AN_MHC_MAX_M)
+        return 0;
+    return groups == 3 ? r >= 1 && (perm != NULL || r == n * n) : r == 0 && perm == NULL;
+}
+
 int addnorm_mhc(int op, int n, int dt, int64_t N, int64_t C, int m, int mp, int r, int iters, const void *x,
                 const float *phi, const float *phiT, float a_pre, float a_post, float a_res, const float *bias,
-                const int32_t *perm, float eps, float pre_eps, float res_eps, int res_t, void *h, float *h_pre,
-                float *h_post, float *h_res, float *p, float *rstd, float *st, const void *dh, const float *dh_pre,
-                const float *dh_post, const float *dh_res, const float *p_in, const float *rstd_in,
-                const float *st_in, void *dx, float *dlogits, float *dphi, int nthreads) {
+                const int32_t *perm, float eps, float pre_eps, float res_eps, int res_t, float post_scale,
+                float post_eps, int groups, void *h, float *h_pre, float *h_post, float *h_res, float *p,
+                float *rstd, float *st, const void *dh, const float *dh_pre, const float *dh_post,
+                const float *dh_res, const float *p_in, const float *rstd_in, const float *st_in, void *dx,
+                float *dlogits, float *dphi, const void *wy, const float *w_post, const float *w_res,
+                int w_products, void *x2, const void *wx, const void *dx2, void *wdx, void *wdy, float *wd_post,
+                float *wd_res, int nthreads) {
     an_pick_isa();
     const int64_t K = (int64_t)n * C;
-    if (n < 1 || n > AN_STREAM_MAX_N || m != 2 * n + r || m > AN_MHC_MAX_M || mp % 8 || mp < m || mp > AN_MHC_MAX_M ||
-        iters < 0 || iters > AN_MHC_MAX_ITERS || C < 1 || r < 1 || (perm == NULL && r != n * n) ||
-        !(pre_eps >= 0.0f) || !(res_eps >= 0.0f))
+    if (n < 1 || n > AN_STREAM_MAX_N || !an_mhc_geometry_ok(n, m, mp, r, groups, perm) || iters < 0 ||
+        iters > AN_MHC_MAX_ITERS || C < 1 || op < AN_MHC_FWD || op > AN_MHC_WBWD || !an_finite(pre_eps) ||
+        !(res_eps >= 0.0f) || !an_finite(res_eps) || !an_finite(post_scale) || !an_finite(post_eps))
         return -3;
-    if (perm != NULL && (st != NULL || st_in != NULL)) return -3; /* mHC-lite keeps no rounds */
-    if (op == AN_MHC_BWD && dphi) memset(dphi, 0, sizeof(float) * (size_t)K * (size_t)m);
+    /* rounds are kept only where Sinkhorn-Knopp runs: not for mHC-lite, nor without H_res (groups < 3) */
+    if ((perm != NULL || groups < 3) && (st != NULL || st_in != NULL)) return -3;
+    const int bwd = op == AN_MHC_BWD || op == AN_MHC_WBWD;
+    if (op == AN_MHC_WFWD && N > 0 && (wy == NULL || w_post == NULL || x2 == NULL)) return -2;
+    if (op == AN_MHC_WBWD && N > 0 && (wy == NULL || w_post == NULL || wdx == NULL || wdy == NULL ||
+                                       wd_post == NULL || (w_res != NULL && (wx == NULL || wd_res == NULL))))
+        return -2;
+    if (bwd && dphi) memset(dphi, 0, sizeof(float) * (size_t)K * (size_t)m);
     if (N <= 0) return 0;
-    an_mhc_args a = {op, n, dt, an_use_nt(N, K, dt, 1), m, mp, r, iters, N, C, K, x, phi, phiT,
-                     {a_pre, a_post, a_res}, bias, perm, eps, pre_eps, res_eps, res_t, h, h_pre, h_post, h_res, p,
-                     rstd, st, dh, dh_pre, dh_post, dh_res, p_in, rstd_in, st_in, dx, dlogits, NULL};
+    an_mhc_args a = {.op = op, .n = n, .dt = dt, .nt = an_use_nt(N, K, dt, op >= AN_MHC_WFWD ? 2 : 1), .m = m,
+                     .mp = mp, .r = r, .iters = iters, .N = N, .C = C, .K = K, .x = x, .phi = phi, .phiT = phiT,
+                     .a = {a_pre, a_post, a_res}, .bias = bias, .perm = perm, .eps = eps, .pre_eps = pre_eps,
+                     .res_eps = res_eps, .res_t = res_t, .post_scale = post_scale, .post_eps = post_eps,
+                     .groups = groups, .wy = wy, .w_post = w_post, .w_res = w_res, .w_products = w_products, .x2 = x2,
+                     .wx = wx, .dx2 = dx2, .wdx = wdx, .wdy = wdy, .wd_post = wd_post, .wd_res = wd_res,
+                     .h = h, .h_pre = h_pre, .h_post = h_post, .h_res = h_res, .p = p, .rstd = rstd, .st = st,
+                     .dh = dh, .dh_pre = dh_pre, .dh_post = dh_post, .dh_res = dh_res, .p_in = p_in,
+                     .rstd_in = rstd_in, .st_in = st_in, .dx = dx, .dlogits = dlogits, .dphi_part = NULL};
+    if (op == AN_MHC_WFWD) an_advise_huge(x2, (size_t)(N * K) * an_elem_size(dt));
+    if (op == AN_MHC_WBWD) an_advise_huge(wdx, (size_t)(N * K) * an_elem_size(dt));
     /* backward: one chunk per thread. Each chunk sums phi's gradient into a partial of its own (K x mp floats, as
      * large as phi), zeroed first and reduced here after: at 512 tokens x 4 x 768 on two threads the 16 chunks that
      * an_chunks_for gives took 16 x 295 KB of partials to zero and to add serially, more than the tokens' work */
-    int T = an_threads_for(N, K, nthreads), Cn = op == AN_MHC_BWD ? T : an_chunks_for(N, K, T);
+    int T = an_threads_for(N, K, nthreads), Cn = bwd ? T : an_chunks_for(N, K, T);
     void *part = NULL;
-    if (op == AN_MHC_BWD) {
+    if (bwd) {
         if (posix_memalign(&part, AN_PAGE, sizeof(float) * (size_t)Cn * (size_t)K * (size_t)mp) != 0) return -1;
         a.dphi_part = (float *)part;
     }
     int rc = an_parallel(7, &a, N, K, T, Cn, NULL, NULL, NULL);
-    if (rc == 0 && op == AN_MHC_BWD) {
+    if (rc == 0 && bwd) {
         const float *pp = a.dphi_part;
         for (int64_t k = 0; k < K; k++)
             for (int j = 0; j < m; j++) {
@@ -1118,22 +1158,26 @@ static PyObject *an_py_stream(PyObject *self, PyObject *const *args, Py_ssize_t 
 
 
 static PyObject *an_py_mhc(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    int op, n, dt, m, mp, r, iters, nthreads, rc;
+    int op, n, dt, m, mp, r, iters, nthreads, rc, groups, w_products;
     int64_t N, C;
     int res_t;
-    float a_pre, a_post, a_res, eps, pre_eps, res_eps;
+    float a_pre, a_post, a_res, eps, pre_eps, res_eps, post_scale, post_eps;
     void *x, *phi, *phiT, *bias, *perm, *h, *hp, *hpo, *hr, *p, *rstd, *st, *dh, *dhp, *dhpo, *dhr, *pin, *rin, *stin,
-        *dx, *dl, *dphi;
-    if (an_parse(args, nargs, "iiiLLiiiipppfffppfffipppppppppppppppppi", &op, &n, &dt, &N, &C, &m, &mp, &r, &iters,
-                 &x, &phi, &phiT, &a_pre, &a_post, &a_res, &bias, &perm, &eps, &pre_eps, &res_eps, &res_t, &h, &hp,
-                 &hpo, &hr, &p, &rstd, &st, &dh, &dhp, &dhpo, &dhr, &pin, &rin, &stin, &dx, &dl, &dphi, &nthreads) < 0)
+        *dx, *dl, *dphi, *wy, *wpost, *wres, *x2, *wx, *dx2, *wdx, *wdy, *wdpost, *wdres;
+    if (an_parse(args, nargs, "iiiLLiiiipppfffppfffiffippppppppppppppppppppipppppppi", &op, &n, &dt, &N, &C, &m,
+                 &mp, &r, &iters, &x, &phi, &phiT, &a_pre, &a_post, &a_res, &bias, &perm, &eps, &pre_eps, &res_eps,
+                 &res_t, &post_scale, &post_eps, &groups, &h, &hp, &hpo, &hr, &p, &rstd, &st, &dh, &dhp, &dhpo, &dhr,
+                 &pin, &rin, &stin, &dx, &dl, &dphi, &wy, &wpost, &wres, &w_products, &x2, &wx, &dx2, &wdx, &wdy,
+                 &wdpost, &wdres, &nthreads) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = addnorm_mhc(op, n, dt, N, C, m, mp, r, iters, x, (const float *)phi, (const float *)phiT, a_pre, a_post, a_res,
-                     (const float *)bias, (const int32_t *)perm, eps, pre_eps, res_eps, res_t, h, (float *)hp,
-                     (float *)hpo, (float *)hr, (float *)p, (float *)rstd, (float *)st, dh, (const float *)dhp,
-                     (const float *)dhpo, (const float *)dhr, (const float *)pin, (const float *)rin,
-                     (const float *)stin, dx, (float *)dl, (float *)dphi, nthreads);
+                     (const float *)bias, (const int32_t *)perm, eps, pre_eps, res_eps, res_t, post_scale, post_eps,
+                     groups, h, (float *)hp, (float *)hpo, (float *)hr, (float *)p, (float *)rstd, (float *)st, dh,
+                     (const float *)dhp, (const float *)dhpo, (const float *)dhr, (const float *)pin,
+                     (const float *)rin, (const float *)stin, dx, (float *)dl, (float *)dphi, wy,
+                     (const float *)wpost, (const float *)wres, w_products, x2, wx, dx2, wdx, wdy, (float *)wdpost,
+                     (float *)wdres, nthreads);
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(rc);
 }

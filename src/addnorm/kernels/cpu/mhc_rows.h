@@ -12,9 +12,17 @@
  *             dX = H_pre (x) dh + phi dz - (rstd^2 / K)(dp . p) v;   dphi += v^T dz  (per chunk)
  *   a model's convention (ops/mhc/convention.py, DeepSeek-V4's): H_pre + pre_eps; Sinkhorn's first round's
  *             column-normalised matrix + res_eps and every later sum + res_eps; res_t: the logits of H_res
- *             transposed before Sinkhorn (their gradient transposed back). The rounds kept are the
- *             convention's (res_eps in r and c, of the logits as Sinkhorn took them): those a backward
- *             handed none would recompute
+ *             transposed before Sinkhorn (their gradient transposed back); H_post = post_scale sigmoid + post_eps;
+ *             groups: 2 makes no H_res (HY-V4's iHC, m = 2n), 1 H_pre alone (a final collapse, m = n). The
+ *             rounds kept are the convention's (res_eps in r and c, of the logits as Sinkhorn took them): those
+ *             a backward handed none would recompute; groups < 3 has no Sinkhorn and keeps none
+ *   write+read (WFWD) the write of the stream before the read, in the same walk over each token: X'_i =
+ *             H_post[i] y + sum_j H_res[i, j] X_j (the stream kernels' order), or X_i + H_post[i] y without a
+ *             mixing matrix (each stream its own: an inf stays in its stream), rounded to the storage dtype,
+ *             stored, and read from the tile's float32 rows as the forward reads X (keeps no rounds)
+ *   its backward (WBWD) the read's backward on X' (its rounds recomputed), its dX' kept in float32 and added to
+ *             the dX' given, then the write's backward from that sum in the same walk over each token (dX = g,
+ *             or H_res^T g; dy = sum_i H_post[i] g_i; dH_post[i] = <g_i, y>; dH_res[i, j] = <g_i, X_j>)
  *
  * The projection is a small GEMM done here on tiles of AN_MHC_TB tokens, phi zero-padded to mp (a multiple
  * of 8) columns so that the accumulators of a tile stay in registers, its products added by fused multiply-adds
@@ -243,19 +251,23 @@ static const float *AN_FN(mhc_res_logits)(const an_mhc_args *a, const float *lg,
     return tmp;
 }
 
-/* H_pre = sigmoid + pre_eps (the convention's; 0 for the paper), H_post = 2 sigmoid of their logits */
-static void AN_FN(mhc_gates)(int n, const float *lg, float pre_eps, float *hp, float *hpo) {
-    for (int i = 0; i < n; i++) {
-        hp[i] = AN_FN(mhc_sigmoid)(lg[i]) + pre_eps;
-        hpo[i] = 2.0f * AN_FN(mhc_sigmoid)(lg[n + i]);
-    }
+/* the gates of one token's groups from its logits: H_pre = sigmoid + pre_eps, and (groups > 1) H_post =
+ * post_scale sigmoid + post_eps (the paper's 0, 2 and 0). The one place they are computed: the forward's maps
+ * and the backward that reads the kept rounds (and so skips mhc_maps) both call it. */
+static void AN_FN(mhc_gates)(const an_mhc_args *a, const float *lg, float *hp, float *hpo) {
+    const int n = a->n;
+    for (int i = 0; i < n; i++) hp[i] = AN_FN(mhc_sigmoid)(lg[i]) + a->pre_eps;
+    if (a->groups < 2) return;
+    for (int i = 0; i < n; i++) hpo[i] = a->post_scale * AN_FN(mhc_sigmoid)(lg[n + i]) + a->post_eps;
 }
 
-/* the coefficient maps of one token: logits (m) -> H_pre, H_post, H_res; st (when not NULL): Sinkhorn's rounds */
+/* the coefficient maps of one token: logits (m) -> H_pre, H_post, H_res (those of its groups); st (when not
+ * NULL, groups 3): Sinkhorn's rounds */
 static void AN_FN(mhc_maps)(const an_mhc_args *a, const float *lg, float *hp, float *hpo, float *hr, float *st,
                             float *w) {
     const int n = a->n, r = a->r;
-    AN_FN(mhc_gates)(n, lg, a->pre_eps, hp, hpo);
+    AN_FN(mhc_gates)(a, lg, hp, hpo);
+    if (a->groups < 3) return;
     if (a->perm == NULL) {
         float lt[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
         AN_FN(mhc_sinkhorn)(AN_FN(mhc_res_logits)(a, lg, lt), n, a->iters, a->res_eps, hr, st);
@@ -271,6 +283,65 @@ static void AN_FN(mhc_maps)(const an_mhc_args *a, const float *lg, float *hp, fl
         for (int i = 0; i < n; i++) hr[i * n + a->perm[k * n + i]] += w[k];
 }
 
+/* WFWD: token t's X' = the write of its stream, into v (K floats: the values as stored, in float32) and a->x2.
+ * Scratch: rows 4 (y), 5 (X, converted) and 9 (put_row's). */
+static void AN_FN(mhc_write)(const an_mhc_args *a, int64_t t, float *v, const an_rows *sc) {
+    const int n = a->n;
+    const int64_t C = a->C, K = a->K;
+    const size_t es = an_elem_size(a->dt);
+    const float *y = AN_FN(f32_row)((const char *)a->wy + t * C * (int64_t)es, a->dt, sc->r[4], C);
+    const float *x = AN_FN(f32_row)((const char *)a->x + t * K * (int64_t)es, a->dt, sc->r[5], K);
+    const float *hpost = a->w_post + t * n, *hres = a->w_res ? a->w_res + t * n * n : NULL;
+    for (int i = 0; i < n; i++) {
+        float *o = v + (int64_t)i * C;
+        AN_FN(axpy)(o, y, hpost[i], C, 1);
+        if (hres) {
+            for (int j = 0; j < n; j++) AN_FN(axpy)(o, x + (int64_t)j * C, hres[i * n + j], C, 0);
+        } else {
+            if (a->w_products) AN_FN(round_row)(o, C, a->dt); /* H_post[i] y as eager 16-bit code rounds it */
+            const float *xi = x + (int64_t)i * C;
+            for (int64_t c = 0; c < C; c++) o[c] += xi[c];
+        }
+        AN_FN(round_row)(o, C, a->dt); /* the read sees the values as stored */
+    }
+    AN_FN(put_row)((char *)a->x2 + t * K * (int64_t)es, v, K, a->dt, a->nt, sc->r[9]);
+}
+
+/* WBWD: token t's write backward from g = the read's dX' (float32, in place) + the dX' given: dX, dy, dH_post
+ * and, with a mixing matrix, dH_res, in the stream kernels' order (stream_rows.h's general loop). Scratch: rows
+ * 8 (X, converted), 10 (dX', then y) and 11 (dy, then each dX_j); 9 is put_row's. */
+static void AN_FN(mhc_write_bwd)(const an_mhc_args *a, int64_t t, float *g, const an_rows *sc) {
+    const int n = a->n;
+    const int64_t C = a->C, K = a->K;
+    const size_t es = an_elem_size(a->dt);
+    if (a->dx2) {
+        const float *d = AN_FN(f32_row)((const char *)a->dx2 + t * K * (int64_t)es, a->dt, sc->r[10], K);
+        for (int64_t k = 0; k < K; k++) g[k] += d[k];
+    }
+    const float *y = AN_FN(f32_row)((const char *)a->wy + t * C * (int64_t)es, a->dt, sc->r[10], C);
+    const float *hpost = a->w_post + t * n;
+    float *out = sc->r[11];
+    for (int i = 0; i < n; i++) { /* dy = sum_i H_post[i] g_i; dH_post[i] = <g_i, y> */
+        a->wd_post[t * n + i] = AN_FN(dot)(g + (int64_t)i * C, y, C);
+        AN_FN(axpy)(out, g + (int64_t)i * C, hpost[i], C, i == 0);
+    }
+    AN_FN(put_row)((char *)a->wdy + t * C * (int64_t)es, out, C, a->dt, a->nt, sc->r[9]);
+    char *dx = (char *)a->wdx + t * K * (int64_t)es;
+    if (a->w_res == NULL) { /* X' = X + H_post^T y: dX = g */
+        AN_FN(put_row)(dx, g, K, a->dt, a->nt, sc->r[9]);
+        return;
+    }
+    /* dX_j = sum_i H_res[i, j] g_i; dH_res[i, j] = <g_i, X_j> */
+    const float *hres = a->w_res + t * n * n;
+    const float *x = AN_FN(f32_row)((const char *)a->wx + t * K * (int64_t)es, a->dt, sc->r[8], K);
+    float *dres = a->wd_res + t * n * n;
+    for (int j = 0; j < n; j++) {
+        for (int i = 0; i < n; i++) dres[i * n + j] = AN_FN(dot)(g + (int64_t)i * C, x + (int64_t)j * C, C);
+        for (int i = 0; i < n; i++) AN_FN(axpy)(out, g + (int64_t)i * C, hres[i * n + j], C, i == 0);
+        AN_FN(put_row)(dx + (size_t)j * (size_t)C * es, out, C, a->dt, a->nt, sc->r[9]);
+    }
+}
+
 static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const an_rows *sc, int chunk) {
     const int n = a->n, m = a->m, mp = a->mp, r = a->r;
     const int64_t C = a->C, K = a->K;
@@ -283,8 +354,10 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
     float *restrict z = sc->mhc, *restrict dz = z + AN_MHC_TB * AN_MHC_MAX_M;
     float lg[AN_MHC_MAX_M], w[AN_MHC_MAX_M], hp[AN_STREAM_MAX_N], hpo[AN_STREAM_MAX_N],
         hr[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
-    float *st = a->perm == NULL && a->op == AN_MHC_BWD ? dz + AN_MHC_TB * AN_MHC_MAX_M : NULL, *tmp = sc->r[8];
-    float *dphi = a->op == AN_MHC_BWD ? a->dphi_part + (size_t)chunk * (size_t)K * (size_t)mp : NULL;
+    const int bwd = a->op == AN_MHC_BWD || a->op == AN_MHC_WBWD;
+    float *st = a->groups == 3 && a->perm == NULL && bwd ? dz + AN_MHC_TB * AN_MHC_MAX_M : NULL,
+          *tmp = sc->r[8];
+    float *dphi = bwd ? a->dphi_part + (size_t)chunk * (size_t)K * (size_t)mp : NULL;
     if (dphi) memset(dphi, 0, sizeof(float) * (size_t)K * (size_t)mp);
     AN_FN(mhc_project_fn) project = AN_FN(mhc_project_for)(mp);
     AN_FN(mhc_dphi_fn) add_dphi = AN_FN(mhc_dphi_for)(mp);
@@ -293,9 +366,11 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
         const float *v[AN_MHC_TB];
         for (int b = 0; b < AN_MHC_TB; b++) {
             const int64_t t = t0 + (b < nt ? b : nt - 1); /* a short tile repeats its last token */
-            v[b] = b < nt ? AN_FN(f32_row)((const char *)a->x + t * K * es, a->dt, sc->r[b], K) : v[nt - 1];
+            if (b >= nt) v[b] = v[nt - 1];
+            else if (a->op == AN_MHC_WFWD) AN_FN(mhc_write)(a, t, sc->r[b], sc), v[b] = sc->r[b];
+            else v[b] = AN_FN(f32_row)((const char *)a->x + t * K * es, a->dt, sc->r[b], K);
         }
-        if (a->op == AN_MHC_FWD) {
+        if (!bwd) {
             project(v, a->phi, K, z);
             for (int b = 0; b < nt; b++) {
                 const int64_t t = t0 + b;
@@ -306,8 +381,9 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
                     p[j] = z[b * mp + j] * rs;
                     lg[j] = a->a[j < n ? 0 : j < 2 * n ? 1 : 2] * p[j] + a->bias[j];
                 }
-                AN_FN(mhc_maps)(a, lg, a->h_pre + t * n, a->h_post + t * n, a->h_res + t * nn,
-                                a->st ? a->st + t * S : NULL, w);
+                AN_FN(mhc_maps)(a, lg, a->h_pre + t * n, a->groups > 1 ? a->h_post + t * n : hpo,
+                                a->groups > 2 ? a->h_res + t * nn : hr,
+                                a->st && a->groups > 2 ? a->st + t * S : NULL, w);
                 const float *hpt = a->h_pre + t * n;
                 for (int i = 0; i < n; i++) AN_FN(axpy)(tmp, v[b] + (int64_t)i * C, hpt[i], C, i == 0);
                 AN_FN(put_row)((char *)a->h + t * C * es, tmp, C, a->dt, a->nt, sc->r[9]);
@@ -326,7 +402,7 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
             const float *rounds = st; /* this token's Sinkhorn rounds: the forward's, or recomputed here */
             if (a->st_in) {
                 rounds = a->st_in + t * S;
-                AN_FN(mhc_gates)(n, lg, a->pre_eps, hp, hpo);
+                AN_FN(mhc_gates)(a, lg, hp, hpo);
             } else {
                 AN_FN(mhc_maps)(a, lg, hp, hpo, hr, st, w);
             }
@@ -338,10 +414,11 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
                 if (dh) g += AN_FN(dot)(dh, v[b] + (int64_t)i * C, C);
                 const float sp = AN_FN(mhc_sigmoid)(lg[i]); /* H_pre without the convention's eps */
                 d[i] = g * sp * (1.0f - sp);
-                const float s = 0.5f * hpo[i];
-                d[n + i] = a->dh_post ? a->dh_post[t * n + i] * 2.0f * s * (1.0f - s) : 0.0f;
+                if (a->groups < 2) continue;
+                const float s = AN_FN(mhc_sigmoid)(lg[n + i]);
+                d[n + i] = a->dh_post ? a->dh_post[t * n + i] * a->post_scale * s * (1.0f - s) : 0.0f;
             }
-            if (a->dh_res == NULL) {
+            if (a->groups < 3 || a->dh_res == NULL) {
                 for (int k = 0; k < r; k++) d[2 * n + k] = 0.0f;
             } else if (a->perm == NULL) {
                 /* the rounds (kept or recomputed) are those of the logits as Sinkhorn took them: transposed
@@ -380,8 +457,10 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
         for (int b = nt; b < AN_MHC_TB; b++) memset(dx[b], 0, sizeof(float) * (size_t)K); /* dz is 0 there */
         AN_FN(mhc_dx_gemm)(dx, dz, mp, m, a->phiT, K);
         add_dphi(v, dz, K, dphi);
-        for (int b = 0; b < nt; b++)
-            AN_FN(put_row)((char *)a->dx + (t0 + b) * K * es, dx[b], K, a->dt, a->nt, sc->r[9]);
+        for (int b = 0; b < nt; b++) {
+            if (a->op == AN_MHC_WBWD) AN_FN(mhc_write_bwd)(a, t0 + b, dx[b], sc);
+            else AN_FN(put_row)((char *)a->dx + (t0 + b) * K * es, dx[b], K, a->dt, a->nt, sc->r[9]);
+        }
     }
 }
 

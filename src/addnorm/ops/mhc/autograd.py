@@ -14,29 +14,29 @@ from .schema import CPU, LIB, TRITON
 _pre = torch.ops.addnorm.mhc_pre.default
 _pre_backward = torch.ops.addnorm.mhc_pre_backward.default
 N_IN = 8  # x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res
-N_ARGS = 6  # perms, eps, iters, pre_eps, res_eps, res_transposed: no gradient
+N_ARGS = 9  # perms, eps, iters and the convention (pre_eps, res_eps, res_transposed, post_scale, post_eps, groups)
 
 
 class MhcPre(torch.autograd.Function):
-    """(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps, res_eps, res_transposed)
+    """(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, *convention)
     -> (h, H_pre, H_post, H_res, p, rstd, state); p, rstd and state are not differentiable: they are what backward
     reads (state: Sinkhorn-Knopp's rounds, where the forward kept them, so that the backward does not run them
-    again). The last three arguments are a model's convention (``convention.MhcConvention``); the rounds kept are
-    that convention's, and the backward is handed the same one."""
+    again). The last six arguments are a model's convention (``convention.MhcConvention``'s fields); the rounds kept
+    are that convention's, and the backward is handed the same one."""
 
     @staticmethod
     def forward(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps, res_eps,
-                res_transposed):
+                res_transposed, post_scale, post_eps, groups):
         with torch._C._AutoDispatchBelowAutograd():
             return _pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps, res_eps,
-                        res_transposed)
+                        res_transposed, post_scale, post_eps, groups)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        *ts, perms, eps, iters, pre_eps, res_eps, res_transposed = inputs
+        ts, (perms, eps, iters, *convention) = inputs[:N_IN], inputs[N_IN:]
         ctx.save_for_backward(*ts, output[4], output[5], output[6])
         ctx.perms, ctx.eps, ctx.iters = perms, eps, iters
-        ctx.convention = (pre_eps, res_eps, res_transposed)
+        ctx.convention = tuple(convention)
         ctx.mark_non_differentiable(output[4], output[5], output[6])
         ctx.set_materialize_grads(False)
         ctx.direct = None
@@ -67,9 +67,9 @@ TritonMhcPre = direct_subclass("TritonMhcPre", MhcPre, TRITON[0], TRITON[1])
 
 
 def _pre_autograd(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps=0.0, res_eps=0.0,
-                  res_transposed=False):
+                  res_transposed=False, post_scale=2.0, post_eps=0.0, groups=3):
     return MhcPre.apply(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps, res_eps,
-                        res_transposed)
+                        res_transposed, post_scale, post_eps, groups)
 
 
 LIB.impl("mhc_pre", _pre_autograd, "Autograd")

@@ -17,13 +17,20 @@ or a coefficient is float64). p and rstd are what a backward needs (as native_la
 differentiable.
 ``perms`` is the (n!, n, n) stack of permutation matrices for mHC-lite, None for mHC.
 
-A model's own conventions (``convention.MhcConvention``; every function takes its three fields last, the paper's
-by default): ``pre_eps`` added to H_pre; ``res_eps`` in Sinkhorn-Knopp (the first normalisation's result + eps,
-every later sum + eps); ``res_transposed``: the H_res logits are mat(.)^T (DeepSeek-V4's rows-first Sinkhorn
-mixed with its transpose).
+A model's own conventions (``convention.MhcConvention``; every function takes its fields last, the paper's by
+default): ``pre_eps`` added to H_pre; ``res_eps`` in Sinkhorn-Knopp (the first normalisation's result + eps, every
+later sum + eps); ``res_transposed``: the H_res logits are mat(.)^T (DeepSeek-V4's rows-first Sinkhorn mixed with
+its transpose); H_post = ``post_scale`` sigmoid(.) + ``post_eps`` (the paper's 2 and 0; HY-V4's hc_magnitude and
+hc_eps); ``groups``: 3 the three maps, 2 no H_res (HY-V4's iHC: phi (K, 2n), H_res empty (..., 0, 0)), 1 H_pre
+alone (a final collapse: phi (K, n), H_post empty (..., 0)).
 
 The operator (``pre_op``) adds ``state``: what its backward keeps from the forward (Sinkhorn-Knopp's rounds on the
-CPU, ``state_size`` floats a token; none elsewhere), the convention's rounds. Not differentiable.
+CPU, ``state_size`` floats a token; none elsewhere, nor for mHC-lite or groups < 3), the convention's rounds. Not
+differentiable.
+
+The write of the stream before a read (``write``, ``write_backward``): X' = H_res X + H_post^T y as the stream
+family's write (``ops.stream.formulas``), or, with no mixing matrix, X' = X + H_post^T y (HY-V4's, each stream its
+own), rounded once to X's dtype or, with ``products``, each product H_post[i] y first (eager 16-bit code's).
 """
 
 from __future__ import annotations
@@ -49,14 +56,16 @@ def _column_max(logits: torch.Tensor, iters: int):
     return logits.amax(dim=-2, keepdim=True).detach() if iters else 0.0
 
 
-def state_size(x: torch.Tensor, perms, iters: int) -> int:
+def state_size(x: torch.Tensor, perms, iters: int, groups: int = 3) -> int:
     """Floats per token of the rounds the operator's forward keeps for its backward: M0, then per round the
     column-normalized A (n^2), its row sums r and the column sums c (n each), as the CPU kernels lay them out. Kept
     for mHC on the CPU, where memory is plentiful and the rounds are scalar divisions: (1 + iters) n^2 + 2 iters n
     (496 at n = 4, 20 rounds, a sixth of a float32 stream token's 4 x 768). None for mHC-lite (its softmax is one exp
-    per permutation) nor on other devices, whose kernels recompute them on chip as DeepSeek's do."""
+    per permutation), without H_res (groups < 3: no Sinkhorn), nor on other devices, whose kernels recompute them on
+    chip as DeepSeek's do."""
     n = x.shape[-2]
-    return (1 + iters) * n * n + 2 * iters * n if perms is None and x.device.type == "cpu" else 0
+    kept = perms is None and groups == 3 and x.device.type == "cpu"
+    return (1 + iters) * n * n + 2 * iters * n if kept else 0
 
 
 def sinkhorn_knopp(logits: torch.Tensor, iters: int, res_eps: float = 0.0) -> torch.Tensor:
@@ -117,11 +126,13 @@ def _project(x, phi, ct, eps):
 
 
 def coefficients(p, n, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, iters, pre_eps=0.0, res_eps=0.0,
-                 res_transposed=False):
-    """(H_pre, H_post, H_res) from the normalized projection p (..., m)."""
+                 res_transposed=False, post_scale=2.0, post_eps=0.0, groups=3):
+    """(H_pre, H_post, H_res) from the normalized projection p (..., m); the groups it does not make empty."""
     pre_, post_, res_ = _logits(p, n, (a_pre, a_post, a_res), (b_pre, b_post, b_res))
-    h_pre, h_post = torch.sigmoid(pre_) + pre_eps, 2 * torch.sigmoid(post_)
-    if perms is None:
+    h_pre, h_post = torch.sigmoid(pre_) + pre_eps, post_scale * torch.sigmoid(post_) + post_eps
+    if groups < 3:
+        h_res = p.new_zeros(p.shape[:-1] + (0, 0))
+    elif perms is None:
         h_res = sinkhorn_knopp(_res_matrix(res_, n, res_transposed), iters, res_eps)
     else:
         h_res = permutation_mix(res_, perms)
@@ -140,31 +151,33 @@ def coefficient_grads(dlogits, p, n, coeffs):
 
 
 def pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps=0.0, res_eps=0.0,
-        res_transposed=False):
+        res_transposed=False, post_scale=2.0, post_eps=0.0, groups=3):
     """(h, H_pre, H_post, H_res, p, rstd); see the module docstring. Autocast is off inside: the coefficients are
     float32 at least whatever the caller's autocast state (under CPU autocast the projection would run in bf16)."""
     with _autocast_off(x):
         return _pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps, res_eps,
-                    res_transposed)
+                    res_transposed, post_scale, post_eps, groups)
 
 
-def _pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps, res_eps, res_transposed):
+def _pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps, res_eps, res_transposed,
+         post_scale=2.0, post_eps=0.0, groups=3):
     ct = compute_dtype(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res)
     X, _, rstd, _, p = _project(x, phi, ct, eps)
     c = [t.to(ct) for t in (a_pre, a_post, a_res, b_pre, b_post, b_res)]
-    h_pre, h_post, h_res = coefficients(p, x.size(-2), *c, perms, iters, pre_eps, res_eps, res_transposed)
+    h_pre, h_post, h_res = coefficients(p, x.size(-2), *c, perms, iters, pre_eps, res_eps, res_transposed,
+                                        post_scale, post_eps, groups)
     h = (h_pre.unsqueeze(-1) * X).sum(-2).to(x.dtype)
     return h, h_pre, h_post, h_res, p, rstd
 
 
 def pre_op(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps=0.0, res_eps=0.0,
-           res_transposed=False):
+           res_transposed=False, post_scale=2.0, post_eps=0.0, groups=3):
     """The operator's outputs: ``pre``'s, then ``state`` (``state_size`` floats a token, the convention's rounds)."""
     with _autocast_off(x):
         out = _pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps, res_eps,
-                   res_transposed)
+                   res_transposed, post_scale, post_eps, groups)
         p, ct = out[4], out[4].dtype
-        if not state_size(x, perms, iters):
+        if not state_size(x, perms, iters, groups):
             return (*out, p.new_empty(p.shape[:-1] + (0,)))
         return (*out, coefficient_state(p, x.size(-2), a_res.to(ct), b_res.to(ct), iters, res_eps, res_transposed))
 
@@ -176,14 +189,14 @@ def _split_last(t, a, b):
 
 
 def pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters,
-                 pre_eps=0.0, res_eps=0.0, res_transposed=False):
+                 pre_eps=0.0, res_eps=0.0, res_transposed=False, post_scale=2.0, post_eps=0.0, groups=3):
     """Gradients of (x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res) from those of (h, H_pre, H_post, H_res)
     (None: zero), written out in torch ops as the kernels compute them -- differentiable again (double backward),
     and carrying forward-mode tangents (a Hessian-vector product taken forward-over-reverse). The rounds are
     recomputed from x here: the ones the forward kept are not differentiable."""
     with _autocast_off(x):
         return _pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms,
-                             eps, iters, pre_eps, res_eps, res_transposed)
+                             eps, iters, pre_eps, res_eps, res_transposed, post_scale, groups)
 
 
 def sinkhorn_rounds(L, iters, res_eps=0.0):
@@ -224,7 +237,7 @@ def _sinkhorn_backward(L, iters, dout, res_eps=0.0):
 
 
 def _pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps,
-                  iters, pre_eps, res_eps, res_transposed):
+                  iters, pre_eps, res_eps, res_transposed, post_scale=2.0, groups=3):
     coeffs = (a_pre, a_post, a_res, b_pre, b_post, b_res)
     ct = compute_dtype(x, phi, *coeffs)
     n = x.size(-2)
@@ -238,8 +251,9 @@ def _pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_p
     if dh is not None:
         g_pre = g_pre + (dh.to(ct).unsqueeze(-2) * X).sum(-1)
     dl = [g_pre * s_pre * (1 - s_pre),
-          zero if dh_post is None else dh_post.to(ct) * 2 * s_post * (1 - s_post)]
-    if dh_res is None:
+          torch.zeros_like(s_post) if dh_post is None or groups < 2 else dh_post.to(ct) * post_scale * s_post
+          * (1 - s_post)]
+    if dh_res is None or groups < 3:
         dl.append(torch.zeros_like(logits[2]))
     elif perms is None:
         dL = _sinkhorn_backward(_res_matrix(logits[2], n, res_transposed), iters, dh_res.to(ct), res_eps)
@@ -258,14 +272,15 @@ def _pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_p
     return (dx.to(x.dtype), dphi.to(phi.dtype), *coefficient_grads(torch.cat(dl, -1), p, n, coeffs))
 
 
-def pre_jvp(primals, tangents, perms, eps, iters, pre_eps=0.0, res_eps=0.0, res_transposed=False):
+def pre_jvp(primals, tangents, perms, eps, iters, pre_eps=0.0, res_eps=0.0, res_transposed=False, post_scale=2.0,
+            post_eps=0.0, groups=3):
     """Forward-mode derivative of (h, H_pre, H_post, H_res) along ``tangents`` (None: zero), written out (an
     autograd.Function's jvp runs inside a dual level, where torch.func.jvp cannot open another)."""
     with _autocast_off(primals[0]):
-        return _pre_jvp(primals, tangents, perms, eps, iters, pre_eps, res_eps, res_transposed)
+        return _pre_jvp(primals, tangents, perms, eps, iters, pre_eps, res_eps, res_transposed, post_scale, groups)
 
 
-def _pre_jvp(primals, tangents, perms, eps, iters, pre_eps, res_eps, res_transposed):
+def _pre_jvp(primals, tangents, perms, eps, iters, pre_eps, res_eps, res_transposed, post_scale=2.0, groups=3):
     x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res = primals
     ct = compute_dtype(*primals)
     n = x.size(-2)
@@ -281,8 +296,10 @@ def _pre_jvp(primals, tangents, perms, eps, iters, pre_eps, res_eps, res_transpo
     t_logits = [T[2 + i] * p[..., g] + P[2 + i] * tp[..., g] + T[5 + i].reshape(-1) for i, g in enumerate(_groups(n))]
     s_pre, s_post = torch.sigmoid(logits[0]), torch.sigmoid(logits[1])
     t_pre = s_pre * (1 - s_pre) * t_logits[0]
-    t_post = 2 * s_post * (1 - s_post) * t_logits[1]
-    if perms is None:
+    t_post = post_scale * s_post * (1 - s_post) * t_logits[1]
+    if groups < 3:
+        t_res = p.new_zeros(p.shape[:-1] + (0, 0))
+    elif perms is None:
         L, tL = _res_matrix(logits[2], n, res_transposed), _res_matrix(t_logits[2], n, res_transposed)
         m = torch.exp(L - _column_max(L, iters))
         tm = m * tL  # the column max shift is divided out by the first normalization (none without one)

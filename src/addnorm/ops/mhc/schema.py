@@ -1,19 +1,22 @@
 """mHC's pre step as an operator: schema, fake implementation and device implementations.
 
     addnorm::mhc_pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms?, eps, iters,
-                     pre_eps=0, res_eps=0, res_transposed=False)
+                     pre_eps=0, res_eps=0, res_transposed=False, post_scale=2, post_eps=0, groups=3)
         -> (h, h_pre, h_post, h_res, p, rstd, state)
     addnorm::mhc_pre_backward(dh?, dh_pre?, dh_post?, dh_res?, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res,
-                              perms?, p, rstd, state, eps, iters, pre_eps=0, res_eps=0, res_transposed=False)
+                              perms?, p, rstd, state, eps, iters, pre_eps=0, res_eps=0, res_transposed=False,
+                              post_scale=2, post_eps=0, groups=3)
         -> (dx, dphi, da_pre, da_post, da_res, db_pre, db_post, db_res)
 
 See ``formulas`` for the math (``pre_op``; ``state``, what the backward keeps from the forward: Sinkhorn-Knopp's
-rounds where the CPU kernels take mHC, so that their backward does not run them again); the last three arguments
-are a model's convention (``convention.MhcConvention``), the paper's by default, and the rounds kept are the
-convention's. CPU: the C kernels (``kernels.cpu.mhc``) where they take the call (a kernel dtype, n <= 8, m <= 128,
-iters <= 64, perms that are permutation matrices), else the formulas; CUDA: the Triton kernels where Triton is
-installed and the convention is the paper's (they take no other yet), else the formulas; other devices: the
-formulas. Autograd: ``autograd``.
+rounds where the CPU kernels take mHC, so that their backward does not run them again); the last six arguments are
+a model's convention (``convention.MhcConvention``), the paper's by default, and the rounds kept are the
+convention's: groups 2 makes no H_res (HY-V4's iHC: phi (nC, 2n), b_res empty, h_res (..., 0, 0)), groups 1 H_pre
+alone (a final collapse: phi (nC, n), h_post (..., 0)); neither runs Sinkhorn, so neither keeps rounds (state
+(..., 0), as mHC-lite). CPU: the C kernels (``kernels.cpu.mhc``) where they take the call (a kernel dtype, n <= 8,
+m <= 128, iters <= 64, perms that are permutation matrices), else the formulas; CUDA: the Triton kernels where
+Triton is installed and the convention is the paper's (they take no other yet), else the formulas; other devices:
+the formulas. Autograd: ``autograd``.
 """
 
 from __future__ import annotations
@@ -28,26 +31,27 @@ from . import formulas as mf
 
 LIB.define("mhc_pre(Tensor x, Tensor phi, Tensor a_pre, Tensor a_post, Tensor a_res, Tensor b_pre, Tensor b_post, "
            "Tensor b_res, Tensor? perms, float eps, int iters, float pre_eps=0., float res_eps=0., "
-           "bool res_transposed=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+           "bool res_transposed=False, float post_scale=2., float post_eps=0., int groups=3) "
+           "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
 LIB.define("mhc_pre_backward(Tensor? dh, Tensor? dh_pre, Tensor? dh_post, Tensor? dh_res, Tensor x, Tensor phi, "
            "Tensor a_pre, Tensor a_post, Tensor a_res, Tensor b_pre, Tensor b_post, Tensor b_res, Tensor? perms, "
            "Tensor p, Tensor rstd, Tensor state, float eps, int iters, float pre_eps=0., float res_eps=0., "
-           "bool res_transposed=False) "
+           "bool res_transposed=False, float post_scale=2., float post_eps=0., int groups=3) "
            "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
 
 COEFFS = ("a_pre", "a_post", "a_res", "b_pre", "b_post", "b_res")
 
 
-def _pre_formulas(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps=0.0, res_eps=0.0,
-                  res_transposed=False):
+def pre_formulas(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, *convention):
+    """The operator's formulas (``mf.pre_op``: ``mf.pre``'s outputs and the state), each output contiguous."""
     return tuple(t.contiguous() for t in mf.pre_op(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps,
-                                                   iters, pre_eps, res_eps, res_transposed))
+                                                   iters, *convention))
 
 
-def _pre_backward_formulas(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, p,
-                           rstd, state, eps, iters, pre_eps=0.0, res_eps=0.0, res_transposed=False):
+def pre_backward_formulas(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, p,
+                          rstd, state, eps, iters, *convention):
     gs = mf.pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps,
-                         iters, pre_eps, res_eps, res_transposed)
+                         iters, *convention)
     return tuple(g.contiguous() for g in gs)
 
 
@@ -69,22 +73,24 @@ def _kernel_params(x, phi, coeffs):
             and all(t.dtype != torch.float64 for t in coeffs))
 
 
-def _scal_bias(a_pre, a_post, a_res, b_pre, b_post, b_res):
+def scal_bias(a_pre, a_post, a_res, b_pre, b_post, b_res):
     scal = torch.stack([a_pre.reshape(()), a_post.reshape(()), a_res.reshape(())]).float()
     bias = torch.cat([b_pre.reshape(-1), b_post.reshape(-1), b_res.reshape(-1)]).float()
     return scal, bias
 
 
-PAPER = (0.0, 0.0, False)  # (pre_eps, res_eps, res_transposed) of the paper's convention
+PAPER = (0.0, 0.0, False, 2.0, 0.0, 3)  # (pre_eps, res_eps, res_transposed, post_scale, post_eps, groups): the paper's
 
 
-def _kernel_index(k, x, phi, coeffs, perms, iters, convention=PAPER):
+def kernel_index(k, x, phi, coeffs, perms, iters, convention=PAPER):
     """The permutation index table (None for mHC) when kernel backend ``k`` takes the call, else False. A model's
-    convention (``convention.MhcConvention``: pre_eps, res_eps, res_transposed) where the kernels take one
-    (``k.CONVENTIONS``: the C kernels; the Triton ones compute the paper's), else the formulas."""
+    convention (``convention.MhcConvention``'s fields) where the kernels take one (``k.CONVENTIONS``: the C kernels;
+    the Triton ones compute the paper's), else the formulas."""
     if x.dim() < 2 or not (_kernel_params(x, phi, coeffs) and k.applies(x, phi.shape[-1], iters)):
         return False
     if tuple(convention) != PAPER and not getattr(k, "CONVENTIONS", False):
+        return False
+    if convention[5] < 3 and perms is not None:  # no H_res to mix permutations into: the formulas ignore them
         return False
     return perm_index(perms, x.shape[-2])
 
@@ -96,30 +102,31 @@ def _convention_args(k, conv):
 
 def _impls(k):
     def pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps=0.0, res_eps=0.0,
-            res_transposed=False):
+            res_transposed=False, post_scale=2.0, post_eps=0.0, groups=3):
         coeffs = (a_pre, a_post, a_res, b_pre, b_post, b_res)
-        conv = (pre_eps, res_eps, res_transposed)
-        idx = _kernel_index(k, x, phi, coeffs, perms, iters, conv)
+        conv = (pre_eps, res_eps, res_transposed, post_scale, post_eps, groups)
+        idx = kernel_index(k, x, phi, coeffs, perms, iters, conv)
         if idx is False:
             declined()
-            return _pre_formulas(x, phi, *coeffs, perms, eps, iters, *conv)
-        out = k.mhc_pre(x, phi, *_scal_bias(*coeffs), idx, eps, iters, *_convention_args(k, conv))
-        if out[6].shape[-1] != mf.state_size(x, perms, iters):  # kernels that keep no rounds (Triton, interpreted
-            # on CPU tensors, whose operator keeps them): the rounds from p, as the formulas would give them
+            return pre_formulas(x, phi, *coeffs, perms, eps, iters, *conv)
+        out = k.mhc_pre(x, phi, *scal_bias(*coeffs), idx, eps, iters, *_convention_args(k, conv))
+        if out[6].shape[-1] != mf.state_size(x, perms, iters, groups):  # kernels that keep no rounds (Triton,
+            # interpreted on CPU tensors, whose operator keeps them): the rounds from p, as the formulas give them
             state = mf.coefficient_state(out[4], x.shape[-2], a_res.float(), b_res.float(), iters, res_eps,
                                          res_transposed)
             out = (*out[:6], state)
         return out
 
     def pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, p, rstd,
-                     state, eps, iters, pre_eps=0.0, res_eps=0.0, res_transposed=False):
+                     state, eps, iters, pre_eps=0.0, res_eps=0.0, res_transposed=False, post_scale=2.0, post_eps=0.0,
+                     groups=3):
         coeffs = (a_pre, a_post, a_res, b_pre, b_post, b_res)
-        conv = (pre_eps, res_eps, res_transposed)
-        idx = _kernel_index(k, x, phi, coeffs, perms, iters, conv)
+        conv = (pre_eps, res_eps, res_transposed, post_scale, post_eps, groups)
+        idx = kernel_index(k, x, phi, coeffs, perms, iters, conv)
         if idx is False or (dh is not None and dh.dtype != x.dtype) or p.dtype != torch.float32:
-            return _pre_backward_formulas(dh, dh_pre, dh_post, dh_res, x, phi, *coeffs, perms, p, rstd, state, eps,
-                                          iters, *conv)
-        dx, dlogits, dphi = k.mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, *_scal_bias(*coeffs), idx, p, rstd,
+            return pre_backward_formulas(dh, dh_pre, dh_post, dh_res, x, phi, *coeffs, perms, p, rstd, state, eps,
+                                         iters, *conv)
+        dx, dlogits, dphi = k.mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, *scal_bias(*coeffs), idx, p, rstd,
                                                state, iters, *_convention_args(k, conv))
         return (dx, dphi.to(phi.dtype), *mf.coefficient_grads(dlogits, p, x.shape[-2], coeffs))
 
@@ -132,22 +139,27 @@ LIB.impl("mhc_pre", CPU[0], "CPU")
 LIB.impl("mhc_pre_backward", CPU[1], "CPU")
 LIB.impl("mhc_pre", TRITON[0], "CUDA")
 LIB.impl("mhc_pre_backward", TRITON[1], "CUDA")
-LIB.impl("mhc_pre", _pre_formulas, "CompositeExplicitAutograd")
-LIB.impl("mhc_pre_backward", _pre_backward_formulas, "CompositeExplicitAutograd")
+LIB.impl("mhc_pre", pre_formulas, "CompositeExplicitAutograd")
+LIB.impl("mhc_pre_backward", pre_backward_formulas, "CompositeExplicitAutograd")
 
 
-@torch.library.register_fake("addnorm::mhc_pre", lib=LIB)
-def _pre_fake(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps=0.0, res_eps=0.0,
-              res_transposed=False):
+def pre_fake(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, eps, iters, pre_eps=0.0, res_eps=0.0,
+             res_transposed=False, post_scale=2.0, post_eps=0.0, groups=3):
+    """The outputs' shapes and dtypes: H_post (..., 0) without its group, H_res (..., 0, 0)."""
     ct = mf.compute_dtype(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res)
     lead, n, m = x.shape[:-2], x.shape[-2], phi.shape[-1]
     f = dict(dtype=ct)
-    return (x.new_empty(lead + x.shape[-1:]), x.new_empty(lead + (n,), **f), x.new_empty(lead + (n,), **f),
-            x.new_empty(lead + (n, n), **f), x.new_empty(lead + (m,), **f), x.new_empty(lead, **f),
-            x.new_empty(lead + (mf.state_size(x, perms, iters),), **f))
+    return (x.new_empty(lead + x.shape[-1:]), x.new_empty(lead + (n,), **f),
+            x.new_empty(lead + ((n,) if groups > 1 else (0,)), **f),
+            x.new_empty(lead + ((n, n) if groups > 2 else (0, 0)), **f), x.new_empty(lead + (m,), **f),
+            x.new_empty(lead, **f), x.new_empty(lead + (mf.state_size(x, perms, iters, groups),), **f))
+
+
+torch.library.register_fake("addnorm::mhc_pre", pre_fake, lib=LIB)
 
 
 @torch.library.register_fake("addnorm::mhc_pre_backward", lib=LIB)
 def _pre_backward_fake(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, p, rstd,
-                       state, eps, iters, pre_eps=0.0, res_eps=0.0, res_transposed=False):
+                       state, eps, iters, pre_eps=0.0, res_eps=0.0, res_transposed=False, post_scale=2.0,
+                       post_eps=0.0, groups=3):
     return tuple(t.new_empty(t.shape) for t in (x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res))
