@@ -144,7 +144,7 @@ def test_confirmation_runs_are_reported_with_the_presets_own(tmp_path):
     data = load_split(max_bytes=1 << 20)
     base = RunConfig(depth=2, d_model=32, heads=2, seq_len=32, batch=4, steps=6, eval_every=3, eval_batches=2,
                      checkpoint_every=3)
-    preset = Study((StudyGrid(placements=("pre",), seeds=(0,), base=base),))
+    preset = Study((StudyGrid(placements=("pre",), depths=(2,), seeds=(0,), base=base),))
     extra = Study((confirm.at_seeds(preset.runs()[0], (1,)),))
     run_study(preset, data, tmp_path)
     run_study(extra, data, tmp_path, report=Study(preset.parts + extra.parts))
