@@ -914,6 +914,17 @@ int addnorm_attn_res(int op, int dt, int S, int64_t N, int64_t C, const void *co
  * for a given thread count. Returns 0, -1 (no memory), -3 (a shape the kernels do not take). */
 static int an_finite(float v) { return v == v && fabsf(v) <= FLT_MAX; }
 
+/* dst (K, mp) = src (m, K) transposed, columns m..mp zero; blocks of 64 k so that dst's lines stay in cache */
+static void an_transpose_pad(float *restrict dst, const float *restrict src, int m, int mp, int64_t K) {
+    for (int64_t k0 = 0; k0 < K; k0 += 64) {
+        const int64_t k1 = k0 + 64 < K ? k0 + 64 : K;
+        for (int64_t k = k0; k < k1; k++)
+            for (int j = m; j < mp; j++) dst[k * mp + j] = 0.0f;
+        for (int j = 0; j < m; j++)
+            for (int64_t k = k0; k < k1; k++) dst[k * mp + j] = src[(int64_t)j * K + k];
+    }
+}
+
 /* the coefficient groups' geometry: m = n (H_pre), 2n (and H_post) or 2n + r (and H_res: n^2 Sinkhorn-Knopp logits,
  * or r >= 1 permutations) */
 static int an_mhc_geometry_ok(int n, int m, int mp, int r, int groups, const int32_t *perm) {
@@ -947,6 +958,15 @@ int addnorm_mhc(int op, int n, int dt, int64_t N, int64_t C, int m, int mp, int 
         return -2;
     if (bwd && dphi) memset(dphi, 0, sizeof(float) * (size_t)K * (size_t)m);
     if (N <= 0) return 0;
+    if (phiT == NULL && (phi == NULL || bwd)) return -2;
+    /* phi given only as phiT (m, K), a model's weight as it lies: zero-padded to (K, mp) here, in one pass over it
+     * (the host's strided copy of the transposed view took 70-160 us a call, most of a decoding step's read) */
+    float *own_phi = NULL;
+    if (phi == NULL && !bwd) { /* (the backward reads phiT alone) */
+        if (posix_memalign((void **)&own_phi, AN_PAGE, sizeof(float) * (size_t)K * (size_t)mp) != 0) return -1;
+        an_transpose_pad(own_phi, phiT, m, mp, K);
+        phi = own_phi;
+    }
     an_mhc_args a = {.op = op, .n = n, .dt = dt, .nt = an_use_nt(N, K, dt, op >= AN_MHC_WFWD ? 2 : 1), .m = m,
                      .mp = mp, .r = r, .iters = iters, .N = N, .C = C, .K = K, .x = x, .phi = phi, .phiT = phiT,
                      .a = {a_pre, a_post, a_res}, .bias = bias, .perm = perm, .eps = eps, .pre_eps = pre_eps,
@@ -964,10 +984,14 @@ int addnorm_mhc(int op, int n, int dt, int64_t N, int64_t C, int m, int mp, int 
     int T = an_threads_for(N, K, nthreads), Cn = bwd ? T : an_chunks_for(N, K, T);
     void *part = NULL;
     if (bwd) {
-        if (posix_memalign(&part, AN_PAGE, sizeof(float) * (size_t)Cn * (size_t)K * (size_t)mp) != 0) return -1;
+        if (posix_memalign(&part, AN_PAGE, sizeof(float) * (size_t)Cn * (size_t)K * (size_t)mp) != 0) {
+            free(own_phi);
+            return -1;
+        }
         a.dphi_part = (float *)part;
     }
     int rc = an_parallel(7, &a, N, K, T, Cn, NULL, NULL, NULL);
+    free(own_phi);
     if (rc == 0 && bwd) {
         const float *pp = a.dphi_part;
         for (int64_t k = 0; k < K; k++)

@@ -52,19 +52,29 @@ def applies(x: torch.Tensor, m: int, iters: int) -> bool:
             and m <= MAX_OUTPUTS and 0 <= iters <= MAX_ITERS and availability().available)
 
 
-def _padded(phi: torch.Tensor, mp: int) -> torch.Tensor:
+def _layouts(phi: torch.Tensor, mp: int, backward: bool) -> tuple:
+    """(phi zero-padded to (K, mp), phiT (m, K)), float32 and contiguous, as the kernel reads them, either None
+    where the kernel does without it: the backward reads phiT alone; the forward takes phiT alone where that is how
+    phi lies -- the transposed view of a model's (m, K) weight, which the kernel pads in one pass (a strided copy
+    here took 70-160 us a call, most of a decoding step's read)."""
+    phi = phi.detach()
+    if phi.dtype == torch.float32 and phi.t().is_contiguous() and not (phi.is_contiguous() and phi.shape[1] == mp):
+        return None, phi.t()
+    phi = phi.to(torch.float32)
+    if backward:
+        return None, phi.t().contiguous()
     if phi.shape[1] == mp and phi.is_contiguous():
-        return phi
+        return phi, None
     out = phi.new_zeros(phi.shape[0], mp)
     out[:, :phi.shape[1]] = phi
-    return out
+    return out, None
 
 
-def _run(op, x, n, C, N, m, r, iters, phi, phiT, scal, bias, perm_idx, eps, conv, outs, grads, write=(None,) * 5,
+def _run(op, x, n, C, N, m, r, iters, phi, scal, bias, perm_idx, eps, conv, outs, grads, write=(None,) * 5,
          write_grads=(None,) * 6):
     mp = -(-m // 8) * 8
     a = [float(v) for v in scal.tolist()]
-    phi_mp = _padded(phi, mp)  # held here: the kernel reads it through a raw pointer
+    phi_mp, phiT = _layouts(phi, mp, op in (BWD, WBWD))  # held here: the kernel reads them through raw pointers
     pre_eps, res_eps, res_t, post_scale, post_eps, groups = conv
     wy, w_post, w_res, products, x2 = write
     rc = library().mhc(op, n, DTYPE[x.dtype], N, C, m, mp, r, iters, ptr(x), ptr(phi_mp),
@@ -118,7 +128,7 @@ def mhc_pre(x, phi, scal, bias, perm_idx, eps, iters, *convention):
     outs = _outputs(x, n, C, m, conv[5])
     S = state_size(n, iters, perm_idx is not None, conv[5])
     state = torch.empty(x.shape[:-2] + (S,), device="cpu", dtype=torch.float32)
-    _run(FWD, x, n, C, N, m, r, iters, _f32(phi), None, _f32(scal), _f32(bias), perm_idx, eps, conv,
+    _run(FWD, x, n, C, N, m, r, iters, phi, _f32(scal), _f32(bias), perm_idx, eps, conv,
          (*outs, state if S else None), (None,) * 10)
     return (*outs, state)
 
@@ -135,7 +145,7 @@ def mhc_write_pre(x, y, w_post, w_res, products, phi, scal, bias, perm_idx, eps,
                          f"{None if w_res is None else tuple(w_res.shape)}")
     x2 = empty_rows_like(x)
     outs = _outputs(x, n, C, m, conv[5])
-    _run(WFWD, x, n, C, N, m, r, iters, _f32(phi), None, _f32(scal), _f32(bias), perm_idx, eps, conv,
+    _run(WFWD, x, n, C, N, m, r, iters, phi, _f32(scal), _f32(bias), perm_idx, eps, conv,
          (*outs, None), (None,) * 10, (y, _f32(w_post), _f32(w_res), products, x2))
     return (x2, *outs)
 
@@ -148,14 +158,13 @@ def mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, 
     n, C, N, m, r = _geometry(x, phi, perm_idx, scal, bias, conv[5])
     S = state_size(n, iters, perm_idx is not None, conv[5])
     kept = state is not None and S > 0 and state.shape == x.shape[:-2] + (S,)
-    phi = _f32(phi)
     dx = empty_rows_like(x)
     dlogits = torch.empty(x.shape[:-2] + (m,), device="cpu", dtype=torch.float32)
     dphi = torch.empty(phi.shape, device="cpu", dtype=torch.float32)
     dh = None if dh is None else dh.to(x.dtype).contiguous()
     dh_post = None if conv[5] < 2 else dh_post
     dh_res = None if conv[5] < 3 else dh_res
-    _run(BWD, x, n, C, N, m, r, iters, phi, phi.t().contiguous(), _f32(scal), _f32(bias), perm_idx, 0.0, conv,
+    _run(BWD, x, n, C, N, m, r, iters, phi, _f32(scal), _f32(bias), perm_idx, 0.0, conv,
          (None,) * 7, (dh, _f32(dh_pre), _f32(dh_post), _f32(dh_res), _f32(p), _f32(rstd),
                        _f32(state) if kept else None, dx, dlogits, dphi))
     return dx, dlogits, dphi
@@ -171,7 +180,6 @@ def mhc_write_pre_backward(dx2, dh, dh_pre, dh_post, dh_res, x, y, w_post, w_res
     if y.dtype != x2.dtype or x.dtype != x2.dtype or x.shape != x2.shape:
         raise ValueError(f"x and y must be in x2's dtype and x of its shape {tuple(x2.shape)}, got {x.dtype} "
                          f"{tuple(x.shape)} and {y.dtype}")
-    phi = _f32(phi)
     dx, dy = empty_rows_like(x2), empty_rows_like(y)
     d_post = torch.empty(x2.shape[:-1], device="cpu", dtype=torch.float32)
     d_res = None if w_res is None else torch.empty(x2.shape[:-1] + (n,), device="cpu", dtype=torch.float32)
@@ -181,7 +189,7 @@ def mhc_write_pre_backward(dx2, dh, dh_pre, dh_post, dh_res, x, y, w_post, w_res
     dx2 = None if dx2 is None else dx2.to(x2.dtype).contiguous()
     dh_post = None if conv[5] < 2 else dh_post
     dh_res = None if conv[5] < 3 else dh_res
-    _run(WBWD, x2, n, C, N, m, r, iters, phi, phi.t().contiguous(), _f32(scal), _f32(bias), perm_idx, 0.0, conv,
+    _run(WBWD, x2, n, C, N, m, r, iters, phi, _f32(scal), _f32(bias), perm_idx, 0.0, conv,
          (None,) * 7, (dh, _f32(dh_pre), _f32(dh_post), _f32(dh_res), _f32(p), _f32(rstd), None, None, dlogits, dphi),
          (y, _f32(w_post), _f32(w_res), False, None),
          (None if w_res is None else x.contiguous(), dx2, dx, dy, d_post, d_res))
