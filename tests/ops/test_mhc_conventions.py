@@ -14,6 +14,7 @@ from addnorm.ops.mhc import formulas as mhc_formulas
 from addnorm.ops.stream import formulas as stream_formulas
 from addnorm.reference import deepseek_v4_streams as dsv4
 from tests.backends import BACKENDS, KERNELS
+from tests.isa_paths import run_under_every_isa, run_under_isa
 
 N, C = 4, 24
 RMS_EPS, HC_EPS = 1e-6, 1e-6
@@ -197,10 +198,6 @@ def test_the_rounds_the_forward_keeps_are_the_conventions(tmp_path, isa):
     kept rounds gives the gradients of the one handed no rounds (an empty state, or one of the wrong shape) bit for
     bit, on each instruction set path (ADDNORM_CPU_ISA, read once per process); the kept rounds are the formulas'
     (float64) to float32 rounding, and so are the gradients."""
-    import os
-    import subprocess
-    import sys
-
     from addnorm.ops.mhc import formulas as mf
 
     iters = 20
@@ -213,14 +210,7 @@ def test_the_rounds_the_forward_keeps_are_the_conventions(tmp_path, isa):
     grads = [torch.randn(37, 67, generator=g), torch.randn(37, N, generator=g), torch.randn(37, N, generator=g),
              torch.randn(37, N, N, generator=g)]
     torch.save((ins, convs, grads, RMS_EPS, iters), tmp_path / "in.pt")
-    env = dict(os.environ)
-    env.pop("ADDNORM_CPU_ISA", None)
-    if isa != "native":
-        env["ADDNORM_CPU_ISA"] = isa
-    subprocess.run([sys.executable, "-c", KEPT_SCRIPT, str(tmp_path / "in.pt"), str(tmp_path / "out.pt")], env=env,
-                   check=True, timeout=300)
-    got = torch.load(tmp_path / "out.pt")
-    assert isa == "native" or got["isa"] == "avx2+fma+f16c"
+    got = run_under_isa(KEPT_SCRIPT, isa, tmp_path / "out.pt", tmp_path / "in.pt")
     ins64 = [t.double() for t in ins]
     paper_state = torch.ops.addnorm.mhc_pre(*ins64, None, RMS_EPS, iters)[6]
     for conv, res in zip(convs, got["res"], strict=True):
@@ -537,23 +527,10 @@ torch.save({"isa": addnorm.cpu_kernel_availability().isa, "res": res}, sys.argv[
 def test_every_instruction_set_path_of_the_write_and_read(tmp_path):
     """ADDNORM_CPU_ISA=baseline|avx2: DeepSeek-V4's write+read on each path, in its own process, against the
     transcription (odd C: every loop's tail)."""
-    import os
-    import subprocess
-    import sys
-
     ins = [t.detach() for t in _deepseek_write_args(torch.float64, (29,), 67)]
     ins = [t if i < 2 else t.float() for i, t in enumerate(ins)]
     torch.save((ins, N, HC_EPS), tmp_path / "in.pt")
-    for isa, name in {"baseline": "baseline", "avx2": "avx2+fma+f16c", "native": None}.items():
-        env = dict(os.environ)
-        env.pop("ADDNORM_CPU_ISA", None)
-        if isa != "native":
-            env["ADDNORM_CPU_ISA"] = isa
-        out = tmp_path / f"{isa}.pt"
-        subprocess.run([sys.executable, "-c", ISA_SCRIPT, str(tmp_path / "in.pt"), str(out)], env=env, check=True,
-                       timeout=300)
-        got = torch.load(out)
-        assert name is None or got["isa"] == name
+    for isa, got in run_under_every_isa(ISA_SCRIPT, tmp_path, tmp_path / "in.pt").items():
         for dt, res in got["res"].items():
             dtype = getattr(torch, dt)
             ins64 = [t.to(dtype).double().requires_grad_() if i < 2 else t.double().requires_grad_()
