@@ -33,11 +33,19 @@ def _params(seed=0, dtype=torch.float64, lead=(2, 3), C=C):
     return [x.to(dtype), fn.float(), base.float(), scale.float()]
 
 
+def _groups_args(x, fn, base, scale, groups=3):
+    """mhc_pre's arguments for the first ``groups`` maps of DeepSeek's projection (rows [pre, post, comb]): phi is
+    fn^T, the coefficients views of base and scale."""
+    m = {1: N, 2: 2 * N, 3: (2 + N) * N}[groups]
+    b_post = base[N:2 * N] if groups > 1 else base[:0]
+    b_res = base[2 * N:].reshape(N, N) if groups > 2 else base[:0]
+    return (x, fn[:m].t(), scale[0], scale[1], scale[2], base[:N], b_post, b_res)
+
+
 def _op(x, fn, base, scale, backend=None, iters=20, convention=None, eps=RMS_EPS):
-    """DeepSeek-V4's read on mhc_pre: phi is fn^T, the coefficients views of base and scale."""
+    """DeepSeek-V4's read on mhc_pre."""
     conv = convention if convention is not None else MhcConvention.deepseek_v4(HC_EPS)
-    return mhc_pre(x, fn.t(), scale[0], scale[1], scale[2], base[:N], base[N:2 * N], base[2 * N:].reshape(N, N),
-                   eps=eps, iters=iters, convention=conv, backend=backend)
+    return mhc_pre(*_groups_args(x, fn, base, scale), eps=eps, iters=iters, convention=conv, backend=backend)
 
 
 def _reference(x, fn, base, scale, iters=20):
@@ -135,8 +143,7 @@ def test_opcheck_with_a_convention():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_papers_convention_is_the_default_bit_for_bit(backend):
-    x, fn, base, scale = _params(dtype=torch.float32)
-    args = (x, fn.t(), scale[0], scale[1], scale[2], base[:N], base[N:2 * N], base[2 * N:].reshape(N, N))
+    args = _groups_args(*_params(dtype=torch.float32))
     default = mhc_pre(*args, backend=backend)
     paper = mhc_pre(*args, convention=MhcConvention(), backend=backend)
     assert MhcConvention().is_paper and not MhcConvention.deepseek_v4(HC_EPS).is_paper
@@ -232,10 +239,8 @@ def test_the_rounds_the_forward_keeps_are_the_conventions(tmp_path, isa):
      "perms .mHC-lite. mixes permutations"),
 ])
 def test_bad_conventions_are_refused_naming_the_argument(kwargs, error, match):
-    x, fn, base, scale = _params(dtype=torch.float32)
-    args = (x, fn.t(), scale[0], scale[1], scale[2], base[:N], base[N:2 * N], base[2 * N:].reshape(N, N))
     with pytest.raises(error, match=match):
-        mhc_pre(*args, **kwargs)
+        mhc_pre(*_groups_args(*_params(dtype=torch.float32)), **kwargs)
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
@@ -245,7 +250,7 @@ def test_bad_conventions_are_refused_naming_the_argument(kwargs, error, match):
 ])
 def test_a_convention_without_h_res_refuses_its_arguments(kwargs, error, match):
     x, fn, base, scale = _params(dtype=torch.float32)
-    args = (x, fn.t(), scale[0], scale[1], scale[2], base[:N], base[N:2 * N], base[2 * N:].reshape(N, N))
+    args = _groups_args(x, fn, base, scale)
     with pytest.raises(error, match=match):
         mhc_pre(*args, **kwargs)
     with pytest.raises(ValueError, match=r"b_res must have 0 elements \(groups=2 makes no H_res\)"):
@@ -286,14 +291,6 @@ def test_deepseeks_final_collapse_is_hyper_reads_head(dtype):
     exp = torch.autograd.grad((dsv4.hyper_head(*ins64, RMS_EPS, 1e-3) * cot).sum(), ins64)
     for name, a, e in zip(("x", "hc_fn", "hc_base", "hc_scale"), got, exp, strict=True):
         torch.testing.assert_close(a.double(), e, atol=tol * 8 * (1 + e.abs().max().item()), rtol=tol * 4, msg=name)
-
-
-def _groups_args(x, fn, base, scale, groups):
-    """mhc_pre's arguments for the first ``groups`` maps of DeepSeek's projection (rows [pre, post, comb])."""
-    m = {1: N, 2: 2 * N, 3: (2 + N) * N}[groups]
-    b_post = base[N:2 * N] if groups > 1 else base[:0]
-    b_res = base[2 * N:].reshape(N, N) if groups > 2 else base[:0]
-    return (x, fn[:m].t(), scale[0], scale[1], scale[2], base[:N], b_post, b_res)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
