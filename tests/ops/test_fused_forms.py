@@ -2,10 +2,6 @@
 oracle written independently here, eager composites bit for bit where eager's rounding is defined,
 PyTorch's operator checks, gradcheck, transforms and bad input."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
@@ -15,6 +11,7 @@ import addnorm
 from addnorm.functional import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
 from tests.backends import BACKENDS, KERNELS
 from tests.compile_spy import addnorm_ops_backend
+from tests.isa_paths import assert_every_isa_agrees, run_under_every_isa
 from tests.samples import SAMPLES, make, params, upstream
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -397,17 +394,6 @@ torch.save({"isa": addnorm.cpu_kernel_availability().isa, "y": y, "y2": y2, "s":
 @pytest.mark.skipif("cpu" not in KERNELS, reason="the compiled kernels are not built")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_every_instruction_set_variant_agrees(tmp_path, dtype):
-    results = {}
-    for isa in ["baseline", "avx2", "native"]:
-        env = dict(os.environ)
-        if isa != "native":
-            env["ADDNORM_CPU_ISA"] = isa
-        out = tmp_path / f"{isa}.pt"
-        subprocess.run([sys.executable, "-c", ISA_SCRIPT, dtype, str(out)], check=True, env=env)
-        results[isa] = torch.load(out)
-    assert results["baseline"]["isa"] == "baseline"
     tol = {"float32": 1e-5, "bfloat16": 1.6e-2}[dtype]
-    for isa, res in results.items():
-        for k in ("y", "y2", "s", "o", "gx", "gw", "gw2"):
-            torch.testing.assert_close(res[k].float(), results["baseline"][k].float(), atol=tol * 4, rtol=tol,
-                                       msg=f"{isa} {k}")
+    assert_every_isa_agrees(run_under_every_isa(ISA_SCRIPT, tmp_path, dtype),
+                            {k: tol * 4 for k in ("y", "y2", "s", "o", "gx", "gw", "gw2")}, tol)

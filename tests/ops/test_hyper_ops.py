@@ -3,10 +3,6 @@ HY-V4's and Qwen4-exp's equations (``addnorm.reference.gated_streams``): values 
 every backend (the read and the write+read on mHC's C kernels: ``ops.mhc``), gradcheck, the conventions' effect,
 torch.compile, the instruction-set paths, and bad input named."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -17,6 +13,7 @@ from addnorm.ops.hyper import formulas as hyper_formulas
 from addnorm.ops.mhc import formulas as mhc_formulas
 from addnorm.reference import gated_streams as ref
 from tests.backends import BACKENDS, KERNELS
+from tests.isa_paths import run_under_every_isa
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 TOL = {torch.float32: 2e-6, torch.bfloat16: 1.6e-2, torch.float16: 2e-3, torch.float64: 1e-12}
@@ -446,17 +443,7 @@ def test_every_instruction_set_path_meets_the_float64_tolerance(tmp_path):
     hp = (torch.rand(37, n, generator=torch.Generator().manual_seed(3)) * 2).float()
     w, s, b = (_rand(2 * n, n * C, seed=4) * 0.1).float(), (_rand(2, seed=5) + 1).float(), _rand(2 * n, seed=6).float()
     torch.save(((x, y, hp, w, s, b), (HY.eps, HY.pre_eps, HY.post_scale, HY.post_eps)), tmp_path / "in.pt")
-    want = {"baseline": "baseline", "avx2": "avx2+fma+f16c", "native": None}
-    for isa, name in want.items():
-        env = dict(os.environ)
-        env.pop("ADDNORM_CPU_ISA", None)
-        if isa != "native":
-            env["ADDNORM_CPU_ISA"] = isa
-        out = tmp_path / f"{isa}.pt"
-        subprocess.run([sys.executable, "-c", ISA_SCRIPT, str(tmp_path / "in.pt"), str(out)], env=env, check=True,
-                       timeout=300)
-        got = torch.load(out)
-        assert name is None or got["isa"] == name
+    for isa, got in run_under_every_isa(ISA_SCRIPT, tmp_path, tmp_path / "in.pt").items():
         for dt, res in got["res"].items():
             dtype = getattr(torch, dt)
             ins64 = [t.to(dtype).double().requires_grad_() if i < 2 else t.double().requires_grad_()

@@ -14,6 +14,7 @@ from addnorm.ops.mhc import formulas as mhc_formulas
 from addnorm.ops.stream import formulas as stream_formulas
 from addnorm.reference import deepseek_v4_streams as dsv4
 from tests.backends import BACKENDS, KERNELS
+from tests.isa_paths import run_under_every_isa, run_under_isa
 
 N, C = 4, 24
 RMS_EPS, HC_EPS = 1e-6, 1e-6
@@ -32,11 +33,19 @@ def _params(seed=0, dtype=torch.float64, lead=(2, 3), C=C):
     return [x.to(dtype), fn.float(), base.float(), scale.float()]
 
 
+def _groups_args(x, fn, base, scale, groups=3):
+    """mhc_pre's arguments for the first ``groups`` maps of DeepSeek's projection (rows [pre, post, comb]): phi is
+    fn^T, the coefficients views of base and scale."""
+    m = {1: N, 2: 2 * N, 3: (2 + N) * N}[groups]
+    b_post = base[N:2 * N] if groups > 1 else base[:0]
+    b_res = base[2 * N:].reshape(N, N) if groups > 2 else base[:0]
+    return (x, fn[:m].t(), scale[0], scale[1], scale[2], base[:N], b_post, b_res)
+
+
 def _op(x, fn, base, scale, backend=None, iters=20, convention=None, eps=RMS_EPS):
-    """DeepSeek-V4's read on mhc_pre: phi is fn^T, the coefficients views of base and scale."""
+    """DeepSeek-V4's read on mhc_pre."""
     conv = convention if convention is not None else MhcConvention.deepseek_v4(HC_EPS)
-    return mhc_pre(x, fn.t(), scale[0], scale[1], scale[2], base[:N], base[N:2 * N], base[2 * N:].reshape(N, N),
-                   eps=eps, iters=iters, convention=conv, backend=backend)
+    return mhc_pre(*_groups_args(x, fn, base, scale), eps=eps, iters=iters, convention=conv, backend=backend)
 
 
 def _reference(x, fn, base, scale, iters=20):
@@ -134,8 +143,7 @@ def test_opcheck_with_a_convention():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_papers_convention_is_the_default_bit_for_bit(backend):
-    x, fn, base, scale = _params(dtype=torch.float32)
-    args = (x, fn.t(), scale[0], scale[1], scale[2], base[:N], base[N:2 * N], base[2 * N:].reshape(N, N))
+    args = _groups_args(*_params(dtype=torch.float32))
     default = mhc_pre(*args, backend=backend)
     paper = mhc_pre(*args, convention=MhcConvention(), backend=backend)
     assert MhcConvention().is_paper and not MhcConvention.deepseek_v4(HC_EPS).is_paper
@@ -197,10 +205,6 @@ def test_the_rounds_the_forward_keeps_are_the_conventions(tmp_path, isa):
     kept rounds gives the gradients of the one handed no rounds (an empty state, or one of the wrong shape) bit for
     bit, on each instruction set path (ADDNORM_CPU_ISA, read once per process); the kept rounds are the formulas'
     (float64) to float32 rounding, and so are the gradients."""
-    import os
-    import subprocess
-    import sys
-
     from addnorm.ops.mhc import formulas as mf
 
     iters = 20
@@ -213,14 +217,7 @@ def test_the_rounds_the_forward_keeps_are_the_conventions(tmp_path, isa):
     grads = [torch.randn(37, 67, generator=g), torch.randn(37, N, generator=g), torch.randn(37, N, generator=g),
              torch.randn(37, N, N, generator=g)]
     torch.save((ins, convs, grads, RMS_EPS, iters), tmp_path / "in.pt")
-    env = dict(os.environ)
-    env.pop("ADDNORM_CPU_ISA", None)
-    if isa != "native":
-        env["ADDNORM_CPU_ISA"] = isa
-    subprocess.run([sys.executable, "-c", KEPT_SCRIPT, str(tmp_path / "in.pt"), str(tmp_path / "out.pt")], env=env,
-                   check=True, timeout=300)
-    got = torch.load(tmp_path / "out.pt")
-    assert isa == "native" or got["isa"] == "avx2+fma+f16c"
+    got = run_under_isa(KEPT_SCRIPT, isa, tmp_path / "out.pt", tmp_path / "in.pt")
     ins64 = [t.double() for t in ins]
     paper_state = torch.ops.addnorm.mhc_pre(*ins64, None, RMS_EPS, iters)[6]
     for conv, res in zip(convs, got["res"], strict=True):
@@ -242,10 +239,8 @@ def test_the_rounds_the_forward_keeps_are_the_conventions(tmp_path, isa):
      "perms .mHC-lite. mixes permutations"),
 ])
 def test_bad_conventions_are_refused_naming_the_argument(kwargs, error, match):
-    x, fn, base, scale = _params(dtype=torch.float32)
-    args = (x, fn.t(), scale[0], scale[1], scale[2], base[:N], base[N:2 * N], base[2 * N:].reshape(N, N))
     with pytest.raises(error, match=match):
-        mhc_pre(*args, **kwargs)
+        mhc_pre(*_groups_args(*_params(dtype=torch.float32)), **kwargs)
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
@@ -255,7 +250,7 @@ def test_bad_conventions_are_refused_naming_the_argument(kwargs, error, match):
 ])
 def test_a_convention_without_h_res_refuses_its_arguments(kwargs, error, match):
     x, fn, base, scale = _params(dtype=torch.float32)
-    args = (x, fn.t(), scale[0], scale[1], scale[2], base[:N], base[N:2 * N], base[2 * N:].reshape(N, N))
+    args = _groups_args(x, fn, base, scale)
     with pytest.raises(error, match=match):
         mhc_pre(*args, **kwargs)
     with pytest.raises(ValueError, match=r"b_res must have 0 elements \(groups=2 makes no H_res\)"):
@@ -296,14 +291,6 @@ def test_deepseeks_final_collapse_is_hyper_reads_head(dtype):
     exp = torch.autograd.grad((dsv4.hyper_head(*ins64, RMS_EPS, 1e-3) * cot).sum(), ins64)
     for name, a, e in zip(("x", "hc_fn", "hc_base", "hc_scale"), got, exp, strict=True):
         torch.testing.assert_close(a.double(), e, atol=tol * 8 * (1 + e.abs().max().item()), rtol=tol * 4, msg=name)
-
-
-def _groups_args(x, fn, base, scale, groups):
-    """mhc_pre's arguments for the first ``groups`` maps of DeepSeek's projection (rows [pre, post, comb])."""
-    m = {1: N, 2: 2 * N, 3: (2 + N) * N}[groups]
-    b_post = base[N:2 * N] if groups > 1 else base[:0]
-    b_res = base[2 * N:].reshape(N, N) if groups > 2 else base[:0]
-    return (x, fn[:m].t(), scale[0], scale[1], scale[2], base[:N], b_post, b_res)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -537,23 +524,10 @@ torch.save({"isa": addnorm.cpu_kernel_availability().isa, "res": res}, sys.argv[
 def test_every_instruction_set_path_of_the_write_and_read(tmp_path):
     """ADDNORM_CPU_ISA=baseline|avx2: DeepSeek-V4's write+read on each path, in its own process, against the
     transcription (odd C: every loop's tail)."""
-    import os
-    import subprocess
-    import sys
-
     ins = [t.detach() for t in _deepseek_write_args(torch.float64, (29,), 67)]
     ins = [t if i < 2 else t.float() for i, t in enumerate(ins)]
     torch.save((ins, N, HC_EPS), tmp_path / "in.pt")
-    for isa, name in {"baseline": "baseline", "avx2": "avx2+fma+f16c", "native": None}.items():
-        env = dict(os.environ)
-        env.pop("ADDNORM_CPU_ISA", None)
-        if isa != "native":
-            env["ADDNORM_CPU_ISA"] = isa
-        out = tmp_path / f"{isa}.pt"
-        subprocess.run([sys.executable, "-c", ISA_SCRIPT, str(tmp_path / "in.pt"), str(out)], env=env, check=True,
-                       timeout=300)
-        got = torch.load(out)
-        assert name is None or got["isa"] == name
+    for isa, got in run_under_every_isa(ISA_SCRIPT, tmp_path, tmp_path / "in.pt").items():
         for dt, res in got["res"].items():
             dtype = getattr(torch, dt)
             ins64 = [t.to(dtype).double().requires_grad_() if i < 2 else t.double().requires_grad_()

@@ -13,6 +13,7 @@ from addnorm.reference import streams as ref
 from addnorm.functional import mhc_pre, mhc_write_pre
 from tests.backends import BACKENDS, KERNELS
 from tests.compile_spy import addnorm_ops_backend
+from tests.isa_paths import run_under_every_isa
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 TOL = {torch.float32: 2e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
@@ -271,27 +272,13 @@ torch.save({"isa": addnorm.cpu_kernel_availability().isa, "res": res}, sys.argv[
 def test_every_instruction_set_path_meets_the_float64_tolerance(tmp_path, lite):
     """ADDNORM_CPU_ISA=baseline|avx2 caps the kernels' instruction set (read once per process): each path, in its
     own process, against the float64 oracle at the tolerances of the table above (odd C: every loop's tail)."""
-    import os
-    import subprocess
-    import sys
-
     *ins, perms = _make((37,), 4, 259, lite, torch.float32, seed=5)
     ins = [t.detach() for t in ins]
     g = torch.Generator().manual_seed(6)
     shapes = [(37, 259), (37, 4), (37, 4), (37, 4, 4)]
     cots = [torch.randn(s, generator=g, dtype=torch.float64) for s in shapes]
     torch.save((ins, perms, cots), tmp_path / "in.pt")
-    want = {"baseline": "baseline", "avx2": "avx2+fma+f16c", "native": None}
-    for isa, name in want.items():
-        env = dict(os.environ)
-        env.pop("ADDNORM_CPU_ISA", None)
-        if isa != "native":
-            env["ADDNORM_CPU_ISA"] = isa
-        out = tmp_path / f"{isa}.pt"
-        subprocess.run([sys.executable, "-c", ISA_SCRIPT, str(tmp_path / "in.pt"), str(out)], env=env, check=True,
-                       timeout=300)
-        got = torch.load(out)
-        assert name is None or got["isa"] == name
+    for isa, got in run_under_every_isa(ISA_SCRIPT, tmp_path, tmp_path / "in.pt").items():
         for dt, res in got["res"].items():
             dtype = getattr(torch, dt)
             ins64 = [ins[0].to(dtype).double().requires_grad_()] + [t.double().requires_grad_() for t in ins[1:]]

@@ -3,9 +3,6 @@ independent float64 transcription of the papers' formulas, PyTorch's operator ch
 compile, special values, bad input and every instruction set."""
 
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,6 +12,7 @@ import torch.autograd.forward_ad as fwAD
 from addnorm.functional import add_derf, add_dyt
 from tests.backends import BACKENDS, KERNELS
 from tests.compile_spy import addnorm_ops_backend
+from tests.isa_paths import assert_every_isa_agrees, run_under_every_isa
 from tests.samples import SAMPLES, make, params, upstream
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -206,20 +204,8 @@ torch.save(out, sys.argv[2])
 @pytest.mark.skipif("cpu" not in KERNELS, reason="the compiled kernels are not built")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_every_instruction_set_variant_agrees(tmp_path, dtype):
-    results = {}
-    for isa in ["baseline", "avx2", "native"]:
-        env = dict(os.environ)
-        if isa != "native":
-            env["ADDNORM_CPU_ISA"] = isa
-        path = tmp_path / f"{isa}.pt"
-        subprocess.run([sys.executable, "-c", ISA_SCRIPT, dtype, str(path)], check=True, env=env)
-        results[isa] = torch.load(path)
-    assert results["baseline"]["isa"] == "baseline"
     tol = {"float32": 2e-6, "bfloat16": 1.6e-2}[dtype]
-    for isa, res in results.items():
-        for kind in ("dyt", "derf"):
-            for a_, e in zip(res[kind], results["baseline"][kind], strict=True):
-                torch.testing.assert_close(a_.float(), e.float(), atol=tol * 50, rtol=tol, msg=f"{isa} {kind}")
+    assert_every_isa_agrees(run_under_every_isa(ISA_SCRIPT, tmp_path, dtype), {"dyt": tol * 50, "derf": tol * 50}, tol)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -8,6 +8,7 @@ import torch.autograd.forward_ad as fwAD
 from addnorm.functional import stream_read, stream_write
 from tests.backends import BACKENDS, KERNELS
 from tests.compile_spy import addnorm_ops_backend
+from tests.isa_paths import assert_every_isa_agrees, run_under_every_isa
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
@@ -203,23 +204,6 @@ torch.save({"isa": addnorm.cpu_kernel_availability().isa, "h": h, "x2": x2, "q":
 @pytest.mark.skipif("cpu" not in KERNELS, reason="the compiled kernels are not built")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_every_instruction_set_variant_agrees(tmp_path, dtype):
-    import os
-    import subprocess
-    import sys
-
-    results = {}
-    for isa in ["baseline", "avx2", "native"]:
-        env = dict(os.environ)
-        if isa != "native":
-            env["ADDNORM_CPU_ISA"] = isa
-        out = tmp_path / f"{isa}.pt"
-        subprocess.run([sys.executable, "-c", ISA_SCRIPT, dtype, str(out)], check=True, env=env)
-        results[isa] = torch.load(out)
-    assert results["baseline"]["isa"] == "baseline"
     tol = {"float32": 1e-5, "bfloat16": 1.6e-2}[dtype]
-    ref = results["baseline"]
-    for isa, res in results.items():
-        for k in ("h", "x2", "q"):
-            torch.testing.assert_close(res[k].float(), ref[k].float(), atol=tol * 4, rtol=tol, msg=f"{isa} {k}")
-        for a, e in zip(res["grads"], ref["grads"], strict=True):
-            torch.testing.assert_close(a.float(), e.float(), atol=tol * 40, rtol=tol, msg=f"{isa} grads")
+    assert_every_isa_agrees(run_under_every_isa(ISA_SCRIPT, tmp_path, dtype),
+                            {"h": tol * 4, "x2": tol * 4, "q": tol * 4, "grads": tol * 40}, tol)

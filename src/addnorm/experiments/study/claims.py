@@ -28,7 +28,6 @@ Run: ``python -m addnorm.experiments.study.claims --out benchmarks/results/study
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -37,11 +36,11 @@ from pathlib import Path
 from .budget import BUDGET_CPU_HOURS, CLAIM_SET, load_costs, preset_cost
 from .config import CLAIM_SEEDS, CONFIRM_SEEDS, PRESETS, RunConfig, as_study
 from .data import TEST_BYTES
+from .result_files import RESULTS, parse_results_and_out
 from ...harness.statistics import (ALPHA, HIGHER, INCONCLUSIVE, LOWER, POWER, SAME, differences, fisher_exact, holm, mde_paired,
                          mde_rate, min_sign_flip_p, paired_t_interval, pairs_to_reach, rate_difference_interval,
                          sign_flip_p, verdict)
 
-RESULTS = Path("benchmarks/results/study")
 # The study's corpus (the Python 3.11 standard library) split by file: the training split is capped at 4 MiB
 # (data.load_split's default; before the test split too), so an epoch is 4,194,304 bytes (one token per byte).
 TRAIN_BYTES = 4 << 20
@@ -817,13 +816,8 @@ SPECS: tuple[Spec, ...] = (
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m addnorm.experiments.study.claims",
-                                 description="Write the study's claims file from the committed runs.")
-    ap.add_argument("--results", type=Path, default=RESULTS, help="the results root (default: %(default)s)")
-    ap.add_argument("--out", type=Path, default=RESULTS / "claims.json", help="where to write (default: %(default)s)")
-    args = ap.parse_args(argv)
-    if not args.results.is_dir():
-        ap.error(f"--results {args.results}: not a directory")
+    args = parse_results_and_out("claims", "Write the study's claims file from the committed runs.", "claims.json",
+                                 argv)
     claims = build(results=args.results)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(to_json(claims), encoding="utf-8")

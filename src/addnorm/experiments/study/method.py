@@ -11,7 +11,6 @@ the committed runs (their data's content hash, parameter counts and tokens).
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -20,9 +19,9 @@ from .budget import BUDGET_CPU_HOURS, CLAIM_SET, form, load_costs, preset_cost
 from .config import CLAIM_LRS, CLAIM_SEEDS, PRESETS, RunConfig, as_study
 from .data import DEV_BYTES, HELD_OUT_EVERY, MAX_TRAIN_BYTES, TEST_BYTES, SplitCorpus, load_split, lr_at
 from .heldout import SEQUENCES
+from .result_files import RESULTS, parse_results_and_out
 from .runner import build_model, optimizer
 
-RESULTS = Path("benchmarks/results/study")
 CLAIM_PRESETS = tuple(name for name in PRESETS if name.startswith("claims_"))
 
 
@@ -113,13 +112,8 @@ def to_json(f: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m addnorm.experiments.study.method",
-                                 description="Write the study's method facts (method.json) from the code.")
-    ap.add_argument("--results", type=Path, default=RESULTS, help="the results root (default: %(default)s)")
-    ap.add_argument("--out", type=Path, default=RESULTS / "method.json", help="where to write (default: %(default)s)")
-    args = ap.parse_args(argv)
-    if not args.results.is_dir():
-        ap.error(f"--results {args.results}: not a directory")
+    args = parse_results_and_out("method", "Write the study's method facts (method.json) from the code.",
+                                 "method.json", argv)
     atomic_write_text(args.out, to_json(facts(args.results)))
     print(f"{args.out} written")
     return 0
