@@ -125,7 +125,8 @@ def write_norm_backward(dx2, dn, x2, y, h_post, weight, eps, weight_offset):
     dX' in the compute dtype (not rounded between), dX = g, dy = sum_i H_post[i] g_i, dH_post[i] = <g_i, y>.
     Rounding each product first has no gradient of its own: the same as rounding once."""
     ct = compute_dtype(x2, y, h_post, weight)
-    g = torch.zeros(x2.shape, dtype=ct, device=x2.device) if dx2 is None else dx2.to(ct)
+    # (a copy: dX is an output of its own, never the incoming gradient's storage)
+    g = torch.zeros(x2.shape, dtype=ct, device=x2.device) if dx2 is None else dx2.to(ct, copy=True)
     dw = torch.zeros(weight.shape, dtype=ct, device=weight.device)
     if dn is not None:
         dxn, dw = stream_norm_grads(dn, x2, weight, eps, weight_offset, ct)
