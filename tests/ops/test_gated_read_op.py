@@ -351,6 +351,22 @@ def test_the_kernels_backward_is_differentiable_again_and_their_tangents_agree(d
         torch.testing.assert_close(a, e, atol=1e-5 if dtype == torch.float32 else 0.05, rtol=1e-3)
 
 
+def test_torch_func_transforms_take_the_formulas():
+    """vmap and torch.func.grad (whose wrapped tensors the kernels cannot read) run the formulas, with the same
+    values as the unbatched call and the gradients of the float64 equations."""
+    x, w, y, hp, u = (t.detach() for t in _inputs((5, 3), 4, 8, torch.float32))
+    for f, ins in ((lambda a, b: sigmoid_gated_collapse(a, b, rounding=PRODUCTS), (x, u)),
+                   (lambda a, b, c: hyper_write_norm(a, b, c, w, convention=CONV)[1], (x, y, hp)),
+                   (lambda a: stream_rms_norm(a, w, convention=CONV), (x,))):
+        torch.testing.assert_close(torch.vmap(f)(*ins), f(*ins), atol=F32_TOL, rtol=F32_TOL)
+    got = torch.func.grad(lambda a, b: sigmoid_gated_collapse(stream_rms_norm(a, w, convention=CONV), b).sum(),
+                          argnums=(0, 1))(x, u)
+    x64, u64 = _f64((x, u))
+    want = torch.autograd.grad(ref.gated_collapse(torch.sigmoid(u64), ref.stream_rms_norm(x64, w.double(), CONV.eps))
+                               .sum(), [x64, u64])
+    _f32_close(got, want)
+
+
 def test_opcheck():
     """PyTorch's own checks of each operator: schema, fake tensors, autograd registration, AOT dispatch."""
     x, w, y, hp, u = (t.detach().float() for t in _inputs((2, 3), 4, 8, torch.float32))
