@@ -9,7 +9,8 @@ setup(
             sources=["src/addnorm/kernels/cpu/addnorm_cpu.c"],
             depends=["src/addnorm/kernels/cpu/norm_rows.h", "src/addnorm/kernels/cpu/fused_rows.h",
                      "src/addnorm/kernels/cpu/stream_rows.h", "src/addnorm/kernels/cpu/mhc_rows.h",
-                     "src/addnorm/kernels/cpu/pointwise_rows.h", "src/addnorm/kernels/cpu/attn_res_rows.h"],
+                     "src/addnorm/kernels/cpu/pointwise_rows.h", "src/addnorm/kernels/cpu/attn_res_rows.h",
+                     "src/addnorm/kernels/cpu/hyper_rows.h"],
             # associative math lets gcc vectorize the row reductions; no -ffinite-math-only,
             # so NaN and Inf keep their IEEE meaning; no fused multiply-add contraction, so that
             # g = dy*w rounds the same way wherever it is computed (LayerNorm's dx is exactly 0 at D = 1);

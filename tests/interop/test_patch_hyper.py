@@ -139,7 +139,7 @@ def _spy(monkeypatch):
     """Counts of addnorm's hyper-connection calls, and of the reads handed over by a write."""
     calls = {}
     for fn in ("hyper_read", "hyper_write", "hyper_write_read", "hyper_write_norm", "stream_rms_norm",
-               "gated_collapse"):
+               "gated_collapse", "sigmoid_gated_collapse"):
         real = getattr(AF, fn)
 
         def spy(*a, _real=real, _fn=fn, **k):
@@ -170,7 +170,7 @@ def test_every_read_write_and_final_collapse_runs_on_addnorms_operators(name, mo
     if name == "HYV4":
         assert calls == {"hyper_read": 1, "hyper_write_read": 4, "handed over": 4}
     else:  # each gated read: its norm (computed by the write before it, but the first), the collapse after its gate
-        assert calls == {"stream_rms_norm": 1, "hyper_write_norm": 4, "gated_collapse": 5, "handed over": 4}
+        assert calls == {"stream_rms_norm": 1, "hyper_write_norm": 4, "sigmoid_gated_collapse": 5, "handed over": 4}
 
 
 @pytest.mark.parametrize("name", HYPER)
@@ -186,7 +186,7 @@ def test_under_gradient_checkpointing_each_read_computes_its_own(name, monkeypat
     calls = _spy(monkeypatch)
     torch.manual_seed(5)
     loss = m(IDX, labels=IDX).loss
-    reads = {"HYV4": {"hyper_read": 5}, "Qwen4Exp": {"stream_rms_norm": 5, "gated_collapse": 5}}[name]
+    reads = {"HYV4": {"hyper_read": 5}, "Qwen4Exp": {"stream_rms_norm": 5, "sigmoid_gated_collapse": 5}}[name]
     assert calls == {**reads, "hyper_write": 4}
     grads = torch.autograd.grad(loss, list(m.parameters()), allow_unused=True)
     torch.manual_seed(5)

@@ -11,8 +11,8 @@ backend runs.
     stream     stream_read, stream_write (the widened residual stream)
     mhc        mhc_pre (mHC's pre step in one pass; MhcConvention: where a model departs from the paper, DeepSeek-V4's,
                HY-V4's read without the comb matrix), mhc_write_pre (a write of the stream and that read of its result)
-    hyper      hyper_read, hyper_write, stream_rms_norm, gated_collapse and their pairs (hyper-connections
-               without a mixing matrix: HY-V4's, Qwen4-exp's), each convention a frozen dataclass
+    hyper      hyper_read, hyper_write, stream_rms_norm, gated_collapse, sigmoid_gated_collapse and their pairs
+               (hyper-connections without a mixing matrix: HY-V4's, Qwen4-exp's), each convention a frozen dataclass
     attn_res   attn_res (Attention Residuals' softmax over depth in one pass)
     core       use_backend, last_backend, BACKENDS, the validation errors; ``buffers``: the out= rules
 
@@ -49,7 +49,7 @@ from .core import (BACKENDS, FLOAT_DTYPES, DtypeError, LayoutError, ShapeError, 
                    use_backend)
 from .fused import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
 from .hyper import (ProjectedGates, Rounding, StreamNorm, gated_collapse, hyper_read, hyper_write, hyper_write_norm,
-                    hyper_write_read, stream_rms_norm)
+                    hyper_write_read, sigmoid_gated_collapse, stream_rms_norm)
 from .mhc import MhcConvention, mhc_pre, mhc_write_pre
 from .norm import add_layer_norm, add_rms_norm, layer_norm, rms_norm, tutorial_layer_norm
 from .pointwise import add_derf, add_dyt
@@ -77,6 +77,7 @@ __all__ = [
     "hyper_write_norm",
     "stream_rms_norm",
     "gated_collapse",
+    "sigmoid_gated_collapse",
     "ProjectedGates",
     "StreamNorm",
     "Rounding",

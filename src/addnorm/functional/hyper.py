@@ -6,33 +6,59 @@
     hyper_write(x, y, h_post, rounding=ONCE)                       -> X' = X + H_post^T y  (the expand)
     stream_rms_norm(x, weight, convention=StreamNorm)               -> each stream RMS-normed with its own weight
     gated_collapse(x, gates, rounding=ONCE)                        -> h = (1/n) sum_i G_i * X_i  (gates per element)
+    sigmoid_gated_collapse(x, logits, rounding=ONCE)               -> h = (1/n) sum_i sigmoid(U_i) * X_i  (from the
+        gates' logits: Qwen4-exp's read after its low-rank gate, the sigmoid computed in the same pass)
     hyper_write_read(x, y, h_post, weight, scale, base, convention) -> (X', h, H_pre, H_post): one sub-layer's
         write and the next one's read, one pass over the stream (HY-V4's layers hand them over so:
         ``addnorm.interop``; with h_res, a write that mixes the streams first: DeepSeek-V4's before its head)
     hyper_write_norm(x, y, h_post, weight, convention)             -> (X', N'): the write and the next read's norm
-        (Qwen4-exp's gated read: N' feeds its low-rank gate, then ``gated_collapse``)
+        (Qwen4-exp's gated read: N' feeds its low-rank gate, then ``sigmoid_gated_collapse``)
 
 ``hyper_read`` is mHC's pre step without the comb matrix (``functional.mhc.mhc_pre`` with the convention's numbers
-and groups 2, or 1 for a head): it runs on the backend ``functional.core`` picks (``backend=`` / ``use_backend``),
-the C kernels on the CPU, the formulas elsewhere. ``hyper_write_read`` is ``functional.mhc.mhc_write_pre`` without a
-mixing matrix: on the C kernels the write and the read are one pass over the stream. The others run
-``torch.ops.addnorm.hyper_*`` (``addnorm.ops.hyper``), whose only implementation so far is the exact torch formulas
-on every device: ``last_backend()`` says "torch". The conventions are frozen dataclasses
-(``addnorm.ops.hyper.convention``): what differs between models is a value passed to the same operator -- HY-V4's
-magnitude and eps, Qwen4-exp's (1 + w), and where a 16-bit result is rounded (``Rounding``: once, addnorm's way and
-HY-V4's; or after each product, as Qwen4-exp's eager bfloat16 code).
+and groups 2, or 1 for a head) and ``hyper_write_read`` is ``functional.mhc.mhc_write_pre`` without a mixing matrix.
+``stream_rms_norm``, ``hyper_write_norm`` and ``sigmoid_gated_collapse`` have C kernels of their own
+(``torch.ops.addnorm.hyper_*``, ``addnorm.ops.hyper``): one walk over the stream forward and one backward, the
+norm's statistics and the gates recomputed there rather than saved. Each function runs on the backend
+``functional.core`` picks (``backend=`` / ``use_backend``): the C kernels on the CPU, the exact torch formulas
+elsewhere (on Triton, ``stream_rms_norm`` is the norm family's RMSNorm per stream). ``hyper_write`` and
+``gated_collapse`` run their formulas on every device: ``last_backend()`` says "torch". The conventions are frozen
+dataclasses (``addnorm.ops.hyper.convention``): what differs between models is a value passed to the same operator
+-- HY-V4's magnitude and eps, Qwen4-exp's (1 + w), and where a 16-bit result is rounded (``Rounding``: once,
+addnorm's way and HY-V4's; or after each product, as Qwen4-exp's eager bfloat16 code).
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..ops import plain
+from ..ops.hyper import autograd as hyper_autograd
+from ..ops.hyper import formulas as hyper_formulas
+from ..ops.hyper import schema as hyper_schema
 from ..ops.hyper.convention import ONCE, PRODUCTS, ProjectedGates, Rounding, StreamNorm
 from ..ops.hyper.schema import mhc_args
+from ..ops.norm.autograd import c_apply
 from . import core, mhc, norm
 
-__all__ = ["ProjectedGates", "StreamNorm", "Rounding", "ONCE", "PRODUCTS", "hyper_read", "hyper_write", "stream_rms_norm", "gated_collapse",
-           "hyper_write_read", "hyper_write_norm"]
+__all__ = ["ProjectedGates", "StreamNorm", "Rounding", "ONCE", "PRODUCTS", "hyper_read", "hyper_write", "stream_rms_norm",
+           "gated_collapse", "sigmoid_gated_collapse", "hyper_write_read", "hyper_write_norm"]
+
+# the operators on the CPU kernels: (their autograd called directly, their implementation, the operator), for calls
+# with nothing between the tensors and the kernels (``run``)
+_NORM = (c_apply(hyper_autograd.DirectHyperStreamNorm), hyper_schema.norm_impl, torch.ops.addnorm.hyper_stream_norm)
+_WRITE_NORM = (c_apply(hyper_autograd.DirectHyperWriteNorm), hyper_schema.write_norm_impl,
+               torch.ops.addnorm.hyper_write_norm)
+_GATE = (c_apply(hyper_autograd.DirectSigmoidGatedCollapse), hyper_schema.gate_impl,
+         torch.ops.addnorm.hyper_sigmoid_gated_collapse)
+
+
+def _run_cpu(kernel, args: tuple, n_tensors: int):
+    """One operator on the CPU kernels: directly where nothing stands between the tensors and them (its autograd
+    where a gradient may be asked for), else through the dispatcher (tracing, dispatch modes, subclasses)."""
+    direct, impl, op = kernel
+    if plain(args[0]) and not core.functorch_active():
+        return direct(*args) if core.any_needs_autograd(*args[:n_tensors]) else impl(*args)
+    return op(*args)
 
 
 def _stream(x) -> tuple[tuple[int, ...], int, int]:
@@ -120,15 +146,20 @@ def stream_rms_norm(x, weight, *, convention: StreamNorm, backend: str | None = 
     """N_i = X_i / sqrt(mean(X_i^2) + eps) * (weight_offset + w_i): each stream of X (..., n, C) over its C
     channels, weight (n, C) (or HF's flat (nC,)); in float32, rounded once to X's dtype (Qwen4-exp's hc_norm).
 
-    Each stream is the norm family's RMSNorm with Gemma's convention (the scale weight_offset + w_i, applied in
-    float32 before the one rounding): on the CPU and Triton kernels, one ``rms_norm`` per stream on the strided
-    rows X[..., i, :] (no copy of X), stacked; on the torch backend the formulas (``ops.hyper``)."""
+    On the CPU kernels one walk over the stream each way (``torch.ops.addnorm.hyper_stream_norm``: dX and dw in one
+    backward pass, each row's rstd recomputed from X); on Triton the norm family's RMSNorm with Gemma's convention
+    per stream on the strided rows X[..., i, :], stacked; on the torch backend (and for a float64 weight, whose
+    formulas compute in float64) the formulas (``ops.hyper``)."""
     w = _norm_weight(weight, x)
     c = _convention(convention, StreamNorm)
     which = core.resolve(backend, x, tuple(x.shape[-1:]), None)
-    if which == "torch" or w.dtype == torch.float64:  # (a float64 weight: the formulas compute in float64)
+    if which == "torch" or w.dtype == torch.float64:
         core.choose_backend("torch", x, tuple(x.shape[-1:]))
-        return torch.ops.addnorm.hyper_stream_norm(x, w, c.eps, c.weight_offset)
+        return hyper_formulas.stream_norm(x, w, c.eps, c.weight_offset)
+    core.choose_backend(which, x, tuple(x.shape[-1:]))
+    if which == "cpu":
+        x, w = core.uninferred((x, w))
+        return _run_cpu(_NORM, (x, w, c.eps, c.weight_offset), 2)
     # unbind, not x[..., i, :]: its backward stacks the n gradients in one pass, where n selects' would each
     # scatter into a zero tensor of X's size
     return torch.stack([norm.rms_norm(xi, xi.shape[-1:], wi, c.eps, weight_offset=c.weight_offset, backend=which)
@@ -142,6 +173,26 @@ def gated_collapse(x, gates, *, rounding: Rounding = ONCE):
     _tensor("gates", gates, x, shape=x.shape)
     core.choose_backend("torch", x, tuple(x.shape[-1:]))
     return torch.ops.addnorm.hyper_gated_collapse(x, gates, _convention(rounding, Rounding, "rounding").where)
+
+
+def sigmoid_gated_collapse(x, logits, *, rounding: Rounding = ONCE, backend: str | None = None):
+    """h = (1/n) sum_i sigmoid(U_i) * X_i: X and the gates' logits U (..., n, C) -> (..., C) in X's dtype
+    (Qwen4-exp's read, U its low-rank gate's up-projection); the gates in float32 then, rounded once with the mean.
+    With ``rounding=PRODUCTS`` where eager 16-bit code rounds ``(sigmoid(U) * X).mean(-2)``: the gates and each
+    product G_i * X_i rounded to the inputs' dtype, the mean summed in float32 and rounded once.
+
+    On the CPU kernels one walk over X and U forward (the sigmoid in the same pass) and one backward, the gates
+    recomputed from U there: dX_i = (dh / n) G_i, dU_i = (dh / n) X_i G_i (1 - G_i); elsewhere the formulas
+    (``ops.hyper``)."""
+    _stream(x)
+    _tensor("logits", logits, x, shape=x.shape)
+    where = _convention(rounding, Rounding, "rounding").where
+    which = core.choose_backend(backend, x, tuple(x.shape[-1:]))
+    if which != "cpu" or logits.dtype == torch.float64:
+        core.choose_backend("torch", x, tuple(x.shape[-1:]))
+        return hyper_formulas.sigmoid_gated_collapse(x, logits, where)
+    x, logits = core.uninferred((x, logits))
+    return _run_cpu(_GATE, (x, logits, where), 2)
 
 
 def hyper_write_read(x, y, h_post, weight, scale, base, *, convention: ProjectedGates, rounding: Rounding = ONCE,
@@ -161,9 +212,21 @@ def hyper_write_read(x, y, h_post, weight, scale, base, *, convention: Projected
     return mhc.run_write_pre(which, (x, y, h_post, h_res, products, *read[1:]))[:4]
 
 
-def hyper_write_norm(x, y, h_post, weight, *, convention: StreamNorm, rounding: Rounding = ONCE):
-    """(X', N'): ``hyper_write(x, y, h_post)`` and ``stream_rms_norm`` of X', the next gated read's norm."""
+def hyper_write_norm(x, y, h_post, weight, *, convention: StreamNorm, rounding: Rounding = ONCE,
+                     backend: str | None = None):
+    """(X', N'): ``hyper_write(x, y, h_post)`` and ``stream_rms_norm`` of X' (as stored), the next gated read's
+    norm. On the CPU kernels one walk over each token both ways (``torch.ops.addnorm.hyper_write_norm``): X' is
+    written and normed while its rows are in cache, and the backward adds the norm's gradient of X' to X''s own in
+    float32 before the write's (dX = g, dy = sum_i H_post[i] g_i, dH_post[i] = <g_i, y>); elsewhere the two
+    functions."""
     _check_write(x, y, h_post)
-    _norm_weight(weight, x)
-    x2 = hyper_write(x, y, h_post, rounding=rounding)
-    return x2, stream_rms_norm(x2, weight, convention=convention)
+    w = _norm_weight(weight, x)
+    c = _convention(convention, StreamNorm)
+    r = _convention(rounding, Rounding, "rounding")
+    which = core.resolve(backend, x, tuple(x.shape[-1:]), None)
+    if which != "cpu" or w.dtype == torch.float64 or torch.float64 in (y.dtype, h_post.dtype):
+        x2 = hyper_write(x, y, h_post, rounding=r)
+        return x2, stream_rms_norm(x2, weight, convention=c, backend=backend)
+    core.choose_backend(which, x, tuple(x.shape[-1:]))
+    x, y, h_post, w = core.uninferred((x, y, h_post, w))
+    return tuple(_run_cpu(_WRITE_NORM, (x, y, h_post, w, c.eps, c.weight_offset, r.where), 4))

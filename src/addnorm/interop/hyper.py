@@ -12,8 +12,9 @@ probe stream (as a norm's convention is found by probing it, ``patch.probe_conve
     "gated_mixer"  the same without block_inject_weight (the model's final mixer)     X -> h
 
 A patched module's forward runs its read on one operator (``hyper_read``: the RMS of vec(X), the gates and the
-collapse; or ``stream_rms_norm``, its own Linear layers for the low-rank gate, ``gated_collapse``), unless the
-write before it already computed that read (``write``, the hand-off of ``interop.handoff``).
+collapse; or ``stream_rms_norm``, its own Linear layers for the low-rank gate up to its logits,
+``sigmoid_gated_collapse``), unless the write before it already computed that read (``write``, the hand-off of
+``interop.handoff``).
 
 ``write`` is what a rewritten decoder layer calls in place of a write of its stream, ``X + H_post^T y`` however
 the layer spells it (``interop.hyper_rewrite``): one ``hyper_write``, or, where a probe run found the next read
@@ -169,11 +170,12 @@ def _ihc_params(module, plan):
 
 
 def _gated_tail(module, plan, x, normed):
-    """Qwen4-exp's read after its norm: the low-rank gate on the module's own Linear layers, the gated collapse,
-    and the injection weights -- as HF computes them."""
+    """Qwen4-exp's read after its norm: the low-rank gate on the module's own Linear layers up to its logits, the
+    sigmoid and the gated collapse in one pass (rounded where eager's ``(sigmoid(U) * N).mean`` rounds), and the
+    injection weights -- as HF computes them."""
     flat = normed.flatten(-2)
-    gate = torch.sigmoid(module.input_mix_weight_up(F.silu(module.input_mix_weight_down(flat) / plan.n)))
-    h = AF.gated_collapse(normed, gate.unflatten(-1, (plan.n, plan.C)), rounding=PRODUCTS)  # eager's (G * N).mean
+    logits = module.input_mix_weight_up(F.silu(module.input_mix_weight_down(flat) / plan.n))
+    h = AF.sigmoid_gated_collapse(normed, logits.unflatten(-1, (plan.n, plan.C)), rounding=PRODUCTS)
     if plan.kind == "gated_mixer":
         return h
     return h, x, 2 * torch.sigmoid(module.block_inject_weight(flat) / plan.n)

@@ -200,6 +200,30 @@ typedef struct {
     void *const *dv;                  /* BWD outputs */
 } an_attn_args;
 
+/* Qwen4-exp's gated read and the write before it (hyper_rows.h): per token n rows of C, contiguous, one dtype; the
+ * norm's weight (n, C) and the write's H_post (N, n) and dH_post float32. dw_part: per chunk K = nC float64 partial
+ * sums of dw (NULL: not wanted). */
+enum { AN_HYPER_NORM = 0, AN_HYPER_NORM_BWD = 1, AN_HYPER_WNORM = 2, AN_HYPER_WNORM_BWD = 3, AN_HYPER_GATE = 4,
+       AN_HYPER_GATE_BWD = 5 };
+typedef struct {
+    int op, n, dt, nt, products;
+    int64_t N, C;
+    const void *x;        /* NORM*, WNORM: the stream X; WNORM_BWD: X'; GATE*: the normed streams N */
+    const void *y;        /* WNORM*: the branch output y */
+    const void *u;        /* GATE*: the gate logits U */
+    const float *w;       /* NORM*, WNORM*: the weights (n, C) */
+    float off, eps;
+    const float *h_post;  /* WNORM*: (N, n) */
+    void *out;            /* NORM, WNORM: N; GATE: h; NORM_BWD, WNORM_BWD: dX; GATE_BWD: dN */
+    void *x2;             /* WNORM: X' */
+    const void *dout;     /* NORM_BWD, WNORM_BWD: dN; GATE_BWD: dh */
+    const void *dx2;      /* WNORM_BWD: dX' (NULL: none) */
+    void *dy;             /* WNORM_BWD: dy */
+    void *du;             /* GATE_BWD: dU */
+    float *d_post;        /* WNORM_BWD: (N, n) */
+    double *dw_part;      /* NORM_BWD, WNORM_BWD */
+} an_hyper_args;
+
 typedef struct {
     int kind;
     int sdt, dydt, dy2dt, dresdt, odt;
@@ -343,6 +367,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #include "mhc_rows.h"
 #include "pointwise_rows.h"
 #include "attn_res_rows.h"
+#include "hyper_rows.h"
 #undef AN_STREAM_BYTES
 #undef AN_SFX
 #undef AN_MAD
@@ -359,6 +384,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #include "mhc_rows.h"
 #include "pointwise_rows.h"
 #include "attn_res_rows.h"
+#include "hyper_rows.h"
 #undef AN_STREAM_BYTES
 #undef AN_SFX
 #undef AN_F16C
@@ -374,6 +400,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #include "mhc_rows.h"
 #include "pointwise_rows.h"
 #include "attn_res_rows.h"
+#include "hyper_rows.h"
 #undef AN_SFX
 
 typedef void (*an_fwd_fn)(const an_fwd_args *, int64_t, int64_t, const an_rows *);
@@ -385,6 +412,7 @@ typedef void (*an_mhc_fn)(const an_mhc_args *, int64_t, int64_t, const an_rows *
 typedef void (*an_pwf_fn)(const an_pw_args *, int64_t, int64_t, const an_rows *);
 typedef void (*an_pwb_fn)(const an_pw_args *, int64_t, int64_t, const an_rows *, double *const *);
 typedef void (*an_attn_fn)(const an_attn_args *, int64_t, int64_t, const an_rows *, double *);
+typedef void (*an_hyper_fn)(const an_hyper_args *, int64_t, int64_t, const an_rows *, int);
 
 static an_fwd_fn g_fwd = fwd_rows_base;
 static an_bwd_fn g_bwd = bwd_rows_base;
@@ -395,6 +423,7 @@ static an_mhc_fn g_mhc = mhc_rows_base;
 static an_pwf_fn g_pwf = pw_fwd_rows_base;
 static an_pwb_fn g_pwb = pw_bwd_rows_base;
 static an_attn_fn g_attn = attn_rows_base;
+static an_hyper_fn g_hyper = hyper_rows_base;
 static int g_isa = 0; /* 0 baseline, 1 avx2, 2 avx512 */
 
 static void an_pick_isa(void) {
@@ -415,6 +444,7 @@ static void an_pick_isa(void) {
         g_pwf = pw_fwd_rows_avx2;
         g_pwb = pw_bwd_rows_avx2;
         g_attn = attn_rows_avx2;
+        g_hyper = hyper_rows_avx2;
         g_isa = 1;
     }
     if (max_isa >= 2 && g_isa == 1 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -428,6 +458,7 @@ static void an_pick_isa(void) {
         g_pwf = pw_fwd_rows_avx512;
         g_pwb = pw_bwd_rows_avx512;
         g_attn = attn_rows_avx512;
+        g_hyper = hyper_rows_avx512;
         g_isa = 2;
     }
 #endif
@@ -438,7 +469,7 @@ static void an_pick_isa(void) {
 
 typedef struct {
     int kind; /* 0 fwd, 1 bwd, 2 fused fwd, 3 fused bwd, 4 widened stream, 5/6 DyT-Derf fwd/bwd, 7 mHC pre,
-               * 8 AttnRes */
+               * 8 AttnRes, 9 Qwen4-exp's gated read */
     int chunk;
     const void *args;
     int64_t r0, r1;
@@ -535,6 +566,7 @@ static void *an_run_task(void *p) {
     else if (t->kind == 4) g_stream((const an_stream_args *)t->args, t->r0, t->r1, &sc);
     else if (t->kind == 7) g_mhc((const an_mhc_args *)t->args, t->r0, t->r1, &sc, t->chunk);
     else if (t->kind == 8) g_attn((const an_attn_args *)t->args, t->r0, t->r1, &sc, t->partial_w);
+    else if (t->kind == 9) g_hyper((const an_hyper_args *)t->args, t->r0, t->r1, &sc, t->chunk);
     else if (t->kind == 5) g_pwf((const an_pw_args *)t->args, t->r0, t->r1, &sc);
     else g_pwb((const an_pw_args *)t->args, t->r0, t->r1, &sc, t->partial);
 #if defined(__x86_64__)
@@ -1005,6 +1037,50 @@ int addnorm_mhc(int op, int n, int dt, int64_t N, int64_t C, int m, int mp, int 
     return rc;
 }
 
+/* Qwen4-exp's gated read and the write before it (hyper_rows.h; see an_hyper_args). Backward with dw sums each
+ * chunk's dw in a float64 partial row (one chunk per thread: K doubles each) and reduces them in chunk order into dw
+ * (K floats): the same bits on every run for a given thread count. Returns 0, -1 (no memory), -2 (a required
+ * pointer is NULL), -3 (a shape or op the kernels do not take). */
+int addnorm_hyper(int op, int n, int dt, int64_t N, int64_t C, int products, const void *x, const void *y,
+                  const void *u, const float *w, float off, float eps, const float *h_post, void *out, void *x2,
+                  const void *dout, const void *dx2, void *dy, void *du, float *d_post, float *dw, int nthreads) {
+    an_pick_isa();
+    if (n < 1 || C < 1 || op < AN_HYPER_NORM || op > AN_HYPER_GATE_BWD || dt < AN_F32 || dt > AN_F16) return -3;
+    const int64_t K = (int64_t)n * C;
+    const int norm = op <= AN_HYPER_WNORM_BWD, write = op == AN_HYPER_WNORM || op == AN_HYPER_WNORM_BWD;
+    const int bwd = op == AN_HYPER_NORM_BWD || op == AN_HYPER_WNORM_BWD || op == AN_HYPER_GATE_BWD;
+    if (norm && bwd && dw) memset(dw, 0, sizeof(float) * (size_t)K);
+    if (N <= 0) return 0;
+    if (x == NULL || out == NULL || (norm && w == NULL) || (bwd && dout == NULL) || (write && (y == NULL || h_post == NULL)) ||
+        (op == AN_HYPER_WNORM && x2 == NULL) || (op == AN_HYPER_WNORM_BWD && (dy == NULL || d_post == NULL)) ||
+        (op >= AN_HYPER_GATE && u == NULL) || (op == AN_HYPER_GATE_BWD && du == NULL))
+        return -2;
+    const int outs = op == AN_HYPER_WNORM || op == AN_HYPER_GATE_BWD ? 2 : 1;
+    an_hyper_args a = {.op = op, .n = n, .dt = dt, .nt = an_use_nt(N, K, dt, outs), .products = products, .N = N,
+                       .C = C, .x = x, .y = y, .u = u, .w = w, .off = off, .eps = eps, .h_post = h_post, .out = out,
+                       .x2 = x2, .dout = dout, .dx2 = dx2, .dy = dy, .du = du, .d_post = d_post, .dw_part = NULL};
+    an_advise_huge(out, (size_t)(op == AN_HYPER_GATE ? N * C : N * K) * an_elem_size(dt));
+    if (x2) an_advise_huge(x2, (size_t)(N * K) * an_elem_size(dt));
+    if (du) an_advise_huge(du, (size_t)(N * K) * an_elem_size(dt));
+    const int with_dw = norm && bwd && dw != NULL;
+    int T = an_threads_for(N, K, nthreads), Cn = with_dw ? T : an_chunks_for(N, K, T);
+    void *part = NULL;
+    if (with_dw) {
+        if (posix_memalign(&part, AN_PAGE, sizeof(double) * (size_t)Cn * (size_t)K) != 0) return -1;
+        memset(part, 0, sizeof(double) * (size_t)Cn * (size_t)K);
+        a.dw_part = (double *)part;
+    }
+    int rc = an_parallel(9, &a, N, K, T, Cn, NULL, NULL, NULL);
+    if (rc == 0 && with_dw)
+        for (int64_t k = 0; k < K; k++) {
+            double s = 0.0;
+            for (int c = 0; c < Cn; c++) s += a.dw_part[(size_t)c * (size_t)K + (size_t)k];
+            dw[k] = (float)s;
+        }
+    free(part);
+    return rc;
+}
+
 /* DyT / Derf fused with the add (pointwise_rows.h). Forward: y (and s_out) contiguous. Backward: ds contiguous in
  * sdt; dweight / dbias in param_dtype (NULL: unwanted); dscalars[0..1] = (dalpha, dshift) (NULL: unwanted). */
 int addnorm_pointwise_forward(int kind, int xdt, int rdt, int sdt, int odt, int64_t N, int64_t D, const void *x,
@@ -1222,6 +1298,21 @@ static PyObject *an_py_attn_res(PyObject *self, PyObject *const *args, Py_ssize_
     return PyLong_FromLong(rc);
 }
 
+static PyObject *an_py_hyper(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    int op, n, dt, products, nthreads, rc;
+    int64_t N, C;
+    float off, eps;
+    void *x, *y, *u, *w, *hp, *out, *x2, *dout, *dx2, *dy, *du, *dpost, *dw;
+    if (an_parse(args, nargs, "iiiLLippppffpppppppppi", &op, &n, &dt, &N, &C, &products, &x, &y, &u, &w, &off, &eps,
+                 &hp, &out, &x2, &dout, &dx2, &dy, &du, &dpost, &dw, &nthreads) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = addnorm_hyper(op, n, dt, N, C, products, x, y, u, (const float *)w, off, eps, (const float *)hp, out, x2,
+                       dout, dx2, dy, du, (float *)dpost, (float *)dw, nthreads);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
 static PyObject *an_py_pw_forward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     int kind, xdt, rdt, sdt, odt, pdt, nthreads, rc;
     int64_t N, D, x_rs, res_rs;
@@ -1264,6 +1355,7 @@ static PyMethodDef an_methods[] = {
     {"stream", (PyCFunction)(void (*)(void))an_py_stream, METH_FASTCALL, "addnorm_stream (see addnorm_cpu.c)"},
     {"mhc", (PyCFunction)(void (*)(void))an_py_mhc, METH_FASTCALL, "addnorm_mhc (see addnorm_cpu.c)"},
     {"attn_res", (PyCFunction)(void (*)(void))an_py_attn_res, METH_FASTCALL, "addnorm_attn_res (see addnorm_cpu.c)"},
+    {"hyper", (PyCFunction)(void (*)(void))an_py_hyper, METH_FASTCALL, "addnorm_hyper (see addnorm_cpu.c)"},
     {"pointwise_forward", (PyCFunction)(void (*)(void))an_py_pw_forward, METH_FASTCALL,
      "addnorm_pointwise_forward (see addnorm_cpu.c)"},
     {"pointwise_backward", (PyCFunction)(void (*)(void))an_py_pw_backward, METH_FASTCALL,

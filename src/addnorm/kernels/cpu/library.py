@@ -26,6 +26,7 @@ class KernelLibrary:
     pointwise_forward: object  # addnorm_pointwise_forward: DyT / Derf fused with the add
     pointwise_backward: object
     attn_res: object  # addnorm_attn_res: Attention Residuals' depth mix, forward and backward
+    hyper: object  # addnorm_hyper: Qwen4-exp's gated read (stream norm, sigmoid-gated collapse) and the write before it
     path: str
     isa: str
 
@@ -55,6 +56,7 @@ def _open() -> KernelLibrary | str:
     return KernelLibrary(_addnorm_cpu.forward, _addnorm_cpu.backward, _addnorm_cpu.fused_forward,
                          _addnorm_cpu.fused_backward, _addnorm_cpu.stream, _addnorm_cpu.mhc,
                          _addnorm_cpu.pointwise_forward, _addnorm_cpu.pointwise_backward, _addnorm_cpu.attn_res,
+                         _addnorm_cpu.hyper,
                          _addnorm_cpu.__file__,
                          ISA_NAMES.get(_addnorm_cpu.isa(), "unknown"))
 
