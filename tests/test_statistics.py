@@ -233,6 +233,19 @@ def test_mde_rate():
     assert r ** 5 + 5 * r ** 4 * (1 - r) >= 0.8 > (r - 0.001) ** 5 + 5 * (r - 0.001) ** 4 * (1 - r + 0.001)
 
 
+def test_mde_rate_looks_the_claims_way():
+    # a claim of fewer failures against a baseline that always fails (5 of 5): the mirror of the rise from 0 --
+    # rate_a = 1 - r fails 0 or 1 of 5 with the probability the rise's r succeeds 5 or 4 times
+    rise = mde_rate(0.0, 5, 5)
+    assert mde_rate(1.0, 5, 5, direction=LOWER) == pytest.approx(rise)
+    assert mde_rate(1.0, 5, 5) is None  # no rise above 1: the old answer for every claim, whatever its direction
+    assert mde_rate(0.0, 5, 5, direction=LOWER) is None  # nothing drops below a baseline that never fails
+    assert mde_rate(1.0, 5, 5, direction=SAME) == mde_rate(0.0, 5, 5, direction=SAME) == pytest.approx(rise)
+    assert mde_rate(0.0, 3, 3, direction=SAME) is None
+    with pytest.raises(ValueError, match="direction"):
+        mde_rate(0.5, 5, 5, direction="down")
+
+
 # ---- the verdict rule -----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("effect, p_holm, direction, want", [

@@ -314,6 +314,17 @@ def test_a_failure_claim_uses_fisher_on_the_rates():
     assert any("cannot reach p < 0.05" in n for n in r["notes"])
 
 
+def test_a_fewer_failures_claim_gets_its_mde_and_no_cannot_reach_note():
+    # 30 runs a side, the baseline failing every run: the test can reach p < 0.05 (the drop to 5/30 gives ~5e-12),
+    # and the smallest drop it detects is a number -- not "none", nor "cannot reach p < 0.05 whatever the rates"
+    rows = [_run("pre", s, 3.1, failed=True) for s in range(30)]
+    rows += [_run("lns", s, 2.5 if s >= 5 else 3.1, failed=s < 5) for s in range(30)]
+    r = C.measure(_spec(measure=C.FAILURE, direction=LOWER), rows)
+    assert r["effect"] == pytest.approx(5 / 30 - 1) and r["p"] < 1e-10
+    assert r["mde"] is not None and 0 < r["mde"] < 0.5
+    assert not any("cannot reach" in n for n in r["notes"])
+
+
 def test_holm_runs_over_the_judged_records_only(tmp_path):
     # the same 12 seeds twice, the second measured on 4 KiB: it keeps its p but is not judged, nor in Holm's family
     rows = [_run("pre", s, 2.5) for s in range(12)] + [_run("lns", s, 2.4 - 0.01 * s) for s in range(12)]

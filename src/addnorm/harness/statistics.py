@@ -251,18 +251,30 @@ def _power(region: np.ndarray, rate_a: float, runs_a: int, rate_b: float, runs_b
     return float(pa @ region.astype(np.float64) @ pb)
 
 
-def mde_rate(base_rate: float, runs_a: int, runs_b: int, alpha: float = ALPHA, power: float = POWER) -> float | None:
-    """The smallest rise in failure rate over ``base_rate`` (the baseline's) that Fisher's exact test detects with
-    probability ``power``: the least rate_a - base_rate with ``fisher_power`` >= power, found on a 1/1000 grid of
-    rate_a (power is not smooth in it). None where no rate up to 1 is detected that often (3 runs against 3 can
-    never reach p < 0.05: 3/3 against 0/3 gives p = 0.1)."""
+def mde_rate(base_rate: float, runs_a: int, runs_b: int, alpha: float = ALPHA, power: float = POWER,
+             direction: str = HIGHER) -> float | None:
+    """The smallest change in failure rate from ``base_rate`` (the baseline's), in the claim's ``direction``, that
+    Fisher's exact test detects with probability ``power``: for ``higher`` the least rise rate_a - base_rate, for
+    ``lower`` the least drop base_rate - rate_a, for ``same`` the smaller of the two (either would contradict it),
+    each with ``fisher_power`` >= power, found on a 1/1000 grid of rate_a (power is not smooth in it). Returned as
+    a magnitude. None where no rate that way is detected that often: 3 runs against 3 can never reach p < 0.05
+    (3/3 against 0/3 gives p = 0.1), and nothing can drop below a baseline that never fails."""
     if not 0 <= base_rate <= 1:
         raise ValueError(f"base_rate must be in [0, 1], got {base_rate!r}")
+    if direction not in (LOWER, HIGHER, SAME):
+        raise ValueError(f"direction must be {LOWER!r}, {HIGHER!r} or {SAME!r}, got {direction!r}")
     region = _fisher_region(runs_a, runs_b, alpha)
-    for i in range(int(math.ceil(base_rate * 1000)), 1001):
-        if _power(region, i / 1000, runs_a, base_rate, runs_b) >= power:
-            return round(i / 1000 - base_rate, 12)
-    return None
+
+    def first(grid):
+        for i in grid:
+            if _power(region, i / 1000, runs_a, base_rate, runs_b) >= power:
+                return round(abs(i / 1000 - base_rate), 12)
+        return None
+
+    rise = first(range(int(math.ceil(base_rate * 1000)), 1001)) if direction != LOWER else None
+    drop = first(range(int(math.floor(base_rate * 1000)), -1, -1)) if direction != HIGHER else None
+    found = [d for d in (rise, drop) if d is not None]
+    return min(found) if found else None
 
 
 def verdict(effect: float | None, p_holm: float | None, direction: str, alpha: float = ALPHA) -> str:

@@ -450,12 +450,16 @@ def measure(spec: Spec, rows: list[dict] | None, results: str | None = None) -> 
         effect = ka / na - kb / nb
         low, high = rate_difference_interval(ka, na, kb, nb)
         p = fisher_exact(ka, na, kb, nb)
-        mde = mde_rate(kb / nb, na, nb)
+        mde = mde_rate(kb / nb, na, nb, direction=spec.direction)
         min_p = fisher_exact(na, na, 0, nb)  # every arm run failed, no baseline run did
         n = seeds = min(len({r["seed"] for r in arm}), len({r["seed"] for r in base}))
         notes.append(f"failed {ka} of {na} runs against {kb} of {nb}")
-        if mde is None:
+        if not min_p < ALPHA:
             notes.append(f"Fisher's test cannot reach p < {ALPHA:g} with {na} runs against {nb}, whatever the rates")
+        elif mde is None:
+            way = {LOWER: "fewer", HIGHER: "more", SAME: "more or fewer"}[spec.direction]
+            notes.append(f"no rate of {way} failures than the baseline's {kb}/{nb} is detected with "
+                         f"{POWER:.0%} power at {na} runs against {nb}")
     else:
         key = spec.measure
         a, b = _by_pair(spec, "arm", arm, key), _by_pair(spec, "baseline", base, key)
