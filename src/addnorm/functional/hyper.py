@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import torch
 
-from ..ops import plain
 from ..ops.hyper import autograd as hyper_autograd
 from ..ops.hyper import formulas as hyper_formulas
 from ..ops.hyper import schema as hyper_schema
@@ -53,12 +52,9 @@ _GATE = (c_apply(hyper_autograd.DirectSigmoidGatedCollapse), hyper_schema.gate_i
 
 
 def _run_cpu(kernel, args: tuple, n_tensors: int):
-    """One operator on the CPU kernels: directly where nothing stands between the tensors and them (its autograd
-    where a gradient may be asked for), else through the dispatcher (tracing, dispatch modes, subclasses)."""
-    direct, impl, op = kernel
-    if plain(args[0]) and not core.functorch_active():
-        return direct(*args) if core.any_needs_autograd(*args[:n_tensors]) else impl(*args)
-    return op(*args)
+    """One operator on the CPU kernels (``mhc.run_direct``: directly where nothing stands between the tensors and
+    them, else through the dispatcher)."""
+    return mhc.run_direct(*kernel, args, args[:n_tensors])
 
 
 def _stream(x) -> tuple[tuple[int, ...], int, int]:

@@ -108,11 +108,18 @@ def run_pre(which: str, args: tuple) -> tuple:
     chosen kernels (directly where nothing stands between the tensors and them, through the operator elsewhere)."""
     if which == "torch":
         return mf.pre(*args)
+    # through the operator its Autograd kernel is MhcPre
+    return run_direct(_MHC[which], _MHC_IMPL[which], torch.ops.addnorm.mhc_pre, args, args[:8])
+
+
+def run_direct(direct, impl, op, args: tuple, tensors: tuple):
+    """An operator's call on a kernel backend: where nothing stands between the tensors and the kernels (plain
+    tensors, no functorch transform), its autograd node ``direct`` when a gradient may be asked for through
+    ``tensors``, else its implementation ``impl``; anything else (tracing, dispatch modes, subclasses) through the
+    operator ``op``, whose dispatch decides."""
     if plain(args[0]) and not core.functorch_active():
-        if core.any_needs_autograd(*args[:8]):
-            return _MHC[which](*args)
-        return _MHC_IMPL[which](*args)
-    return torch.ops.addnorm.mhc_pre(*args)  # its Autograd kernel is MhcPre
+        return direct(*args) if core.any_needs_autograd(*tensors) else impl(*args)
+    return op(*args)
 
 
 def mhc_pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, *, perms=None, eps: float = 1e-6, iters: int = 20,
@@ -164,11 +171,9 @@ def run_write_pre(which: str, args: tuple) -> tuple:
     if which == "torch":
         x2 = mw.write_formulas(*args[:5])
         return (x2, *mf.pre(x2, *args[5:]))
-    if plain(args[0]) and not core.functorch_active():
-        if core.any_needs_autograd(*args[:4], *args[5:13]):
-            return _WRITE[which](*args)
-        return _WRITE_IMPL[which](*args)
-    return torch.ops.addnorm.mhc_write_pre(*args)  # its Autograd kernel is MhcWritePre
+    # through the operator its Autograd kernel is MhcWritePre
+    return run_direct(_WRITE[which], _WRITE_IMPL[which], torch.ops.addnorm.mhc_write_pre, args,
+                      (*args[:4], *args[5:13]))
 
 
 def mhc_write_pre(x, y, h_post, h_res, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, *, perms=None,
