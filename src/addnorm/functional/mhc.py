@@ -25,6 +25,8 @@ from ..ops.mhc.autograd import DirectMhcPre, TritonMhcPre
 from ..ops.mhc.convention import PAPER, MhcConvention
 from ..ops.mhc.schema import CPU as MHC_CPU
 from ..ops.mhc.schema import TRITON as MHC_TRITON
+from ..ops.last import LAST
+from ..ops.native_nodes import NODES
 from ..ops.norm.autograd import c_apply as _c_apply
 from . import core
 
@@ -102,6 +104,13 @@ def _check_mhc(x, phi, coeffs, perms, eps, iters, groups=3):
             core.check_storage(name, t)
 
 
+def fast_ok(backend) -> bool:
+    """Whether the C++ entries may be asked (``kernels/cpu/autograd_nodes.cpp``'s ``fast_mhc`` and
+    ``fast_hyper_read``): they check the tensors and numbers themselves and return None where a gradient is wanted
+    or anything is not the plain call, which then takes the general path (and its errors)."""
+    return NODES is not None and core.cpp_fast_ok(backend)
+
+
 def run_pre(which: str, args: tuple) -> tuple:
     """mhc_pre's outputs (six from the formulas, seven with the state from the operator; callers take the first
     four) from its operator's arguments on backend ``which``: the formulas for "torch", else the
@@ -140,6 +149,12 @@ def mhc_pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, *, perms=None, e
     H_post (..., 0)). Returns (h, H_pre, H_post, H_res): h in X's dtype, the coefficients in float32 (float64 if any
     input is).
     """
+    if (convention is None or type(convention) is MhcConvention) and fast_ok(backend):  # no gradient wanted, plain CPU tensors: checks and call in C++
+        r = NODES.fast_mhc(x, None, None, None, False, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms,
+                            eps, iters, *(convention or PAPER).fields)
+        if r is not None:
+            LAST["backend"] = "cpu"
+            return r
     x, phi = core.uninferred((x, phi), (a_pre, a_post, a_res, b_pre, b_post, b_res))
     coeffs = {"a_pre": a_pre, "a_post": a_post, "a_res": a_res, "b_pre": b_pre, "b_post": b_post, "b_res": b_res}
     conv = _check_convention(convention, perms)
@@ -190,6 +205,12 @@ def mhc_write_pre(x, y, h_post, h_res, phi, a_pre, a_post, a_res, b_pre, b_post,
     X' while it is still in cache (the write and the read are one walk over the stream), and backward is one walk
     too: the read's backward, its gradient of X' added to X''s own in float32, then the write's.
     """
+    if (convention is None or type(convention) is MhcConvention) and fast_ok(backend):
+        r = NODES.fast_mhc(x, y, h_post, h_res, products, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms,
+                            eps, iters, *(convention or PAPER).fields)
+        if r is not None:
+            LAST["backend"] = "cpu"
+            return r
     x, phi = core.uninferred((x, phi), (y, h_post, h_res, a_pre, a_post, a_res, b_pre, b_post, b_res))
     coeffs = {"a_pre": a_pre, "a_post": a_post, "a_res": a_res, "b_pre": b_pre, "b_post": b_post, "b_res": b_res}
     conv = _check_convention(convention, perms)

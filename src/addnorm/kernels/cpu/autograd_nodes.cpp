@@ -47,7 +47,22 @@ typedef int (*pwb_t)(int, int, int, int, int64_t, int64_t, const void *, const v
 typedef int (*pwf_t)(int, int, int, int, int, int64_t, int64_t, const void *, int64_t, const void *, int64_t,
                      const void *, const void *, int, float, float, void *, void *, int);
 
+// addnorm_mhc (mhc_rows.h): mHC's pre step and the write before it
+typedef int (*mhc_t)(int, int, int, int64_t, int64_t, int, int, int, int, const void *, const float *, const float *,
+                     float, float, float, const float *, const int32_t *, float, float, float, int, float, float, int,
+                     void *, float *, float *, float *, float *, float *, float *, const void *, const float *,
+                     const float *, const float *, const float *, const float *, const float *, void *, float *,
+                     float *, const void *, const float *, const float *, int, void *, const void *, const void *,
+                     void *, void *, float *, float *, int);
+
+// addnorm_hyper (hyper_rows.h): Qwen4-exp's gated read and the write before it
+typedef int (*hyper_t)(int, int, int, int64_t, int64_t, int, const void *, const void *, const void *, const float *,
+                       float, float, const float *, void *, void *, const void *, const void *, void *, void *,
+                       float *, float *, int);
+
 fwd_t k_forward = nullptr;
+mhc_t k_mhc = nullptr;
+hyper_t k_hyper = nullptr;
 pwf_t k_pointwise_forward = nullptr;
 pwb_t k_pointwise_backward = nullptr;
 bwd_t k_backward = nullptr;
@@ -777,10 +792,311 @@ py::object fast_pointwise(py::handle x, py::handle residual, py::handle alpha, p
     return py::make_tuple(r[0], r.size() > 1 ? py::cast(r[1]) : stream);
 }
 
+// ---------------------------------------------------------------- the widened stream's reads at inference
+// mHC's pre step (functional.mhc.mhc_pre), the write before it (mhc_write_pre) and their hyper-connection forms
+// without a mixing matrix (functional.hyper.hyper_read, hyper_write_read), checked and run here when no gradient
+// is wanted: at one decoded token the kernel takes tens of microseconds and the Python layers around it (checks,
+// the kernel choice, the host's outputs and pointers) cost more than HF's whole module. Every call that is not the
+// plain one -- a gradient wanted, float64 anywhere, a view, another device, perms (mHC-lite), a shape or number the
+// Python path would refuse -- returns None, and the caller's general path takes it (and names what is wrong). The
+// kernel gets what kernels.cpu.mhc gives it: the same layouts of phi, the same float32 coefficients, so the same
+// bits.
+constexpr int MHC_MAX_STREAMS = 8, MHC_MAX_M = 128, MHC_MAX_ITERS = 64;  // kernels.cpu.mhc's limits
+
+// a plain CPU tensor (or Parameter) of a kernel dtype, float32 when f32, strided, not a negative or conjugate view,
+// with its storage (route() says whether a gradient is wanted)
+bool small_param(PyObject *o, bool f32) {
+    if (!THPVariable_CheckExact(o)) return false;
+    const Tensor &t = THPVariable_Unpack(o);
+    auto st = t.scalar_type();
+    return (f32 ? st == at::kFloat : kernel_dtype(st)) && t.is_cpu() && t.layout() == at::kStrided && !t.is_neg() &&
+           !t.is_conj() && (t.numel() == 0 || t.data_ptr() != nullptr);
+}
+
+// a Python float (or int) as a finite double, or false
+bool number(PyObject *o, double &v) {
+    if (PyBool_Check(o)) return false;
+    if (PyFloat_CheckExact(o)) v = PyFloat_AS_DOUBLE(o);
+    else if (PyLong_CheckExact(o)) v = PyLong_AsDouble(o);
+    else return false;
+    if (PyErr_Occurred()) { PyErr_Clear(); return false; }
+    return std::isfinite(v);
+}
+
+// the elements of a small tensor appended to out as float32 (as .float() rounds them)
+void append_floats(const Tensor &t, std::vector<float> &out) {
+    Tensor f = t.to(at::kFloat).contiguous();
+    const float *p = f.data_ptr<float>();
+    out.insert(out.end(), p, p + f.numel());
+}
+
+struct MhcCall {
+    Tensor x, y, w_post, w_res, phi, phiT;  // phi (K, mp) or phiT (m, K), as the kernel reads it
+    std::vector<float> a, bias;
+    int n = 0, m = 0, r = 0, groups = 3, iters = 0;
+    int64_t C = 0;
+    bool products = false;
+    double eps = 0, pre_eps = 0, res_eps = 0, post_scale = 2, post_eps = 0;
+    bool res_t = false;
+};
+
+// the stream x (..., n, C) and the write's tensors (y None: a read alone); false where the fast entry declines
+bool mhc_stream(MhcCall &c, PyObject *xo, PyObject *yo, PyObject *po, PyObject *ro, PyObject *prod) {
+    if (!plain_tensor(xo)) return false;
+    const Tensor &x = THPVariable_Unpack(xo);
+    if (!kernel_dtype(x.scalar_type()) || !x.is_cpu() || x.layout() != at::kStrided || !x.is_contiguous() ||
+        x.dim() < 2 || x.is_neg() || x.is_conj() || x.numel() == 0 || x.numel() >= max_numel)
+        return false;
+    c.n = (int)x.size(-2);
+    c.C = x.size(-1);
+    if (c.n < 1 || c.n > MHC_MAX_STREAMS) return false;
+    c.x = x;
+    if (yo == Py_None) return po == Py_None && ro == Py_None;
+    if (!PyBool_Check(prod)) return false;
+    auto lead = x.sizes().slice(0, x.dim() - 2);
+    if (!plain_tensor(yo) || !plain_tensor(po)) return false;
+    c.y = THPVariable_Unpack(yo);
+    c.w_post = THPVariable_Unpack(po);
+    std::vector<int64_t> ys(lead.begin(), lead.end()), ps(lead.begin(), lead.end());
+    ys.push_back(c.C);
+    ps.push_back(c.n);
+    if (c.y.scalar_type() != x.scalar_type() || !c.y.is_cpu() || c.y.layout() != at::kStrided ||
+        !c.y.is_contiguous() || c.y.is_neg() || c.y.is_conj() || c.y.sizes() != at::IntArrayRef(ys))
+        return false;
+    if (c.w_post.scalar_type() != at::kFloat || !c.w_post.is_cpu() || c.w_post.layout() != at::kStrided ||
+        !c.w_post.is_contiguous() || c.w_post.is_neg() || c.w_post.sizes() != at::IntArrayRef(ps))
+        return false;
+    // each product H_post[i] y rounded to its own dtype (ops.mhc.write._kernel_products): X's only for float32 X,
+    // as H_post is float32 here
+    c.products = prod == Py_True && x.scalar_type() == at::kFloat;
+    if (ro == Py_None) return true;
+    if (prod == Py_True || !plain_tensor(ro)) return false;  // products with a mixing matrix: Python refuses it
+    c.w_res = THPVariable_Unpack(ro);
+    ps.push_back(c.n);
+    return c.w_res.scalar_type() == at::kFloat && c.w_res.is_cpu() && c.w_res.layout() == at::kStrided &&
+           c.w_res.is_contiguous() && !c.w_res.is_neg() && c.w_res.sizes() == at::IntArrayRef(ps);
+}
+
+// phi (K, m) as kernels.cpu.mhc._layouts hands it over: the transposed view of a model's (m, K) weight as phiT,
+// a contiguous (K, mp) as phi, anything else copied, zero-padded to (K, mp)
+void mhc_layout(MhcCall &c, const Tensor &phi) {
+    int mp = (c.m + 7) / 8 * 8;
+    if (phi.t().is_contiguous() && !(phi.is_contiguous() && phi.size(1) == mp)) {
+        c.phiT = phi.t();
+        return;
+    }
+    if (phi.is_contiguous() && phi.size(1) == mp) {
+        c.phi = phi;
+        return;
+    }
+    c.phi = at::zeros({phi.size(0), mp}, phi.options());
+    c.phi.narrow(1, 0, c.m).copy_(phi);
+}
+
+py::object mhc_run(MhcCall &c, bool write) {
+    const Tensor &x = c.x;
+    auto lead = x.sizes().slice(0, x.dim() - 2);
+    auto with = [&](std::initializer_list<int64_t> tail) {
+        std::vector<int64_t> s(lead.begin(), lead.end());
+        s.insert(s.end(), tail);
+        return s;
+    };
+    auto f = x.options().dtype(at::kFloat);
+    Tensor h = at::empty(with({c.C}), x.options());
+    Tensor h_pre = at::empty(with({c.n}), f), h_post = at::empty(with({c.groups > 1 ? c.n : 0}), f);
+    Tensor h_res = c.groups > 2 ? at::empty(with({c.n, c.n}), f) : at::empty(with({0, 0}), f);
+    Tensor p = at::empty(with({c.m}), f), rstd = at::empty(with({}), f);
+    Tensor x2 = write ? at::empty_like(x, at::MemoryFormat::Contiguous) : Tensor();
+    int64_t N = x.numel() / (c.n * c.C);
+    int mp = (c.m + 7) / 8 * 8, rc;
+    const void *xp = ptr(x), *yp = ptr(c.y), *phip = ptr(c.phi), *phiTp = ptr(c.phiT);
+    const float *wpp = (const float *)ptr(c.w_post), *wrp = (const float *)ptr(c.w_res);
+    {
+        NoGil released;
+        rc = k_mhc(write ? 2 : 0, c.n, code(x), N, c.C, c.m, mp, c.r, c.iters, xp, (const float *)phip,
+                   (const float *)phiTp, c.a[0], c.a[1], c.a[2], c.bias.data(), nullptr, (float)c.eps,
+                   (float)c.pre_eps, (float)c.res_eps, c.res_t ? 1 : 0, (float)c.post_scale, (float)c.post_eps,
+                   c.groups, h.data_ptr(), h_pre.data_ptr<float>(), h_post.data_ptr<float>(),
+                   h_res.data_ptr<float>(), p.data_ptr<float>(), rstd.data_ptr<float>(), nullptr, nullptr, nullptr,
+                   nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, yp, wpp, wrp,
+                   c.products ? 1 : 0, mptr(x2), nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nthreads());
+    }
+    if (rc == -1) check_rc(-1, "mHC");
+    if (rc) {
+        py::gil_scoped_acquire gil;
+        PyErr_Format(PyExc_ValueError, "addnorm CPU mHC kernel refused the call (code %d)", rc);
+        throw python_error();
+    }
+    if (write) return py::make_tuple(x2, h, h_pre, h_post, h_res);
+    return py::make_tuple(h, h_pre, h_post, h_res);
+}
+
+// the convention's numbers (MhcConvention.fields: pre_eps, res_eps, res_transposed, post_scale, post_eps, groups)
+bool mhc_numbers(MhcCall &c, PyObject *eps, PyObject *iters, PyObject *pre_eps, PyObject *res_eps, PyObject *res_t,
+                 PyObject *post_scale, PyObject *post_eps, PyObject *groups) {
+    if (!number(eps, c.eps) || !(c.eps >= 0) || !PyLong_CheckExact(iters) || !PyLong_CheckExact(groups) ||
+        !PyBool_Check(res_t) || !number(pre_eps, c.pre_eps) || !number(res_eps, c.res_eps) || !(c.res_eps >= 0) ||
+        !number(post_scale, c.post_scale) || !number(post_eps, c.post_eps))
+        return false;
+    long it = PyLong_AsLong(iters), g = PyLong_AsLong(groups);
+    if (PyErr_Occurred()) { PyErr_Clear(); return false; }
+    if (it < 0 || it > MHC_MAX_ITERS || g < 1 || g > 3) return false;
+    c.iters = (int)it;
+    c.groups = (int)g;
+    c.res_t = res_t == Py_True;
+    return true;
+}
+
+// (h, H_pre, H_post, H_res) or, with y, (X', h, H_pre, H_post, H_res) of functional.mhc's mhc_pre / mhc_write_pre
+// (perms None), or None
+py::object fast_mhc(py::handle x, py::handle y, py::handle h_post, py::handle h_res, py::handle products,
+                    py::handle phi, py::handle a_pre, py::handle a_post, py::handle a_res, py::handle b_pre,
+                    py::handle b_post, py::handle b_res, py::handle perms, py::handle eps, py::handle iters,
+                    py::handle pre_eps, py::handle res_eps, py::handle res_t, py::handle post_scale,
+                    py::handle post_eps, py::handle groups) {
+    MhcCall c;
+    if (!perms.is_none() || !mhc_stream(c, x.ptr(), y.ptr(), h_post.ptr(), h_res.ptr(), products.ptr()) ||
+        !mhc_numbers(c, eps.ptr(), iters.ptr(), pre_eps.ptr(), res_eps.ptr(), res_t.ptr(), post_scale.ptr(),
+                     post_eps.ptr(), groups.ptr()))
+        return py::none();
+    int n = c.n;
+    c.r = c.groups < 3 ? 0 : n * n;
+    c.m = c.groups == 1 ? n : 2 * n + c.r;
+    if (c.m > MHC_MAX_M || !small_param(phi.ptr(), true)) return py::none();
+    const Tensor &ph = THPVariable_Unpack(phi.ptr());
+    if (ph.dim() != 2 || ph.size(0) != n * c.C || ph.size(1) != c.m) return py::none();
+    PyObject *coeffs[6] = {a_pre.ptr(), a_post.ptr(), a_res.ptr(), b_pre.ptr(), b_post.ptr(), b_res.ptr()};
+    int64_t want[6] = {1, 1, 1, n, c.groups > 1 ? n : 0, c.r};
+    for (int i = 0; i < 6; i++) {
+        if (!small_param(coeffs[i], false)) return py::none();
+        const Tensor &t = THPVariable_Unpack(coeffs[i]);
+        if (t.numel() != want[i] || (i < 3 ? t.dim() > 1 : i != 5 && t.dim() != 1)) return py::none();
+    }
+    if (route({x.ptr(), y.ptr(), h_post.ptr(), h_res.ptr(), phi.ptr(), coeffs[0], coeffs[1], coeffs[2], coeffs[3],
+               coeffs[4], coeffs[5]}) != 0)
+        return py::none();
+    for (int i = 0; i < 3; i++) append_floats(THPVariable_Unpack(coeffs[i]), c.a);
+    for (int i = 3; i < 6; i++) append_floats(THPVariable_Unpack(coeffs[i]), c.bias);
+    mhc_layout(c, ph);
+    return mhc_run(c, !y.is_none());
+}
+
+// (h, H_pre, H_post) or, with y, (X', h, H_pre, H_post) of functional.hyper's hyper_read / hyper_write_read: the
+// projection weight (m, nC) with m = 2n (or n: a head), scale (m / n,), base (m,) -- ops.hyper.schema.mhc_args's
+// mapping onto mHC's pre step with groups m / n -- or None
+py::object fast_hyper_read(py::handle x, py::handle y, py::handle h_post, py::handle h_res, py::handle products,
+                           py::handle weight, py::handle scale, py::handle base, py::handle eps, py::handle pre_eps,
+                           py::handle post_scale, py::handle post_eps) {
+    MhcCall c;
+    if (!mhc_stream(c, x.ptr(), y.ptr(), h_post.ptr(), h_res.ptr(), products.ptr()) ||
+        !number(eps.ptr(), c.eps) || !(c.eps >= 0) || !number(pre_eps.ptr(), c.pre_eps) ||
+        !number(post_scale.ptr(), c.post_scale) || !number(post_eps.ptr(), c.post_eps))
+        return py::none();
+    if (!small_param(weight.ptr(), true) || !small_param(scale.ptr(), false) || !small_param(base.ptr(), false))
+        return py::none();
+    const Tensor &w = THPVariable_Unpack(weight.ptr()), &s = THPVariable_Unpack(scale.ptr()),
+                 &b = THPVariable_Unpack(base.ptr());
+    int n = c.n;
+    if (w.dim() != 2 || w.size(1) != n * c.C || (w.size(0) != n && w.size(0) != 2 * n)) return py::none();
+    c.groups = (int)(w.size(0) / n);
+    c.m = c.groups * n;
+    if (s.numel() != c.groups || b.dim() != 1 || b.numel() != c.m) return py::none();
+    if (route({x.ptr(), y.ptr(), h_post.ptr(), h_res.ptr(), weight.ptr(), scale.ptr(), base.ptr()}) != 0)
+        return py::none();
+    std::vector<float> sv;
+    append_floats(s, sv);
+    c.a = {sv[0], c.groups == 2 ? sv.back() : 0.0f, 0.0f};
+    append_floats(b, c.bias);
+    mhc_layout(c, w.t());
+    py::tuple r = mhc_run(c, !y.is_none());
+    if (y.is_none()) return py::make_tuple(r[0], r[1], r[2]);
+    return py::make_tuple(r[0], r[1], r[2], r[3]);
+}
+
+// Qwen4-exp's gated read on addnorm_hyper (kernels.cpu.hyper), checked and run here when no gradient is wanted:
+// op 0 the stream norm (x, other = its weight: functional.hyper.stream_rms_norm), 2 the write and the norm of its
+// result (x, y, h_post, other = the weight: hyper_write_norm), 4 the sigmoid-gated collapse (x, other = the gates'
+// logits: sigmoid_gated_collapse). products: the caller's rounding is "products". The normed stream, (X', normed)
+// or h; None where the call is not the plain one (the caller's general path takes it).
+py::object fast_hyper_gated(int64_t op, py::handle x, py::handle y, py::handle h_post, py::handle other,
+                            py::handle eps, py::handle off, bool products) {
+    if ((op != 0 && op != 2 && op != 4) || !plain_tensor(x.ptr())) return py::none();
+    const Tensor &xt = THPVariable_Unpack(x.ptr());
+    auto st = xt.scalar_type();
+    if (!kernel_dtype(st) || !xt.is_cpu() || xt.layout() != at::kStrided || !xt.is_contiguous() || xt.dim() < 2 ||
+        xt.is_neg() || xt.is_conj() || xt.numel() == 0 || xt.numel() >= max_numel)
+        return py::none();
+    int64_t n = xt.size(-2), C = xt.size(-1);
+    auto lead = xt.sizes().slice(0, xt.dim() - 2);
+    std::vector<int64_t> row(lead.begin(), lead.end());
+    Tensor w, yt, post, u;
+    double e = 0, o = 0;
+    if (op == 4) {  // the logits: X's dtype and shape, contiguous
+        if (!plain_tensor(other.ptr())) return py::none();
+        u = THPVariable_Unpack(other.ptr());
+        if (u.scalar_type() != st || !u.is_cpu() || u.layout() != at::kStrided || !u.is_contiguous() || u.is_neg() ||
+            u.is_conj() || u.sizes() != xt.sizes())
+            return py::none();
+    } else {  // the weight (n, C) or (nC,), any kernel dtype (read as float32); eps >= 0 and the offset finite
+        if (!small_param(other.ptr(), false) || !number(eps.ptr(), e) || !(e >= 0) || !number(off.ptr(), o))
+            return py::none();
+        w = THPVariable_Unpack(other.ptr());
+        if (!(w.dim() == 1 && w.size(0) == n * C) && !(w.dim() == 2 && w.size(0) == n && w.size(1) == C))
+            return py::none();
+    }
+    if (op == 2) {  // y (..., C) in X's dtype, contiguous; h_post (..., n) of a kernel dtype (read as float32)
+        if (!plain_tensor(y.ptr()) || !small_param(h_post.ptr(), false)) return py::none();
+        yt = THPVariable_Unpack(y.ptr());
+        post = THPVariable_Unpack(h_post.ptr());
+        std::vector<int64_t> ys = row, ps = row;
+        ys.push_back(C);
+        ps.push_back(n);
+        if (yt.scalar_type() != st || !yt.is_cpu() || yt.layout() != at::kStrided || !yt.is_contiguous() ||
+            yt.is_neg() || yt.is_conj() || yt.sizes() != at::IntArrayRef(ys) || post.sizes() != at::IntArrayRef(ps))
+            return py::none();
+        // each product H_post[i] y rounded where the formulas round it: to its own dtype, X's only when H_post is no
+        // wider than y (ops.hyper.schema.write_products)
+        products = products && at::promote_types(post.scalar_type(), st) == st;
+    } else if (!y.is_none() || !h_post.is_none()) {
+        return py::none();
+    }
+    if (route({x.ptr(), op == 2 ? y.ptr() : Py_None, op == 2 ? h_post.ptr() : Py_None, other.ptr()}) != 0)
+        return py::none();
+    Tensor wf = w.defined() ? w.to(at::kFloat).contiguous() : Tensor();
+    Tensor pf = post.defined() ? post.to(at::kFloat).contiguous() : Tensor();
+    Tensor out, x2;
+    if (op == 4) {
+        row.push_back(C);
+        out = at::empty(row, xt.options());
+    } else {
+        out = at::empty_like(xt, at::MemoryFormat::Contiguous);
+        if (op == 2) x2 = at::empty_like(xt, at::MemoryFormat::Contiguous);
+    }
+    int64_t N = xt.numel() / (n * C);
+    const void *xp = ptr(xt), *yp = ptr(yt), *up = ptr(u);
+    const float *wp = (const float *)ptr(wf), *pp = (const float *)ptr(pf);
+    int rc;
+    {
+        NoGil released;
+        rc = k_hyper((int)op, (int)n, code(xt), N, C, products ? 1 : 0, xp, yp, up, wp, (float)o, (float)e, pp,
+                     out.data_ptr(), mptr(x2), nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nthreads());
+    }
+    if (rc == -1) check_rc(-1, "hyper");
+    if (rc) {
+        py::gil_scoped_acquire gil;
+        PyErr_Format(PyExc_ValueError, "addnorm CPU hyper kernel refused the call (code %d)", rc);
+        throw python_error();
+    }
+    if (op == 2) return py::make_tuple(x2, out);
+    return py::cast(out);
+}
+
 void init(uintptr_t forward, uintptr_t backward, uintptr_t fused_forward, uintptr_t fused_backward,
-          uintptr_t pointwise_forward, uintptr_t pointwise_backward, py::object python_fallback,
-          int64_t max_fast_numel) {
+          uintptr_t pointwise_forward, uintptr_t pointwise_backward, uintptr_t mhc, uintptr_t hyper,
+          py::object python_fallback, int64_t max_fast_numel) {
     max_numel = max_fast_numel;
+    k_mhc = (mhc_t)mhc;
+    k_hyper = (hyper_t)hyper;
     k_pointwise_forward = (pwf_t)pointwise_forward;
     k_pointwise_backward = (pwb_t)pointwise_backward;
     k_forward = (fwd_t)forward;
@@ -806,6 +1122,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("parallel_inference", &parallel_inference);
     m.def("norm_add", &norm_add);
     m.def("parallel", &parallel);
+    m.def("fast_mhc", &fast_mhc);
+    m.def("fast_hyper_read", &fast_hyper_read);
+    m.def("fast_hyper_gated", &fast_hyper_gated);
     m.attr("torch_version") = TORCH_VERSION;
-    m.attr("abi") = 6;  // nodes.ABI: raised with every change to the functions above
+    m.attr("abi") = 7;  // nodes.ABI: raised with every change to the functions above
 }

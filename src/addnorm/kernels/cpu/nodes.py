@@ -26,7 +26,7 @@ NAME = "_addnorm_nodes"
 SOURCE = Path(__file__).with_name("autograd_nodes.cpp")
 TARGET = Path(__file__).with_name(NAME + ".so")
 
-ABI = 6  # autograd_nodes.cpp's `abi`: raised with every change to the functions this file and its callers use
+ABI = 7  # autograd_nodes.cpp's `abi`: raised with every change to the functions this file and its callers use
 _MODULE = None  # the loaded module, or the reason it is not
 _FALLBACK = None
 
@@ -66,7 +66,8 @@ def load(fallback, max_numel: int):
     so = ctypes.CDLL(library().path)  # the already-loaded kernel library: its C entry points
     addr = [ctypes.cast(getattr(so, f), ctypes.c_void_p).value for f in (
         "addnorm_forward", "addnorm_backward", "addnorm_fused_forward", "addnorm_fused_backward",
-        "addnorm_pointwise_forward", "addnorm_pointwise_backward")]
+        "addnorm_pointwise_forward", "addnorm_pointwise_backward", "addnorm_mhc",
+        "addnorm_hyper")]
     try:
         mod.init(*addr, fallback, int(max_numel))
     except Exception as e:  # a build that does not fit this code must never break `import addnorm`
