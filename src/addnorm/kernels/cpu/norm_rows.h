@@ -392,11 +392,64 @@ static float AN_FN(add_bf16_rows)(float *restrict buf, const uint16_t *restrict 
 
 /* ---- bfloat16, specialised: conversions fused into the arithmetic, two or three passes per row ----
  * Absent weight / bias / incoming residual gradient / parameter-gradient accumulators are replaced by
- * rows of ones / zeros / a discarded accumulator, so that each pass is one branch-free loop. */
+ * rows of ones / zeros / a discarded accumulator, so that each pass is one branch-free loop. The forward takes
+ * float16 too (f16: a constant), its conversions in place of bfloat16's: through the general loop (a row
+ * converted, added, rounded, summed, normalized and converted back, pass by pass) a float16 LayerNorm forward
+ * had trailed eager's (0.70x at 64 x 768, 0.93x at 8192 x 1024, AMD EPYC). */
+
+/* float16's first pass: x, or x + r rounded to float16 as eager's `x + r` stores it (its bits in ro), as float32 in
+ * buf; returns their sum (RMSNorm: of squares), eight float32 lanes within blocks of AN_SUM_BLOCK, float64 across
+ * them. The conversions are F16C's, eight values an instruction (gcc leaves _Float16's scalar in these loops) */
+static float AN_FN(f16_first_pass)(float *restrict buf, uint16_t *restrict ro, const uint16_t *restrict x,
+                                   const uint16_t *restrict rs, int64_t D, int rms) {
+    double total = 0.0;
+    int64_t i = 0;
+#ifdef AN_F16C
+    while (i + 8 <= D) {
+        const int64_t end = i + AN_SUM_BLOCK < D ? i + AN_SUM_BLOCK : D;
+        __m256 acc = _mm256_setzero_ps();
+        for (; i + 8 <= end; i += 8) {
+            __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+            if (rs) {
+                const __m256 t = _mm256_add_ps(v, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rs + i))));
+                const __m128i h = _mm256_cvtps_ph(t, _MM_FROUND_TO_NEAREST_INT);
+                _mm_storeu_si128((__m128i *)(ro + i), h);
+                v = _mm256_cvtph_ps(h);
+            }
+            _mm256_storeu_ps(buf + i, v);
+            acc = rms ? _mm256_fmadd_ps(v, v, acc) : _mm256_add_ps(acc, v);
+        }
+        float lanes[8];
+        _mm256_storeu_ps(lanes, acc);
+        for (int j = 0; j < 8; j++) total += (double)lanes[j];
+    }
+#endif
+    float tail = 0.0f;
+    for (; i < D; i++) {
+        float v = an_f16_to_f32(x[i]);
+        if (rs) {
+            const uint16_t h = an_f32_to_f16(v + an_f16_to_f32(rs[i]));
+            ro[i] = h;
+            v = an_f16_to_f32(h);
+        }
+        buf[i] = v;
+        tail += rms ? v * v : v;
+    }
+    return (float)(total + (double)tail);
+}
+
+/* n <= AN_CHUNK outputs (buf - om) os (w + off) + b, as the bfloat16 loop computes them, stored as float16 */
+static void AN_FN(f16_out_chunk)(uint16_t *restrict dst, const float *restrict buf, int64_t n, float om, float os,
+                                 const float *restrict w, const float *restrict b, float off) {
+    float stage[AN_CHUNK]; /* 2 KiB */
+    for (int64_t i = 0; i < n; i++) stage[i] = (buf[i] - om) * os * (w[i] + off) + b[i];
+    AN_FN(store_row)(dst, stage, n, AN_F16);
+}
 
 static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(const an_fwd_args *a, int64_t r0,
                                                                               int64_t r1, const an_rows *sc,
-                                                                              const int nf, const int rms) {
+                                                                              const int nf, const int rms,
+                                                                              const int f16) {
     const int64_t D = a->D;
     const float inv_d = 1.0f / (float)D;
     float *restrict buf = sc->r[0];
@@ -409,10 +462,12 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
         uint16_t *out_row = (uint16_t *)a->out + r * a->out_rs;
         float acc[AN_LANES] = {0};
         int64_t i = 0;
-        if (a->res) {
-            const uint16_t *restrict rs = (const uint16_t *)a->res + r * a->res_rs;
-            uint16_t *res_row = a->res_out ? (uint16_t *)a->res_out + r * a->res_out_rs : NULL;
-            uint16_t *restrict ro = (res_row && !a->nt) ? res_row : res16;
+        const uint16_t *restrict rs = a->res ? (const uint16_t *)a->res + r * a->res_rs : NULL;
+        uint16_t *res_row = (rs && a->res_out) ? (uint16_t *)a->res_out + r * a->res_out_rs : NULL;
+        uint16_t *restrict ro = (res_row && !a->nt) ? res_row : res16;
+        if (f16) {
+            acc[0] = AN_FN(f16_first_pass)(buf, ro, x, rs, D, rms);
+        } else if (rs) {
             /* x + r rounded to bfloat16, as eager `x + r` stores it; the stored bits are exact */
             for (; i + AN_LANES <= D; i += AN_LANES)
                 for (int j = 0; j < AN_LANES; j++) {
@@ -427,7 +482,6 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
                 ro[i] = (uint16_t)(an_f32_bits(v) >> 16);
                 acc[0] += rms ? v * v : v;
             }
-            if (res_row && a->nt) AN_FN(stream_bytes)(res_row, res16, (size_t)D * 2);
         } else {
             for (; i + AN_LANES <= D; i += AN_LANES)
                 for (int j = 0; j < AN_LANES; j++) {
@@ -437,10 +491,12 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
                 }
             for (; i < D; i++) { float v = an_bf16_to_f32(x[i]); buf[i] = v; acc[0] += rms ? v * v : v; }
         }
+        if (res_row && a->nt) AN_FN(stream_bytes)(res_row, res16, (size_t)D * 2);
         /* the first pass's sum (RMSNorm: of squares) in one float32 chain per lane, not in blocks: blocking this pass
          * cost the bfloat16 forwards 7-18 % (caches flushed, 8192 x 1024), and a bfloat16 output rounds away its
-         * error (RMSNorm at D = 65536 with a channel at 300: the same bits as eager's). LayerNorm's mean and
-         * variance come from layer_moments, in blocks, whatever this sum's rounding */
+         * error (RMSNorm at D = 65536 with a channel at 300: the same bits as eager's); float16's, three more bits,
+         * in blocks (f16_first_pass). LayerNorm's mean and variance come from layer_moments, in blocks, whatever
+         * this sum's rounding */
         float mean = 0.0f;
         const float first = AN_FN(hsum)(acc);
         float rstd = an_rstd((rms ? first * inv_d
@@ -458,6 +514,10 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
             /* wide rows: fetch the next row while this one is written, or the bus idles meanwhile */
             AN_FN(prefetch_chunk)(nx, nr, NULL, c0, D, 2);
             const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
+            if (f16) {
+                AN_FN(f16_out_chunk)(dst + c0, buf + c0, c1 - c0, om, os, w + c0, b + c0, off);
+                continue;
+            }
             for (i = c0; i < c1; i++) dst[i] = AN_TO_BF16(nf, (buf[i] - om) * os * (w[i] + off) + b[i]);
         }
         if (a->nt) AN_FN(stream_bytes)(out_row, o16, (size_t)D * 2);
@@ -470,12 +530,18 @@ static void AN_FN(fwd_rows_bf16)(const an_fwd_args *a, int64_t r0, int64_t r1, c
     const int nf = an_nan_safe(a->weight, a->D) && an_nan_safe(a->bias, a->D) &&
                    an_scalar_nan_safe(a->weight_offset) && an_scalar_nan_safe(a->eps);
     if (a->kind == AN_RMS) {
-        if (nf) AN_FN(fwd_rows_bf16_body)(a, r0, r1, sc, 1, 1);
-        else AN_FN(fwd_rows_bf16_body)(a, r0, r1, sc, 0, 1);
+        if (nf) AN_FN(fwd_rows_bf16_body)(a, r0, r1, sc, 1, 1, 0);
+        else AN_FN(fwd_rows_bf16_body)(a, r0, r1, sc, 0, 1, 0);
     } else {
-        if (nf) AN_FN(fwd_rows_bf16_body)(a, r0, r1, sc, 1, 0);
-        else AN_FN(fwd_rows_bf16_body)(a, r0, r1, sc, 0, 0);
+        if (nf) AN_FN(fwd_rows_bf16_body)(a, r0, r1, sc, 1, 0, 0);
+        else AN_FN(fwd_rows_bf16_body)(a, r0, r1, sc, 0, 0, 0);
     }
+}
+
+/* float16 throughout: the same loop with float16's first pass and stores (whose conversions keep a NaN a NaN) */
+static void AN_FN(fwd_rows_f16)(const an_fwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
+    if (a->kind == AN_RMS) AN_FN(fwd_rows_bf16_body)(a, r0, r1, sc, 0, 1, 1);
+    else AN_FN(fwd_rows_bf16_body)(a, r0, r1, sc, 0, 0, 1);
 }
 
 /* Compiled per (nf, rms, want_db): RMSNorm (mean 0) takes no sum of g and no mean subtractions, and a call
@@ -685,6 +751,10 @@ static void AN_FN(bwd_rows_f32)(const an_bwd_args *a, int64_t r0, int64_t r1, co
 static void AN_FN(fwd_rows)(const an_fwd_args *a, int64_t r0, int64_t r1, const an_rows *sc) {
     if (a->uniform && a->dtype == AN_BF16 && !a->cast_before_weight) {
         AN_FN(fwd_rows_bf16)(a, r0, r1, sc);
+        return;
+    }
+    if (a->uniform && a->dtype == AN_F16 && !a->cast_before_weight) {
+        AN_FN(fwd_rows_f16)(a, r0, r1, sc);
         return;
     }
     float *restrict buf = sc->r[0], *restrict tmp = sc->r[1];
