@@ -196,9 +196,98 @@ def test_bad_arguments_get_the_general_paths_errors():
             AF.hyper_read(x, w, sc, b, convention="HY-V4")
 
 
-def test_a_freed_storage_is_refused():
-    x, y, hp, _ = _stream(torch.float32, (2,))
-    w, sc, b = _hyper_params(2)
-    x.untyped_storage().resize_(0)
-    with torch.no_grad(), pytest.raises(ValueError, match="storage"):
-        AF.hyper_write_read(x, y, hp, w, sc, b, convention=GATES)
+FREED = r"""
+import sys, torch
+import addnorm.functional as AF
+from addnorm.functional import mhc as M
+from addnorm.functional.hyper import StreamNorm
+if sys.argv[1] == "general":
+    M.NODES = None
+N, C = 4, 16
+a = [torch.tensor(0.7), torch.tensor([1.1]), torch.tensor(0.9)]
+b = [torch.randn(N), torch.randn(N), torch.randn(N, N)]
+phi = torch.randn(N * C, 2 * N + N * N) * 0.05
+x = torch.randn(3, N, C)
+gates = (torch.randn(2 * N, N * C), torch.rand(2), torch.randn(2 * N))
+
+def freed(t, offset):  # a view of a storage FSDP freed: at an offset its data pointer is not null
+    base = torch.randn(offset + t.numel()).to(t.dtype)
+    v = base[offset:].view(t.shape)
+    base.untyped_storage().resize_(0)
+    return v
+
+for offset in (0, 1 << 20):
+    f = lambda t: freed(t, offset)
+    calls = {
+        "mhc_pre x": lambda: AF.mhc_pre(f(x), phi, *a, *b),
+        "mhc_pre phi": lambda: AF.mhc_pre(x, f(phi), *a, *b),
+        "mhc_write_pre y": lambda: AF.mhc_write_pre(x, f(torch.randn(3, C)), torch.rand(3, N), None, phi, *a, *b),
+        "mhc_write_pre h_post": lambda: AF.mhc_write_pre(x, torch.randn(3, C), f(torch.rand(3, N)), None, phi, *a, *b),
+        "mhc_write_pre h_res": lambda: AF.mhc_write_pre(x, torch.randn(3, C), torch.rand(3, N), f(torch.rand(3, N, N)),
+                                                        phi, *a, *b),
+        "hyper_read x": lambda: AF.hyper_read(f(x), *gates, convention=AF.ProjectedGates(1e-6)),
+        "hyper_write_read y": lambda: AF.hyper_write_read(x, f(torch.randn(3, C)), torch.rand(3, N), *gates,
+                                                          convention=AF.ProjectedGates(1e-6)),
+        "sigmoid_gated_collapse logits": lambda: AF.sigmoid_gated_collapse(x, f(x)),
+        "stream_rms_norm weight": lambda: AF.stream_rms_norm(x, f(torch.randn(N, C)), convention=StreamNorm(1e-6)),
+        "hyper_write_norm h_post": lambda: AF.hyper_write_norm(x, torch.randn(3, C), f(torch.rand(3, N)),
+                                                               torch.randn(N, C), convention=StreamNorm(1e-6)),
+    }
+    for name, call in calls.items():
+        with torch.no_grad():
+            try:
+                call()
+                print(offset, name, "returned")
+            except RuntimeError as e:
+                print(offset, name, "refused" if "storage has been freed" in str(e) else repr(e))
+"""
+
+
+@pytest.mark.parametrize("path", ["entry", "general"])
+def test_a_freed_storage_is_refused_by_name(path, tmp_path):
+    """A tensor whose storage was freed (FSDP's resize_(0)), at offset 0 and as a view at an offset (whose data
+    pointer is not null: the kernels read unmapped memory, a segfault, before), refused with the general path's
+    error on both paths -- in a process of its own, so that a crash fails this test alone."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", FREED, path], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 20 and all(line.endswith("refused") for line in lines), r.stdout
+
+
+def test_a_bfloat16_models_coefficients_take_the_entry(no_general_path):
+    """DeepSeek-V4's bfloat16 layers write with H_post and H_res cast to the stream's dtype; addnorm's own streams
+    may hold a bfloat16 projection: all of it read as float32, as the general path reads it."""
+    x, y, hp, hr = _stream(torch.bfloat16, (1, 1))
+    args = _mhc_params(False)
+    bf_args = (args[0].bfloat16(), *args[1:])
+    w, sc, b = _hyper_params(1)
+    with torch.no_grad():
+        AF.mhc_write_pre(x, y, hp.bfloat16(), hr.bfloat16(), *args, convention=MhcConvention.deepseek_v4(1e-6))
+        AF.mhc_pre(x, *bf_args)
+        AF.hyper_write_read(x, y, hp.bfloat16(), w.bfloat16(), sc, b, convention=HEAD, h_res=hr.bfloat16())
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_a_bfloat16_models_coefficients_as_the_general_path(dt):
+    x, y, hp, hr = _stream(dt, (2, 3))
+    args = _mhc_params(False)
+    w, sc, b = _hyper_params(1)
+    for cdt in (torch.bfloat16, torch.float16):
+        _same(lambda: AF.mhc_write_pre(x, y, hp.to(cdt), hr.to(cdt), *args, convention=MhcConvention.deepseek_v4(1e-6)))
+        _same(lambda: AF.mhc_write_pre(x, y, hp.to(cdt), None, *args, products=True))
+        _same(lambda: AF.mhc_pre(x, args[0].to(cdt), *args[1:]))
+        _same(lambda: AF.hyper_write_read(x, y, hp.to(cdt), w.to(cdt), sc, b, convention=HEAD, h_res=hr.to(cdt)))
+
+
+def test_the_general_path_allocates_on_the_cpu_under_another_default_device():
+    """The CPU kernels' outputs are CPU tensors whatever ``torch.device(...)`` says the default is (the gated
+    collapse's came from the default device: on "meta" it had no storage, and the kernel refused)."""
+    x, _, _, _ = _stream(torch.float32, (2,))
+    u = torch.randn(x.shape)
+    want = _general(lambda: AF.sigmoid_gated_collapse(x, u))
+    with torch.device("meta"):
+        got = _general(lambda: AF.sigmoid_gated_collapse(x, u))
+    assert got.device.type == "cpu" and torch.equal(got, want)

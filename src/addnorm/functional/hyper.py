@@ -62,7 +62,15 @@ def _stream(x) -> tuple[tuple[int, ...], int, int]:
     core.check_float_tensor("x", x)
     if x.dim() < 2 or x.shape[-2] < 1 or x.shape[-1] < 1:
         raise ValueError(f"x must be a widened stream (..., n >= 1, C >= 1), got shape {tuple(x.shape)}")
+    _stored(x=x)
     return tuple(x.shape[:-2]), x.shape[-2], x.shape[-1]
+
+
+def _stored(**tensors) -> None:
+    """Each tensor's storage is there (freed by FSDP's resize_(0), a kernel would read unmapped memory)."""
+    if not torch.compiler.is_compiling() and not core.functorch_active():
+        for name, t in tensors.items():
+            core.check_storage(name, t)
 
 
 def _tensor(name, t, x, shape=None, numel=None):
@@ -74,6 +82,7 @@ def _tensor(name, t, x, shape=None, numel=None):
                          f"{tuple(t.shape)}")
     if t.device != x.device:
         raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
+    _stored(**{name: t})
 
 
 def _convention(convention, kind, name="convention"):

@@ -176,6 +176,8 @@ def check_write(x, y, h_post, h_res, products: bool) -> None:
             raise ValueError(f"{name} must have shape {shape} for x of shape {tuple(x.shape)}, got {tuple(t.shape)}")
         if t.device != x.device:
             raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
+        if not torch.compiler.is_compiling() and not core.functorch_active():
+            core.check_storage(name, t)
     if products and h_res is not None:
         raise ValueError("rounding each product first (products=True) is a write without a mixing matrix's: pass "
                          "h_res=None, or products=False")

@@ -54,8 +54,8 @@ def attn_res(sources, query, weight, eps):
     C = v0.shape[-1]
     N = v0.numel() // C
     h = empty_rows_like(v0)
-    alpha = torch.empty(v0.shape[:-1] + (S,), dtype=torch.float32)
-    rstd = torch.empty(v0.shape[:-1] + (S,), dtype=torch.float32)
+    alpha = torch.empty(v0.shape[:-1] + (S,), device="cpu", dtype=torch.float32)
+    rstd = torch.empty(v0.shape[:-1] + (S,), device="cpu", dtype=torch.float32)
     vp = _pointers(sources)
     _run(FWD, DTYPE[v0.dtype], S, N, C, vp, _u(query, weight), float(eps), h, alpha, rstd, None, None, None, None,
          None)
@@ -70,7 +70,7 @@ def attn_res_backward(dh, sources, query, weight, alpha, rstd, eps):
     C = v0.shape[-1]
     N = v0.numel() // C
     dsources = [empty_rows_like(v) for v in sources]
-    du = torch.empty(C, dtype=torch.float32)
+    du = torch.empty(C, device="cpu", dtype=torch.float32)
     _run(BWD, DTYPE[v0.dtype], S, N, C, _pointers(sources), _u(query, weight), float(eps), None, None, None, dh,
          alpha.contiguous(), rstd.contiguous(), _pointers(dsources), du)
     return dsources, du

@@ -803,14 +803,17 @@ py::object fast_pointwise(py::handle x, py::handle residual, py::handle alpha, p
 // bits.
 constexpr int MHC_MAX_STREAMS = 8, MHC_MAX_M = 128, MHC_MAX_ITERS = 64;  // kernels.cpu.mhc's limits
 
-// a plain CPU tensor (or Parameter) of a kernel dtype, float32 when f32, strided, not a negative or conjugate view,
-// with its storage (route() says whether a gradient is wanted)
-bool small_param(PyObject *o, bool f32) {
+// a tensor with elements whose storage was freed (FSDP's resize_(0)) has no memory behind it, and a view of it at
+// an offset a data pointer that is not null: declined, so that the general path names it (core.check_storage)
+bool stored(const Tensor &t) { return t.numel() == 0 || (t.has_storage() && t.storage().nbytes() != 0); }
+
+// a plain CPU tensor (or Parameter) of a kernel dtype, strided, not a negative or conjugate view, with its storage
+// (route() says whether a gradient is wanted)
+bool small_param(PyObject *o) {
     if (!THPVariable_CheckExact(o)) return false;
     const Tensor &t = THPVariable_Unpack(o);
-    auto st = t.scalar_type();
-    return (f32 ? st == at::kFloat : kernel_dtype(st)) && t.is_cpu() && t.layout() == at::kStrided && !t.is_neg() &&
-           !t.is_conj() && (t.numel() == 0 || t.data_ptr() != nullptr);
+    return kernel_dtype(t.scalar_type()) && t.is_cpu() && t.layout() == at::kStrided && !t.is_neg() && !t.is_conj() &&
+           stored(t);
 }
 
 // a Python float (or int) as a finite double, or false
@@ -831,7 +834,8 @@ void append_floats(const Tensor &t, std::vector<float> &out) {
 }
 
 struct MhcCall {
-    Tensor x, y, w_post, w_res, phi, phiT;  // phi (K, mp) or phiT (m, K), as the kernel reads it
+    Tensor x, y, w_post, w_res, phi, phiT;  // phi (K, mp) or phiT (m, K), as the kernel reads it; the coefficients
+                                            // float32 and contiguous (kernels.rows.f32)
     std::vector<float> a, bias;
     int n = 0, m = 0, r = 0, groups = 3, iters = 0;
     int64_t C = 0;
@@ -845,7 +849,7 @@ bool mhc_stream(MhcCall &c, PyObject *xo, PyObject *yo, PyObject *po, PyObject *
     if (!plain_tensor(xo)) return false;
     const Tensor &x = THPVariable_Unpack(xo);
     if (!kernel_dtype(x.scalar_type()) || !x.is_cpu() || x.layout() != at::kStrided || !x.is_contiguous() ||
-        x.dim() < 2 || x.is_neg() || x.is_conj() || x.numel() == 0 || x.numel() >= max_numel)
+        x.dim() < 2 || x.is_neg() || x.is_conj() || x.numel() == 0 || x.numel() >= max_numel || !stored(x))
         return false;
     c.n = (int)x.size(-2);
     c.C = x.size(-1);
@@ -856,32 +860,36 @@ bool mhc_stream(MhcCall &c, PyObject *xo, PyObject *yo, PyObject *po, PyObject *
     auto lead = x.sizes().slice(0, x.dim() - 2);
     if (!plain_tensor(yo) || !plain_tensor(po)) return false;
     c.y = THPVariable_Unpack(yo);
-    c.w_post = THPVariable_Unpack(po);
+    const Tensor &post = THPVariable_Unpack(po);
     std::vector<int64_t> ys(lead.begin(), lead.end()), ps(lead.begin(), lead.end());
     ys.push_back(c.C);
     ps.push_back(c.n);
     if (c.y.scalar_type() != x.scalar_type() || !c.y.is_cpu() || c.y.layout() != at::kStrided ||
-        !c.y.is_contiguous() || c.y.is_neg() || c.y.is_conj() || c.y.sizes() != at::IntArrayRef(ys))
+        !c.y.is_contiguous() || c.y.is_neg() || c.y.is_conj() || c.y.sizes() != at::IntArrayRef(ys) || !stored(c.y))
         return false;
-    if (c.w_post.scalar_type() != at::kFloat || !c.w_post.is_cpu() || c.w_post.layout() != at::kStrided ||
-        !c.w_post.is_contiguous() || c.w_post.is_neg() || c.w_post.sizes() != at::IntArrayRef(ps))
-        return false;
-    // each product H_post[i] y rounded to its own dtype (ops.mhc.write._kernel_products): X's only for float32 X,
-    // as H_post is float32 here
-    c.products = prod == Py_True && x.scalar_type() == at::kFloat;
+    // the coefficients of any kernel dtype (a bfloat16 model's H_post and H_res), read as float32
+    if (!small_param(po) || post.sizes() != at::IntArrayRef(ps)) return false;
+    // each product H_post[i] y rounded to its own dtype (ops.mhc.write._kernel_products): X's when H_post is no
+    // wider than y (y is in X's dtype)
+    c.products = prod == Py_True && at::promote_types(post.scalar_type(), x.scalar_type()) == x.scalar_type();
+    c.w_post = post.to(at::kFloat).contiguous();
     if (ro == Py_None) return true;
-    if (prod == Py_True || !plain_tensor(ro)) return false;  // products with a mixing matrix: Python refuses it
-    c.w_res = THPVariable_Unpack(ro);
+    if (prod == Py_True || !plain_tensor(ro) || !small_param(ro)) return false;  // products with a mixing matrix:
+                                                                                // Python refuses it
+    const Tensor &res = THPVariable_Unpack(ro);
     ps.push_back(c.n);
-    return c.w_res.scalar_type() == at::kFloat && c.w_res.is_cpu() && c.w_res.layout() == at::kStrided &&
-           c.w_res.is_contiguous() && !c.w_res.is_neg() && c.w_res.sizes() == at::IntArrayRef(ps);
+    if (res.sizes() != at::IntArrayRef(ps)) return false;
+    c.w_res = res.to(at::kFloat).contiguous();
+    return true;
 }
 
-// phi (K, m) as kernels.cpu.mhc._layouts hands it over: the transposed view of a model's (m, K) weight as phiT,
-// a contiguous (K, mp) as phi, anything else copied, zero-padded to (K, mp)
-void mhc_layout(MhcCall &c, const Tensor &phi) {
+// phi (K, m) as kernels.cpu.mhc._layouts hands it over: the transposed view of a model's float32 (m, K) weight as
+// phiT, a contiguous float32 (K, mp) as phi, anything else copied as float32, zero-padded to (K, mp)
+void mhc_layout(MhcCall &c, const Tensor &phi_in) {
     int mp = (c.m + 7) / 8 * 8;
-    if (phi.t().is_contiguous() && !(phi.is_contiguous() && phi.size(1) == mp)) {
+    const bool f32 = phi_in.scalar_type() == at::kFloat;
+    Tensor phi = f32 ? phi_in : phi_in.to(at::kFloat);
+    if (f32 && phi.t().is_contiguous() && !(phi.is_contiguous() && phi.size(1) == mp)) {
         c.phiT = phi.t();
         return;
     }
@@ -962,13 +970,13 @@ py::object fast_mhc(py::handle x, py::handle y, py::handle h_post, py::handle h_
     int n = c.n;
     c.r = c.groups < 3 ? 0 : n * n;
     c.m = c.groups == 1 ? n : 2 * n + c.r;
-    if (c.m > MHC_MAX_M || !small_param(phi.ptr(), true)) return py::none();
+    if (c.m > MHC_MAX_M || !small_param(phi.ptr())) return py::none();
     const Tensor &ph = THPVariable_Unpack(phi.ptr());
     if (ph.dim() != 2 || ph.size(0) != n * c.C || ph.size(1) != c.m) return py::none();
     PyObject *coeffs[6] = {a_pre.ptr(), a_post.ptr(), a_res.ptr(), b_pre.ptr(), b_post.ptr(), b_res.ptr()};
     int64_t want[6] = {1, 1, 1, n, c.groups > 1 ? n : 0, c.r};
     for (int i = 0; i < 6; i++) {
-        if (!small_param(coeffs[i], false)) return py::none();
+        if (!small_param(coeffs[i])) return py::none();
         const Tensor &t = THPVariable_Unpack(coeffs[i]);
         if (t.numel() != want[i] || (i < 3 ? t.dim() > 1 : i != 5 && t.dim() != 1)) return py::none();
     }
@@ -992,8 +1000,7 @@ py::object fast_hyper_read(py::handle x, py::handle y, py::handle h_post, py::ha
         !number(eps.ptr(), c.eps) || !(c.eps >= 0) || !number(pre_eps.ptr(), c.pre_eps) ||
         !number(post_scale.ptr(), c.post_scale) || !number(post_eps.ptr(), c.post_eps))
         return py::none();
-    if (!small_param(weight.ptr(), true) || !small_param(scale.ptr(), false) || !small_param(base.ptr(), false))
-        return py::none();
+    if (!small_param(weight.ptr()) || !small_param(scale.ptr()) || !small_param(base.ptr())) return py::none();
     const Tensor &w = THPVariable_Unpack(weight.ptr()), &s = THPVariable_Unpack(scale.ptr()),
                  &b = THPVariable_Unpack(base.ptr());
     int n = c.n;
@@ -1024,7 +1031,7 @@ py::object fast_hyper_gated(int64_t op, py::handle x, py::handle y, py::handle h
     const Tensor &xt = THPVariable_Unpack(x.ptr());
     auto st = xt.scalar_type();
     if (!kernel_dtype(st) || !xt.is_cpu() || xt.layout() != at::kStrided || !xt.is_contiguous() || xt.dim() < 2 ||
-        xt.is_neg() || xt.is_conj() || xt.numel() == 0 || xt.numel() >= max_numel)
+        xt.is_neg() || xt.is_conj() || xt.numel() == 0 || xt.numel() >= max_numel || !stored(xt))
         return py::none();
     int64_t n = xt.size(-2), C = xt.size(-1);
     auto lead = xt.sizes().slice(0, xt.dim() - 2);
@@ -1035,24 +1042,25 @@ py::object fast_hyper_gated(int64_t op, py::handle x, py::handle y, py::handle h
         if (!plain_tensor(other.ptr())) return py::none();
         u = THPVariable_Unpack(other.ptr());
         if (u.scalar_type() != st || !u.is_cpu() || u.layout() != at::kStrided || !u.is_contiguous() || u.is_neg() ||
-            u.is_conj() || u.sizes() != xt.sizes())
+            u.is_conj() || u.sizes() != xt.sizes() || !stored(u))
             return py::none();
     } else {  // the weight (n, C) or (nC,), any kernel dtype (read as float32); eps >= 0 and the offset finite
-        if (!small_param(other.ptr(), false) || !number(eps.ptr(), e) || !(e >= 0) || !number(off.ptr(), o))
+        if (!small_param(other.ptr()) || !number(eps.ptr(), e) || !(e >= 0) || !number(off.ptr(), o))
             return py::none();
         w = THPVariable_Unpack(other.ptr());
         if (!(w.dim() == 1 && w.size(0) == n * C) && !(w.dim() == 2 && w.size(0) == n && w.size(1) == C))
             return py::none();
     }
     if (op == 2) {  // y (..., C) in X's dtype, contiguous; h_post (..., n) of a kernel dtype (read as float32)
-        if (!plain_tensor(y.ptr()) || !small_param(h_post.ptr(), false)) return py::none();
+        if (!plain_tensor(y.ptr()) || !small_param(h_post.ptr())) return py::none();
         yt = THPVariable_Unpack(y.ptr());
         post = THPVariable_Unpack(h_post.ptr());
         std::vector<int64_t> ys = row, ps = row;
         ys.push_back(C);
         ps.push_back(n);
         if (yt.scalar_type() != st || !yt.is_cpu() || yt.layout() != at::kStrided || !yt.is_contiguous() ||
-            yt.is_neg() || yt.is_conj() || yt.sizes() != at::IntArrayRef(ys) || post.sizes() != at::IntArrayRef(ps))
+            yt.is_neg() || yt.is_conj() || yt.sizes() != at::IntArrayRef(ys) || post.sizes() != at::IntArrayRef(ps) ||
+            !stored(yt))
             return py::none();
         // each product H_post[i] y rounded where the formulas round it: to its own dtype, X's only when H_post is no
         // wider than y (ops.hyper.schema.write_products)

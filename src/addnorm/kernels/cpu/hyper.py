@@ -65,7 +65,7 @@ def stream_norm_backward(dn, x, weight, eps, weight_offset):
     dn, x, weight = resolved(dn, x, weight)
     x, dn = _c(x), _c(dn)
     dx = empty_rows_like(x)
-    dw = torch.empty(x.shape[-2:], dtype=torch.float32)
+    dw = torch.empty(x.shape[-2:], device="cpu", dtype=torch.float32)
     _run(NORM_BWD, x, w=_weight(weight, x), off=weight_offset, eps=eps, out=dx, dout=dn, dw=dw)
     return dx, dw
 
@@ -83,8 +83,8 @@ def write_norm_backward(dx2, dn, x2, y, h_post, weight, eps, weight_offset):
     dx2, dn, x2, y, h_post, weight = resolved(dx2, dn, x2, y, h_post, weight)
     x2, y, dn, dx2 = _c(x2), _c(y), _c(dn), _c(dx2)
     dx, dy = empty_rows_like(x2), empty_rows_like(y)
-    d_post = torch.empty(x2.shape[:-1], dtype=torch.float32)
-    dw = torch.empty(x2.shape[-2:], dtype=torch.float32)
+    d_post = torch.empty(x2.shape[:-1], device="cpu", dtype=torch.float32)
+    dw = torch.empty(x2.shape[-2:], device="cpu", dtype=torch.float32)
     _run(WNORM_BWD, x2, y=y, h_post=_f32(h_post), w=_weight(weight, x2), off=weight_offset, eps=eps, out=dx, dout=dn,
          dx2=dx2, dy=dy, d_post=d_post, dw=dw)
     return dx, dy, d_post, dw
@@ -93,7 +93,7 @@ def write_norm_backward(dx2, dn, x2, y, h_post, weight, eps, weight_offset):
 def sigmoid_collapse(x, logits, products):
     x, logits = resolved(x, logits)
     x, logits = _c(x), _c(logits)
-    h = torch.empty(x.shape[:-2] + x.shape[-1:], dtype=x.dtype)
+    h = torch.empty(x.shape[:-2] + x.shape[-1:], device="cpu", dtype=x.dtype)
     _run(GATE, x, u=logits, out=h, products=products)
     return h
 
