@@ -314,7 +314,8 @@ def test_freed_storage_is_named(which, grad):
         x, r = torch.randn(3, 8), torch.randn(3, 8)
         (x if which == "x" else r).untyped_storage().resize_(0)
         x.requires_grad_(grad)
-        with pytest.raises(ValueError, match="no storage"):
+        # the C++ entries decline it and the general path names it, as every other path does
+        with pytest.raises(RuntimeError, match=f"{which} has 24 elements but its storage has been freed"):
             call(x, r)
 
 

@@ -330,11 +330,13 @@ def fast_path_ok(x, residual, D, weight, bias, eps, weight_offset, backend) -> b
         if p is not None and (type(p) not in _PLAIN or p.dtype not in _PARAM_DTYPES or not p.is_cpu
                               or p.dim() != 1 or p.shape[0] != D or p.is_neg()):
             return False
-    # (a freed Parameter -- FSDP's resize_(0) -- has a null data pointer: the general path names it; asked last,
-    # once no transform's wrapper, which has no storage, can be here)
+    # (a tensor whose storage was freed -- FSDP's resize_(0) -- has no memory behind it, and a view of it at an
+    # offset a data pointer that is not null: the general path names it; asked last, once no transform's wrapper,
+    # which has no storage, can be here)
     return (_names_kernel_backend(backend) and not functorch_active() and not _dispatch_depth()
             and _tracing_state() is None and availability().available
-            and (weight is None or weight.data_ptr() != 0) and (bias is None or bias.data_ptr() != 0))
+            and all(t is None or not t.numel() or t.untyped_storage().nbytes()
+                    for t in (x, residual, weight, bias)))
 
 
 def _names_kernel_backend(backend) -> bool:

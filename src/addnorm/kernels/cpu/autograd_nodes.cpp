@@ -556,6 +556,11 @@ int64_t max_numel = 0;
 
 bool plain_tensor(PyObject *o) { return Py_TYPE(o) == (PyTypeObject *)THPVariableClass; }
 
+// a tensor with elements whose storage was freed (FSDP's resize_(0)) has no memory behind it, and a view of it at
+// an offset a data pointer that is not null: declined, so that the general path names it (core.check_storage)
+bool stored(const Tensor &t) { return t.numel() == 0 || (t.has_storage() && t.storage().nbytes() != 0); }
+
+
 bool kernel_dtype(at::ScalarType st) { return st == at::kFloat || st == at::kBFloat16 || st == at::kHalf; }
 
 bool fast_core(PyObject *xo, PyObject *ro, long long D, PyObject *wo, PyObject *bo, bool f64_params = true);
@@ -585,13 +590,13 @@ bool fast_core(PyObject *xo, PyObject *ro, long long D, PyObject *wo, PyObject *
     const Tensor &x = THPVariable_Unpack(xo);
     auto st = x.scalar_type();
     if (!kernel_dtype(st) || !x.is_cpu() || x.is_nested() || x.layout() != at::kStrided || !x.is_contiguous() ||
-        x.dim() == 0 || x.size(-1) != D || x.is_neg() || x.numel() >= max_numel)
+        x.dim() == 0 || x.size(-1) != D || x.is_neg() || x.numel() >= max_numel || !stored(x))
         return false;
     if (ro != Py_None) {
         if (!plain_tensor(ro)) return false;
         const Tensor &r = THPVariable_Unpack(ro);
         if (r.scalar_type() != st || !r.is_cpu() || r.layout() != at::kStrided || !r.is_contiguous() ||
-            r.sizes() != x.sizes() || r.is_neg())
+            r.sizes() != x.sizes() || r.is_neg() || !stored(r))
             return false;
     }
     for (PyObject *po : {wo, bo}) {
@@ -600,7 +605,7 @@ bool fast_core(PyObject *xo, PyObject *ro, long long D, PyObject *wo, PyObject *
         const Tensor &p = THPVariable_Unpack(po);
         auto pt = p.scalar_type();
         if (!(kernel_dtype(pt) || (f64_params && pt == at::kDouble)) || !p.is_cpu() || p.layout() != at::kStrided || p.dim() != 1 ||
-            p.size(0) != D || p.is_neg() || p.data_ptr() == nullptr)
+            p.size(0) != D || p.is_neg() || !stored(p))
             return false;
     }
     return true;
@@ -802,10 +807,6 @@ py::object fast_pointwise(py::handle x, py::handle residual, py::handle alpha, p
 // kernel gets what kernels.cpu.mhc gives it: the same layouts of phi, the same float32 coefficients, so the same
 // bits.
 constexpr int MHC_MAX_STREAMS = 8, MHC_MAX_M = 128, MHC_MAX_ITERS = 64;  // kernels.cpu.mhc's limits
-
-// a tensor with elements whose storage was freed (FSDP's resize_(0)) has no memory behind it, and a view of it at
-// an offset a data pointer that is not null: declined, so that the general path names it (core.check_storage)
-bool stored(const Tensor &t) { return t.numel() == 0 || (t.has_storage() && t.storage().nbytes() != 0); }
 
 // a plain CPU tensor (or Parameter) of a kernel dtype, strided, not a negative or conjugate view, with its storage
 // (route() says whether a gradient is wanted)
