@@ -834,6 +834,16 @@ void append_floats(const Tensor &t, std::vector<float> &out) {
     out.insert(out.end(), p, p + f.numel());
 }
 
+// a widened-stream kernel's return code as its Python host raises it (kernels.cpu.mhc / hyper): MemoryError for
+// scratch memory, ValueError for a call it refused
+void check_stream_rc(int rc, const char *what) {
+    if (rc == -1) check_rc(-1, what);
+    if (rc == 0) return;
+    py::gil_scoped_acquire gil;
+    PyErr_Format(PyExc_ValueError, "addnorm CPU %s kernel refused the call (code %d)", what, rc);
+    throw python_error();
+}
+
 struct MhcCall {
     Tensor x, y, w_post, w_res, phi, phiT;  // phi (K, mp) or phiT (m, K), as the kernel reads it; the coefficients
                                             // float32 and contiguous (kernels.rows.f32)
@@ -930,12 +940,7 @@ py::object mhc_run(MhcCall &c, bool write) {
                    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, yp, wpp, wrp,
                    c.products ? 1 : 0, mptr(x2), nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nthreads());
     }
-    if (rc == -1) check_rc(-1, "mHC");
-    if (rc) {
-        py::gil_scoped_acquire gil;
-        PyErr_Format(PyExc_ValueError, "addnorm CPU mHC kernel refused the call (code %d)", rc);
-        throw python_error();
-    }
+    check_stream_rc(rc, "mHC");
     if (write) return py::make_tuple(x2, h, h_pre, h_post, h_res);
     return py::make_tuple(h, h_pre, h_post, h_res);
 }
@@ -1090,12 +1095,7 @@ py::object fast_hyper_gated(int64_t op, py::handle x, py::handle y, py::handle h
         rc = k_hyper((int)op, (int)n, code(xt), N, C, products ? 1 : 0, xp, yp, up, wp, (float)o, (float)e, pp,
                      out.data_ptr(), mptr(x2), nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nthreads());
     }
-    if (rc == -1) check_rc(-1, "hyper");
-    if (rc) {
-        py::gil_scoped_acquire gil;
-        PyErr_Format(PyExc_ValueError, "addnorm CPU hyper kernel refused the call (code %d)", rc);
-        throw python_error();
-    }
+    check_stream_rc(rc, "hyper");
     if (op == 2) return py::make_tuple(x2, out);
     return py::cast(out);
 }
