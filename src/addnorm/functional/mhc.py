@@ -149,7 +149,8 @@ def mhc_pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, *, perms=None, e
     H_post (..., 0)). Returns (h, H_pre, H_post, H_res): h in X's dtype, the coefficients in float32 (float64 if any
     input is).
     """
-    if (convention is None or type(convention) is MhcConvention) and fast_ok(backend):  # no gradient wanted, plain CPU tensors: checks and call in C++
+    # no gradient wanted, plain CPU tensors: the checks and the call in C++ (None: the path below)
+    if (convention is None or type(convention) is MhcConvention) and fast_ok(backend):
         r = NODES.fast_mhc(x, None, None, None, False, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms,
                             eps, iters, *(convention or PAPER).fields)
         if r is not None:
