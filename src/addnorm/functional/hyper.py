@@ -36,7 +36,6 @@ from ..ops.hyper import formulas as hyper_formulas
 from ..ops.hyper import schema as hyper_schema
 from ..ops.hyper.convention import ONCE, PRODUCTS, ProjectedGates, Rounding, StreamNorm
 from ..ops.hyper.schema import mhc_args
-from ..ops.last import LAST
 from ..ops.norm.autograd import c_apply
 from . import core, mhc, norm
 
@@ -117,13 +116,11 @@ def hyper_read(x, weight, scale, base, *, convention: ProjectedGates, backend: s
     weight (2n, nC) (HF's ``fn``), scale (2,), base (2n,); or weight (n, nC), scale (1,), base (n,) for a head,
     whose H_post is empty (..., 0). Returns (h, H_pre, H_post): h in X's dtype, the gates in float32 (float64 if X
     or a parameter is float64)."""
-    if type(convention) is ProjectedGates and mhc.fast_ok(backend):  # checks and call in C++, no gradient wanted
-        c = convention
-        r = mhc.NODES.fast_hyper_read(x, None, None, None, False, weight, scale, base, c.eps, c.pre_eps,
-                                      c.post_scale, c.post_eps)
-        if r is not None:
-            LAST["backend"] = "cpu"
-            return r
+    c = convention  # checks and call in C++ where no gradient is wanted (mhc.run_fast)
+    if type(c) is ProjectedGates and (r := mhc.run_fast(backend, "fast_hyper_read", x, None, None, None, False, weight,
+                                                          scale, base, c.eps, c.pre_eps, c.post_scale,
+                                                          c.post_eps)) is not None:
+        return r
     x, weight = core.uninferred((x, weight), (scale, base))
     _check_read(x, weight, scale, base, convention)
     which = core.choose_backend(backend, x, tuple(x.shape[-1:]))
@@ -163,11 +160,10 @@ def stream_rms_norm(x, weight, *, convention: StreamNorm, backend: str | None = 
     backward pass, each row's rstd recomputed from X); on Triton the norm family's RMSNorm with Gemma's convention
     per stream on the strided rows X[..., i, :], stacked; on the torch backend (and for a float64 weight, whose
     formulas compute in float64) the formulas (``ops.hyper``)."""
-    if type(convention) is StreamNorm and mhc.fast_ok(backend):  # checks and call in C++, no gradient wanted
-        r = mhc.NODES.fast_hyper_gated(0, x, None, None, weight, convention.eps, convention.weight_offset, False)
-        if r is not None:
-            LAST["backend"] = "cpu"
-            return r
+    if type(convention) is StreamNorm and (r := mhc.run_fast(backend, "fast_hyper_gated", 0, x, None, None, weight,
+                                                             convention.eps, convention.weight_offset,
+                                                             False)) is not None:
+        return r
     w = _norm_weight(weight, x)
     c = _convention(convention, StreamNorm)
     which = core.resolve(backend, x, tuple(x.shape[-1:]), None)
@@ -202,11 +198,9 @@ def sigmoid_gated_collapse(x, logits, *, rounding: Rounding = ONCE, backend: str
     On the CPU kernels one walk over X and U forward (the sigmoid in the same pass) and one backward, the gates
     recomputed from U there: dX_i = (dh / n) G_i, dU_i = (dh / n) X_i G_i (1 - G_i); elsewhere the formulas
     (``ops.hyper``)."""
-    if type(rounding) is Rounding and mhc.fast_ok(backend):
-        r = mhc.NODES.fast_hyper_gated(4, x, None, None, logits, 0.0, 0.0, rounding.where == "products")
-        if r is not None:
-            LAST["backend"] = "cpu"
-            return r
+    if type(rounding) is Rounding and (r := mhc.run_fast(backend, "fast_hyper_gated", 4, x, None, None, logits, 0.0,
+                                                         0.0, rounding.where == "products")) is not None:
+        return r
     _stream(x)
     _tensor("logits", logits, x, shape=x.shape)
     where = _convention(rounding, Rounding, "rounding").where
@@ -224,13 +218,11 @@ def hyper_write_read(x, y, h_post, weight, scale, base, *, convention: Projected
     pass over the stream on the C kernels (``functional.mhc.mhc_write_pre`` without a mixing matrix). With ``h_res``
     (..., n, n) the write is the stream family's, X' = H_res X + H_post^T y (DeepSeek-V4's, whose final collapse is
     this read's head form), rounded once."""
-    if type(convention) is ProjectedGates and type(rounding) is Rounding and mhc.fast_ok(backend):
-        c = convention
-        r = mhc.NODES.fast_hyper_read(x, y, h_post, h_res, rounding.where == "products", weight, scale, base,
-                                      c.eps, c.pre_eps, c.post_scale, c.post_eps)
-        if r is not None:
-            LAST["backend"] = "cpu"
-            return r
+    c = convention
+    if type(c) is ProjectedGates and type(rounding) is Rounding and (r := mhc.run_fast(
+            backend, "fast_hyper_read", x, y, h_post, h_res, rounding.where == "products", weight, scale, base, c.eps,
+            c.pre_eps, c.post_scale, c.post_eps)) is not None:
+        return r
     x, weight = core.uninferred((x, weight), (y, h_post, h_res, scale, base))
     _check_write(x, y, h_post)
     _check_read(x, weight, scale, base, convention)
@@ -249,12 +241,10 @@ def hyper_write_norm(x, y, h_post, weight, *, convention: StreamNorm, rounding: 
     written and normed while its rows are in cache, and the backward adds the norm's gradient of X' to X''s own in
     float32 before the write's (dX = g, dy = sum_i H_post[i] g_i, dH_post[i] = <g_i, y>); elsewhere the two
     functions."""
-    if type(convention) is StreamNorm and type(rounding) is Rounding and mhc.fast_ok(backend):
-        r = mhc.NODES.fast_hyper_gated(2, x, y, h_post, weight, convention.eps, convention.weight_offset,
-                                       rounding.where == "products")
-        if r is not None:
-            LAST["backend"] = "cpu"
-            return r
+    if type(convention) is StreamNorm and type(rounding) is Rounding and (r := mhc.run_fast(
+            backend, "fast_hyper_gated", 2, x, y, h_post, weight, convention.eps, convention.weight_offset,
+            rounding.where == "products")) is not None:
+        return r
     _check_write(x, y, h_post)
     w = _norm_weight(weight, x)
     c = _convention(convention, StreamNorm)

@@ -104,11 +104,18 @@ def _check_mhc(x, phi, coeffs, perms, eps, iters, groups=3):
             core.check_storage(name, t)
 
 
-def fast_ok(backend) -> bool:
-    """Whether the C++ entries may be asked (``kernels/cpu/autograd_nodes.cpp``'s ``fast_mhc`` and
-    ``fast_hyper_read``): they check the tensors and numbers themselves and return None where a gradient is wanted
-    or anything is not the plain call, which then takes the general path (and its errors)."""
-    return NODES is not None and core.cpp_fast_ok(backend)
+def run_fast(backend, entry: str, *args):
+    """A widened-stream C++ entry's result (``kernels/cpu/autograd_nodes.cpp``: ``fast_mhc``, ``fast_hyper_read``,
+    ``fast_hyper_gated``), recorded as run on the CPU; None where the entries may not be asked (not built, a
+    compiler, transform, dispatch mode or tracer, another backend) or the entry declines -- it checks the tensors
+    and numbers itself and declines where a gradient is wanted or anything is not the plain call, which then takes
+    the general path (and its errors)."""
+    if NODES is None or not core.cpp_fast_ok(backend):
+        return None
+    r = getattr(NODES, entry)(*args)
+    if r is not None:
+        LAST["backend"] = "cpu"
+    return r
 
 
 def run_pre(which: str, args: tuple) -> tuple:
@@ -150,12 +157,10 @@ def mhc_pre(x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, *, perms=None, e
     input is).
     """
     # no gradient wanted, plain CPU tensors: the checks and the call in C++ (None: the path below)
-    if (convention is None or type(convention) is MhcConvention) and fast_ok(backend):
-        r = NODES.fast_mhc(x, None, None, None, False, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms,
-                            eps, iters, *(convention or PAPER).fields)
-        if r is not None:
-            LAST["backend"] = "cpu"
-            return r
+    if (convention is None or type(convention) is MhcConvention) and (r := run_fast(
+            backend, "fast_mhc", x, None, None, None, False, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms,
+            eps, iters, *(convention or PAPER).fields)) is not None:
+        return r
     x, phi = core.uninferred((x, phi), (a_pre, a_post, a_res, b_pre, b_post, b_res))
     coeffs = {"a_pre": a_pre, "a_post": a_post, "a_res": a_res, "b_pre": b_pre, "b_post": b_post, "b_res": b_res}
     conv = _check_convention(convention, perms)
@@ -208,12 +213,10 @@ def mhc_write_pre(x, y, h_post, h_res, phi, a_pre, a_post, a_res, b_pre, b_post,
     X' while it is still in cache (the write and the read are one walk over the stream), and backward is one walk
     too: the read's backward, its gradient of X' added to X''s own in float32, then the write's.
     """
-    if (convention is None or type(convention) is MhcConvention) and fast_ok(backend):
-        r = NODES.fast_mhc(x, y, h_post, h_res, products, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, perms,
-                            eps, iters, *(convention or PAPER).fields)
-        if r is not None:
-            LAST["backend"] = "cpu"
-            return r
+    if (convention is None or type(convention) is MhcConvention) and (r := run_fast(
+            backend, "fast_mhc", x, y, h_post, h_res, products, phi, a_pre, a_post, a_res, b_pre, b_post, b_res,
+            perms, eps, iters, *(convention or PAPER).fields)) is not None:
+        return r
     x, phi = core.uninferred((x, phi), (y, h_post, h_res, a_pre, a_post, a_res, b_pre, b_post, b_res))
     coeffs = {"a_pre": a_pre, "a_post": a_post, "a_res": a_res, "b_pre": b_pre, "b_post": b_post, "b_res": b_res}
     conv = _check_convention(convention, perms)
