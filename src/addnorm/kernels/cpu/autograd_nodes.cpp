@@ -844,6 +844,13 @@ void check_stream_rc(int rc, const char *what) {
     throw python_error();
 }
 
+// an activation beside the stream x as the kernels read it: x's dtype, on the CPU, strided and contiguous, not a
+// negative or conjugate view, of the given shape, with its storage
+bool like_x(const Tensor &t, at::ScalarType st, at::IntArrayRef sizes) {
+    return t.scalar_type() == st && t.is_cpu() && t.layout() == at::kStrided && t.is_contiguous() && !t.is_neg() &&
+           !t.is_conj() && t.sizes() == sizes && stored(t);
+}
+
 struct MhcCall {
     Tensor x, y, w_post, w_res, phi, phiT;  // phi (K, mp) or phiT (m, K), as the kernel reads it; the coefficients
                                             // float32 and contiguous (kernels.rows.f32)
@@ -875,9 +882,7 @@ bool mhc_stream(MhcCall &c, PyObject *xo, PyObject *yo, PyObject *po, PyObject *
     std::vector<int64_t> ys(lead.begin(), lead.end()), ps(lead.begin(), lead.end());
     ys.push_back(c.C);
     ps.push_back(c.n);
-    if (c.y.scalar_type() != x.scalar_type() || !c.y.is_cpu() || c.y.layout() != at::kStrided ||
-        !c.y.is_contiguous() || c.y.is_neg() || c.y.is_conj() || c.y.sizes() != at::IntArrayRef(ys) || !stored(c.y))
-        return false;
+    if (!like_x(c.y, x.scalar_type(), ys)) return false;
     // the coefficients of any kernel dtype (a bfloat16 model's H_post and H_res), read as float32
     if (!small_param(po) || post.sizes() != at::IntArrayRef(ps)) return false;
     // each product H_post[i] y rounded to its own dtype (ops.mhc.write._kernel_products): X's when H_post is no
@@ -1047,9 +1052,7 @@ py::object fast_hyper_gated(int64_t op, py::handle x, py::handle y, py::handle h
     if (op == 4) {  // the logits: X's dtype and shape, contiguous
         if (!plain_tensor(other.ptr())) return py::none();
         u = THPVariable_Unpack(other.ptr());
-        if (u.scalar_type() != st || !u.is_cpu() || u.layout() != at::kStrided || !u.is_contiguous() || u.is_neg() ||
-            u.is_conj() || u.sizes() != xt.sizes() || !stored(u))
-            return py::none();
+        if (!like_x(u, st, xt.sizes())) return py::none();
     } else {  // the weight (n, C) or (nC,), any kernel dtype (read as float32); eps >= 0 and the offset finite
         if (!small_param(other.ptr()) || !number(eps.ptr(), e) || !(e >= 0) || !number(off.ptr(), o))
             return py::none();
@@ -1064,10 +1067,7 @@ py::object fast_hyper_gated(int64_t op, py::handle x, py::handle y, py::handle h
         std::vector<int64_t> ys = row, ps = row;
         ys.push_back(C);
         ps.push_back(n);
-        if (yt.scalar_type() != st || !yt.is_cpu() || yt.layout() != at::kStrided || !yt.is_contiguous() ||
-            yt.is_neg() || yt.is_conj() || yt.sizes() != at::IntArrayRef(ys) || post.sizes() != at::IntArrayRef(ps) ||
-            !stored(yt))
-            return py::none();
+        if (!like_x(yt, st, ys) || post.sizes() != at::IntArrayRef(ps)) return py::none();
         // each product H_post[i] y rounded where the formulas round it: to its own dtype, X's only when H_post is no
         // wider than y (ops.hyper.schema.write_products)
         products = products && at::promote_types(post.scalar_type(), st) == st;
