@@ -6,6 +6,7 @@ offsets into x, the residual, the weight, the bias and the output must line up, 
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ import torch
 from addnorm.functional import layer_norm_add, rms_norm_add
 from tests.backends import KERNELS
 
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif("cpu" not in KERNELS, reason="addnorm's CPU kernels are not built here")
 
 WIDTHS = (1, 511, 512, 513, 1031, 1536, 2049)
@@ -62,5 +64,6 @@ def test_streamed_outputs_too():
             "bad = {f'{k} {dt} D={D} strided={s}': m for k, dt, D, s in CASES if (m := _mismatches(k, dt, D, s))}\n"
             "print(bad)\nraise SystemExit(1 if bad else 0)\n")
     env = dict(os.environ, ADDNORM_CPU_NT_BYTES="0")
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                          cwd=ROOT)
     assert done.returncode == 0, f"streamed outputs off the oracle: {done.stdout}{done.stderr[-2000:]}"
