@@ -108,8 +108,9 @@ static void AN_FN(fused_fwd_rows_any)(const an_ffwd_args *a, int64_t r0, int64_t
         float om, os; /* the outputs' statistics (see output_row) */
         src = AN_FN(output_row)(buf, src, D, mean, rstd, big, &om, &os);
         /* the next row, while this one is written: a chunk before each chunk written where the outputs are written
-         * chunk by chunk (below), else whole, here (see prefetch_next). Whole, the burst of requests cost the float32
-         * norm-then-add forward 18-37 % on the AMD EPYC (8192 x 1024; the Intel Xeon, caches flushed, had gained) */
+         * chunk by chunk (below), else whole, here (see prefetch_next). Chunked, the float32 norm-then-add forward took
+         * 0.70-0.78 of the whole-row burst's time on the AMD EPYC (8192 x 1024, benchmarks/results/prefetch_ab; the
+         * Intel Xeon, caches flushed, had gained from the burst) */
         const int more = r + 1 < r1, whole = a->cast_before_weight || (a->post && a->ndt != AN_F32);
         if (more && whole) AN_FN(prefetch_next_any)(a, r + 1);
         for (int k = 0; k < 2; k++) {
@@ -221,8 +222,9 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
         AN_FN(output_row)(buf, buf, D, mean, rstd, big, &om, &os);
         const int more = r + 1 < r1;
         /* the parallel forms: the next row whole, while this one is written (prefetch_next); norm-then-add: a chunk
-         * before each chunk written, below (whole, it cost 5-26 % on the AMD EPYC; chunked, the parallel forms lost
-         * up to 19 % there) */
+         * before each chunk written, below. On the AMD EPYC (prefetch_ab/burst_vs_chunked) chunked norm-then-add took
+         * 0.84-0.88 of the burst's time on AVX-512 and 1.05-1.06 on AVX2, within that run's spread (unchanged code
+         * read 0.87-1.06); the parallel forms stay whole: chunked, one earlier comparison had them up to 19 % slower */
         if (more && !a->post) AN_FN(prefetch_next_any)(a, r + 1);
         for (int k = 0; k < 2; k++) {
             void *dst = k == 0 ? a->y : a->y2;
