@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import addnorm
 from tests.backends import NO_TRITON, TRITON
@@ -31,6 +32,7 @@ from addnorm.functional import layer_norm_add, parallel_add_layer_norm, parallel
 from addnorm.reference import oracle
 
 D, EPS = 96, 1e-5
+DEV = "cpu"  # run(..., device) sets it: the Triton kernels on a GPU take CUDA tensors
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 4e-3}
 
 
@@ -40,12 +42,12 @@ def rows(mag, dtype, g, D=D):
     x[2] = mag                                                       # one huge value
     x[3, : D // 2], x[3, D // 2 :] = mag, -mag                       # +-huge halves
     top = torch.finfo(dtype).max
-    return x.clamp(-top, top).to(dtype)
+    return x.clamp(-top, top).to(DEV, dtype)
 
 
 def err(got, want):
     """|got - want| relative to the scale of want (its largest magnitude, at least 1e-30)"""
-    got, want = got.detach().double().numpy(), np.asarray(want, dtype=np.float64)
+    got, want = got.detach().double().cpu().numpy(), np.asarray(want, dtype=np.float64)
     if not np.isfinite(got).all():
         return math.inf
     return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
@@ -53,17 +55,17 @@ def err(got, want):
 
 def cases(backend, dtype, mag, g):
     """(name, kind, x, y, s, post, w, b): each op's output y of the norm of s (plus post for norm-then-add)"""
-    small = lambda: torch.randn(4, D, generator=g).to(dtype)  # noqa: E731
+    small = lambda: torch.randn(4, D, generator=g).to(DEV, dtype)  # noqa: E731
     for kind in ("layer", "rms"):
         # a row longer than one tile (the Triton kernels walk it in chunks; the C loops block their sums)
         W = 20000
-        w = (torch.rand(W, generator=g) + 0.5).requires_grad_()
+        w = (torch.rand(W, generator=g) + 0.5).to(DEV).requires_grad_()
         x = rows(mag, dtype, g, W).requires_grad_()
         norm = AF.layer_norm if kind == "layer" else AF.rms_norm
         yield "wide norm", kind, x, norm(x, (W,), w, eps=EPS, backend=backend), x, None, w, None
     for kind in ("layer", "rms"):
-        w = (torch.rand(D, generator=g) + 0.5).requires_grad_()
-        b = torch.randn(D, generator=g).requires_grad_() if kind == "layer" else None
+        w = (torch.rand(D, generator=g) + 0.5).to(DEV).requires_grad_()
+        b = torch.randn(D, generator=g).to(DEV).requires_grad_() if kind == "layer" else None
         x = rows(mag, dtype, g).requires_grad_()
         pb = {"bias": b} if kind == "layer" else {}
         norm = AF.layer_norm if kind == "layer" else AF.rms_norm
@@ -81,8 +83,10 @@ def cases(backend, dtype, mag, g):
         yield "parallel", kind, x, y, s, None, w, b
 
 
-def run(backend):
+def run(backend, device="cpu"):
     """{case: error} for every case whose error is above its tolerance"""
+    global DEV
+    DEV = device
     bad, n = {}, 0
     g = torch.Generator().manual_seed(0)
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
@@ -93,7 +97,7 @@ def run(backend):
                 s64 = oracle._f64(s)
                 norm = (oracle.layer_norm(s64, w, b, EPS) if kind == "layer" else oracle.rms_norm(s64, w, EPS))
                 want = norm if post is None else norm + oracle._f64(post)
-                dy = torch.randn(y.shape, generator=g).to(y.dtype)
+                dy = torch.randn(y.shape, generator=g).to(y.device, y.dtype)
                 w.grad = None
                 y.backward(dy)
                 if kind == "layer":
@@ -144,5 +148,15 @@ def test_other_backends_give_the_float64_answer_for_huge_rows(backend):
     ns = {}
     exec(compile(CHECK, "huge_rows_check", "exec"), ns)
     bad, n = ns["run"](backend)
+    assert n > 350
+    assert not bad, bad
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (the interpreter runs the "
+                    "Triton kernels on CPU tensors above)")
+def test_triton_on_a_gpu_gives_the_float64_answer_for_huge_rows():
+    ns = {}
+    exec(compile(CHECK, "huge_rows_check", "exec"), ns)
+    bad, n = ns["run"]("triton", "cuda")
     assert n > 350
     assert not bad, bad
