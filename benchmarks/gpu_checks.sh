@@ -4,10 +4,10 @@
 #   0. the mHC-lite probe (benchmarks/check_mhc_lite_gpu.py; T_PROBE, default 0: the CUDA tests cover it since
 #      the fix it found was verified);
 #   1. torch.compile warmed in parallel (T_WARM): the benchmarks' grid run by WARM_JOBS processes at once, each a
-#      slice of it, in the background while the tests run, their timings thrown away. torch.compile's compiled
-#      code lands in the inductor and Triton caches on disk, so the timed stages below compile from the cache.
-#      On an H200, compiling each cell's eager math was most of the timed stages' time (an mHC cell about a
-#      minute; 11 of 32 cells in 180 s), one cell after another on one core of 16;
+#      slice of it, their timings thrown away. torch.compile's compiled code lands in the inductor and Triton
+#      caches on disk, so the timed stages below compile from the cache. On an H200, compiling each cell's eager
+#      math was most of the timed stages' time (an mHC cell about a minute; 11 of 32 cells in 180 s), one cell
+#      after another on one core of 16. It runs alone: beside the tests (the third session) it starved them;
 #   2. the launch sweep (benchmarks/tune_gpu.py, T_TUNE, default 0; TUNE_SWEEPS picks the sweeps, default bwd_tile,
 #      the one not yet run on a GPU) -- its best settings, if run, are what the next stages run with
 #      (ADDNORM_TRITON_LAUNCH);
@@ -71,17 +71,17 @@ done
 for kind in layer rms; do
   for dt in float32 bfloat16; do slices+=("--ops add_norm $ADDNORM_ARGS --kinds $kind --dtypes $dt"); done
 done
-warm_pid=
-if [ "${T_WARM:-240}" -gt 0 ]; then
-  stage "torch.compile warm-up: ${#slices[@]} slices, ${WARM_JOBS:-10} at a time, in the background"
-  printf '%s\n' "${slices[@]}" | awk -v d="$warm_dir" '{print NR-1 "\t" $0 " --out " d "/" NR-1}' > "$warm_dir/slices.tsv"
+if [ "${T_WARM:-150}" -gt 0 ]; then
+  stage "torch.compile warm-up: ${#slices[@]} slices, ${WARM_JOBS:-8} at a time"
   # two compile workers each (inductor leaves compile_threads out of its cache key): 16 cores, not 16 a process
-  (cut -f2 "$warm_dir/slices.tsv" | TORCHINDUCTOR_COMPILE_THREADS=2 timeout "${T_WARM:-240}" \
-     xargs -P "${WARM_JOBS:-10}" -I{} \
-     sh -c 'python3 benchmarks/bench_gpu.py {} > /dev/null 2>&1 || echo "warm slice failed: {}"' \
-     > "$warm_dir/failed.txt" 2>&1) &
-  warm_pid=$!
+  printf '%s\n' "${slices[@]}" | awk -v d="$warm_dir" '{print $0 " --out " d "/" NR-1}' \
+    | TORCHINDUCTOR_COMPILE_THREADS=2 timeout "$(cap "${T_WARM:-150}")" xargs -P "${WARM_JOBS:-8}" -I{} \
+      sh -c 'python3 benchmarks/bench_gpu.py {} > /dev/null 2>&1 || echo "warm slice failed: {}"' >> "$log" 2>&1
+  rc=$?
+  pkill -f -- "--out $warm_dir/" 2>/dev/null  # timeout stops xargs, not the slices it started
+  stage "torch.compile warm-up: exit $rc$([ $rc -eq 124 ] && echo ' (out of time: the rest compile in the timed stages)')"
 fi
+rm -rf "$warm_dir"
 
 stage "launch sweep"
 run "$(cap "${T_TUNE:-0}")" "launch sweep" python3 benchmarks/tune_gpu.py --sweeps "${TUNE_SWEEPS:-bwd_tile}" --out "$OUT" \
@@ -101,13 +101,6 @@ run "$(cap "${T_TESTS:-200}")" "tests" python3 -m pytest -q -p no:cacheprovider 
   tests/kernels/test_triton_cuda.py tests/kernels/test_huge_rows.py::test_triton_on_a_gpu_gives_the_float64_answer_for_huge_rows \
   tests/frontier/test_frontier_cuda.py \
   >> "$log" 2>&1
-if [ -n "$warm_pid" ]; then
-  wait "$warm_pid"; rc=$?
-  pkill -f -- "--out $warm_dir/" 2>/dev/null  # timeout stops xargs, not the slices it started
-  stage "torch.compile warm-up: exit $rc$([ $rc -eq 124 ] && echo ' (out of time: the rest compile in the timed stages)')"
-  cat "$warm_dir/failed.txt" >> "$log"
-fi
-rm -rf "$warm_dir"
 stage "fused forms (ADDNORM_TRITON_LAUNCH=${ADDNORM_TRITON_LAUNCH:-defaults})"
 forms() {  # forms BUDGET NAME: the fused-forms table, resuming from its journal
   run "$1" "$2" python3 benchmarks/bench_gpu.py --ops "$FORMS_OPS" "${forms_args[@]}" --out "$OUT" > "$OUT/forms.txt" 2>&1

@@ -62,7 +62,7 @@ def _cpu_row(res, kind, dtype) -> str:
 
 def headline_table() -> str:
     """The README's table: one line per thing people ask about, each from its committed results file."""
-    cpu, gpu = _load("add_norm_tuned.json"), _load("add_norm_gpu.json")
+    cpu, gpu = _load("add_norm_tuned.json"), _load("add_norm_gpu_h200.json")
     lines = ["| what | result | measured on | `benchmarks/results/` |", "|---|---|---|---|"]
     # float32 only: the file's bfloat16 cells come from a later run (its conditions' note), and one line should
     # not mix two runs' copy floors
@@ -74,7 +74,7 @@ def headline_table() -> str:
             peers.append(_vs(c, "liger", "Liger"))
         lines.append(f"| Add & {NORM[kind]}, float32, 16384×8192, forward (Triton) | {c['addnorm']['median_ms']:.3f} ms: "
                      f"{', '.join(peers)}, {c['addnorm']['frac_of_floor']:.2f} of the copy floor | "
-                     f"{gpu['conditions']['gpu']} | `add_norm_gpu.json` |")
+                     f"{gpu['conditions']['gpu']} | `add_norm_gpu_h200.json` |")
     parity = _load("parity.json")
     name, g = next(iter(parity["gpt2_load"].items()))
     lines.append(f"| HF GPT-2 ({name.split('(')[-1].rstrip(')')}) loaded into addnorm's GPT | max \\|logits − HF\\| "

@@ -42,6 +42,12 @@ def test_docs_show_the_committed_gpu_session():
     assert gpu_forms.markdown([OpRow(**r) for r in forms["rows"]]) in docs
     second = json.loads((ROOT / "benchmarks" / "results" / "fused_forms_gpu_defaults.json").read_text())
     assert gpu_forms.markdown([OpRow(**r) for r in second["rows"]]) in docs  # the second session's cells
+    third = json.loads((ROOT / "benchmarks" / "results" / "fused_forms_gpu_third.json").read_text())
+    assert gpu_forms.markdown([OpRow(**r) for r in third["rows"]]) in docs  # the third session's cells
+    from addnorm.bench.report import markdown_table
+
+    h200 = json.loads((ROOT / "benchmarks" / "results" / "add_norm_gpu_h200.json").read_text())
+    assert markdown_table(h200["rows"]) in docs  # Add & Norm on the H200
     assert {(r["op"], r["dtype"], r["mode"]) for r in second["repeat_rows"]} == {
         (r["op"], r["dtype"], r["mode"]) for r in second["rows"]}
     tune_dir = ROOT / "benchmarks" / "results" / "gpu_tune"
