@@ -1,7 +1,8 @@
-"""Norm-then-add's CPU forward writes its rows a chunk (512 values) at a time, fetching the next row's chunk before
-each: every width around the chunk's, every row of a call, row strides wider than the row, float32 and bfloat16
-outputs, and streamed outputs (non-temporal stores through scratch), against a float64 oracle -- each chunk's
-offsets into x, the residual, the weight, the bias and the output must line up, or a row comes out shifted."""
+"""Norm-then-add's CPU forward, and the float32 parallel forms', write their rows a chunk (512 values) at a time,
+fetching the next row's chunk before each: every width around the chunk's, every row of a call, row strides wider
+than the row, float32 and bfloat16 outputs, one and two norms of the parallel stream, and streamed outputs
+(non-temporal stores through scratch), against a float64 oracle -- each chunk's offsets into x, the residual, the
+weights, the biases and the outputs must line up, or a row comes out shifted."""
 
 import os
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from addnorm.functional import layer_norm_add, rms_norm_add
+from addnorm.functional import layer_norm_add, parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add
 from tests.backends import KERNELS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,47 +22,59 @@ WIDTHS = (1, 511, 512, 513, 1031, 1536, 2049)
 TOL = {torch.float32: (2e-5, 1e-5), torch.bfloat16: (3e-2, 1.6e-2)}
 
 
-def _oracle(kind, x, r, w, b, eps):
-    x, r, w = x.double(), r.double(), w.double()
+def _norm64(kind, s, w, b, eps):
+    s, w = s.double(), w.double()
     if kind == "layer":
-        mean = x.mean(-1, keepdim=True)
-        y = (x - mean) / torch.sqrt(((x - mean) ** 2).mean(-1, keepdim=True) + eps) * w + b.double()
-    else:
-        y = x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w
-    return r + y
+        mean = s.mean(-1, keepdim=True)
+        return (s - mean) / torch.sqrt(((s - mean) ** 2).mean(-1, keepdim=True) + eps) * w + b.double()
+    return s / torch.sqrt((s * s).mean(-1, keepdim=True) + eps) * w
 
 
-def _mismatches(kind, dtype, D, strided):
+def _mismatches(form, kind, dtype, D, strided):
+    """The first few (output, row, column) off the oracle: norm-then-add's r + norm(x); the parallel forms' stream
+    s = r + x + x2 and the norm (or both norms) of the stream they returned."""
     g = torch.Generator().manual_seed(D)
     N = 6  # several rows: each but the last fetches its successor
     cols = D + 5 if strided else D
-    x = (torch.randn(N, cols, generator=g) * 2 + 0.5).to(dtype)[:, :D]
+    x, x2 = ((torch.randn(N, cols, generator=g) * 2 + 0.5).to(dtype)[:, :D] for _ in range(2))
     r = torch.randn(N, cols, generator=g).to(dtype)[:, :D]
-    w = torch.randn(D, generator=g).to(dtype)
-    b = torch.randn(D, generator=g).to(dtype)
-    if kind == "layer":
-        out = layer_norm_add(x, r, D, w, b, 1e-5, backend="cpu")
+    w, b, w2, b2 = (torch.randn(D, generator=g).to(dtype) for _ in range(4))
+    eps, bias = 1e-5, {"bias": b} if kind == "layer" else {}
+    if form == "norm_add":
+        fn = layer_norm_add if kind == "layer" else rms_norm_add
+        got = {"y": fn(x, r, D, w, eps=eps, backend="cpu", **bias)}
+        want = {"y": r.double() + _norm64(kind, x, w, b, eps)}
     else:
-        out = rms_norm_add(x, r, D, w, 1e-5, backend="cpu")
-    want = _oracle(kind, x, r, w, b, 1e-5)
+        fn = parallel_add_layer_norm if kind == "layer" else parallel_add_rms_norm
+        two = {"weight2": w2, **({"bias2": b2} if kind == "layer" else {})} if form == "parallel2" else {}
+        y, y2, st = fn(x, x2, r, D, w, eps=eps, backend="cpu", **bias, **two)
+        got = {"y": y, "s": st, **({"y2": y2} if form == "parallel2" else {})}
+        want = {"y": _norm64(kind, st, w, b, eps), "s": r.double() + x.double() + x2.double()}
+        if form == "parallel2":
+            want["y2"] = _norm64(kind, st, w2, b2, eps)
     atol, rtol = TOL[dtype]
-    bad = ~torch.isclose(out.double(), want, atol=atol * 8, rtol=rtol)
-    return [(row, col) for row, col in bad.nonzero().tolist()][:3]
+    bad = []
+    for name, out in got.items():
+        off = ~torch.isclose(out.double(), want[name], atol=atol * 8, rtol=rtol)
+        bad += [(name, row, col) for row, col in off.nonzero().tolist()]
+    return bad[:3]
 
 
-CASES = [(k, dt, D, s) for k in ("layer", "rms") for dt in (torch.float32, torch.bfloat16) for D in WIDTHS
-         for s in (False, True)]
+# the parallel forms chunk their float32 outputs only (bfloat16 keeps the whole-row prefetch), but both are checked
+CASES = [(f, k, dt, D, s) for f in ("norm_add", "parallel", "parallel2") for k in ("layer", "rms")
+         for dt in (torch.float32, torch.bfloat16) for D in WIDTHS for s in (False, True)]
 
 
 def test_every_chunk_of_every_row_is_the_oracles():
-    bad = {f"{k} {dt} D={D} strided={s}": m for k, dt, D, s in CASES if (m := _mismatches(k, dt, D, s))}
-    assert not bad, f"rows off the float64 oracle at (row, column): {bad}"
+    bad = {f"{f} {k} {dt} D={D} strided={s}": m for f, k, dt, D, s in CASES if (m := _mismatches(f, k, dt, D, s))}
+    assert not bad, f"rows off the float64 oracle at (output, row, column): {bad}"
 
 
 def test_streamed_outputs_too():
     """ADDNORM_CPU_NT_BYTES=0: every output streamed through scratch (the threshold is read once, so in a subprocess)."""
     code = ("from tests.kernels.test_fused_row_chunks import CASES, _mismatches\n"
-            "bad = {f'{k} {dt} D={D} strided={s}': m for k, dt, D, s in CASES if (m := _mismatches(k, dt, D, s))}\n"
+            "bad = {f'{f} {k} {dt} D={D} strided={s}': m for f, k, dt, D, s in CASES\n"
+            "       if (m := _mismatches(f, k, dt, D, s))}\n"
             "print(bad)\nraise SystemExit(1 if bad else 0)\n")
     env = dict(os.environ, ADDNORM_CPU_NT_BYTES="0")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,

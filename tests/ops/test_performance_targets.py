@@ -54,7 +54,10 @@ def _cells(path: Path, isa: str) -> dict:
 
 def runs() -> list[Path]:
     """The machine's runs (1, 2, ...): each one ``addnorm bench`` per instruction-set path."""
-    return sorted((d for d in MACHINE.iterdir() if d.is_dir()), key=lambda d: int(d.name))
+    dirs = [d for d in MACHINE.iterdir() if d.is_dir()]
+    stray = [d.name for d in dirs if not d.name.isdigit()]
+    assert not stray, f"{MACHINE.relative_to(ROOT)} holds runs numbered 1, 2, ...; not {stray}"
+    return sorted(dirs, key=lambda d: int(d.name))
 
 
 def measured() -> dict:
@@ -174,6 +177,18 @@ def test_each_path_was_measured_on_its_instruction_set_and_the_docs_name_the_mac
                 processors.add(cond["processor"])
     assert len(processors) == 1, f"the table's cells come from more than one machine: {processors}"
     assert processors.pop() in section, "docs/performance.md's targets section does not name the CPU measured"
+
+
+def test_every_run_holds_both_paths_and_every_cell_three_runs():
+    """A run is one bench per path, both files each (a missing file once went unread without a word), and a cell
+    judged on its median needs three runs at least: one run's fraction of a moving floor decides nothing."""
+    for run in runs():
+        for sub, _, _ in PATHS:
+            for name in FILES:
+                assert (run / sub / name).is_file(), f"{(run / sub / name).relative_to(ROOT)} is missing"
+    few = {f"{k} {mode} {fig}": len(v) for k, figs in measured().items() for (mode, fig), v in figs.items()
+           if len(v) < 3}
+    assert not few, f"cells from fewer than three runs: {dict(list(few.items())[:5])}"
 
 
 def test_the_docs_claim_no_target_met_that_the_table_misses():
