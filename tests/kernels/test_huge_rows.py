@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import addnorm
-from tests.backends import NO_TRITON, TRITON
+from tests.backends import HAVE_TRITON, NO_TRITON, TRITON
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -154,7 +154,11 @@ def test_other_backends_give_the_float64_answer_for_huge_rows(backend):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (the interpreter runs the "
                     "Triton kernels on CPU tensors above)")
+@pytest.mark.skipif(not HAVE_TRITON, reason=NO_TRITON)
 def test_triton_on_a_gpu_gives_the_float64_answer_for_huge_rows():
+    from addnorm.kernels.triton import availability
+
+    assert not availability().interpreted, "TRITON_INTERPRET is set: this check is of the compiled kernels"
     ns = {}
     exec(compile(CHECK, "huge_rows_check", "exec"), ns)
     bad, n = ns["run"]("triton", "cuda")
