@@ -111,11 +111,15 @@ static inline void AN_FN(prefetch_chunk)(const void *a, const void *b, const voi
 }
 
 /* Ask for [p, p + bytes) into L2 (prefetcht1), a line at a time: the row or token AN_PF_AHEAD ahead of the
- * one being worked on, in one-pass loops (DyT / Derf both ways, the stream read) and the backward of the fused
- * forms (bf16) and of the stream write (bf16). Same
+ * one being worked on, in one-pass loops (DyT / Derf's backward in both dtypes, the stream read) and the
+ * backward of the fused forms (bf16) and of the stream write (bf16). Same
  * cause: on the 2-core Xeon, caches flushed before each call, the bf16 stream read at 8192 tokens x 4 x 1024
  * took 4.93 ms without it and 3.80 ms with it (1, 2, 4 or 8 tokens ahead alike; prefetchnta was 2-3x slower).
- * The stream write's forward is left out: float32 lost 10 % and bf16 gained nothing. NULL: nothing. */
+ * The stream write's forward takes none (float32 lost 10 % with it, bf16 gained nothing). On the AMD EPYC the
+ * bf16 forwards of DyT / Derf and of the stream write ask for the next row or token in pieces instead, as
+ * norm-then-add does (prefetch_chunk): DyT / Derf 0.92-0.99 of the time, the stream write 0.80-0.90 (A/B of the
+ * builds, three alternating rounds; the journal has the table); the stream read lost 15-32 % that way and keeps
+ * this. NULL: nothing. */
 #define AN_PF_AHEAD 2
 static inline void AN_FN(prefetch_span)(const void *p, size_t bytes) {
     if (!p) return;
