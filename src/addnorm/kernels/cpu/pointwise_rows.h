@@ -174,41 +174,33 @@ static inline __attribute__((always_inline)) void AN_FN(pw_fwd_rows_bf16_body)(c
         uint16_t *y_row = (uint16_t *)a->y + r * D;
         uint16_t *restrict d = a->nt ? o16 : y_row;
         /* the next row's inputs, a chunk at a time before each chunk of this one (see prefetch_chunk) */
-        const uint16_t *nx = r + 1 < r1 ? x + a->x_rs : NULL;
-        const uint16_t *nr = r + 1 < r1 && a->res ? (const uint16_t *)a->res + (r + 1) * a->res_rs : NULL;
-        if (a->res) {
-            const uint16_t *restrict rv = (const uint16_t *)a->res + r * a->res_rs;
-            uint16_t *s_row = a->s_out ? (uint16_t *)a->s_out + r * D : NULL;
-            uint16_t *restrict so = (s_row && !a->nt) ? s_row : s16;
-            for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
-                const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
-                AN_FN(prefetch_chunk)(nx, nr, NULL, c0, D, 2);
-                if (dyt)
-                    for (int64_t i = c0; i < c1; i++) {
-                        float v = an_bf16_round_nf(an_bf16_to_f32(x[i]) + an_bf16_to_f32(rv[i]));
-                        so[i] = (uint16_t)(an_f32_bits(v) >> 16);
-                        d[i] = AN_TO_BF16(nf, w[i] * AN_FN(tanh_bf)(al * v + sh) + b[i]);
-                    }
-                else
-                    for (int64_t i = c0; i < c1; i++) {
-                        float v = an_bf16_round_nf(an_bf16_to_f32(x[i]) + an_bf16_to_f32(rv[i]));
-                        so[i] = (uint16_t)(an_f32_bits(v) >> 16);
-                        d[i] = AN_TO_BF16(nf, w[i] * AN_FN(erf_bf)(al * v + sh) + b[i]);
-                    }
-            }
-            if (s_row && a->nt) AN_FN(stream_bytes)(s_row, s16, (size_t)D * 2);
-        } else {
-            for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
-                const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
-                AN_FN(prefetch_chunk)(nx, NULL, NULL, c0, D, 2);
-                if (dyt)
-                    for (int64_t i = c0; i < c1; i++)
-                        d[i] = AN_TO_BF16(nf, w[i] * AN_FN(tanh_bf)(al * an_bf16_to_f32(x[i]) + sh) + b[i]);
-                else
-                    for (int64_t i = c0; i < c1; i++)
-                        d[i] = AN_TO_BF16(nf, w[i] * AN_FN(erf_bf)(al * an_bf16_to_f32(x[i]) + sh) + b[i]);
-            }
+        const uint16_t *restrict rv = a->res ? (const uint16_t *)a->res + r * a->res_rs : NULL;
+        const uint16_t *nx = r + 1 < r1 ? x + a->x_rs : NULL, *nr = r + 1 < r1 && rv ? rv + a->res_rs : NULL;
+        uint16_t *s_row = a->res && a->s_out ? (uint16_t *)a->s_out + r * D : NULL;
+        uint16_t *restrict so = (s_row && !a->nt) ? s_row : s16;
+        for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
+            const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
+            AN_FN(prefetch_chunk)(nx, nr, NULL, c0, D, 2);
+            if (rv && dyt)
+                for (int64_t i = c0; i < c1; i++) {
+                    float v = an_bf16_round_nf(an_bf16_to_f32(x[i]) + an_bf16_to_f32(rv[i]));
+                    so[i] = (uint16_t)(an_f32_bits(v) >> 16);
+                    d[i] = AN_TO_BF16(nf, w[i] * AN_FN(tanh_bf)(al * v + sh) + b[i]);
+                }
+            else if (rv)
+                for (int64_t i = c0; i < c1; i++) {
+                    float v = an_bf16_round_nf(an_bf16_to_f32(x[i]) + an_bf16_to_f32(rv[i]));
+                    so[i] = (uint16_t)(an_f32_bits(v) >> 16);
+                    d[i] = AN_TO_BF16(nf, w[i] * AN_FN(erf_bf)(al * v + sh) + b[i]);
+                }
+            else if (dyt)
+                for (int64_t i = c0; i < c1; i++)
+                    d[i] = AN_TO_BF16(nf, w[i] * AN_FN(tanh_bf)(al * an_bf16_to_f32(x[i]) + sh) + b[i]);
+            else
+                for (int64_t i = c0; i < c1; i++)
+                    d[i] = AN_TO_BF16(nf, w[i] * AN_FN(erf_bf)(al * an_bf16_to_f32(x[i]) + sh) + b[i]);
         }
+        if (s_row && a->nt) AN_FN(stream_bytes)(s_row, s16, (size_t)D * 2);
         if (a->nt) AN_FN(stream_bytes)(y_row, o16, (size_t)D * 2);
     }
 }
