@@ -244,12 +244,16 @@ typedef struct {
  * The three are filled on first use (AN_ONES etc.), not per task: a loop that never reads them leaves their pages
  * untouched, so one very wide row does not cost three more row-sizes of memory. */
 enum { AN_CONST_ONES = 0, AN_CONST_ZEROS = 1, AN_CONST_NZEROS = 2 };
-/* mHC's per-tile buffers (a tile of AN_MHC_TILE tokens' projections z and their gradients dz) and Sinkhorn's rounds
- * kept for its backward: 25 KiB, in the task's scratch block, not on the stack of a thread that may have 32 KiB */
+/* mHC's per-tile buffers (a tile of AN_MHC_TILE tokens' projections z and their gradients dz, their logits and maps,
+ * and Sinkhorn's rounds that a backward recomputes): 92 KiB, in the task's scratch block, not on the stack of a
+ * thread that may have 32 KiB. Four tokens: Sinkhorn-Knopp runs a tile's tokens in the lanes of a 4-wide vector */
 #define AN_MHC_TILE 4
 #define AN_MHC_SINKHORN_FLOATS ((1 + AN_MHC_MAX_ITERS) * AN_STREAM_MAX_N * AN_STREAM_MAX_N + \
                                 2 * AN_MHC_MAX_ITERS * AN_STREAM_MAX_N)
-#define AN_MHC_SCRATCH_FLOATS (2 * AN_MHC_TILE * AN_MHC_MAX_M + AN_MHC_SINKHORN_FLOATS)
+/* z, dz, the logits and mHC-lite's weights (AN_MHC_MAX_M a token), H_res, dL and transposed logits (n^2 a token)
+ * and the rounds, for each token of a tile */
+#define AN_MHC_SCRATCH_FLOATS (AN_MHC_TILE * (4 * AN_MHC_MAX_M + 3 * AN_STREAM_MAX_N * AN_STREAM_MAX_N + \
+                                              AN_MHC_SINKHORN_FLOATS))
 typedef struct {
     float *r[12]; /* r[6..9]: a block of rows' float32 parameter-gradient sums (backward) */
     float *consts[3]; /* ones, zeros, nzeros: read them through AN_ONES, AN_ZEROS, AN_NZEROS */

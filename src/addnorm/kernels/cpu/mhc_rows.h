@@ -242,6 +242,108 @@ static void AN_FN(mhc_sinkhorn_backward)(const float *dout, int n, int iters, fl
     for (int e = 0; e < nn; e++) dL[e] = G[e] * st[e]; /* M0 = exp(L - column max) */
 }
 
+/* Sinkhorn-Knopp for the tokens of a tile at once, one per lane of a 4-wide vector (lanes past `lanes` repeat
+ * the first token; their results are dropped): per lane the operations of mhc_sinkhorn, in its order, so that the
+ * rounds a forward keeps and those a backward recomputes are the same bits. The divisions were most of its time
+ * one token at a time (2 n^2 a round). L[b], out[b], st[b]: token b's logits, H_res and rounds (st NULL: none). */
+#ifndef AN_V4_DEFINED
+#define AN_V4_DEFINED
+typedef float an_v4 __attribute__((vector_size(16)));
+_Static_assert(AN_MHC_TILE == 4, "mhc_sinkhorn_tile runs a tile's tokens in the 4 lanes of an_v4");
+#endif
+static inline __attribute__((always_inline)) void AN_FN(mhc_sinkhorn_tile_n)(const float *const *L, int lanes,
+                                                                             const int n, int iters, float eps,
+                                                                             float *const *out, float *const *st) {
+    const int nn = n * n;
+    an_v4 M[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
+    for (int b = 0; b < AN_MHC_TB; b++) { /* exp after each column's max, as mhc_sinkhorn */
+        const float *l = L[b < lanes ? b : 0];
+        float mx[AN_STREAM_MAX_N];
+        for (int j = 0; j < n; j++) {
+            float v = l[j];
+            for (int i = 1; i < n; i++) v = (l[i * n + j] > v || l[i * n + j] != l[i * n + j]) ? l[i * n + j] : v;
+            mx[j] = iters ? v : 0.0f;
+        }
+        for (int e = 0; e < nn; e++) M[e][b] = expf(l[e] - mx[e % n]);
+    }
+    if (st)
+        for (int b = 0; b < lanes; b++)
+            for (int e = 0; e < nn; e++) st[b][e] = M[e][b];
+    for (int it = 0; it < iters; it++) {
+        an_v4 c[AN_STREAM_MAX_N], r[AN_STREAM_MAX_N];
+        for (int j = 0; j < n; j++) {
+            an_v4 s = M[j];
+            for (int i = 1; i < n; i++) s += M[i * n + j];
+            c[j] = it ? s + eps : s;
+        }
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++) M[i * n + j] /= c[j];
+        if (st)
+            for (int b = 0; b < lanes; b++)
+                for (int e = 0; e < nn; e++) st[b][nn + (size_t)it * (nn + 2 * n) + e] = M[e][b];
+        if (it == 0 && eps != 0.0f)
+            for (int e = 0; e < nn; e++) M[e] += eps;
+        for (int i = 0; i < n; i++) {
+            an_v4 s = M[i * n];
+            for (int j = 1; j < n; j++) s += M[i * n + j];
+            r[i] = s + eps;
+        }
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++) M[i * n + j] /= r[i];
+        if (st)
+            for (int b = 0; b < lanes; b++) {
+                float *rc = st[b] + nn + (size_t)it * (nn + 2 * n) + nn;
+                for (int i = 0; i < n; i++) rc[i] = r[i][b], rc[n + i] = c[i][b];
+            }
+    }
+    for (int b = 0; b < lanes; b++)
+        for (int e = 0; e < nn; e++) out[b][e] = M[e][b];
+}
+
+static void AN_FN(mhc_sinkhorn_tile)(const float *const *L, int lanes, int n, int iters, float eps, float *const *out,
+                                     float *const *st) {
+    if (n == 4) AN_FN(mhc_sinkhorn_tile_n)(L, lanes, 4, iters, eps, out, st); /* the common n, unrolled */
+    else AN_FN(mhc_sinkhorn_tile_n)(L, lanes, n, iters, eps, out, st);
+}
+
+/* mhc_sinkhorn_backward for the tokens of a tile at once, one per lane (as mhc_sinkhorn_tile): dout[b], st[b] and
+ * dL[b] are token b's */
+static inline __attribute__((always_inline)) void AN_FN(mhc_sinkhorn_backward_tile_n)(
+    const float *const *dout, int lanes, const int n, int iters, float eps, const float *const *st, float *const *dL) {
+    const int nn = n * n;
+    an_v4 G[AN_STREAM_MAX_N * AN_STREAM_MAX_N], A[AN_STREAM_MAX_N * AN_STREAM_MAX_N], r[AN_STREAM_MAX_N],
+        c[AN_STREAM_MAX_N];
+    for (int b = 0; b < AN_MHC_TB; b++)
+        for (int e = 0; e < nn; e++) G[e][b] = dout[b < lanes ? b : 0][e];
+    for (int it = iters - 1; it >= 0; it--) {
+        const size_t off = (size_t)nn + (size_t)it * (nn + 2 * n);
+        for (int b = 0; b < AN_MHC_TB; b++) {
+            const float *Ab = st[b < lanes ? b : 0] + off;
+            for (int e = 0; e < nn; e++) A[e][b] = Ab[e];
+            for (int i = 0; i < n; i++) r[i][b] = Ab[nn + i], c[i][b] = Ab[nn + n + i];
+        }
+        const float e0 = it == 0 ? eps : 0.0f;
+        for (int i = 0; i < n; i++) {
+            an_v4 s = G[i * n] * ((A[i * n] + e0) / r[i]);
+            for (int k = 1; k < n; k++) s += G[i * n + k] * ((A[i * n + k] + e0) / r[i]);
+            for (int j = 0; j < n; j++) G[i * n + j] = (G[i * n + j] - s) / r[i];
+        }
+        for (int j = 0; j < n; j++) {
+            an_v4 s = G[j] * A[j];
+            for (int k = 1; k < n; k++) s += G[k * n + j] * A[k * n + j];
+            for (int i = 0; i < n; i++) G[i * n + j] = (G[i * n + j] - s) / c[j];
+        }
+    }
+    for (int b = 0; b < lanes; b++)
+        for (int e = 0; e < nn; e++) dL[b][e] = G[e][b] * st[b][e];
+}
+
+static void AN_FN(mhc_sinkhorn_backward_tile)(const float *const *dout, int lanes, int n, int iters, float eps,
+                                              const float *const *st, float *const *dL) {
+    if (n == 4) AN_FN(mhc_sinkhorn_backward_tile_n)(dout, lanes, 4, iters, eps, st, dL);
+    else AN_FN(mhc_sinkhorn_backward_tile_n)(dout, lanes, n, iters, eps, st, dL);
+}
+
 /* H_res's n x n logits from lg + 2n (row-major), transposed where the convention says so */
 static const float *AN_FN(mhc_res_logits)(const an_mhc_args *a, const float *lg, float *tmp) {
     const int n = a->n;
@@ -261,26 +363,33 @@ static void AN_FN(mhc_gates)(const an_mhc_args *a, const float *lg, float *hp, f
     for (int i = 0; i < n; i++) hpo[i] = a->post_scale * AN_FN(mhc_sigmoid)(lg[n + i]) + a->post_eps;
 }
 
-/* the coefficient maps of one token: logits (m) -> H_pre, H_post, H_res (those of its groups); st (when not
- * NULL, groups 3): Sinkhorn's rounds */
-static void AN_FN(mhc_maps)(const an_mhc_args *a, const float *lg, float *hp, float *hpo, float *hr, float *st,
-                            float *w) {
+/* the coefficient maps of a tile's nt tokens: logits lg[b] (m) -> H_pre hp[b], H_post hpo[b], H_res hr[b] (those of
+ * its groups); Sinkhorn-Knopp for the tile at once (mhc_sinkhorn_tile), its rounds into st[b] (st NULL: not kept);
+ * mHC-lite's softmax weights into w[b] (its backward reads them) */
+static void AN_FN(mhc_maps_tile)(const an_mhc_args *a, const float *const *lg, int nt, float *const *hp,
+                                 float *const *hpo, float *const *hr, float *const *st, float *const *w,
+                                 float *ltmp) {
     const int n = a->n, r = a->r;
-    AN_FN(mhc_gates)(a, lg, hp, hpo);
+    for (int b = 0; b < nt; b++) AN_FN(mhc_gates)(a, lg[b], hp[b], hpo[b]);
     if (a->groups < 3) return;
     if (a->perm == NULL) {
-        float lt[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
-        AN_FN(mhc_sinkhorn)(AN_FN(mhc_res_logits)(a, lg, lt), n, a->iters, a->res_eps, hr, st);
+        const float *L[AN_MHC_TB];
+        for (int b = 0; b < nt; b++) L[b] = AN_FN(mhc_res_logits)(a, lg[b], ltmp + b * AN_STREAM_MAX_N * AN_STREAM_MAX_N);
+        AN_FN(mhc_sinkhorn_tile)(L, nt, n, a->iters, a->res_eps, hr, st);
         return;
     }
-    float mx = lg[2 * n];
-    for (int k = 1; k < r; k++) mx = lg[2 * n + k] > mx ? lg[2 * n + k] : mx;
-    float s = 0.0f;
-    for (int k = 0; k < r; k++) s += (w[k] = expf(lg[2 * n + k] - mx));
-    for (int k = 0; k < r; k++) w[k] /= s;
-    memset(hr, 0, sizeof(float) * (size_t)(n * n));
-    for (int k = 0; k < r; k++)
-        for (int i = 0; i < n; i++) hr[i * n + a->perm[k * n + i]] += w[k];
+    for (int b = 0; b < nt; b++) {
+        const float *l = lg[b] + 2 * n;
+        float *wb = w[b], *h = hr[b];
+        float mx = l[0];
+        for (int k = 1; k < r; k++) mx = l[k] > mx ? l[k] : mx;
+        float s = 0.0f;
+        for (int k = 0; k < r; k++) s += (wb[k] = expf(l[k] - mx));
+        for (int k = 0; k < r; k++) wb[k] /= s;
+        memset(h, 0, sizeof(float) * (size_t)(n * n));
+        for (int k = 0; k < r; k++)
+            for (int i = 0; i < n; i++) h[i * n + a->perm[k * n + i]] += wb[k];
+    }
 }
 
 /* WFWD: token t's X' = the write of its stream, into v (K floats: the values as stored, in float32) and a->x2.
@@ -348,19 +457,31 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
     const size_t es = an_elem_size(a->dt);
     const int nn = n * n;
     const int64_t S = AN_MHC_STATE(n, a->iters);
-    /* the tile's projections and their gradients, and Sinkhorn's rounds recomputed for a backward that was not
-     * handed the forward's: in the task's scratch (sc->mhc, AN_MHC_SCRATCH_FLOATS), as they would take 25 KiB of
-     * the stack */
+    /* the tile's projections and their gradients, its tokens' logits, mHC-lite's weights, H_res (and dL) where no
+     * output takes it, and Sinkhorn's rounds recomputed for a backward that was not handed the forward's: in the
+     * task's scratch (sc->mhc, AN_MHC_SCRATCH_FLOATS), as they would take 90 KiB of the stack */
     float *restrict z = sc->mhc, *restrict dz = z + AN_MHC_TB * AN_MHC_MAX_M;
-    float lg[AN_MHC_MAX_M], w[AN_MHC_MAX_M], hp[AN_STREAM_MAX_N], hpo[AN_STREAM_MAX_N],
-        hr[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
+    float *lgs = dz + AN_MHC_TB * AN_MHC_MAX_M, *ws = lgs + AN_MHC_TB * AN_MHC_MAX_M,
+          *hrs = ws + AN_MHC_TB * AN_MHC_MAX_M, *dls = hrs + AN_MHC_TB * AN_STREAM_MAX_N * AN_STREAM_MAX_N,
+          *lts = dls + AN_MHC_TB * AN_STREAM_MAX_N * AN_STREAM_MAX_N,
+          *sts = lts + AN_MHC_TB * AN_STREAM_MAX_N * AN_STREAM_MAX_N;
+    float hpv[AN_MHC_TB][AN_STREAM_MAX_N], hpov[AN_MHC_TB][AN_STREAM_MAX_N];
+    float *lg[AN_MHC_TB], *w[AN_MHC_TB], *hp[AN_MHC_TB], *hpo[AN_MHC_TB], *hr[AN_MHC_TB], *dL[AN_MHC_TB],
+        *stb[AN_MHC_TB];
+    const float *rounds[AN_MHC_TB];
     const int bwd = a->op == AN_MHC_BWD || a->op == AN_MHC_WBWD;
-    float *st = a->groups == 3 && a->perm == NULL && bwd ? dz + AN_MHC_TB * AN_MHC_MAX_M : NULL,
-          *tmp = sc->r[8];
+    const int sinkhorn = a->groups == 3 && a->perm == NULL;
+    float *tmp = sc->r[8];
     float *dphi = bwd ? a->dphi_part + (size_t)chunk * (size_t)K * (size_t)mp : NULL;
     if (dphi) memset(dphi, 0, sizeof(float) * (size_t)K * (size_t)mp);
     AN_FN(mhc_project_fn) project = AN_FN(mhc_project_for)(mp);
     AN_FN(mhc_dphi_fn) add_dphi = AN_FN(mhc_dphi_for)(mp);
+    for (int b = 0; b < AN_MHC_TB; b++) {
+        lg[b] = lgs + b * AN_MHC_MAX_M;
+        w[b] = ws + b * AN_MHC_MAX_M;
+        dL[b] = dls + b * AN_STREAM_MAX_N * AN_STREAM_MAX_N;
+        stb[b] = sts + (size_t)b * AN_MHC_SINKHORN_FLOATS;
+    }
     for (int64_t t0 = r0; t0 < r1; t0 += AN_MHC_TB) {
         const int nt = (int)(r1 - t0 < AN_MHC_TB ? r1 - t0 : AN_MHC_TB);
         const float *v[AN_MHC_TB];
@@ -369,6 +490,15 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
             if (b >= nt) v[b] = v[nt - 1];
             else if (a->op == AN_MHC_WFWD) AN_FN(mhc_write)(a, t, sc->r[b], sc), v[b] = sc->r[b];
             else v[b] = AN_FN(f32_row)((const char *)a->x + t * K * es, a->dt, sc->r[b], K);
+        }
+        /* the tile's maps: H_pre and H_post where the outputs take them (or the backward's own rows), H_res into
+         * its output or scratch */
+        for (int b = 0; b < nt; b++) {
+            const int64_t t = t0 + b;
+            const int fw = !bwd;
+            hp[b] = fw ? a->h_pre + t * n : hpv[b];
+            hpo[b] = fw && a->groups > 1 ? a->h_post + t * n : hpov[b];
+            hr[b] = fw && a->groups > 2 ? a->h_res + t * nn : hrs + b * AN_STREAM_MAX_N * AN_STREAM_MAX_N;
         }
         if (!bwd) {
             project(v, a->phi, K, z);
@@ -379,18 +509,40 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
                 float *p = a->p + t * m;
                 for (int j = 0; j < m; j++) {
                     p[j] = z[b * mp + j] * rs;
-                    lg[j] = a->a[j < n ? 0 : j < 2 * n ? 1 : 2] * p[j] + a->bias[j];
+                    lg[b][j] = a->a[j < n ? 0 : j < 2 * n ? 1 : 2] * p[j] + a->bias[j];
                 }
-                AN_FN(mhc_maps)(a, lg, a->h_pre + t * n, a->groups > 1 ? a->h_post + t * n : hpo,
-                                a->groups > 2 ? a->h_res + t * nn : hr,
-                                a->st && a->groups > 2 ? a->st + t * S : NULL, w);
-                const float *hpt = a->h_pre + t * n;
-                for (int i = 0; i < n; i++) AN_FN(axpy)(tmp, v[b] + (int64_t)i * C, hpt[i], C, i == 0);
+            }
+            float *kept[AN_MHC_TB];
+            for (int b = 0; b < nt; b++) kept[b] = a->st ? a->st + (t0 + b) * S : NULL;
+            AN_FN(mhc_maps_tile)(a, (const float *const *)lg, nt, hp, hpo, hr, a->st && sinkhorn ? kept : NULL, w,
+                                 lts);
+            for (int b = 0; b < nt; b++) {
+                const int64_t t = t0 + b;
+                for (int i = 0; i < n; i++) AN_FN(axpy)(tmp, v[b] + (int64_t)i * C, hp[b][i], C, i == 0);
                 AN_FN(put_row)((char *)a->h + t * C * es, tmp, C, a->dt, a->nt, sc->r[9]);
             }
             continue;
         }
-        /* backward */
+        /* backward: the tile's logits, gates and Sinkhorn's rounds (the forward's, or recomputed here for the tile at
+         * once), then dlogits of H_res through every round for the tile at once */
+        for (int b = 0; b < nt; b++) {
+            const float *p = a->p_in + (t0 + b) * m;
+            for (int j = 0; j < m; j++) lg[b][j] = a->a[j < n ? 0 : j < 2 * n ? 1 : 2] * p[j] + a->bias[j];
+        }
+        if (a->st_in) {
+            for (int b = 0; b < nt; b++) {
+                AN_FN(mhc_gates)(a, lg[b], hp[b], hpo[b]);
+                rounds[b] = a->st_in + (t0 + b) * S;
+            }
+        } else {
+            AN_FN(mhc_maps_tile)(a, (const float *const *)lg, nt, hp, hpo, hr, sinkhorn ? stb : NULL, w, lts);
+            for (int b = 0; b < nt; b++) rounds[b] = stb[b];
+        }
+        if (sinkhorn && a->dh_res) {
+            const float *G[AN_MHC_TB] = {0};
+            for (int b = 0; b < nt; b++) G[b] = a->dh_res + (t0 + b) * nn;
+            AN_FN(mhc_sinkhorn_backward_tile)(G, nt, n, a->iters, a->res_eps, rounds, dL);
+        }
         float *dx[AN_MHC_TB];
         for (int b = 0; b < AN_MHC_TB; b++) dx[b] = sc->r[4 + b];
         memset(dz, 0, sizeof(float) * (size_t)(AN_MHC_TB * mp));
@@ -398,24 +550,16 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
             const int64_t t = t0 + b;
             const float rs = a->rstd_in[t];
             const float *p = a->p_in + t * m;
-            for (int j = 0; j < m; j++) lg[j] = a->a[j < n ? 0 : j < 2 * n ? 1 : 2] * p[j] + a->bias[j];
-            const float *rounds = st; /* this token's Sinkhorn rounds: the forward's, or recomputed here */
-            if (a->st_in) {
-                rounds = a->st_in + t * S;
-                AN_FN(mhc_gates)(a, lg, hp, hpo);
-            } else {
-                AN_FN(mhc_maps)(a, lg, hp, hpo, hr, st, w);
-            }
             float *d = a->dlogits + t * m;
             /* dh, as float32, at the start of this token's dX row (read before that row is written) */
             const float *dh = a->dh ? AN_FN(f32_row)((const char *)a->dh + t * C * es, a->dt, tmp, C) : NULL;
             for (int i = 0; i < n; i++) {
                 float g = a->dh_pre ? a->dh_pre[t * n + i] : 0.0f;
                 if (dh) g += AN_FN(dot)(dh, v[b] + (int64_t)i * C, C);
-                const float sp = AN_FN(mhc_sigmoid)(lg[i]); /* H_pre without the convention's eps */
+                const float sp = AN_FN(mhc_sigmoid)(lg[b][i]); /* H_pre without the convention's eps */
                 d[i] = g * sp * (1.0f - sp);
                 if (a->groups < 2) continue;
-                const float s = AN_FN(mhc_sigmoid)(lg[n + i]);
+                const float s = AN_FN(mhc_sigmoid)(lg[b][n + i]);
                 d[n + i] = a->dh_post ? a->dh_post[t * n + i] * a->post_scale * s * (1.0f - s) : 0.0f;
             }
             if (a->groups < 3 || a->dh_res == NULL) {
@@ -423,20 +567,18 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
             } else if (a->perm == NULL) {
                 /* the rounds (kept or recomputed) are those of the logits as Sinkhorn took them: transposed
                  * where the convention says so, so dL is too */
-                float dL[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
-                AN_FN(mhc_sinkhorn_backward)(a->dh_res + t * nn, n, a->iters, a->res_eps, rounds, dL);
                 for (int i = 0; i < n; i++) /* back to the logits' own layout */
-                    for (int j = 0; j < n; j++) d[2 * n + i * n + j] = a->res_t ? dL[j * n + i] : dL[i * n + j];
+                    for (int j = 0; j < n; j++) d[2 * n + i * n + j] = a->res_t ? dL[b][j * n + i] : dL[b][i * n + j];
             } else {
                 const float *G = a->dh_res + t * nn;
                 float wd = 0.0f;
                 for (int k = 0; k < r; k++) {
                     float s = 0.0f;
                     for (int i = 0; i < n; i++) s += G[i * n + a->perm[k * n + i]];
-                    lg[k] = s; /* dw_k (the logits are no longer needed) */
-                    wd += w[k] * s;
+                    lg[b][k] = s; /* dw_k (the logits are no longer needed) */
+                    wd += w[b][k] * s;
                 }
-                for (int k = 0; k < r; k++) d[2 * n + k] = w[k] * (lg[k] - wd);
+                for (int k = 0; k < r; k++) d[2 * n + k] = w[b][k] * (lg[b][k] - wd);
             }
             float pd = 0.0f;
             for (int j = 0; j < m; j++) {
@@ -450,7 +592,7 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
             for (int i = n - 1; i >= 0; i--) { /* row 0 last: dh may live in tmp, never in o */
                 float *oi = o + (int64_t)i * C;
                 const float *vi = v[b] + (int64_t)i * C;
-                if (dh) for (int64_t c = 0; c < C; c++) oi[c] = hp[i] * dh[c] + cv * vi[c];
+                if (dh) for (int64_t c = 0; c < C; c++) oi[c] = hp[b][i] * dh[c] + cv * vi[c];
                 else for (int64_t c = 0; c < C; c++) oi[c] = cv * vi[c];
             }
         }
