@@ -179,7 +179,7 @@ typedef struct {
     void *dx;                 /* BWD outputs */
     float *dlogits, *dphi_part; /* dphi_part: per chunk (K, mp) partial sums */
 } an_mhc_args;
-/* Sinkhorn-Knopp's rounds of one token, as mhc_sinkhorn keeps them: M0, then per round A (n^2), r (n), c (n) */
+/* Sinkhorn-Knopp's rounds of one token, as mhc_sinkhorn_tile keeps them: M0, then per round A (n^2), r (n), c (n) */
 #define AN_MHC_STATE(n, iters) ((1 + (iters)) * (n) * (n) + 2 * (iters) * (n))
 
 /* Attention Residuals' depth mix (attn_res_rows.h): S sources of N contiguous rows of C, one dtype, given as an array

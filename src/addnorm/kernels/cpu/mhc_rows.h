@@ -171,81 +171,13 @@ static void AN_FN(mhc_dx_gemm)(float *const *dx, const float *restrict dz, int m
 
 static inline float AN_FN(mhc_sigmoid)(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/* Sinkhorn-Knopp on the n x n logits L, `iters` rounds (columns, then rows); `st` (when not NULL) receives
- * M0 and each round's column-normalized matrix A and the denominators of its rows r and columns c:
- * (1 + iters) n^2 + 2 iters n. With eps (a model's convention): the first round's A + eps before its rows are
- * normalised, every later column sum + eps, every row sum + eps; 0 gives the paper's rounds bit for bit. */
-static void AN_FN(mhc_sinkhorn)(const float *L, int n, int iters, float eps, float *out, float *st) {
-    const int nn = n * n;
-    /* exp after each column's max: the first round divides the columns, so the shift cancels exactly, and a
-     * column far below the others cannot underflow to zeros (0 / 0) as under the matrix's max */
-    float mx[AN_STREAM_MAX_N];
-    for (int j = 0; j < n; j++) {
-        float v = L[j];
-        for (int i = 1; i < n; i++) v = (L[i * n + j] > v || L[i * n + j] != L[i * n + j]) ? L[i * n + j] : v;
-        mx[j] = iters ? v : 0.0f; /* NaN propagates, as amax; no round to divide a shift out: exp(L) itself */
-    }
-    float M[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
-    for (int e = 0; e < nn; e++) M[e] = expf(L[e] - mx[e % n]);
-    if (st) memcpy(st, M, sizeof(float) * (size_t)nn);
-    for (int it = 0; it < iters; it++) {
-        float c[AN_STREAM_MAX_N], r[AN_STREAM_MAX_N];
-        for (int j = 0; j < n; j++) {
-            float s = 0.0f;
-            for (int i = 0; i < n; i++) s += M[i * n + j];
-            c[j] = it ? s + eps : s; /* the first: exact, a softmax over each column */
-        }
-        /* divided, not multiplied by 1/c: a sum below 1/FLT_MAX has an infinite reciprocal */
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j < n; j++) M[i * n + j] /= c[j];
-        if (st) memcpy(st + nn + (size_t)it * (nn + 2 * n), M, sizeof(float) * (size_t)nn);
-        if (it == 0 && eps != 0.0f)
-            for (int e = 0; e < nn; e++) M[e] += eps;
-        for (int i = 0; i < n; i++) {
-            float s = 0.0f;
-            for (int j = 0; j < n; j++) s += M[i * n + j];
-            r[i] = s + eps;
-        }
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j < n; j++) M[i * n + j] /= r[i];
-        if (st) {
-            float *rc = st + nn + (size_t)it * (nn + 2 * n) + nn;
-            memcpy(rc, r, sizeof(float) * (size_t)n);
-            memcpy(rc + n, c, sizeof(float) * (size_t)n);
-        }
-    }
-    memcpy(out, M, sizeof(float) * (size_t)nn);
-}
-
-/* dL from dOut through the rounds kept in st (see mhc_sinkhorn; eps as it was given) */
-static void AN_FN(mhc_sinkhorn_backward)(const float *dout, int n, int iters, float eps, const float *st,
-                                         float *dL) {
-    const int nn = n * n;
-    float G[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
-    memcpy(G, dout, sizeof(float) * (size_t)nn);
-    for (int it = iters - 1; it >= 0; it--) {
-        const float *A = st + nn + (size_t)it * (nn + 2 * n), *r = A + nn, *c = r + n;
-        const float e0 = it == 0 ? eps : 0.0f; /* what the first round added before its rows (a constant) */
-        /* out = (A + e0) / r (rows): dA_ij = (G_ij - sum_k G_ik out_ik) / r_i */
-        for (int i = 0; i < n; i++) {
-            float s = 0.0f;
-            for (int k = 0; k < n; k++) s += G[i * n + k] * ((A[i * n + k] + e0) / r[i]);
-            for (int j = 0; j < n; j++) G[i * n + j] = (G[i * n + j] - s) / r[i];
-        }
-        /* A = M / c (columns): dM_ij = (dA_ij - sum_k dA_kj A_kj) / c_j */
-        for (int j = 0; j < n; j++) {
-            float s = 0.0f;
-            for (int k = 0; k < n; k++) s += G[k * n + j] * A[k * n + j];
-            for (int i = 0; i < n; i++) G[i * n + j] = (G[i * n + j] - s) / c[j];
-        }
-    }
-    for (int e = 0; e < nn; e++) dL[e] = G[e] * st[e]; /* M0 = exp(L - column max) */
-}
-
-/* Sinkhorn-Knopp for the tokens of a tile at once, one per lane of a 4-wide vector (lanes past `lanes` repeat
- * the first token; their results are dropped): per lane the operations of mhc_sinkhorn, in its order, so that the
- * rounds a forward keeps and those a backward recomputes are the same bits. The divisions were most of its time
- * one token at a time (2 n^2 a round). L[b], out[b], st[b]: token b's logits, H_res and rounds (st NULL: none). */
+/* Sinkhorn-Knopp on n x n logits, `iters` rounds (columns, then rows), for the tokens of a tile at once: one per lane
+ * of a 4-wide vector (lanes past `lanes` repeat the first token; their results are dropped). The divisions were most
+ * of its time one token at a time (2 n^2 a round). The forward's kept rounds and a backward's recomputed ones both
+ * come from here, so they are the same bits. L[b], out[b], st[b]: token b's logits, H_res and rounds (st NULL: not
+ * kept): M0, then per round the column-normalized matrix A and the denominators of its rows r and columns c,
+ * (1 + iters) n^2 + 2 iters n floats. With eps (a model's convention): the first round's A + eps before its rows are
+ * normalised, every later column sum + eps, every row sum + eps; 0 gives the paper's rounds. */
 #ifndef AN_V4_DEFINED
 #define AN_V4_DEFINED
 typedef float an_v4 __attribute__((vector_size(16)));
@@ -256,13 +188,15 @@ static inline __attribute__((always_inline)) void AN_FN(mhc_sinkhorn_tile_n)(con
                                                                              float *const *out, float *const *st) {
     const int nn = n * n;
     an_v4 M[AN_STREAM_MAX_N * AN_STREAM_MAX_N];
-    for (int b = 0; b < AN_MHC_TB; b++) { /* exp after each column's max, as mhc_sinkhorn */
+    /* exp after each column's max: the first round divides the columns, so the shift cancels exactly, and a column
+     * far below the others cannot underflow to zeros (0 / 0) as under the matrix's max */
+    for (int b = 0; b < AN_MHC_TB; b++) {
         const float *l = L[b < lanes ? b : 0];
         float mx[AN_STREAM_MAX_N];
         for (int j = 0; j < n; j++) {
             float v = l[j];
             for (int i = 1; i < n; i++) v = (l[i * n + j] > v || l[i * n + j] != l[i * n + j]) ? l[i * n + j] : v;
-            mx[j] = iters ? v : 0.0f;
+            mx[j] = iters ? v : 0.0f; /* NaN propagates, as amax; no round to divide a shift out: exp(L) itself */
         }
         for (int e = 0; e < nn; e++) M[e][b] = expf(l[e] - mx[e % n]);
     }
@@ -274,8 +208,9 @@ static inline __attribute__((always_inline)) void AN_FN(mhc_sinkhorn_tile_n)(con
         for (int j = 0; j < n; j++) {
             an_v4 s = M[j];
             for (int i = 1; i < n; i++) s += M[i * n + j];
-            c[j] = it ? s + eps : s;
+            c[j] = it ? s + eps : s; /* the first: exact, a softmax over each column */
         }
+        /* divided, not multiplied by 1/c: a sum below 1/FLT_MAX has an infinite reciprocal */
         for (int i = 0; i < n; i++)
             for (int j = 0; j < n; j++) M[i * n + j] /= c[j];
         if (st)
@@ -306,8 +241,8 @@ static void AN_FN(mhc_sinkhorn_tile)(const float *const *L, int lanes, int n, in
     else AN_FN(mhc_sinkhorn_tile_n)(L, lanes, n, iters, eps, out, st);
 }
 
-/* mhc_sinkhorn_backward for the tokens of a tile at once, one per lane (as mhc_sinkhorn_tile): dout[b], st[b] and
- * dL[b] are token b's */
+/* dL from dOut through the rounds kept in st (see mhc_sinkhorn_tile; eps as it was given), for the tokens of a tile at
+ * once, one per lane: dout[b], st[b] and dL[b] are token b's */
 static inline __attribute__((always_inline)) void AN_FN(mhc_sinkhorn_backward_tile_n)(
     const float *const *dout, int lanes, const int n, int iters, float eps, const float *const *st, float *const *dL) {
     const int nn = n * n;
@@ -322,12 +257,14 @@ static inline __attribute__((always_inline)) void AN_FN(mhc_sinkhorn_backward_ti
             for (int e = 0; e < nn; e++) A[e][b] = Ab[e];
             for (int i = 0; i < n; i++) r[i][b] = Ab[nn + i], c[i][b] = Ab[nn + n + i];
         }
-        const float e0 = it == 0 ? eps : 0.0f;
+        const float e0 = it == 0 ? eps : 0.0f; /* what the first round added before its rows (a constant) */
+        /* out = (A + e0) / r (rows): dA_ij = (G_ij - sum_k G_ik out_ik) / r_i */
         for (int i = 0; i < n; i++) {
             an_v4 s = G[i * n] * ((A[i * n] + e0) / r[i]);
             for (int k = 1; k < n; k++) s += G[i * n + k] * ((A[i * n + k] + e0) / r[i]);
             for (int j = 0; j < n; j++) G[i * n + j] = (G[i * n + j] - s) / r[i];
         }
+        /* A = M / c (columns): dM_ij = (dA_ij - sum_k dA_kj A_kj) / c_j */
         for (int j = 0; j < n; j++) {
             an_v4 s = G[j] * A[j];
             for (int k = 1; k < n; k++) s += G[k * n + j] * A[k * n + j];
@@ -335,7 +272,7 @@ static inline __attribute__((always_inline)) void AN_FN(mhc_sinkhorn_backward_ti
         }
     }
     for (int b = 0; b < lanes; b++)
-        for (int e = 0; e < nn; e++) dL[b][e] = G[e][b] * st[b][e];
+        for (int e = 0; e < nn; e++) dL[b][e] = G[e][b] * st[b][e]; /* M0 = exp(L - column max) */
 }
 
 static void AN_FN(mhc_sinkhorn_backward_tile)(const float *const *dout, int lanes, int n, int iters, float eps,
@@ -355,7 +292,7 @@ static const float *AN_FN(mhc_res_logits)(const an_mhc_args *a, const float *lg,
 
 /* the gates of one token's groups from its logits: H_pre = sigmoid + pre_eps, and (groups > 1) H_post =
  * post_scale sigmoid + post_eps (the paper's 0, 2 and 0). The one place they are computed: the forward's maps
- * and the backward that reads the kept rounds (and so skips mhc_maps) both call it. */
+ * and the backward that reads the kept rounds (and so skips mhc_maps_tile) both call it. */
 static void AN_FN(mhc_gates)(const an_mhc_args *a, const float *lg, float *hp, float *hpo) {
     const int n = a->n;
     for (int i = 0; i < n; i++) hp[i] = AN_FN(mhc_sigmoid)(lg[i]) + a->pre_eps;
