@@ -983,6 +983,15 @@ static void an_transpose_pad(float *restrict dst, const float *restrict src, int
     }
 }
 
+/* dst (m, K) = the first m columns of src (K, mp) transposed; blocks of 64 k so that src's lines stay in cache */
+static void an_transpose_cut(float *restrict dst, const float *restrict src, int m, int mp, int64_t K) {
+    for (int64_t k0 = 0; k0 < K; k0 += 64) {
+        const int64_t k1 = k0 + 64 < K ? k0 + 64 : K;
+        for (int j = 0; j < m; j++)
+            for (int64_t k = k0; k < k1; k++) dst[(int64_t)j * K + k] = src[k * mp + j];
+    }
+}
+
 /* the coefficient groups' geometry: m = n (H_pre), 2n (and H_post) or 2n + r (and H_res: n^2 Sinkhorn-Knopp logits,
  * or r >= 1 permutations) */
 static int an_mhc_geometry_ok(int n, int m, int mp, int r, int groups, const int32_t *perm) {
@@ -1016,7 +1025,7 @@ int addnorm_mhc(int op, int n, int dt, int64_t N, int64_t C, int m, int mp, int 
         return -2;
     if (bwd && dphi) memset(dphi, 0, sizeof(float) * (size_t)K * (size_t)m);
     if (N <= 0) return 0;
-    if (phiT == NULL && (phi == NULL || bwd)) return -2;
+    if (phiT == NULL && phi == NULL) return -2;
     /* phi given only as phiT (m, K), a model's weight as it lies: zero-padded to (K, mp) here, in one pass over it
      * (the host's strided copy of the transposed view took 70-160 us a call, most of a decoding step's read) */
     float *own_phi = NULL;
@@ -1024,6 +1033,30 @@ int addnorm_mhc(int op, int n, int dt, int64_t N, int64_t C, int m, int mp, int 
         if (posix_memalign((void **)&own_phi, AN_PAGE, sizeof(float) * (size_t)K * (size_t)mp) != 0) return -1;
         an_transpose_pad(own_phi, phiT, m, mp, K);
         phi = own_phi;
+    }
+    /* backward: one chunk per thread. Each chunk sums phi's gradient into a partial of its own (K x mp floats, as
+     * large as phi), zeroed first and reduced here after: at 512 tokens x 4 x 768 on two threads the 16 chunks that
+     * an_chunks_for gives took 16 x 295 KB of partials to zero and to add serially, more than the tokens' work. The
+     * partials, and phiT where the backward is handed phi (K, mp) alone (transposed here: torch's copy of the
+     * transposed view took about 100 us a call), come from the calling thread's cached block: no pages to fault in
+     * each call */
+    int T = an_threads_for(N, K, nthreads), Cn = bwd ? T : an_chunks_for(N, K, T);
+    void *owned = NULL;
+    float *part = NULL;
+    if (bwd) {
+        const size_t pbytes = sizeof(float) * (size_t)Cn * (size_t)K * (size_t)mp;
+        const size_t tbytes = phiT == NULL ? sizeof(float) * (size_t)m * (size_t)K : 0;
+        char *block = an_scratch(&tl_host_cache, pbytes + tbytes, &owned);
+        if (block == NULL) {
+            free(own_phi);
+            return -1;
+        }
+        part = (float *)block;
+        if (phiT == NULL) {
+            float *t = (float *)(block + pbytes);
+            an_transpose_cut(t, phi, m, mp, K);
+            phiT = t;
+        }
     }
     an_mhc_args a = {.op = op, .n = n, .dt = dt, .nt = an_use_nt(N, K, dt, op >= AN_MHC_WFWD ? 2 : 1), .m = m,
                      .mp = mp, .r = r, .iters = iters, .N = N, .C = C, .K = K, .x = x, .phi = phi, .phiT = phiT,
@@ -1036,18 +1069,7 @@ int addnorm_mhc(int op, int n, int dt, int64_t N, int64_t C, int m, int mp, int 
                      .rstd_in = rstd_in, .st_in = st_in, .dx = dx, .dlogits = dlogits, .dphi_part = NULL};
     if (op == AN_MHC_WFWD) an_advise_huge(x2, (size_t)(N * K) * an_elem_size(dt));
     if (op == AN_MHC_WBWD) an_advise_huge(wdx, (size_t)(N * K) * an_elem_size(dt));
-    /* backward: one chunk per thread. Each chunk sums phi's gradient into a partial of its own (K x mp floats, as
-     * large as phi), zeroed first and reduced here after: at 512 tokens x 4 x 768 on two threads the 16 chunks that
-     * an_chunks_for gives took 16 x 295 KB of partials to zero and to add serially, more than the tokens' work */
-    int T = an_threads_for(N, K, nthreads), Cn = bwd ? T : an_chunks_for(N, K, T);
-    void *part = NULL;
-    if (bwd) {
-        if (posix_memalign(&part, AN_PAGE, sizeof(float) * (size_t)Cn * (size_t)K * (size_t)mp) != 0) {
-            free(own_phi);
-            return -1;
-        }
-        a.dphi_part = (float *)part;
-    }
+    a.dphi_part = part;
     int rc = an_parallel(7, &a, N, K, T, Cn, NULL, NULL, NULL);
     free(own_phi);
     if (rc == 0 && bwd) {
@@ -1059,7 +1081,7 @@ int addnorm_mhc(int op, int n, int dt, int64_t N, int64_t C, int m, int mp, int 
                 dphi[k * m + j] = (float)s;
             }
     }
-    free(part);
+    free(owned);
     return rc;
 }
 

@@ -54,17 +54,18 @@ def applies(x: torch.Tensor, m: int, iters: int) -> bool:
 
 def _layouts(phi: torch.Tensor, mp: int, backward: bool) -> tuple:
     """(phi zero-padded to (K, mp), phiT (m, K)), float32 and contiguous, as the kernel reads them, either None
-    where the kernel does without it: the backward reads phiT alone; the forward takes phiT alone where that is how
-    phi lies -- the transposed view of a model's (m, K) weight, which the kernel pads in one pass (a strided copy
-    here took 70-160 us a call, most of a decoding step's read)."""
+    where the kernel does without it: the backward reads phiT, and transposes phi itself where phi is handed as
+    (K, mp) alone (torch's copy of the transposed view took about 100 us a call); the forward reads phi, and takes
+    phiT alone where that is how phi lies -- the transposed view of a model's (m, K) weight, which the kernel pads
+    in one pass (a strided copy here took 70-160 us a call, most of a decoding step's read)."""
     phi = phi.detach()
     if phi.dtype == torch.float32 and phi.t().is_contiguous() and not (phi.is_contiguous() and phi.shape[1] == mp):
         return None, phi.t()
     phi = phi.to(torch.float32)
-    if backward:
-        return None, phi.t().contiguous()
     if phi.shape[1] == mp and phi.is_contiguous():
         return phi, None
+    if backward:
+        return None, phi.t().contiguous()
     out = phi.new_zeros(phi.shape[0], mp)
     out[:, :phi.shape[1]] = phi
     return out, None
