@@ -380,3 +380,33 @@ def test_the_backward_sums_phis_gradient_in_one_partial_per_thread():
                          timeout=300)
     grown_mb = float(out.stdout.split()[-1])
     assert grown_mb < 60, f"the backward's peak memory grew by {grown_mb:.0f} MB"
+
+
+@pytest.mark.parametrize("lite", [False, True], ids=["mhc", "lite"])
+def test_coefficient_grads_are_the_tokens_sums_rounded_once(lite):
+    """The coefficients' gradients (da = sum over the tokens and a group's columns of dlogits * p, db = the sums of
+    dlogits) are each one rounding of the exact sum of the kernel's own per-token terms: the C backward sums them in
+    float64 as it walks the tokens. Summed in float32 over 4096 tokens (what the operator did before) they were
+    several ulps off."""
+    from addnorm.kernels.cpu import mhc as cpu
+    from addnorm.ops.mhc.schema import kernel_index, scal_bias
+
+    if not cpu.availability().available:
+        pytest.skip("the CPU kernels are not built")
+    x, phi, *coeffs, perms = [t.detach() if isinstance(t, torch.Tensor) else t
+                              for t in _make((4096,), 4, 24, lite, torch.float32, seed=5)]
+    n, iters = 4, 0 if lite else ITERS
+    outs = torch.ops.addnorm.mhc_pre(x, phi, *coeffs, perms, EPS, iters)
+    p, rstd, state = outs[4:]
+    g = torch.Generator().manual_seed(6)
+    grads = [torch.randn(t.shape, generator=g) for t in outs[:4]]
+    got = torch.ops.addnorm.mhc_pre_backward(*grads, x, phi, *coeffs, perms, p, rstd, state, EPS, iters)[2:]
+    idx = kernel_index(cpu, x, phi, coeffs, perms, iters)
+    dlogits = cpu.mhc_pre_backward(*grads, x, phi, *scal_bias(*coeffs), idx, p, rstd, state, iters)[1].double()
+    terms = dlogits * p.double()  # each product exact in float64
+    want = [terms[:, :n].sum(), terms[:, n:2 * n].sum(), terms[:, 2 * n:].sum(),
+            dlogits[:, :n].sum(0), dlogits[:, n:2 * n].sum(0), dlogits[:, 2 * n:].sum(0)]
+    for name, a, w in zip(NAMES[2:], got, want, strict=True):
+        w = w.reshape(a.shape)
+        ulp = torch.finfo(torch.float32).eps * w.abs().float().double()  # one ulp of a float32 near w (up to 2x)
+        assert (a.double() - w).abs().le(ulp).all(), (name, float((a.double() - w).abs().div(ulp).max()))

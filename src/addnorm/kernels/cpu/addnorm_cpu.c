@@ -178,6 +178,7 @@ typedef struct {
     const float *st_in;       /* BWD: the rounds the forward kept (NULL: recomputed from p) */
     void *dx;                 /* BWD outputs */
     float *dlogits, *dphi_part; /* dphi_part: per chunk (K, mp) partial sums */
+    double *dcoef_part;         /* per chunk 2 mp: the sums of dlogits and of dlogits * p over its tokens (NULL: none) */
 } an_mhc_args;
 /* Sinkhorn-Knopp's rounds of one token, as mhc_sinkhorn_tile keeps them: M0, then per round A (n^2), r (n), c (n) */
 #define AN_MHC_STATE(n, iters) ((1 + (iters)) * (n) * (n) + 2 * (iters) * (n))
@@ -969,7 +970,8 @@ int addnorm_attn_res(int op, int dt, int S, int64_t N, int64_t C, const void *co
 
 /* mHC's pre step, forward (op 0) and backward (op 1); see an_mhc_args and mhc_rows.h. Backward reduces the
  * chunks' float32 dphi partial sums in chunk order (in float64) into dphi (K, m): the same bits on every run
- * for a given thread count. Returns 0, -1 (no memory), -3 (a shape the kernels do not take). */
+ * for a given thread count; with dcoef (3 + m floats; NULL: not wanted) also the coefficients' gradients, da_pre,
+ * da_post, da_res and then db (m), from the chunks' float64 sums. Returns 0, -1 (no memory), -3 (a shape the kernels do not take). */
 static int an_finite(float v) { return v == v && fabsf(v) <= FLT_MAX; }
 
 /* dst (K, mp) = src (m, K) transposed, columns m..mp zero; blocks of 64 k so that dst's lines stay in cache */
@@ -1007,7 +1009,7 @@ int addnorm_mhc(int op, int n, int dt, int64_t N, int64_t C, int m, int mp, int 
                 float post_eps, int groups, void *h, float *h_pre, float *h_post, float *h_res, float *p,
                 float *rstd, float *st, const void *dh, const float *dh_pre, const float *dh_post,
                 const float *dh_res, const float *p_in, const float *rstd_in, const float *st_in, void *dx,
-                float *dlogits, float *dphi, const void *wy, const float *w_post, const float *w_res,
+                float *dlogits, float *dphi, float *dcoef, const void *wy, const float *w_post, const float *w_res,
                 int w_products, void *x2, const void *wx, const void *dx2, void *wdx, void *wdy, float *wd_post,
                 float *wd_res, int nthreads) {
     an_pick_isa();
@@ -1024,6 +1026,7 @@ int addnorm_mhc(int op, int n, int dt, int64_t N, int64_t C, int m, int mp, int 
                                        wd_post == NULL || (w_res != NULL && (wx == NULL || wd_res == NULL))))
         return -2;
     if (bwd && dphi) memset(dphi, 0, sizeof(float) * (size_t)K * (size_t)m);
+    if (bwd && dcoef) memset(dcoef, 0, sizeof(float) * (size_t)(3 + m));
     if (N <= 0) return 0;
     if (phiT == NULL && phi == NULL) return -2;
     /* phi given only as phiT (m, K), a model's weight as it lies: zero-padded to (K, mp) here, in one pass over it
@@ -1043,8 +1046,10 @@ int addnorm_mhc(int op, int n, int dt, int64_t N, int64_t C, int m, int mp, int 
     int T = an_threads_for(N, K, nthreads), Cn = bwd ? T : an_chunks_for(N, K, T);
     void *owned = NULL;
     float *part = NULL;
+    double *a_dcoef = NULL;
     if (bwd) {
-        const size_t pbytes = sizeof(float) * (size_t)Cn * (size_t)K * (size_t)mp;
+        const size_t pbytes = sizeof(float) * (size_t)Cn * (size_t)K * (size_t)mp +
+                              (dcoef ? sizeof(double) * 2 * (size_t)Cn * (size_t)mp : 0);
         const size_t tbytes = phiT == NULL ? sizeof(float) * (size_t)m * (size_t)K : 0;
         char *block = an_scratch(&tl_host_cache, pbytes + tbytes, &owned);
         if (block == NULL) {
@@ -1052,6 +1057,7 @@ int addnorm_mhc(int op, int n, int dt, int64_t N, int64_t C, int m, int mp, int 
             return -1;
         }
         part = (float *)block;
+        if (dcoef) a_dcoef = (double *)(block + sizeof(float) * (size_t)Cn * (size_t)K * (size_t)mp);
         if (phiT == NULL) {
             float *t = (float *)(block + pbytes);
             an_transpose_cut(t, phi, m, mp, K);
@@ -1070,16 +1076,36 @@ int addnorm_mhc(int op, int n, int dt, int64_t N, int64_t C, int m, int mp, int 
     if (op == AN_MHC_WFWD) an_advise_huge(x2, (size_t)(N * K) * an_elem_size(dt));
     if (op == AN_MHC_WBWD) an_advise_huge(wdx, (size_t)(N * K) * an_elem_size(dt));
     a.dphi_part = part;
+    a.dcoef_part = a_dcoef;
     int rc = an_parallel(7, &a, N, K, T, Cn, NULL, NULL, NULL);
     free(own_phi);
     if (rc == 0 && bwd) {
+        /* in chunk order, per (k, j): one loop over j for each chunk, so that it vectorises */
         const float *pp = a.dphi_part;
-        for (int64_t k = 0; k < K; k++)
-            for (int j = 0; j < m; j++) {
-                double s = 0.0;
-                for (int c = 0; c < Cn; c++) s += pp[((size_t)c * (size_t)K + (size_t)k) * (size_t)mp + (size_t)j];
-                dphi[k * m + j] = (float)s;
+        for (int64_t k = 0; k < K; k++) {
+            double s[AN_MHC_MAX_M];
+            for (int j = 0; j < m; j++) s[j] = 0.0;
+            for (int c = 0; c < Cn; c++) {
+                const float *row = pp + ((size_t)c * (size_t)K + (size_t)k) * (size_t)mp;
+                for (int j = 0; j < m; j++) s[j] += row[j];
             }
+            for (int j = 0; j < m; j++) dphi[k * m + j] = (float)s[j];
+        }
+        if (dcoef) {
+            /* the coefficients' gradients: da_g = sum over the tokens and group g's columns of dlogits * p, db = the
+             * sums of dlogits; the chunks' float64 sums in chunk order */
+            double sd[AN_MHC_MAX_M], sdp[AN_MHC_MAX_M];
+            for (int j = 0; j < m; j++) sd[j] = sdp[j] = 0.0;
+            for (int c = 0; c < Cn; c++)
+                for (int j = 0; j < m; j++) {
+                    sd[j] += a_dcoef[(size_t)c * 2 * mp + j];
+                    sdp[j] += a_dcoef[(size_t)c * 2 * mp + mp + j];
+                }
+            double da[3] = {0.0, 0.0, 0.0};
+            for (int j = 0; j < m; j++) da[j < n ? 0 : j < 2 * n ? 1 : 2] += sdp[j];
+            for (int g = 0; g < 3; g++) dcoef[g] = (float)da[g];
+            for (int j = 0; j < m; j++) dcoef[3 + j] = (float)sd[j];
+        }
     }
     free(owned);
     return rc;
@@ -1311,11 +1337,11 @@ static PyObject *an_py_mhc(PyObject *self, PyObject *const *args, Py_ssize_t nar
     int res_t;
     float a_pre, a_post, a_res, eps, pre_eps, res_eps, post_scale, post_eps;
     void *x, *phi, *phiT, *bias, *perm, *h, *hp, *hpo, *hr, *p, *rstd, *st, *dh, *dhp, *dhpo, *dhr, *pin, *rin, *stin,
-        *dx, *dl, *dphi, *wy, *wpost, *wres, *x2, *wx, *dx2, *wdx, *wdy, *wdpost, *wdres;
-    if (an_parse(args, nargs, "iiiLLiiiipppfffppfffiffippppppppppppppppppppipppppppi", &op, &n, &dt, &N, &C, &m,
+        *dx, *dl, *dphi, *dcoef, *wy, *wpost, *wres, *x2, *wx, *dx2, *wdx, *wdy, *wdpost, *wdres;
+    if (an_parse(args, nargs, "iiiLLiiiipppfffppfffiffipppppppppppppppppppppipppppppi", &op, &n, &dt, &N, &C, &m,
                  &mp, &r, &iters, &x, &phi, &phiT, &a_pre, &a_post, &a_res, &bias, &perm, &eps, &pre_eps, &res_eps,
                  &res_t, &post_scale, &post_eps, &groups, &h, &hp, &hpo, &hr, &p, &rstd, &st, &dh, &dhp, &dhpo, &dhr,
-                 &pin, &rin, &stin, &dx, &dl, &dphi, &wy, &wpost, &wres, &w_products, &x2, &wx, &dx2, &wdx, &wdy,
+                 &pin, &rin, &stin, &dx, &dl, &dphi, &dcoef, &wy, &wpost, &wres, &w_products, &x2, &wx, &dx2, &wdx, &wdy,
                  &wdpost, &wdres, &nthreads) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
@@ -1323,7 +1349,7 @@ static PyObject *an_py_mhc(PyObject *self, PyObject *const *args, Py_ssize_t nar
                      (const float *)bias, (const int32_t *)perm, eps, pre_eps, res_eps, res_t, post_scale, post_eps,
                      groups, h, (float *)hp, (float *)hpo, (float *)hr, (float *)p, (float *)rstd, (float *)st, dh,
                      (const float *)dhp, (const float *)dhpo, (const float *)dhr, (const float *)pin,
-                     (const float *)rin, (const float *)stin, dx, (float *)dl, (float *)dphi, wy,
+                     (const float *)rin, (const float *)stin, dx, (float *)dl, (float *)dphi, (float *)dcoef, wy,
                      (const float *)wpost, (const float *)wres, w_products, x2, wx, dx2, wdx, wdy, (float *)wdpost,
                      (float *)wdres, nthreads);
     Py_END_ALLOW_THREADS

@@ -52,8 +52,8 @@ typedef int (*mhc_t)(int, int, int, int64_t, int64_t, int, int, int, int, const 
                      float, float, float, const float *, const int32_t *, float, float, float, int, float, float, int,
                      void *, float *, float *, float *, float *, float *, float *, const void *, const float *,
                      const float *, const float *, const float *, const float *, const float *, void *, float *,
-                     float *, const void *, const float *, const float *, int, void *, const void *, const void *,
-                     void *, void *, float *, float *, int);
+                     float *, float *, const void *, const float *, const float *, int, void *, const void *,
+                     const void *, void *, void *, float *, float *, int);
 
 // addnorm_hyper (hyper_rows.h): Qwen4-exp's gated read and the write before it
 typedef int (*hyper_t)(int, int, int, int64_t, int64_t, int, const void *, const void *, const void *, const float *,
@@ -942,7 +942,7 @@ py::object mhc_run(MhcCall &c, bool write) {
                    (float)c.pre_eps, (float)c.res_eps, c.res_t ? 1 : 0, (float)c.post_scale, (float)c.post_eps,
                    c.groups, h.data_ptr(), h_pre.data_ptr<float>(), h_post.data_ptr<float>(),
                    h_res.data_ptr<float>(), p.data_ptr<float>(), rstd.data_ptr<float>(), nullptr, nullptr, nullptr,
-                   nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, yp, wpp, wrp,
+                   nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, yp, wpp, wrp,
                    c.products ? 1 : 0, mptr(x2), nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nthreads());
     }
     check_stream_rc(rc, "mHC");
@@ -1135,5 +1135,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("fast_hyper_read", &fast_hyper_read);
     m.def("fast_hyper_gated", &fast_hyper_gated);
     m.attr("torch_version") = TORCH_VERSION;
-    m.attr("abi") = 7;  // nodes.ABI: raised with every change to the functions above
+    m.attr("abi") = 8;  // nodes.ABI: raised with every change to the functions above
 }

@@ -3,16 +3,18 @@ same signatures without the convention.
 
     mhc_pre(x, phi, scal, bias, perm_idx, eps, iters, *convention)  -> (h, h_pre, h_post, h_res, p, rstd, state)
     mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, p, rstd, state, iters, *convention)
-                                                                    -> (dx, dlogits, dphi)
+                                                                    -> (dx, dlogits, dphi, dcoef)
     mhc_write_pre(x, y, w_post, w_res, products, phi, scal, bias, perm_idx, eps, iters, *convention)
                                                                     -> (x2, h, h_pre, h_post, h_res, p, rstd)
     mhc_write_pre_backward(dx2, dh, dh_pre, dh_post, dh_res, x, y, w_post, w_res, x2, phi, scal, bias, perm_idx, p,
-                           rstd, iters, *convention)                -> (dx, dy, d_post, d_res, dlogits, dphi)
+                           rstd, iters, *convention)                -> (dx, dy, d_post, d_res, dlogits, dphi, dcoef)
 
 x (..., n, C) in a kernel dtype; phi float32 (nC, m); scal float32 (3,) = (a_pre, a_post, a_res); bias float32 (m,)
 = (b_pre, b_post, b_res flattened); perm_idx None (mHC: Sinkhorn-Knopp) or int32 (n!, n) with P_k[i, perm_idx[k, i]]
 = 1 (mHC-lite). Per-token outputs and gradients float32; dlogits is the gradient of the pre-activations
-scal * p + bias, dphi the projection's. ``convention`` is a model's (``ops.mhc.convention.MhcConvention``'s fields:
+scal * p + bias, dphi the projection's, dcoef (3 + m,) float32 the coefficients': the gradients of scal (da_pre,
+da_post, da_res: the sums of dlogits * p over the tokens and each group's columns) and of bias (the sums of dlogits),
+from the kernel's float64 sums (``COEFFICIENT_SUMS``; the Triton host returns none). ``convention`` is a model's (``ops.mhc.convention.MhcConvention``'s fields:
 pre_eps, res_eps, res_transposed, post_scale, post_eps, groups; the paper's by default): with groups 2 there is
 no H_res (m = 2n; h_res comes back (..., 0, 0)), with groups 1 no H_post either (m = n; h_post (..., 0)). The
 Triton host takes the paper's only (``CONVENTIONS``).
@@ -44,6 +46,7 @@ MAX_ITERS = 64  # AN_MHC_MAX_ITERS
 CONVENTIONS = True  # the kernels take a model's convention (MhcConvention's fields)
 PAPER = (0.0, 0.0, False, 2.0, 0.0, 3)  # (pre_eps, res_eps, res_transposed, post_scale, post_eps, groups)
 FWD, BWD, WFWD, WBWD = 0, 1, 2, 3
+COEFFICIENT_SUMS = True  # the backwards return dcoef, the coefficients' gradients summed over the tokens
 
 
 def applies(x: torch.Tensor, m: int, iters: int) -> bool:
@@ -130,7 +133,7 @@ def mhc_pre(x, phi, scal, bias, perm_idx, eps, iters, *convention):
     S = state_size(n, iters, perm_idx is not None, conv[5])
     state = torch.empty(x.shape[:-2] + (S,), device="cpu", dtype=torch.float32)
     _run(FWD, x, n, C, N, m, r, iters, phi, _f32(scal), _f32(bias), perm_idx, eps, conv,
-         (*outs, state if S else None), (None,) * 10)
+         (*outs, state if S else None), (None,) * 11)
     return (*outs, state)
 
 
@@ -147,7 +150,7 @@ def mhc_write_pre(x, y, w_post, w_res, products, phi, scal, bias, perm_idx, eps,
     x2 = empty_rows_like(x)
     outs = _outputs(x, n, C, m, conv[5])
     _run(WFWD, x, n, C, N, m, r, iters, phi, _f32(scal), _f32(bias), perm_idx, eps, conv,
-         (*outs, None), (None,) * 10, (y, _f32(w_post), _f32(w_res), products, x2))
+         (*outs, None), (None,) * 11, (y, _f32(w_post), _f32(w_res), products, x2))
     return (x2, *outs)
 
 
@@ -162,13 +165,14 @@ def mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, scal, bias, perm_idx, 
     dx = empty_rows_like(x)
     dlogits = torch.empty(x.shape[:-2] + (m,), device="cpu", dtype=torch.float32)
     dphi = torch.empty(phi.shape, device="cpu", dtype=torch.float32)
+    dcoef = torch.empty(3 + m, device="cpu", dtype=torch.float32)
     dh = None if dh is None else dh.to(x.dtype).contiguous()
     dh_post = None if conv[5] < 2 else dh_post
     dh_res = None if conv[5] < 3 else dh_res
     _run(BWD, x, n, C, N, m, r, iters, phi, _f32(scal), _f32(bias), perm_idx, 0.0, conv,
          (None,) * 7, (dh, _f32(dh_pre), _f32(dh_post), _f32(dh_res), _f32(p), _f32(rstd),
-                       _f32(state) if kept else None, dx, dlogits, dphi))
-    return dx, dlogits, dphi
+                       _f32(state) if kept else None, dx, dlogits, dphi, dcoef))
+    return dx, dlogits, dphi, dcoef
 
 
 def mhc_write_pre_backward(dx2, dh, dh_pre, dh_post, dh_res, x, y, w_post, w_res, x2, phi, scal, bias, perm_idx, p,
@@ -186,12 +190,14 @@ def mhc_write_pre_backward(dx2, dh, dh_pre, dh_post, dh_res, x, y, w_post, w_res
     d_res = None if w_res is None else torch.empty(x2.shape[:-1] + (n,), device="cpu", dtype=torch.float32)
     dlogits = torch.empty(x2.shape[:-2] + (m,), device="cpu", dtype=torch.float32)
     dphi = torch.empty(phi.shape, device="cpu", dtype=torch.float32)
+    dcoef = torch.empty(3 + m, device="cpu", dtype=torch.float32)
     dh = None if dh is None else dh.to(x2.dtype).contiguous()
     dx2 = None if dx2 is None else dx2.to(x2.dtype).contiguous()
     dh_post = None if conv[5] < 2 else dh_post
     dh_res = None if conv[5] < 3 else dh_res
     _run(WBWD, x2, n, C, N, m, r, iters, phi, _f32(scal), _f32(bias), perm_idx, 0.0, conv,
-         (None,) * 7, (dh, _f32(dh_pre), _f32(dh_post), _f32(dh_res), _f32(p), _f32(rstd), None, None, dlogits, dphi),
+         (None,) * 7, (dh, _f32(dh_pre), _f32(dh_post), _f32(dh_res), _f32(p), _f32(rstd), None, None, dlogits, dphi,
+                       dcoef),
          (y, _f32(w_post), _f32(w_res), False, None),
          (None if w_res is None else x.contiguous(), dx2, dx, dy, d_post, d_res))
-    return dx, dy, d_post, d_res, dlogits, dphi
+    return dx, dy, d_post, d_res, dlogits, dphi, dcoef

@@ -411,6 +411,8 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
     float *tmp = sc->r[8];
     float *dphi = bwd ? a->dphi_part + (size_t)chunk * (size_t)K * (size_t)mp : NULL;
     if (dphi) memset(dphi, 0, sizeof(float) * (size_t)K * (size_t)mp);
+    double *dcp = bwd && a->dcoef_part ? a->dcoef_part + (size_t)chunk * 2 * (size_t)mp : NULL;
+    if (dcp) memset(dcp, 0, sizeof(double) * 2 * (size_t)mp);
     AN_FN(mhc_project_fn) project = AN_FN(mhc_project_for)(mp);
     AN_FN(mhc_dphi_fn) add_dphi = AN_FN(mhc_dphi_for)(mp);
     for (int b = 0; b < AN_MHC_TB; b++) {
@@ -523,6 +525,8 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
                 pd += dp * p[j];
                 dz[b * mp + j] = dp * rs;
             }
+            if (dcp) /* the coefficients' gradients: d logit / d a = p, d logit / d b = 1 */
+                for (int j = 0; j < m; j++) dcp[j] += d[j], dcp[mp + j] += (double)d[j] * p[j];
             /* dX = H_pre (x) dh - (rstd^2 / K)(dp . p) v, then + phi dz below */
             const float cv = -(rs * rs / (float)K) * pd;
             float *o = dx[b];

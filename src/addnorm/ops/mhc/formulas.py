@@ -139,6 +139,15 @@ def coefficients(p, n, a_pre, a_post, a_res, b_pre, b_post, b_res, perms, iters,
     return h_pre, h_post, h_res
 
 
+def coefficient_grads_from_sums(dcoef, n, coeffs):
+    """``coefficient_grads`` from a kernel's sums over the tokens: dcoef (3 + m,) = (da_pre, da_post, da_res, then
+    db over the m columns), as the C kernels return it. Each its own tensor: an operator's outputs may not alias."""
+    g = _groups(n)
+    db = dcoef[3:]
+    return tuple(d.reshape(c.shape).to(c.dtype, copy=True)
+                 for d, c in zip((dcoef[0], dcoef[1], dcoef[2], db[g[0]], db[g[1]], db[g[2]]), coeffs, strict=True))
+
+
 def coefficient_grads(dlogits, p, n, coeffs):
     """(da_pre, da_post, da_res, db_pre, db_post, db_res) in the coefficients' dtypes from the gradient of the
     pre-activations (..., m): d logit / d a = p, d logit / d b = 1, summed over the tokens (any may be empty)."""

@@ -95,6 +95,14 @@ def kernel_index(k, x, phi, coeffs, perms, iters, convention=PAPER):
     return perm_index(perms, x.shape[-2])
 
 
+def _coefficient_grads(k, out, p, n, coeffs):
+    """The coefficients' gradients from a backward's outputs: the kernel's own float64 sums where it returns them
+    (``k.COEFFICIENT_SUMS``: the C kernels, its last output), else summed here from dlogits (out[1])."""
+    if getattr(k, "COEFFICIENT_SUMS", False):
+        return mf.coefficient_grads_from_sums(out[-1], n, coeffs)
+    return mf.coefficient_grads(out[1], p, n, coeffs)
+
+
 def _convention_args(k, conv):
     """The convention as the kernel host takes it: nothing for one that computes the paper's only."""
     return tuple(conv) if getattr(k, "CONVENTIONS", False) else ()
@@ -126,9 +134,9 @@ def _impls(k):
         if idx is False or (dh is not None and dh.dtype != x.dtype) or p.dtype != torch.float32:
             return pre_backward_formulas(dh, dh_pre, dh_post, dh_res, x, phi, *coeffs, perms, p, rstd, state, eps,
                                          iters, *conv)
-        dx, dlogits, dphi = k.mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, *scal_bias(*coeffs), idx, p, rstd,
-                                               state, iters, *_convention_args(k, conv))
-        return (dx, dphi.to(phi.dtype), *mf.coefficient_grads(dlogits, p, x.shape[-2], coeffs))
+        out = k.mhc_pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, *scal_bias(*coeffs), idx, p, rstd, state, iters,
+                                 *_convention_args(k, conv))
+        return (out[0], out[2].to(phi.dtype), *_coefficient_grads(k, out, p, x.shape[-2], coeffs))
 
     return pre, pre_backward
 

@@ -175,12 +175,12 @@ def _backward_impl(kernel, pre_backward_impl):
                 _kernel_products(x, y, w_post, w_res, products) is not None):
             idx = kernel_index(kernel, x2, phi, coeffs, perms, iters, conv)
             if idx is not False:
-                dx, dy, dpost, dres, dlogits, dphi = kernel.mhc_write_pre_backward(
+                dx, dy, dpost, dres, dlogits, dphi, dcoef = kernel.mhc_write_pre_backward(
                     dx2, dh, dh_pre, dh_post, dh_res, x, y, w_post, w_res, x2, phi, *scal_bias(*coeffs), idx, p, rstd,
                     iters, *conv)
                 dres = w_post.new_empty(0) if w_res is None else dres.to(w_res.dtype)
                 return (dx, dy, dpost.to(w_post.dtype), dres, dphi.to(phi.dtype),
-                        *mf.coefficient_grads(dlogits, p, x2.shape[-2], coeffs))
+                        *mf.coefficient_grads_from_sums(dcoef, x2.shape[-2], coeffs))
         return _two_passes(pre_backward_impl, dx2, dh, dh_pre, dh_post, dh_res, x, y, w_post, w_res, x2, phi, coeffs,
                            perms, p, rstd, eps, iters, conv)
 
