@@ -235,8 +235,10 @@ static inline __attribute__((always_inline)) void AN_FN(mhc_sinkhorn_tile_n)(con
         for (int e = 0; e < nn; e++) out[b][e] = M[e][b];
 }
 
-static void AN_FN(mhc_sinkhorn_tile)(const float *const *L, int lanes, int n, int iters, float eps, float *const *out,
-                                     float *const *st) {
+/* one compiled copy a path (never inlined), which the forward and a backward's recomputation both call: the rounds
+ * they get cannot differ by how the compiler treated two inlined copies under -fassociative-math */
+static __attribute__((noinline)) void AN_FN(mhc_sinkhorn_tile)(const float *const *L, int lanes, int n, int iters,
+                                                               float eps, float *const *out, float *const *st) {
     if (n == 4) AN_FN(mhc_sinkhorn_tile_n)(L, lanes, 4, iters, eps, out, st); /* the common n, unrolled */
     else AN_FN(mhc_sinkhorn_tile_n)(L, lanes, n, iters, eps, out, st);
 }
