@@ -178,7 +178,7 @@ typedef struct {
     const float *st_in;       /* BWD: the rounds the forward kept (NULL: recomputed from p) */
     void *dx;                 /* BWD outputs */
     float *dlogits, *dphi_part; /* dphi_part: per chunk (K, mp) partial sums */
-    double *dcoef_part;         /* per chunk 2 mp: the sums of dlogits and of dlogits * p over its tokens (NULL: none) */
+    double *dcoef_part; /* per chunk 2 mp: the sums of dlogits and of dlogits * p over its tokens (NULL: none) */
 } an_mhc_args;
 /* Sinkhorn-Knopp's rounds of one token, as mhc_sinkhorn_tile keeps them: M0, then per round A (n^2), r (n), c (n) */
 #define AN_MHC_STATE(n, iters) ((1 + (iters)) * (n) * (n) + 2 * (iters) * (n))
@@ -971,7 +971,8 @@ int addnorm_attn_res(int op, int dt, int S, int64_t N, int64_t C, const void *co
 /* mHC's pre step, forward (op 0) and backward (op 1); see an_mhc_args and mhc_rows.h. Backward reduces the
  * chunks' float32 dphi partial sums in chunk order (in float64) into dphi (K, m): the same bits on every run
  * for a given thread count; with dcoef (3 + m floats; NULL: not wanted) also the coefficients' gradients, da_pre,
- * da_post, da_res and then db (m), from the chunks' float64 sums. Returns 0, -1 (no memory), -3 (a shape the kernels do not take). */
+ * da_post, da_res and then db (m), from the chunks' float64 sums. Returns 0, -1 (no memory), -3 (a shape the kernels
+ * do not take). */
 static int an_finite(float v) { return v == v && fabsf(v) <= FLT_MAX; }
 
 /* dst (K, mp) = src (m, K) transposed, columns m..mp zero; blocks of 64 k so that dst's lines stay in cache */
@@ -1341,8 +1342,8 @@ static PyObject *an_py_mhc(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (an_parse(args, nargs, "iiiLLiiiipppfffppfffiffipppppppppppppppppppppipppppppi", &op, &n, &dt, &N, &C, &m,
                  &mp, &r, &iters, &x, &phi, &phiT, &a_pre, &a_post, &a_res, &bias, &perm, &eps, &pre_eps, &res_eps,
                  &res_t, &post_scale, &post_eps, &groups, &h, &hp, &hpo, &hr, &p, &rstd, &st, &dh, &dhp, &dhpo, &dhr,
-                 &pin, &rin, &stin, &dx, &dl, &dphi, &dcoef, &wy, &wpost, &wres, &w_products, &x2, &wx, &dx2, &wdx, &wdy,
-                 &wdpost, &wdres, &nthreads) < 0)
+                 &pin, &rin, &stin, &dx, &dl, &dphi, &dcoef, &wy, &wpost, &wres, &w_products, &x2, &wx, &dx2, &wdx,
+                 &wdy, &wdpost, &wdres, &nthreads) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = addnorm_mhc(op, n, dt, N, C, m, mp, r, iters, x, (const float *)phi, (const float *)phiT, a_pre, a_post, a_res,

@@ -9,15 +9,15 @@ same signatures without the convention.
     mhc_write_pre_backward(dx2, dh, dh_pre, dh_post, dh_res, x, y, w_post, w_res, x2, phi, scal, bias, perm_idx, p,
                            rstd, iters, *convention)                -> (dx, dy, d_post, d_res, dlogits, dphi, dcoef)
 
-x (..., n, C) in a kernel dtype; phi float32 (nC, m); scal float32 (3,) = (a_pre, a_post, a_res); bias float32 (m,)
-= (b_pre, b_post, b_res flattened); perm_idx None (mHC: Sinkhorn-Knopp) or int32 (n!, n) with P_k[i, perm_idx[k, i]]
-= 1 (mHC-lite). Per-token outputs and gradients float32; dlogits is the gradient of the pre-activations
-scal * p + bias, dphi the projection's, dcoef (3 + m,) float32 the coefficients': the gradients of scal (da_pre,
-da_post, da_res: the sums of dlogits * p over the tokens and each group's columns) and of bias (the sums of dlogits),
-from the kernel's float64 sums (``COEFFICIENT_SUMS``; the Triton host returns none). ``convention`` is a model's (``ops.mhc.convention.MhcConvention``'s fields:
-pre_eps, res_eps, res_transposed, post_scale, post_eps, groups; the paper's by default): with groups 2 there is
-no H_res (m = 2n; h_res comes back (..., 0, 0)), with groups 1 no H_post either (m = n; h_post (..., 0)). The
-Triton host takes the paper's only (``CONVENTIONS``).
+x (..., n, C) in a kernel dtype; phi float32 (nC, m); scal float32 (3,) = (a_pre, a_post, a_res); bias float32 (m,) =
+(b_pre, b_post, b_res flattened); perm_idx None (mHC: Sinkhorn-Knopp) or int32 (n!, n) with P_k[i, perm_idx[k, i]] = 1
+(mHC-lite). Per-token outputs and gradients float32; dlogits is the gradient of the pre-activations scal * p + bias,
+dphi the projection's, dcoef (3 + m,) float32 the coefficients': the gradients of scal (da_pre, da_post, da_res: the
+sums of dlogits * p over the tokens and each group's columns) and of bias (the sums of dlogits), from the kernel's
+float64 sums (``COEFFICIENT_SUMS``; the Triton host returns none). ``convention`` is a model's
+(``ops.mhc.convention.MhcConvention``'s fields: pre_eps, res_eps, res_transposed, post_scale, post_eps, groups; the
+paper's by default): with groups 2 there is no H_res (m = 2n; h_res comes back (..., 0, 0)), with groups 1 no H_post
+either (m = n; h_post (..., 0)). The Triton host takes the paper's only (``CONVENTIONS``).
 
 ``state`` is (..., state_size) float32: Sinkhorn-Knopp's rounds, kept by the forward so that the backward does not
 run them again (mHC; (..., 0) for mHC-lite, whose softmax is one exp per permutation, and for groups < 3, which run

@@ -313,7 +313,8 @@ static void AN_FN(mhc_maps_tile)(const an_mhc_args *a, const float *const *lg, i
     if (a->groups < 3) return;
     if (a->perm == NULL) {
         const float *L[AN_MHC_TB];
-        for (int b = 0; b < nt; b++) L[b] = AN_FN(mhc_res_logits)(a, lg[b], ltmp + b * AN_STREAM_MAX_N * AN_STREAM_MAX_N);
+        for (int b = 0; b < nt; b++)
+            L[b] = AN_FN(mhc_res_logits)(a, lg[b], ltmp + b * AN_STREAM_MAX_N * AN_STREAM_MAX_N);
         AN_FN(mhc_sinkhorn_tile)(L, nt, n, a->iters, a->res_eps, hr, st);
         return;
     }
