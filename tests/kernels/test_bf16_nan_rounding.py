@@ -128,7 +128,7 @@ def _torch_side(tmp_path):
     return {case: nan_ops.run("torch", case) for case in (1, 2)}, path
 
 
-@pytest.mark.parametrize("isa", ["baseline", "avx2", "avx512"])
+@pytest.mark.parametrize("isa", ["baseline", "avx2", "avx512", "native"])
 def test_nans_and_infinities_land_where_eager_puts_them(isa, tmp_path):
     eager, script = _torch_side(tmp_path)
     out = tmp_path / f"{isa}.pt"

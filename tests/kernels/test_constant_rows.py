@@ -101,7 +101,7 @@ def _run(backend: str, env: dict) -> list[str]:
 
 
 @pytest.mark.skipif(not addnorm.cpu_kernel_availability().available, reason="the compiled CPU kernels are not built")
-@pytest.mark.parametrize("isa", ["baseline", "avx2", "avx512"])
+@pytest.mark.parametrize("isa", ["baseline", "avx2", "avx512", "native"])
 def test_a_constant_row_gives_exactly_the_bias_on_every_isa(isa):
     assert _run("cpu", dict(os.environ, ADDNORM_CPU_ISA=isa, OMP_NUM_THREADS="1")) == []
 

@@ -135,7 +135,7 @@ def _run_isa(isa):
 
 
 @pytest.mark.skipif(not addnorm.cpu_kernel_availability().available, reason="the CPU kernels are not built")
-@pytest.mark.parametrize("isa", ["avx512", "avx2", "baseline"])
+@pytest.mark.parametrize("isa", ["native", "avx512", "avx2", "baseline"])
 def test_cpu_kernels_give_the_float64_answer_for_huge_rows(isa):
     res = _run_isa(isa)
     assert res["n"] > 350, res

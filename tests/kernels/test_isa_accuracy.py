@@ -1,8 +1,8 @@
 """Every instruction-set path of the CPU kernels against the float64 truth, not against each other.
 
 The C kernels are compiled three times (baseline x86-64, AVX2+FMA+F16C, AVX-512) and one is picked at load
-time; ``ADDNORM_CPU_ISA=baseline|avx2`` caps the pick (any other value, here ``avx512``, leaves the best the CPU
-has). The other ISA tests compare a variant with the baseline build, which agrees with an error the baseline
+time; ``ADDNORM_CPU_ISA=baseline|avx2|avx512`` caps the pick (``avx512``: without AVX512_BF16's conversions; any
+other value, here ``native``, leaves the best the CPU has). The other ISA tests compare a variant with the baseline build, which agrees with an error the baseline
 shares. Here each variant runs in its own process and every fused op of issue 22 -- norm-then-add (LayerNorm
 and RMSNorm), the parallel residual (two norms, and one norm with ``branches_first=False``), DyT and Derf
 fused with the add, the widened stream's read and write -- forward and backward, is judged against float64
@@ -29,7 +29,8 @@ pytestmark = pytest.mark.skipif(not addnorm.cpu_kernel_availability().available,
                                 reason="the compiled CPU kernels are not built")
 
 ISAS = {"baseline": {"baseline"}, "avx2": {"avx2+fma+f16c", "baseline"},
-        "avx512": {"avx512", "avx2+fma+f16c", "baseline"}}  # what each cap may give: at most that
+        "avx512": {"avx512", "avx2+fma+f16c", "baseline"},  # what each cap may give: at most that
+        "native": {"avx512+bf16", "avx512", "avx2+fma+f16c", "baseline"}}
 EPS = 1e-5
 
 # Runs every op on one backend and returns {op: [outputs..., grads of every input...]}. Executed in a

@@ -48,7 +48,7 @@ print(json.dumps(out))
 '''
 
 
-@pytest.mark.parametrize("isa", ["baseline", "avx2", "avx512"])
+@pytest.mark.parametrize("isa", ["baseline", "avx2", "avx512", "native"])
 def test_wide_rows_and_massive_activations_as_accurate_as_eager(isa):
     env = dict(os.environ, ADDNORM_CPU_ISA=isa, OMP_NUM_THREADS="1")
     res = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)

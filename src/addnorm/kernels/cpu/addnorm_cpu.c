@@ -359,6 +359,9 @@ static inline uint16_t an_f32_to_f16(float f) {
     return h;
 }
 
+/* 1 where the AVX-512 loops may convert float32 to bfloat16 with the AVX512_BF16 instruction (an_pick_isa) */
+static int g_bf16_native = 0;
+
 #if defined(__x86_64__)
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,prefer-vector-width=512")
@@ -366,6 +369,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #define AN_F16C 1
 #define AN_MAD(a, b, c) __builtin_fmaf((a), (b), (c))
 #define AN_STREAM_BYTES 64
+#define AN_AVX512 1
 #include "norm_rows.h"
 #include "fused_rows.h"
 #include "stream_rows.h"
@@ -374,6 +378,7 @@ static inline uint16_t an_f32_to_f16(float f) {
 #include "attn_res_rows.h"
 #include "hyper_rows.h"
 #undef AN_STREAM_BYTES
+#undef AN_AVX512
 #undef AN_SFX
 #undef AN_MAD
 #pragma GCC pop_options
@@ -445,16 +450,21 @@ static void an_store_row_avx512(void *d, const void *s, int64_t n, int dt) {
 }
 #endif
 static an_row_fn g_load_row = an_load_row_base, g_store_row = an_store_row_base;
-static int g_isa = 0; /* 0 baseline, 1 avx2, 2 avx512 */
+static int g_isa = 0; /* 0 baseline, 1 avx2, 2 avx512, 3 avx512 with AVX512_BF16's conversions */
 
 static void an_pick_isa(void) {
     static int done = 0;
     if (done) return;
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    /* ADDNORM_CPU_ISA=avx2|baseline caps the instruction set (for tests and comparisons) */
+    /* ADDNORM_CPU_ISA=avx512|avx2|baseline caps the instruction set (for tests and comparisons; avx512: without
+     * AVX512_BF16's conversions, as on CPUs that lack them) */
     const char *cap = getenv("ADDNORM_CPU_ISA");
-    int max_isa = cap == NULL ? 2 : strcmp(cap, "avx2") == 0 ? 1 : strcmp(cap, "baseline") == 0 ? 0 : 2;
+    int max_isa = cap == NULL                  ? 3
+                  : strcmp(cap, "avx512") == 0 ? 2
+                  : strcmp(cap, "avx2") == 0   ? 1
+                  : strcmp(cap, "baseline") == 0 ? 0
+                                                 : 3;
     if (max_isa >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
         g_fwd = fwd_rows_avx2;
         g_bwd = bwd_rows_avx2;
@@ -485,6 +495,10 @@ static void an_pick_isa(void) {
         g_load_row = an_load_row_avx512;
         g_store_row = an_store_row_avx512;
         g_isa = 2;
+    }
+    if (max_isa >= 3 && g_isa == 2 && __builtin_cpu_supports("avx512bf16")) {
+        g_bf16_native = 1;
+        g_isa = 3;
     }
 #endif
     done = 1;

@@ -167,53 +167,27 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
         const uint16_t *av = a->a ? (const uint16_t *)a->a + r * a->a_rs : NULL;
         const uint16_t *mv = a->m ? (const uint16_t *)a->m + r * a->m_rs : NULL;
         uint16_t *s_row = a->s_out ? (uint16_t *)a->s_out + r * a->s_rs : NULL;
-        uint16_t *restrict so = (s_row && !a->nt) ? s_row : s16;
+#ifdef AN_AVX512
+        const int s_direct = s_row && a->nt && ((uintptr_t)s_row & 63) == 0; /* streamed in the first pass */
+#else
+        const int s_direct = 0;
+#endif
+        uint16_t *restrict so = (s_row && (!a->nt || s_direct)) ? s_row : s16;
         float acc[AN_LANES] = {0};
+        double t1[AN_LANES] = {0}, t2[AN_LANES] = {0}; /* LayerNorm's sums of v and v^2 (bf16_first_pass) */
         int64_t i = 0;
         /* the stream, rounded as eager stores it: t = round(a + m), s = round(x + t) */
-        if (av && mv) {
-            for (; i + AN_LANES <= D; i += AN_LANES)
-                for (int j = 0; j < AN_LANES; j++) {
-                    float t = an_bf16_round_nf(an_bf16_to_f32(av[i + j]) + an_bf16_to_f32(mv[i + j]));
-                    float v = an_bf16_round_nf(an_bf16_to_f32(x[i + j]) + t);
-                    buf[i + j] = v;
-                    so[i + j] = (uint16_t)(an_f32_bits(v) >> 16);
-                    acc[j] += rms ? v * v : v;
-                }
-            for (; i < D; i++) {
-                float t = an_bf16_round_nf(an_bf16_to_f32(av[i]) + an_bf16_to_f32(mv[i]));
-                float v = an_bf16_round_nf(an_bf16_to_f32(x[i]) + t);
-                buf[i] = v;
-                so[i] = (uint16_t)(an_f32_bits(v) >> 16);
-                acc[0] += rms ? v * v : v;
-            }
-        } else if (av) {
-            for (; i + AN_LANES <= D; i += AN_LANES)
-                for (int j = 0; j < AN_LANES; j++) {
-                    float v = an_bf16_round_nf(an_bf16_to_f32(x[i + j]) + an_bf16_to_f32(av[i + j]));
-                    buf[i + j] = v;
-                    so[i + j] = (uint16_t)(an_f32_bits(v) >> 16);
-                    acc[j] += rms ? v * v : v;
-                }
-            for (; i < D; i++) {
-                float v = an_bf16_round_nf(an_bf16_to_f32(x[i]) + an_bf16_to_f32(av[i]));
-                buf[i] = v;
-                so[i] = (uint16_t)(an_f32_bits(v) >> 16);
-                acc[0] += rms ? v * v : v;
-            }
-        } else {
-            for (; i + AN_LANES <= D; i += AN_LANES)
-                for (int j = 0; j < AN_LANES; j++) { float v = an_bf16_to_f32(x[i + j]); buf[i + j] = v; acc[j] += rms ? v * v : v; }
-            for (; i < D; i++) { float v = an_bf16_to_f32(x[i]); buf[i] = v; acc[0] += rms ? v * v : v; }
-        }
-        if (s_row && a->nt) AN_FN(stream_bytes)(s_row, s16, (size_t)D * 2);
+#ifdef AN_AVX512
+        AN_FN(bf16_first_pass_avx512)(buf, so, x, av, av ? mv : NULL, D, rms, acc, t1, t2, s_direct);
+#else
+        AN_FN(bf16_first_pass)(buf, so, x, av, av ? mv : NULL, D, rms, acc, t1, t2);
+#endif
+        if (s_row && a->nt && !s_direct) AN_FN(stream_bytes)(s_row, s16, (size_t)D * 2);
         float mean = 0.0f;
-        /* RMSNorm: the sum of squares taken in the first pass, in one float32 chain per lane, not in blocks as
-         * sq_dev_sum's: blocking this pass cost the bfloat16 forwards 7-18 % (caches flushed, 8192 x 1024), and a
-         * bfloat16 output rounds away its error (D = 65536 with a channel at 300: eager's bits). LayerNorm's mean
-         * and variance come from layer_moments, in blocks, whatever this sum's rounding */
-        float rstd = an_rstd(rms ? AN_FN(hsum)(acc) * inv_d
-                                 : AN_FN(layer_moments)(buf, D, AN_FN(hsum)(acc), &mean) / (float)D, a->eps);
+        /* RMSNorm: the sum of squares in one float32 chain per lane, as Add & Norm's (fwd_rows_bf16_body);
+         * LayerNorm: the first pass's sums in blocks (layer_moments_1p) */
+        float rstd = an_rstd(rms ? AN_FN(hsum)(acc) * inv_d : AN_FN(layer_moments_1p)(buf, D, t1, t2, &mean) / (float)D,
+                             a->eps);
         an_big bs; /* a row beyond float32's range: float64 statistics (see checked_stats) */
         const an_big *big = AN_FN(checked_stats)(buf, D, rms, a->eps, &bs, &mean, &rstd);
         if (a->mean) a->mean[r] = mean;
@@ -230,13 +204,30 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
             void *dst = k == 0 ? a->y : a->y2;
             if (!dst) continue;
             uint16_t *dst_row = (uint16_t *)dst + r * (k == 0 ? a->y_rs : a->y2_rs);
-            uint16_t *restrict d = a->nt ? o16 : dst_row;
+            const uint16_t *restrict p = (k == 0 && a->post) ? (const uint16_t *)a->post + r * a->post_rs : NULL;
+#ifdef AN_AVX512
+            /* the conversions by AVX512_BF16 (bf16_out_native), streamed straight into the row where it is aligned */
+            const int native = g_bf16_native && (nf || !p);
+            const int direct = native && a->nt && ((uintptr_t)dst_row & 63) == 0;
+#else
+            const int direct = 0;
+#endif
+            uint16_t *restrict d = (a->nt && !direct) ? o16 : dst_row;
             const float *restrict w = (k == 0 ? a->w1 : a->w2), *restrict b = (k == 0 ? a->b1 : a->b2);
             const float off = w ? a->weight_offset : 0.0f;
             w = w ? w : AN_ONES(sc);
             b = b ? b : AN_ZEROS(sc);
-            if (k == 0 && a->post) { /* norm-then-add: the norm rounded to bf16, then the add, rounded once */
-                const uint16_t *restrict p = (const uint16_t *)a->post + r * a->post_rs;
+#ifdef AN_AVX512
+            if (native) {
+                for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
+                    const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
+                    if (p && more) AN_FN(prefetch_chunk_any)(a, r + 1, c0, c1);
+                    AN_FN(bf16_out_native)(d + c0, buf + c0, c1 - c0, om, os, w + c0, b + c0, off, p ? p + c0 : NULL,
+                                           nf, direct);
+                }
+            } else
+#endif
+            if (p) { /* norm-then-add: the norm rounded to bf16, then the add, rounded once */
                 for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
                     const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
                     if (more) AN_FN(prefetch_chunk_any)(a, r + 1, c0, c1);
@@ -247,7 +238,7 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
             } else {
                 for (i = 0; i < D; i++) d[i] = AN_TO_BF16(nf, (buf[i] - om) * os * (w[i] + off) + b[i]);
             }
-            if (a->nt) AN_FN(stream_bytes)(dst_row, o16, (size_t)D * 2);
+            if (a->nt && !direct) AN_FN(stream_bytes)(dst_row, o16, (size_t)D * 2);
         }
     }
 }

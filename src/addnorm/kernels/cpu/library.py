@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 DTYPE_CODES = {"float32": 0, "bfloat16": 1, "float16": 2}
 KIND_CODES = {"layer": 0, "rms": 1}
-ISA_NAMES = {0: "baseline", 1: "avx2+fma+f16c", 2: "avx512"}
+ISA_NAMES = {0: "baseline", 1: "avx2+fma+f16c", 2: "avx512", 3: "avx512+bf16"}
 
 
 @dataclass(frozen=True)

@@ -255,6 +255,36 @@ static float AN_FN(layer_moments)(const float *restrict v, int64_t n, float sum,
     return ss < 0.0f ? 0.0f : ss;  /* a NaN stays NaN */
 }
 
+/* The end of one block of a first pass that sums v (acc) and v^2 (sq) in float32 lanes: both added to their float64
+ * totals and cleared (see AN_SUM_BLOCK). RMSNorm's pass keeps its one chain per lane (rms: nothing is flushed). */
+static inline __attribute__((always_inline)) void AN_FN(pair_flush)(float *restrict acc, float *restrict sq,
+                                                                    double *restrict t1, double *restrict t2,
+                                                                    const int rms) {
+    if (rms) return;
+    AN_FN(flush)(acc, t1);
+    AN_FN(flush)(sq, t2);
+}
+
+/* LayerNorm's statistics from one pass: a row's sums S1 = sum v and S2 = sum v^2, each in float32 lanes over blocks
+ * of AN_SUM_BLOCK added in float64 (t1, t2, after pair_flush), give the mean S1 / n and the sum of squared
+ * deviations S2 - S1^2 / n. Its rounding is S2's, about 16 float32 roundings of the terms, which stays within
+ * layer_moments' (the same on sum (v - mean)^2) while n mean^2 <= S2 / 16: the mean at most a quarter of the
+ * row's spread, as in the rows a network normalizes. Every other row -- a large common offset, a constant row,
+ * squares that overflow (inf, NaN) or that fall below float32's normal range (a mean square under 2^-100) -- is
+ * left to layer_moments' second pass over v, whose answer it was before. The bfloat16 forwards' first pass
+ * already holds each v in a register: LayerNorm's in-cache pass over the row, which kept it ~20 % behind RMSNorm
+ * from DRAM (8192 x 1024), is then skipped. Returns the sum of squared deviations; *mean_out the mean. */
+static float AN_FN(layer_moments_1p)(const float *restrict v, int64_t n, const double *t1, const double *t2,
+                                     float *mean_out) {
+    const double s1 = AN_FN(dsum)(t1), s2 = AN_FN(dsum)(t2), dn = (double)n;
+    if (!(s2 > 0x1p-100 * dn && s2 <= 0x1p120 && s1 * s1 <= s2 * dn * 0.0625)) /* a NaN too */
+        return AN_FN(layer_moments)(v, n, (float)s1, mean_out);
+    const double mean = s1 / dn;
+    *mean_out = (float)mean;
+    const double ss = s2 - s1 * mean;
+    return ss < 0.0 ? 0.0f : (float)ss;
+}
+
 /* ---- rows beyond float32's range: statistics and xhat in float64 ----
  * Values above ~1.8e19 overflow a float32 sum of squares (and values near float32's largest the sum itself), so
  * float32 statistics come out inf or NaN for rows whose true outputs are finite; a standard deviation above 2^96
@@ -401,6 +431,123 @@ static float AN_FN(add_bf16_rows)(float *restrict buf, const uint16_t *restrict 
  * converted, added, rounded, summed, normalized and converted back, pass by pass) a float16 LayerNorm forward
  * had trailed eager's (0.70x at 64 x 768, 0.93x at 8192 x 1024, AMD EPYC). */
 
+/* The bfloat16 forwards' first pass: x, or x + r rounded to bfloat16 as eager's `x + r` stores it (with r2: t = r + r2
+ * rounded, then x + t rounded), as float32 in buf and, with a residual, its bits in ro. Its sums go to AN_LANES
+ * float32 lanes: RMSNorm's squares in one chain per lane into acc (the caller adds the lanes); LayerNorm's v and
+ * v^2 in blocks of AN_SUM_BLOCK, whose lanes pair_flush adds into t1, t2 (float64; see layer_moments_1p). */
+static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass)(float *restrict buf, uint16_t *restrict ro,
+                                                                         const uint16_t *restrict x,
+                                                                         const uint16_t *restrict rs,
+                                                                         const uint16_t *restrict rs2, int64_t D,
+                                                                         const int rms, float *restrict acc,
+                                                                         double *restrict t1, double *restrict t2) {
+    float sq[AN_LANES] = {0};
+    int64_t i = 0;
+#define AN_FIRST_VALUE(k)                                                                                         \
+    float v = an_bf16_to_f32(x[k]);                                                                               \
+    if (rs2) v = an_bf16_round_nf(v + an_bf16_round_nf(an_bf16_to_f32(rs[k]) + an_bf16_to_f32(rs2[k])));          \
+    else if (rs) v = an_bf16_round_nf(v + an_bf16_to_f32(rs[k]));                                                 \
+    buf[k] = v;                                                                                                   \
+    if (rs) ro[k] = (uint16_t)(an_f32_bits(v) >> 16)
+    while (i + AN_LANES <= D) {
+        const int64_t e = i + AN_SUM_BLOCK < D ? i + AN_SUM_BLOCK : D;
+        for (; i + AN_LANES <= e; i += AN_LANES)
+            for (int j = 0; j < AN_LANES; j++) {
+                AN_FIRST_VALUE(i + j);
+                acc[j] += rms ? v * v : v;
+                sq[j] += v * v;
+            }
+        AN_FN(pair_flush)(acc, sq, t1, t2, rms);
+    }
+    for (; i < D; i++) {
+        AN_FIRST_VALUE(i);
+        acc[0] += rms ? v * v : v;
+        sq[0] += v * v;
+    }
+#undef AN_FIRST_VALUE
+    AN_FN(pair_flush)(acc, sq, t1, t2, rms); /* the tail's */
+}
+
+#ifdef AN_AVX512
+/* 16 bfloat16 values as float32 */
+static inline __attribute__((always_inline)) __m512 AN_FN(bf16x16_load)(const uint16_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+
+/* an_bf16_round_nf, 16 lanes */
+static inline __attribute__((always_inline)) __m512 AN_FN(bf16x16_round)(__m512 f) {
+    const __m512i u = _mm512_castps_si512(f);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd),
+                                                _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+/* bf16_first_pass in AVX-512 registers, its sums' lanes in registers (gcc kept the array loop's in memory, a chain
+ * through the store buffer every 32 values), the bits of x + r streamed straight into ro when nt (ro then 64-byte
+ * aligned). The same values, lanes and order as bf16_first_pass: the same bits. */
+static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_avx512)(
+    float *restrict buf, uint16_t *restrict ro, const uint16_t *restrict x, const uint16_t *restrict rs,
+    const uint16_t *restrict rs2, int64_t D, const int rms, float *restrict acc, double *restrict t1,
+    double *restrict t2, const int nt) {
+    _Static_assert(AN_LANES == 32, "two 16-lane registers a step");
+    float sq[AN_LANES] = {0};
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, q0 = a0, q1 = a0;
+    const __m512i perm = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25,
+                                          23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    int64_t i = 0;
+    while (i + AN_LANES <= D) {
+        const int64_t e = i + AN_SUM_BLOCK < D ? i + AN_SUM_BLOCK : D;
+        for (; i + AN_LANES <= e; i += AN_LANES) {
+            __m512 v0 = AN_FN(bf16x16_load)(x + i), v1 = AN_FN(bf16x16_load)(x + i + 16);
+            if (rs) {
+                __m512 r0 = AN_FN(bf16x16_load)(rs + i), r1 = AN_FN(bf16x16_load)(rs + i + 16);
+                if (rs2) {
+                    r0 = AN_FN(bf16x16_round)(_mm512_add_ps(r0, AN_FN(bf16x16_load)(rs2 + i)));
+                    r1 = AN_FN(bf16x16_round)(_mm512_add_ps(r1, AN_FN(bf16x16_load)(rs2 + i + 16)));
+                }
+                v0 = AN_FN(bf16x16_round)(_mm512_add_ps(v0, r0));
+                v1 = AN_FN(bf16x16_round)(_mm512_add_ps(v1, r1));
+                /* the odd 16-bit halves of v0 then v1: their bfloat16 bits, in order */
+                const __m512i bits = _mm512_permutex2var_epi16(_mm512_castps_si512(v0), perm, _mm512_castps_si512(v1));
+                if (nt) _mm512_stream_si512((void *)(ro + i), bits);
+                else _mm512_storeu_si512((void *)(ro + i), bits);
+            }
+            _mm512_storeu_ps(buf + i, v0);
+            _mm512_storeu_ps(buf + i + 16, v1);
+            if (rms) {
+                a0 = _mm512_add_ps(a0, _mm512_mul_ps(v0, v0));
+                a1 = _mm512_add_ps(a1, _mm512_mul_ps(v1, v1));
+            } else {
+                a0 = _mm512_add_ps(a0, v0);
+                a1 = _mm512_add_ps(a1, v1);
+                q0 = _mm512_add_ps(q0, _mm512_mul_ps(v0, v0));
+                q1 = _mm512_add_ps(q1, _mm512_mul_ps(v1, v1));
+            }
+        }
+        if (!rms) { /* a block's end */
+            _mm512_storeu_ps(acc, a0);
+            _mm512_storeu_ps(acc + 16, a1);
+            _mm512_storeu_ps(sq, q0);
+            _mm512_storeu_ps(sq + 16, q1);
+            AN_FN(pair_flush)(acc, sq, t1, t2, 0);
+            a0 = a1 = q0 = q1 = _mm512_setzero_ps();
+        }
+    }
+    _mm512_storeu_ps(acc, a0);
+    _mm512_storeu_ps(acc + 16, a1);
+    for (; i < D; i++) {
+        float v = an_bf16_to_f32(x[i]);
+        if (rs2) v = an_bf16_round_nf(v + an_bf16_round_nf(an_bf16_to_f32(rs[i]) + an_bf16_to_f32(rs2[i])));
+        else if (rs) v = an_bf16_round_nf(v + an_bf16_to_f32(rs[i]));
+        buf[i] = v;
+        if (rs) ro[i] = (uint16_t)(an_f32_bits(v) >> 16);
+        acc[0] += rms ? v * v : v;
+        sq[0] += v * v;
+    }
+    AN_FN(pair_flush)(acc, sq, t1, t2, rms); /* the tail's */
+}
+#endif
+
 /* float16's first pass: x, or x + r rounded to float16 as eager's `x + r` stores it (its bits in ro), as float32 in
  * buf; returns their sum (RMSNorm: of squares), eight float32 lanes within blocks of AN_SUM_BLOCK, float64 across
  * them. The conversions are F16C's, eight values an instruction (gcc leaves _Float16's scalar in these loops) */
@@ -450,6 +597,59 @@ static void AN_FN(f16_out_chunk)(uint16_t *restrict dst, const float *restrict b
     AN_FN(store_row)(dst, stage, n, AN_F16);
 }
 
+#ifdef AN_AVX512
+/* vcvtne2ps2bf16: 32 float32 values (lo the first 16) to bfloat16 in order, rounded to nearest even, a NaN made
+ * (its top half | 0x40) as an_f32_to_bf16 makes it; but a subnormal input reads as zero (the instruction's DAZ),
+ * which bf16_out_native rules out. Inline assembly: these functions are compiled for AVX-512 alone, and run only
+ * where the CPU has AVX512_BF16 (g_bf16_native). */
+static inline __attribute__((always_inline)) __m512i AN_FN(cvtne2ps_bf16)(__m512 lo, __m512 hi) {
+    __m512i r;
+    __asm__("vcvtne2ps2bf16 %2, %1, %0" : "=v"(r) : "v"(hi), "v"(lo));
+    return r;
+}
+
+/* n outputs (buf - om) os (w + off) + b stored as bfloat16 in dst, 32 a conversion instruction, with streaming
+ * stores when nt (dst then 64-byte aligned: each 32 a whole cache line). With post (norm-then-add; nf only), each
+ * output rounded to bfloat16 first and post added, as the portable loop does. A group of 32 holding a subnormal
+ * value is rounded as the portable loop rounds it (exact where the instruction is not); nf as there (AN_TO_BF16). */
+static inline __attribute__((always_inline)) void AN_FN(bf16_out_native)(uint16_t *restrict dst,
+                                                                        const float *restrict buf, int64_t n,
+                                                                        float om, float os,
+                                                                        const float *restrict w,
+                                                                        const float *restrict b, float off,
+                                                                        const uint16_t *restrict post,
+                                                                        const int nf, const int nt) {
+    const __m512 vm = _mm512_set1_ps(om), vs = _mm512_set1_ps(os), vo = _mm512_set1_ps(off);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 lo = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(buf + i), vm), vs),
+                                                _mm512_add_ps(_mm512_loadu_ps(w + i), vo)),
+                                  _mm512_loadu_ps(b + i));
+        __m512 hi = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(buf + i + 16), vm), vs),
+                                                _mm512_add_ps(_mm512_loadu_ps(w + i + 16), vo)),
+                                  _mm512_loadu_ps(b + i + 16));
+        if (post) {
+            lo = _mm512_add_ps(AN_FN(bf16x16_round)(lo), AN_FN(bf16x16_load)(post + i));
+            hi = _mm512_add_ps(AN_FN(bf16x16_round)(hi), AN_FN(bf16x16_load)(post + i + 16));
+        }
+        if (__builtin_expect((_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) != 0, 0)) {
+            float t[32];
+            _mm512_storeu_ps(t, lo);
+            _mm512_storeu_ps(t + 16, hi);
+            for (int j = 0; j < 32; j++) dst[i + j] = AN_TO_BF16(nf, t[j]);
+            continue;
+        }
+        if (nt) _mm512_stream_si512((void *)(dst + i), AN_FN(cvtne2ps_bf16)(lo, hi));
+        else _mm512_storeu_si512((void *)(dst + i), AN_FN(cvtne2ps_bf16)(lo, hi));
+    }
+    for (; i < n; i++) {
+        float v = (buf[i] - om) * os * (w[i] + off) + b[i];
+        if (post) v = an_bf16_round_nf(v) + an_bf16_to_f32(post[i]);
+        dst[i] = AN_TO_BF16(nf, v);
+    }
+}
+#endif
+
 static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(const an_fwd_args *a, int64_t r0,
                                                                               int64_t r1, const an_rows *sc,
                                                                               const int nf, const int rms,
@@ -465,53 +665,48 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
         const uint16_t *restrict x = (const uint16_t *)a->x + r * a->x_rs;
         uint16_t *out_row = (uint16_t *)a->out + r * a->out_rs;
         float acc[AN_LANES] = {0};
+        double t1[AN_LANES] = {0}, t2[AN_LANES] = {0}; /* LayerNorm's sums of v and v^2 (bf16_first_pass) */
         int64_t i = 0;
         const uint16_t *restrict rs = a->res ? (const uint16_t *)a->res + r * a->res_rs : NULL;
         uint16_t *res_row = (rs && a->res_out) ? (uint16_t *)a->res_out + r * a->res_out_rs : NULL;
-        uint16_t *restrict ro = (res_row && !a->nt) ? res_row : res16;
+#ifdef AN_AVX512
+        const int res_direct = !f16 && res_row && a->nt && ((uintptr_t)res_row & 63) == 0; /* streamed in the pass */
+#else
+        const int res_direct = 0;
+#endif
+        uint16_t *restrict ro = (res_row && (!a->nt || res_direct)) ? res_row : res16;
         if (f16) {
             acc[0] = AN_FN(f16_first_pass)(buf, ro, x, rs, D, rms);
-        } else if (rs) {
-            /* x + r rounded to bfloat16, as eager `x + r` stores it; the stored bits are exact */
-            for (; i + AN_LANES <= D; i += AN_LANES)
-                for (int j = 0; j < AN_LANES; j++) {
-                    float v = an_bf16_round_nf(an_bf16_to_f32(x[i + j]) + an_bf16_to_f32(rs[i + j]));
-                    buf[i + j] = v;
-                    ro[i + j] = (uint16_t)(an_f32_bits(v) >> 16);
-                    acc[j] += rms ? v * v : v;
-                }
-            for (; i < D; i++) {
-                float v = an_bf16_round_nf(an_bf16_to_f32(x[i]) + an_bf16_to_f32(rs[i]));
-                buf[i] = v;
-                ro[i] = (uint16_t)(an_f32_bits(v) >> 16);
-                acc[0] += rms ? v * v : v;
-            }
         } else {
-            for (; i + AN_LANES <= D; i += AN_LANES)
-                for (int j = 0; j < AN_LANES; j++) {
-                    float v = an_bf16_to_f32(x[i + j]);
-                    buf[i + j] = v;
-                    acc[j] += rms ? v * v : v;
-                }
-            for (; i < D; i++) { float v = an_bf16_to_f32(x[i]); buf[i] = v; acc[0] += rms ? v * v : v; }
+#ifdef AN_AVX512
+            AN_FN(bf16_first_pass_avx512)(buf, ro, x, rs, NULL, D, rms, acc, t1, t2, res_direct);
+#else
+            AN_FN(bf16_first_pass)(buf, ro, x, rs, NULL, D, rms, acc, t1, t2);
+#endif
         }
-        if (res_row && a->nt) AN_FN(stream_bytes)(res_row, res16, (size_t)D * 2);
-        /* the first pass's sum (RMSNorm: of squares) in one float32 chain per lane, not in blocks: blocking this pass
-         * cost the bfloat16 forwards 7-18 % (caches flushed, 8192 x 1024), and a bfloat16 output rounds away its
-         * error (RMSNorm at D = 65536 with a channel at 300: the same bits as eager's); float16's, three more bits,
-         * in blocks (f16_first_pass). LayerNorm's mean and variance come from layer_moments, in blocks, whatever
-         * this sum's rounding */
+        if (res_row && a->nt && !res_direct) AN_FN(stream_bytes)(res_row, res16, (size_t)D * 2);
+        /* RMSNorm's sum of squares in one float32 chain per lane, not in blocks: blocking it cost the bfloat16
+         * forwards 7-18 % (caches flushed, 8192 x 1024), and a bfloat16 output rounds away its error (D = 65536
+         * with a channel at 300: the same bits as eager's); float16's, three more bits, in blocks (f16_first_pass).
+         * LayerNorm's sums in blocks, whose statistics layer_moments_1p takes (float16: layer_moments) */
         float mean = 0.0f;
         const float first = AN_FN(hsum)(acc);
         float rstd = an_rstd((rms ? first * inv_d
-                                  : AN_FN(layer_moments)(buf, D, first, &mean) / (float)D), a->eps);
+                              : f16 ? AN_FN(layer_moments)(buf, D, first, &mean) / (float)D
+                                    : AN_FN(layer_moments_1p)(buf, D, t1, t2, &mean) / (float)D), a->eps);
         an_big bs;
         const an_big *big = AN_FN(checked_stats)(buf, D, rms, a->eps, &bs, &mean, &rstd);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
         float om, os; /* the output's statistics (see output_row) */
         AN_FN(output_row)(buf, buf, D, mean, rstd, big, &om, &os);
-        uint16_t *restrict dst = a->nt ? o16 : out_row;
+#ifdef AN_AVX512
+        /* streamed stores straight into the row, a line at a time among the arithmetic (not a burst after it) */
+        const int direct = !f16 && g_bf16_native && a->nt && ((uintptr_t)out_row & 63) == 0;
+#else
+        const int direct = 0;
+#endif
+        uint16_t *restrict dst = (a->nt && !direct) ? o16 : out_row;
         const uint16_t *nx = r + 1 < r1 ? x + a->x_rs : NULL;
         const uint16_t *nr = (r + 1 < r1 && a->res) ? (const uint16_t *)a->res + (r + 1) * a->res_rs : NULL;
         for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
@@ -522,9 +717,15 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
                 AN_FN(f16_out_chunk)(dst + c0, buf + c0, c1 - c0, om, os, w + c0, b + c0, off);
                 continue;
             }
+#ifdef AN_AVX512
+            if (g_bf16_native) {
+                AN_FN(bf16_out_native)(dst + c0, buf + c0, c1 - c0, om, os, w + c0, b + c0, off, NULL, nf, direct);
+                continue;
+            }
+#endif
             for (i = c0; i < c1; i++) dst[i] = AN_TO_BF16(nf, (buf[i] - om) * os * (w[i] + off) + b[i]);
         }
-        if (a->nt) AN_FN(stream_bytes)(out_row, o16, (size_t)D * 2);
+        if (a->nt && !direct) AN_FN(stream_bytes)(out_row, o16, (size_t)D * 2);
     }
 }
 
