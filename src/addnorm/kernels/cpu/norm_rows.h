@@ -753,6 +753,85 @@ static void AN_FN(fwd_rows_f16)(const an_fwd_args *a, int64_t r0, int64_t r1, co
  * without a bias gradient no db pass -- the same values, bit for bit, as the general form (s - 0 and
  * x - 0 are exact) with fewer operations per element. The weight plus offset is formed once per block, here:
  * formed once per chunk by the caller instead, the loops below read it 5x slower (gcc no longer vectorized them). */
+#ifdef AN_AVX512
+/* The bfloat16 backward's first pass in AVX-512 registers (the array loop's lanes lived in memory): the lanes of
+ * sum g and sum g xhat, g = dy (w + off), into acc_g and acc_gx, lane j taking elements j, j + 32, ... as the array
+ * loop does (the same bits). Whole groups of 32; the caller takes the tail. Returns where it stopped. */
+static inline __attribute__((always_inline)) int64_t AN_FN(bf16_bwd_sums_avx512)(
+    const uint16_t *restrict s, const uint16_t *restrict dy, const float *restrict wo, int64_t D, float mean,
+    float rstd, const int rms, float *restrict acc_g, float *restrict acc_gx) {
+    const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd);
+    __m512 g0 = _mm512_setzero_ps(), g1 = g0, x0 = g0, x1 = g0;
+    int64_t i = 0;
+    for (; i + 32 <= D; i += 32) {
+        __m512 s0 = AN_FN(bf16x16_load)(s + i), s1 = AN_FN(bf16x16_load)(s + i + 16);
+        if (!rms) {
+            s0 = _mm512_sub_ps(s0, vm);
+            s1 = _mm512_sub_ps(s1, vm);
+        }
+        const __m512 xh0 = _mm512_mul_ps(s0, vr), xh1 = _mm512_mul_ps(s1, vr);
+        const __m512 d0 = _mm512_mul_ps(AN_FN(bf16x16_load)(dy + i), _mm512_loadu_ps(wo + i));
+        const __m512 d1 = _mm512_mul_ps(AN_FN(bf16x16_load)(dy + i + 16), _mm512_loadu_ps(wo + i + 16));
+        if (!rms) {
+            g0 = _mm512_add_ps(g0, d0);
+            g1 = _mm512_add_ps(g1, d1);
+        }
+        x0 = _mm512_add_ps(x0, _mm512_mul_ps(d0, xh0));
+        x1 = _mm512_add_ps(x1, _mm512_mul_ps(d1, xh1));
+    }
+    _mm512_storeu_ps(acc_g, g0);
+    _mm512_storeu_ps(acc_g + 16, g1);
+    _mm512_storeu_ps(acc_gx, x0);
+    _mm512_storeu_ps(acc_gx + 16, x1);
+    return i;
+}
+
+/* The bfloat16 backward's second pass over [c0, c1) with AVX512_BF16's conversion (see bf16_out_native): dw += dy
+ * xhat, db += dy (want_db), dx = rstd (dy (w + off) - mean(g) - xhat mean(g xhat)) + dres, streamed when nt (dx then
+ * 64-byte aligned). A group of 32 holding a subnormal dx is rounded by the portable rounding. */
+static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_native)(
+    uint16_t *restrict dx, float *restrict dw, float *restrict db, const uint16_t *restrict s,
+    const uint16_t *restrict dy, const uint16_t *restrict dres, const float *restrict wo, int64_t c0, int64_t c1,
+    float mean, float rstd, float mg, float mgx, const int rms, const int want_db, const int nf, const int nt) {
+    const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd), vmg = _mm512_set1_ps(mg),
+                 vmx = _mm512_set1_ps(mgx);
+    int64_t i = c0;
+    for (; i + 32 <= c1; i += 32) {
+        __m512 o[2];
+        for (int h = 0; h < 2; h++) {
+            const int64_t k = i + 16 * h;
+            const __m512 d = AN_FN(bf16x16_load)(dy + k);
+            __m512 sv = AN_FN(bf16x16_load)(s + k);
+            if (!rms) sv = _mm512_sub_ps(sv, vm);
+            const __m512 xh = _mm512_mul_ps(sv, vr);
+            _mm512_storeu_ps(dw + k, _mm512_add_ps(_mm512_loadu_ps(dw + k), _mm512_mul_ps(d, xh)));
+            if (want_db) _mm512_storeu_ps(db + k, _mm512_add_ps(_mm512_loadu_ps(db + k), d));
+            __m512 gv = _mm512_mul_ps(d, _mm512_loadu_ps(wo + k));
+            if (!rms) gv = _mm512_sub_ps(gv, vmg);
+            gv = _mm512_sub_ps(gv, _mm512_mul_ps(xh, vmx));
+            o[h] = _mm512_add_ps(_mm512_mul_ps(vr, gv), AN_FN(bf16x16_load)(dres + k));
+        }
+        if (__builtin_expect((_mm512_fpclass_ps_mask(o[0], 0x20) | _mm512_fpclass_ps_mask(o[1], 0x20)) != 0, 0)) {
+            float t[32];
+            _mm512_storeu_ps(t, o[0]);
+            _mm512_storeu_ps(t + 16, o[1]);
+            for (int j = 0; j < 32; j++) dx[i + j] = AN_TO_BF16(nf, t[j]);
+            continue;
+        }
+        if (nt) _mm512_stream_si512((void *)(dx + i), AN_FN(cvtne2ps_bf16)(o[0], o[1]));
+        else _mm512_storeu_si512((void *)(dx + i), AN_FN(cvtne2ps_bf16)(o[0], o[1]));
+    }
+    for (; i < c1; i++) {
+        float d = an_bf16_to_f32(dy[i]);
+        float xh = (rms ? an_bf16_to_f32(s[i]) : an_bf16_to_f32(s[i]) - mean) * rstd;
+        dw[i] += d * xh;
+        if (want_db) db[i] += d;
+        float gv = rms ? d * wo[i] - xh * mgx : d * wo[i] - mg - xh * mgx;
+        dx[i] = AN_TO_BF16(nf, rstd * gv + an_bf16_to_f32(dres[i]));
+    }
+}
+#endif
+
 static inline __attribute__((always_inline)) void AN_FN(bwd_rows_bf16_body)(const an_bwd_args *a, int64_t r0,
                                                                               int64_t r1, const an_rows *sc,
                                                                               float *dw_acc, float *db_acc,
@@ -791,7 +870,11 @@ static inline __attribute__((always_inline)) void AN_FN(bwd_rows_bf16_body)(cons
         }
         /* pass 1 only reduces; pass 2 re-reads the (now L1-resident) bfloat16 rows: fewer stores */
         float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
+#ifdef AN_AVX512
+        int64_t i = AN_FN(bf16_bwd_sums_avx512)(s, dy, wo, D, mean, rstd, rms, acc_g, acc_gx);
+#else
         int64_t i = 0;
+#endif
         for (; i + AN_LANES <= D; i += AN_LANES)
             for (int j = 0; j < AN_LANES; j++) {
                 float xh = (rms ? an_bf16_to_f32(s[i + j]) : an_bf16_to_f32(s[i + j]) - mean) * rstd;
@@ -807,12 +890,24 @@ static inline __attribute__((always_inline)) void AN_FN(bwd_rows_bf16_body)(cons
         }
         const float mg = rms ? 0.0f : AN_FN(hsum)(acc_g) * inv_d;
         const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
-        uint16_t *restrict dst = a->nt ? o16 : dx_row;
+#ifdef AN_AVX512
+        const int direct = g_bf16_native && a->nt && ((uintptr_t)dx_row & 63) == 0; /* streamed in the pass */
+#else
+        const int direct = 0;
+#endif
+        uint16_t *restrict dst = (a->nt && !direct) ? o16 : dx_row;
         const int more = r + 1 < r1;
         for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
             AN_FN(prefetch_chunk)(more ? s + a->s_rs : NULL, more ? dy + a->dy_rs : NULL,
                                   (more && a->dres) ? dres + a->dres_rs : NULL, c0, D, 2);
             const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
+#ifdef AN_AVX512
+            if (g_bf16_native) {
+                AN_FN(bf16_bwd_out_native)(dst, dw, db, s, dy, dres, wo, c0, c1, mean, rstd, mg, mgx, rms, want_db, nf,
+                                           direct);
+                continue;
+            }
+#endif
             for (i = c0; i < c1; i++) {
                 float d = an_bf16_to_f32(dy[i]);
                 float xh = (rms ? an_bf16_to_f32(s[i]) : an_bf16_to_f32(s[i]) - mean) * rstd;
@@ -823,7 +918,7 @@ static inline __attribute__((always_inline)) void AN_FN(bwd_rows_bf16_body)(cons
                 dst[i] = AN_TO_BF16(nf, rstd * gv + an_bf16_to_f32(dres[i]));
             }
         }
-        if (a->nt) AN_FN(stream_bytes)(dx_row, o16, (size_t)D * 2);
+        if (a->nt && !direct) AN_FN(stream_bytes)(dx_row, o16, (size_t)D * 2);
     }
 }
 
