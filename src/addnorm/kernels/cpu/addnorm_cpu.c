@@ -388,6 +388,7 @@ static int g_bf16_native = 0;
 #define AN_SFX _avx2
 #define AN_MAD(a, b, c) __builtin_fmaf((a), (b), (c))
 #define AN_STREAM_BYTES 32
+#define AN_AVX2 1
 #include "norm_rows.h"
 #include "fused_rows.h"
 #include "stream_rows.h"
@@ -395,6 +396,7 @@ static int g_bf16_native = 0;
 #include "pointwise_rows.h"
 #include "attn_res_rows.h"
 #include "hyper_rows.h"
+#undef AN_AVX2
 #undef AN_STREAM_BYTES
 #undef AN_SFX
 #undef AN_F16C

@@ -167,8 +167,8 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
         const uint16_t *av = a->a ? (const uint16_t *)a->a + r * a->a_rs : NULL;
         const uint16_t *mv = a->m ? (const uint16_t *)a->m + r * a->m_rs : NULL;
         uint16_t *s_row = a->s_out ? (uint16_t *)a->s_out + r * a->s_rs : NULL;
-#ifdef AN_AVX512
-        const int s_direct = s_row && a->nt && ((uintptr_t)s_row & 63) == 0; /* streamed in the first pass */
+#if defined(AN_AVX512) || defined(AN_AVX2)
+        const int s_direct = s_row && a->nt && ((uintptr_t)s_row & (AN_STREAM_BYTES - 1)) == 0; /* in the pass */
 #else
         const int s_direct = 0;
 #endif
@@ -177,8 +177,10 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
         double t1[AN_LANES] = {0}, t2[AN_LANES] = {0}; /* LayerNorm's sums of v and v^2 (bf16_first_pass) */
         int64_t i = 0;
         /* the stream, rounded as eager stores it: t = round(a + m), s = round(x + t) */
-#ifdef AN_AVX512
+#if defined(AN_AVX512)
         AN_FN(bf16_first_pass_avx512)(buf, so, x, av, av ? mv : NULL, D, rms, acc, t1, t2, s_direct);
+#elif defined(AN_AVX2)
+        AN_FN(bf16_first_pass_avx2)(buf, so, x, av, av ? mv : NULL, D, rms, acc, t1, t2, s_direct);
 #else
         AN_FN(bf16_first_pass)(buf, so, x, av, av ? mv : NULL, D, rms, acc, t1, t2);
 #endif
@@ -205,10 +207,13 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
             if (!dst) continue;
             uint16_t *dst_row = (uint16_t *)dst + r * (k == 0 ? a->y_rs : a->y2_rs);
             const uint16_t *restrict p = (k == 0 && a->post) ? (const uint16_t *)a->post + r * a->post_rs : NULL;
-#ifdef AN_AVX512
+#if defined(AN_AVX512)
             /* the conversions by AVX512_BF16 (bf16_out_native), streamed straight into the row where it is aligned */
             const int native = g_bf16_native && (nf || !p);
             const int direct = native && a->nt && ((uintptr_t)dst_row & 63) == 0;
+#elif defined(AN_AVX2)
+            const int native = nf; /* bf16_out_avx2 */
+            const int direct = native && a->nt && ((uintptr_t)dst_row & 31) == 0;
 #else
             const int direct = 0;
 #endif
@@ -217,13 +222,18 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
             const float off = w ? a->weight_offset : 0.0f;
             w = w ? w : AN_ONES(sc);
             b = b ? b : AN_ZEROS(sc);
-#ifdef AN_AVX512
+#if defined(AN_AVX512) || defined(AN_AVX2)
             if (native) {
                 for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
                     const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
                     if (p && more) AN_FN(prefetch_chunk_any)(a, r + 1, c0, c1);
+#if defined(AN_AVX512)
                     AN_FN(bf16_out_native)(d + c0, buf + c0, c1 - c0, om, os, w + c0, b + c0, off, p ? p + c0 : NULL,
                                            nf, direct);
+#else
+                    AN_FN(bf16_out_avx2)(d + c0, buf + c0, c1 - c0, om, os, w + c0, b + c0, off, p ? p + c0 : NULL,
+                                         direct);
+#endif
                 }
             } else
 #endif

@@ -548,6 +548,119 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_avx512)(
 }
 #endif
 
+#ifdef AN_AVX2
+/* The AVX2 path's own first pass and output loop for bfloat16 LayerNorm and RMSNorm, for the reasons of the AVX-512
+ * ones (bf16_first_pass_avx512): the sums' 32 lanes in four registers each, and the stream's and the outputs' bits
+ * streamed straight into their rows (32 bytes a store) where those are 32-byte aligned. The same values, lanes and
+ * order as the portable loops: the same bits. */
+static inline __attribute__((always_inline)) __m256 AN_FN(bf16x8_load)(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+/* an_bf16_round_nf, 8 lanes */
+static inline __attribute__((always_inline)) __m256 AN_FN(bf16x8_round)(__m256 f) {
+    const __m256i u = _mm256_castps_si256(f);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd),
+                                                _mm256_set1_epi32((int)0xffff0000u)));
+}
+
+/* the bfloat16 bits of 16 values already rounded (v0 the first 8), in order */
+static inline __attribute__((always_inline)) __m256i AN_FN(bf16x16_bits_avx2)(__m256 v0, __m256 v1) {
+    const __m256i p = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(v0), 16),
+                                          _mm256_srli_epi32(_mm256_castps_si256(v1), 16));
+    return _mm256_permute4x64_epi64(p, 0xd8); /* packus works within 128-bit lanes */
+}
+
+static inline __attribute__((always_inline)) void AN_FN(bf16x16_put_avx2)(uint16_t *p, __m256i bits, const int nt) {
+    if (nt) _mm256_stream_si256((__m256i *)p, bits);
+    else _mm256_storeu_si256((__m256i *)p, bits);
+}
+
+static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_avx2)(
+    float *restrict buf, uint16_t *restrict ro, const uint16_t *restrict x, const uint16_t *restrict rs,
+    const uint16_t *restrict rs2, int64_t D, const int rms, float *restrict acc, double *restrict t1,
+    double *restrict t2, const int nt) {
+    _Static_assert(AN_LANES == 32, "four 8-lane registers a step");
+    float sq[AN_LANES] = {0};
+    __m256 a[4], q[4];
+    for (int k = 0; k < 4; k++) a[k] = q[k] = _mm256_setzero_ps();
+    int64_t i = 0;
+    while (i + AN_LANES <= D) {
+        const int64_t e = i + AN_SUM_BLOCK < D ? i + AN_SUM_BLOCK : D;
+        for (; i + AN_LANES <= e; i += AN_LANES) {
+            __m256 v[4];
+            for (int k = 0; k < 4; k++) {
+                v[k] = AN_FN(bf16x8_load)(x + i + 8 * k);
+                if (rs) {
+                    __m256 r = AN_FN(bf16x8_load)(rs + i + 8 * k);
+                    if (rs2) r = AN_FN(bf16x8_round)(_mm256_add_ps(r, AN_FN(bf16x8_load)(rs2 + i + 8 * k)));
+                    v[k] = AN_FN(bf16x8_round)(_mm256_add_ps(v[k], r));
+                }
+                _mm256_storeu_ps(buf + i + 8 * k, v[k]);
+                if (rms) {
+                    a[k] = _mm256_add_ps(a[k], _mm256_mul_ps(v[k], v[k]));
+                } else {
+                    a[k] = _mm256_add_ps(a[k], v[k]);
+                    q[k] = _mm256_add_ps(q[k], _mm256_mul_ps(v[k], v[k]));
+                }
+            }
+            if (rs) {
+                AN_FN(bf16x16_put_avx2)(ro + i, AN_FN(bf16x16_bits_avx2)(v[0], v[1]), nt);
+                AN_FN(bf16x16_put_avx2)(ro + i + 16, AN_FN(bf16x16_bits_avx2)(v[2], v[3]), nt);
+            }
+        }
+        if (!rms) { /* a block's end */
+            for (int k = 0; k < 4; k++) {
+                _mm256_storeu_ps(acc + 8 * k, a[k]);
+                _mm256_storeu_ps(sq + 8 * k, q[k]);
+                a[k] = q[k] = _mm256_setzero_ps();
+            }
+            AN_FN(pair_flush)(acc, sq, t1, t2, 0);
+        }
+    }
+    for (int k = 0; k < 4; k++) _mm256_storeu_ps(acc + 8 * k, a[k]);
+    for (; i < D; i++) {
+        float v = an_bf16_to_f32(x[i]);
+        if (rs2) v = an_bf16_round_nf(v + an_bf16_round_nf(an_bf16_to_f32(rs[i]) + an_bf16_to_f32(rs2[i])));
+        else if (rs) v = an_bf16_round_nf(v + an_bf16_to_f32(rs[i]));
+        buf[i] = v;
+        if (rs) ro[i] = (uint16_t)(an_f32_bits(v) >> 16);
+        acc[0] += rms ? v * v : v;
+        sq[0] += v * v;
+    }
+    AN_FN(pair_flush)(acc, sq, t1, t2, rms); /* the tail's */
+}
+
+/* n outputs (buf - om) os (w + off) + b (with post: rounded, then post added, as norm-then-add's loop) rounded to
+ * bfloat16 without the NaN test (callers: nf only), streamed when nt (dst 32-byte aligned) */
+static inline __attribute__((always_inline)) void AN_FN(bf16_out_avx2)(uint16_t *restrict dst,
+                                                                      const float *restrict buf, int64_t n,
+                                                                      float om, float os, const float *restrict w,
+                                                                      const float *restrict b, float off,
+                                                                      const uint16_t *restrict post, const int nt) {
+    const __m256 vm = _mm256_set1_ps(om), vs = _mm256_set1_ps(os), vo = _mm256_set1_ps(off);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 o[2];
+        for (int h = 0; h < 2; h++) {
+            const int64_t k = i + 8 * h;
+            o[h] = _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(buf + k), vm), vs),
+                                               _mm256_add_ps(_mm256_loadu_ps(w + k), vo)),
+                                 _mm256_loadu_ps(b + k));
+            if (post) o[h] = _mm256_add_ps(AN_FN(bf16x8_round)(o[h]), AN_FN(bf16x8_load)(post + k));
+            o[h] = AN_FN(bf16x8_round)(o[h]);
+        }
+        AN_FN(bf16x16_put_avx2)(dst + i, AN_FN(bf16x16_bits_avx2)(o[0], o[1]), nt);
+    }
+    for (; i < n; i++) {
+        float v = (buf[i] - om) * os * (w[i] + off) + b[i];
+        if (post) v = an_bf16_round_nf(v) + an_bf16_to_f32(post[i]);
+        dst[i] = an_f32_to_bf16_nf(v);
+    }
+}
+#endif
+
 /* float16's first pass: x, or x + r rounded to float16 as eager's `x + r` stores it (its bits in ro), as float32 in
  * buf; returns their sum (RMSNorm: of squares), eight float32 lanes within blocks of AN_SUM_BLOCK, float64 across
  * them. The conversions are F16C's, eight values an instruction (gcc leaves _Float16's scalar in these loops) */
@@ -669,8 +782,9 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
         int64_t i = 0;
         const uint16_t *restrict rs = a->res ? (const uint16_t *)a->res + r * a->res_rs : NULL;
         uint16_t *res_row = (rs && a->res_out) ? (uint16_t *)a->res_out + r * a->res_out_rs : NULL;
-#ifdef AN_AVX512
-        const int res_direct = !f16 && res_row && a->nt && ((uintptr_t)res_row & 63) == 0; /* streamed in the pass */
+#if defined(AN_AVX512) || defined(AN_AVX2)
+        /* streamed in the pass, a whole store at a time */
+        const int res_direct = !f16 && res_row && a->nt && ((uintptr_t)res_row & (AN_STREAM_BYTES - 1)) == 0;
 #else
         const int res_direct = 0;
 #endif
@@ -678,8 +792,10 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
         if (f16) {
             acc[0] = AN_FN(f16_first_pass)(buf, ro, x, rs, D, rms);
         } else {
-#ifdef AN_AVX512
+#if defined(AN_AVX512)
             AN_FN(bf16_first_pass_avx512)(buf, ro, x, rs, NULL, D, rms, acc, t1, t2, res_direct);
+#elif defined(AN_AVX2)
+            AN_FN(bf16_first_pass_avx2)(buf, ro, x, rs, NULL, D, rms, acc, t1, t2, res_direct);
 #else
             AN_FN(bf16_first_pass)(buf, ro, x, rs, NULL, D, rms, acc, t1, t2);
 #endif
@@ -700,9 +816,11 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
         if (a->rstd) a->rstd[r] = rstd;
         float om, os; /* the output's statistics (see output_row) */
         AN_FN(output_row)(buf, buf, D, mean, rstd, big, &om, &os);
-#ifdef AN_AVX512
+#if defined(AN_AVX512)
         /* streamed stores straight into the row, a line at a time among the arithmetic (not a burst after it) */
         const int direct = !f16 && g_bf16_native && a->nt && ((uintptr_t)out_row & 63) == 0;
+#elif defined(AN_AVX2)
+        const int direct = !f16 && nf && a->nt && ((uintptr_t)out_row & 31) == 0;
 #else
         const int direct = 0;
 #endif
@@ -717,9 +835,14 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
                 AN_FN(f16_out_chunk)(dst + c0, buf + c0, c1 - c0, om, os, w + c0, b + c0, off);
                 continue;
             }
-#ifdef AN_AVX512
+#if defined(AN_AVX512)
             if (g_bf16_native) {
                 AN_FN(bf16_out_native)(dst + c0, buf + c0, c1 - c0, om, os, w + c0, b + c0, off, NULL, nf, direct);
+                continue;
+            }
+#elif defined(AN_AVX2)
+            if (nf) {
+                AN_FN(bf16_out_avx2)(dst + c0, buf + c0, c1 - c0, om, os, w + c0, b + c0, off, NULL, direct);
                 continue;
             }
 #endif
@@ -832,6 +955,68 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_native)(
 }
 #endif
 
+#ifdef AN_AVX2
+/* bf16_bwd_sums_avx512's AVX2 form: the 32 lanes of sum g and sum g xhat in four registers each (the same bits) */
+static inline __attribute__((always_inline)) int64_t AN_FN(bf16_bwd_sums_avx2)(
+    const uint16_t *restrict s, const uint16_t *restrict dy, const float *restrict wo, int64_t D, float mean,
+    float rstd, const int rms, float *restrict acc_g, float *restrict acc_gx) {
+    const __m256 vm = _mm256_set1_ps(mean), vr = _mm256_set1_ps(rstd);
+    __m256 g[4], x[4];
+    for (int k = 0; k < 4; k++) g[k] = x[k] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= D; i += 32)
+        for (int k = 0; k < 4; k++) {
+            __m256 sv = AN_FN(bf16x8_load)(s + i + 8 * k);
+            if (!rms) sv = _mm256_sub_ps(sv, vm);
+            const __m256 xh = _mm256_mul_ps(sv, vr);
+            const __m256 d = _mm256_mul_ps(AN_FN(bf16x8_load)(dy + i + 8 * k), _mm256_loadu_ps(wo + i + 8 * k));
+            if (!rms) g[k] = _mm256_add_ps(g[k], d);
+            x[k] = _mm256_add_ps(x[k], _mm256_mul_ps(d, xh));
+        }
+    for (int k = 0; k < 4; k++) {
+        _mm256_storeu_ps(acc_g + 8 * k, g[k]);
+        _mm256_storeu_ps(acc_gx + 8 * k, x[k]);
+    }
+    return i;
+}
+
+/* bf16_bwd_out_native's AVX2 form, rounding without the NaN test (callers: nf only), streamed when nt (dx 32-byte
+ * aligned) */
+static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_avx2)(
+    uint16_t *restrict dx, float *restrict dw, float *restrict db, const uint16_t *restrict s,
+    const uint16_t *restrict dy, const uint16_t *restrict dres, const float *restrict wo, int64_t c0, int64_t c1,
+    float mean, float rstd, float mg, float mgx, const int rms, const int want_db, const int nt) {
+    const __m256 vm = _mm256_set1_ps(mean), vr = _mm256_set1_ps(rstd), vmg = _mm256_set1_ps(mg),
+                 vmx = _mm256_set1_ps(mgx);
+    int64_t i = c0;
+    for (; i + 16 <= c1; i += 16) {
+        __m256 o[2];
+        for (int h = 0; h < 2; h++) {
+            const int64_t k = i + 8 * h;
+            const __m256 d = AN_FN(bf16x8_load)(dy + k);
+            __m256 sv = AN_FN(bf16x8_load)(s + k);
+            if (!rms) sv = _mm256_sub_ps(sv, vm);
+            const __m256 xh = _mm256_mul_ps(sv, vr);
+            _mm256_storeu_ps(dw + k, _mm256_add_ps(_mm256_loadu_ps(dw + k), _mm256_mul_ps(d, xh)));
+            if (want_db) _mm256_storeu_ps(db + k, _mm256_add_ps(_mm256_loadu_ps(db + k), d));
+            __m256 gv = _mm256_mul_ps(d, _mm256_loadu_ps(wo + k));
+            if (!rms) gv = _mm256_sub_ps(gv, vmg);
+            gv = _mm256_sub_ps(gv, _mm256_mul_ps(xh, vmx));
+            o[h] = AN_FN(bf16x8_round)(_mm256_add_ps(_mm256_mul_ps(vr, gv), AN_FN(bf16x8_load)(dres + k)));
+        }
+        AN_FN(bf16x16_put_avx2)(dx + i, AN_FN(bf16x16_bits_avx2)(o[0], o[1]), nt);
+    }
+    for (; i < c1; i++) {
+        float d = an_bf16_to_f32(dy[i]);
+        float xh = (rms ? an_bf16_to_f32(s[i]) : an_bf16_to_f32(s[i]) - mean) * rstd;
+        dw[i] += d * xh;
+        if (want_db) db[i] += d;
+        float gv = rms ? d * wo[i] - xh * mgx : d * wo[i] - mg - xh * mgx;
+        dx[i] = an_f32_to_bf16_nf(rstd * gv + an_bf16_to_f32(dres[i]));
+    }
+}
+#endif
+
 static inline __attribute__((always_inline)) void AN_FN(bwd_rows_bf16_body)(const an_bwd_args *a, int64_t r0,
                                                                               int64_t r1, const an_rows *sc,
                                                                               float *dw_acc, float *db_acc,
@@ -870,8 +1055,10 @@ static inline __attribute__((always_inline)) void AN_FN(bwd_rows_bf16_body)(cons
         }
         /* pass 1 only reduces; pass 2 re-reads the (now L1-resident) bfloat16 rows: fewer stores */
         float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
-#ifdef AN_AVX512
+#if defined(AN_AVX512)
         int64_t i = AN_FN(bf16_bwd_sums_avx512)(s, dy, wo, D, mean, rstd, rms, acc_g, acc_gx);
+#elif defined(AN_AVX2)
+        int64_t i = AN_FN(bf16_bwd_sums_avx2)(s, dy, wo, D, mean, rstd, rms, acc_g, acc_gx);
 #else
         int64_t i = 0;
 #endif
@@ -890,8 +1077,10 @@ static inline __attribute__((always_inline)) void AN_FN(bwd_rows_bf16_body)(cons
         }
         const float mg = rms ? 0.0f : AN_FN(hsum)(acc_g) * inv_d;
         const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
-#ifdef AN_AVX512
+#if defined(AN_AVX512)
         const int direct = g_bf16_native && a->nt && ((uintptr_t)dx_row & 63) == 0; /* streamed in the pass */
+#elif defined(AN_AVX2)
+        const int direct = nf && a->nt && ((uintptr_t)dx_row & 31) == 0;
 #else
         const int direct = 0;
 #endif
@@ -901,10 +1090,15 @@ static inline __attribute__((always_inline)) void AN_FN(bwd_rows_bf16_body)(cons
             AN_FN(prefetch_chunk)(more ? s + a->s_rs : NULL, more ? dy + a->dy_rs : NULL,
                                   (more && a->dres) ? dres + a->dres_rs : NULL, c0, D, 2);
             const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
-#ifdef AN_AVX512
+#if defined(AN_AVX512)
             if (g_bf16_native) {
                 AN_FN(bf16_bwd_out_native)(dst, dw, db, s, dy, dres, wo, c0, c1, mean, rstd, mg, mgx, rms, want_db, nf,
                                            direct);
+                continue;
+            }
+#elif defined(AN_AVX2)
+            if (nf) {
+                AN_FN(bf16_bwd_out_avx2)(dst, dw, db, s, dy, dres, wo, c0, c1, mean, rstd, mg, mgx, rms, want_db, direct);
                 continue;
             }
 #endif
