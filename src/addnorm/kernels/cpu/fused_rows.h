@@ -175,7 +175,6 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
         uint16_t *restrict so = (s_row && (!a->nt || s_direct)) ? s_row : s16;
         float acc[AN_LANES] = {0};
         double t1[AN_LANES] = {0}, t2[AN_LANES] = {0}; /* LayerNorm's sums of v and v^2 (bf16_first_pass) */
-        int64_t i = 0;
         /* the stream, rounded as eager stores it: t = round(a + m), s = round(x + t) */
 #if defined(AN_AVX512)
         AN_FN(bf16_first_pass_avx512)(buf, so, x, av, av ? mv : NULL, D, rms, acc, t1, t2, s_direct);
@@ -241,12 +240,10 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
                 for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
                     const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
                     if (more) AN_FN(prefetch_chunk_any)(a, r + 1, c0, c1);
-                    for (i = c0; i < c1; i++)
-                        d[i] = AN_TO_BF16(nf, AN_BF16_ROUND(nf, (buf[i] - om) * os * (w[i] + off) + b[i]) +
-                                              an_bf16_to_f32(p[i]));
+                    AN_FN(bf16_out_scalar)(d, buf, c0, c1, om, os, w, b, off, p, nf);
                 }
             } else {
-                for (i = 0; i < D; i++) d[i] = AN_TO_BF16(nf, (buf[i] - om) * os * (w[i] + off) + b[i]);
+                AN_FN(bf16_out_scalar)(d, buf, 0, D, om, os, w, b, off, NULL, nf);
             }
             if (a->nt && !direct) AN_FN(stream_bytes)(dst_row, o16, (size_t)D * 2);
         }

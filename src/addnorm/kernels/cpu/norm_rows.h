@@ -435,6 +435,30 @@ static float AN_FN(add_bf16_rows)(float *restrict buf, const uint16_t *restrict 
  * rounded, then x + t rounded), as float32 in buf and, with a residual, its bits in ro. Its sums go to AN_LANES
  * float32 lanes: RMSNorm's squares in one chain per lane into acc (the caller adds the lanes); LayerNorm's v and
  * v^2 in blocks of AN_SUM_BLOCK, whose lanes pair_flush adds into t1, t2 (float64; see layer_moments_1p). */
+static inline __attribute__((always_inline)) float AN_FN(bf16_first_value)(const uint16_t *restrict x,
+                                                                           const uint16_t *restrict rs,
+                                                                           const uint16_t *restrict rs2, int64_t k) {
+    const float v = an_bf16_to_f32(x[k]);
+    if (rs2) return an_bf16_round_nf(v + an_bf16_round_nf(an_bf16_to_f32(rs[k]) + an_bf16_to_f32(rs2[k])));
+    if (rs) return an_bf16_round_nf(v + an_bf16_to_f32(rs[k]));
+    return v;
+}
+
+/* the values [i, D) after the whole groups of AN_LANES, into lane 0; then the last block's lanes flushed */
+static inline __attribute__((always_inline)) void AN_FN(bf16_first_tail)(
+    float *restrict buf, uint16_t *restrict ro, const uint16_t *restrict x, const uint16_t *restrict rs,
+    const uint16_t *restrict rs2, int64_t i, int64_t D, const int rms, float *restrict acc, float *restrict sq,
+    double *restrict t1, double *restrict t2) {
+    for (; i < D; i++) {
+        const float v = AN_FN(bf16_first_value)(x, rs, rs2, i);
+        buf[i] = v;
+        if (rs) ro[i] = (uint16_t)(an_f32_bits(v) >> 16);
+        acc[0] += rms ? v * v : v;
+        sq[0] += v * v;
+    }
+    AN_FN(pair_flush)(acc, sq, t1, t2, rms);
+}
+
 static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass)(float *restrict buf, uint16_t *restrict ro,
                                                                          const uint16_t *restrict x,
                                                                          const uint16_t *restrict rs,
@@ -443,29 +467,34 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass)(float *
                                                                          double *restrict t1, double *restrict t2) {
     float sq[AN_LANES] = {0};
     int64_t i = 0;
-#define AN_FIRST_VALUE(k)                                                                                         \
-    float v = an_bf16_to_f32(x[k]);                                                                               \
-    if (rs2) v = an_bf16_round_nf(v + an_bf16_round_nf(an_bf16_to_f32(rs[k]) + an_bf16_to_f32(rs2[k])));          \
-    else if (rs) v = an_bf16_round_nf(v + an_bf16_to_f32(rs[k]));                                                 \
-    buf[k] = v;                                                                                                   \
-    if (rs) ro[k] = (uint16_t)(an_f32_bits(v) >> 16)
     while (i + AN_LANES <= D) {
         const int64_t e = i + AN_SUM_BLOCK < D ? i + AN_SUM_BLOCK : D;
         for (; i + AN_LANES <= e; i += AN_LANES)
             for (int j = 0; j < AN_LANES; j++) {
-                AN_FIRST_VALUE(i + j);
+                const float v = AN_FN(bf16_first_value)(x, rs, rs2, i + j);
+                buf[i + j] = v;
+                if (rs) ro[i + j] = (uint16_t)(an_f32_bits(v) >> 16);
                 acc[j] += rms ? v * v : v;
                 sq[j] += v * v;
             }
         AN_FN(pair_flush)(acc, sq, t1, t2, rms);
     }
-    for (; i < D; i++) {
-        AN_FIRST_VALUE(i);
-        acc[0] += rms ? v * v : v;
-        sq[0] += v * v;
+    AN_FN(bf16_first_tail)(buf, ro, x, rs, rs2, i, D, rms, acc, sq, t1, t2);
+}
+
+/* outputs [i, n) one at a time: (buf - om) os (w + off) + b -- with post (norm-then-add), that rounded to bfloat16
+ * and post added -- rounded to bfloat16 (nf: see AN_TO_BF16). The portable loop, and the vector loops' tails. */
+static inline __attribute__((always_inline)) void AN_FN(bf16_out_scalar)(uint16_t *restrict dst,
+                                                                        const float *restrict buf, int64_t i,
+                                                                        int64_t n, float om, float os,
+                                                                        const float *restrict w,
+                                                                        const float *restrict b, float off,
+                                                                        const uint16_t *restrict post, const int nf) {
+    for (; i < n; i++) {
+        float v = (buf[i] - om) * os * (w[i] + off) + b[i];
+        if (post) v = AN_BF16_ROUND(nf, v) + an_bf16_to_f32(post[i]);
+        dst[i] = AN_TO_BF16(nf, v);
     }
-#undef AN_FIRST_VALUE
-    AN_FN(pair_flush)(acc, sq, t1, t2, rms); /* the tail's */
 }
 
 #ifdef AN_AVX512
@@ -535,16 +564,7 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_avx512)(
     }
     _mm512_storeu_ps(acc, a0);
     _mm512_storeu_ps(acc + 16, a1);
-    for (; i < D; i++) {
-        float v = an_bf16_to_f32(x[i]);
-        if (rs2) v = an_bf16_round_nf(v + an_bf16_round_nf(an_bf16_to_f32(rs[i]) + an_bf16_to_f32(rs2[i])));
-        else if (rs) v = an_bf16_round_nf(v + an_bf16_to_f32(rs[i]));
-        buf[i] = v;
-        if (rs) ro[i] = (uint16_t)(an_f32_bits(v) >> 16);
-        acc[0] += rms ? v * v : v;
-        sq[0] += v * v;
-    }
-    AN_FN(pair_flush)(acc, sq, t1, t2, rms); /* the tail's */
+    AN_FN(bf16_first_tail)(buf, ro, x, rs, rs2, i, D, rms, acc, sq, t1, t2);
 }
 #endif
 
@@ -620,16 +640,7 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_avx2)(
         }
     }
     for (int k = 0; k < 4; k++) _mm256_storeu_ps(acc + 8 * k, a[k]);
-    for (; i < D; i++) {
-        float v = an_bf16_to_f32(x[i]);
-        if (rs2) v = an_bf16_round_nf(v + an_bf16_round_nf(an_bf16_to_f32(rs[i]) + an_bf16_to_f32(rs2[i])));
-        else if (rs) v = an_bf16_round_nf(v + an_bf16_to_f32(rs[i]));
-        buf[i] = v;
-        if (rs) ro[i] = (uint16_t)(an_f32_bits(v) >> 16);
-        acc[0] += rms ? v * v : v;
-        sq[0] += v * v;
-    }
-    AN_FN(pair_flush)(acc, sq, t1, t2, rms); /* the tail's */
+    AN_FN(bf16_first_tail)(buf, ro, x, rs, rs2, i, D, rms, acc, sq, t1, t2);
 }
 
 /* n outputs (buf - om) os (w + off) + b (with post: rounded, then post added, as norm-then-add's loop) rounded to
@@ -653,11 +664,7 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_out_avx2)(uint16_t 
         }
         AN_FN(bf16x16_put_avx2)(dst + i, AN_FN(bf16x16_bits_avx2)(o[0], o[1]), nt);
     }
-    for (; i < n; i++) {
-        float v = (buf[i] - om) * os * (w[i] + off) + b[i];
-        if (post) v = an_bf16_round_nf(v) + an_bf16_to_f32(post[i]);
-        dst[i] = an_f32_to_bf16_nf(v);
-    }
+    AN_FN(bf16_out_scalar)(dst, buf, i, n, om, os, w, b, off, post, 1);
 }
 #endif
 
@@ -755,11 +762,7 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_out_native)(uint16_
         if (nt) _mm512_stream_si512((void *)(dst + i), AN_FN(cvtne2ps_bf16)(lo, hi));
         else _mm512_storeu_si512((void *)(dst + i), AN_FN(cvtne2ps_bf16)(lo, hi));
     }
-    for (; i < n; i++) {
-        float v = (buf[i] - om) * os * (w[i] + off) + b[i];
-        if (post) v = an_bf16_round_nf(v) + an_bf16_to_f32(post[i]);
-        dst[i] = AN_TO_BF16(nf, v);
-    }
+    AN_FN(bf16_out_scalar)(dst, buf, i, n, om, os, w, b, off, post, nf);
 }
 #endif
 
@@ -779,7 +782,6 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
         uint16_t *out_row = (uint16_t *)a->out + r * a->out_rs;
         float acc[AN_LANES] = {0};
         double t1[AN_LANES] = {0}, t2[AN_LANES] = {0}; /* LayerNorm's sums of v and v^2 (bf16_first_pass) */
-        int64_t i = 0;
         const uint16_t *restrict rs = a->res ? (const uint16_t *)a->res + r * a->res_rs : NULL;
         uint16_t *res_row = (rs && a->res_out) ? (uint16_t *)a->res_out + r * a->res_out_rs : NULL;
 #if defined(AN_AVX512) || defined(AN_AVX2)
@@ -846,7 +848,7 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
                 continue;
             }
 #endif
-            for (i = c0; i < c1; i++) dst[i] = AN_TO_BF16(nf, (buf[i] - om) * os * (w[i] + off) + b[i]);
+            AN_FN(bf16_out_scalar)(dst, buf, c0, c1, om, os, w, b, off, NULL, nf);
         }
         if (a->nt && !direct) AN_FN(stream_bytes)(out_row, o16, (size_t)D * 2);
     }
@@ -876,6 +878,24 @@ static void AN_FN(fwd_rows_f16)(const an_fwd_args *a, int64_t r0, int64_t r1, co
  * without a bias gradient no db pass -- the same values, bit for bit, as the general form (s - 0 and
  * x - 0 are exact) with fewer operations per element. The weight plus offset is formed once per block, here:
  * formed once per chunk by the caller instead, the loops below read it 5x slower (gcc no longer vectorized them). */
+/* The bfloat16 backward's second pass over [i, c1) one value at a time: dw += dy xhat, db += dy (want_db), dx = rstd
+ * (dy (w + off) - mean(g) - xhat mean(g xhat)) + dres rounded to bfloat16 (nf: see AN_TO_BF16). The portable loop,
+ * and the vector loops' tails. */
+static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_scalar)(
+    uint16_t *restrict dx, float *restrict dw, float *restrict db, const uint16_t *restrict s,
+    const uint16_t *restrict dy, const uint16_t *restrict dres, const float *restrict wo, int64_t i, int64_t c1,
+    float mean, float rstd, float mg, float mgx, const int rms, const int want_db, const int nf) {
+    for (; i < c1; i++) {
+        float d = an_bf16_to_f32(dy[i]);
+        float xh = (rms ? an_bf16_to_f32(s[i]) : an_bf16_to_f32(s[i]) - mean) * rstd;
+        dw[i] += d * xh;
+        if (want_db) db[i] += d;
+        /* the gradient arriving through the new residual stream joins in float32 */
+        float gv = rms ? d * wo[i] - xh * mgx : d * wo[i] - mg - xh * mgx;
+        dx[i] = AN_TO_BF16(nf, rstd * gv + an_bf16_to_f32(dres[i]));
+    }
+}
+
 #ifdef AN_AVX512
 /* The bfloat16 backward's first pass in AVX-512 registers (the array loop's lanes lived in memory): the lanes of
  * sum g and sum g xhat, g = dy (w + off), into acc_g and acc_gx, lane j taking elements j, j + 32, ... as the array
@@ -944,14 +964,7 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_native)(
         if (nt) _mm512_stream_si512((void *)(dx + i), AN_FN(cvtne2ps_bf16)(o[0], o[1]));
         else _mm512_storeu_si512((void *)(dx + i), AN_FN(cvtne2ps_bf16)(o[0], o[1]));
     }
-    for (; i < c1; i++) {
-        float d = an_bf16_to_f32(dy[i]);
-        float xh = (rms ? an_bf16_to_f32(s[i]) : an_bf16_to_f32(s[i]) - mean) * rstd;
-        dw[i] += d * xh;
-        if (want_db) db[i] += d;
-        float gv = rms ? d * wo[i] - xh * mgx : d * wo[i] - mg - xh * mgx;
-        dx[i] = AN_TO_BF16(nf, rstd * gv + an_bf16_to_f32(dres[i]));
-    }
+    AN_FN(bf16_bwd_out_scalar)(dx, dw, db, s, dy, dres, wo, i, c1, mean, rstd, mg, mgx, rms, want_db, nf);
 }
 #endif
 
@@ -1006,14 +1019,7 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_avx2)(
         }
         AN_FN(bf16x16_put_avx2)(dx + i, AN_FN(bf16x16_bits_avx2)(o[0], o[1]), nt);
     }
-    for (; i < c1; i++) {
-        float d = an_bf16_to_f32(dy[i]);
-        float xh = (rms ? an_bf16_to_f32(s[i]) : an_bf16_to_f32(s[i]) - mean) * rstd;
-        dw[i] += d * xh;
-        if (want_db) db[i] += d;
-        float gv = rms ? d * wo[i] - xh * mgx : d * wo[i] - mg - xh * mgx;
-        dx[i] = an_f32_to_bf16_nf(rstd * gv + an_bf16_to_f32(dres[i]));
-    }
+    AN_FN(bf16_bwd_out_scalar)(dx, dw, db, s, dy, dres, wo, i, c1, mean, rstd, mg, mgx, rms, want_db, 1);
 }
 #endif
 
@@ -1102,15 +1108,7 @@ static inline __attribute__((always_inline)) void AN_FN(bwd_rows_bf16_body)(cons
                 continue;
             }
 #endif
-            for (i = c0; i < c1; i++) {
-                float d = an_bf16_to_f32(dy[i]);
-                float xh = (rms ? an_bf16_to_f32(s[i]) : an_bf16_to_f32(s[i]) - mean) * rstd;
-                dw[i] += d * xh;
-                if (want_db) db[i] += d;
-                /* the gradient arriving through the new residual stream joins in float32 */
-                float gv = rms ? d * wo[i] - xh * mgx : d * wo[i] - mg - xh * mgx;
-                dst[i] = AN_TO_BF16(nf, rstd * gv + an_bf16_to_f32(dres[i]));
-            }
+            AN_FN(bf16_bwd_out_scalar)(dst, dw, db, s, dy, dres, wo, c0, c1, mean, rstd, mg, mgx, rms, want_db, nf);
         }
         if (a->nt && !direct) AN_FN(stream_bytes)(dx_row, o16, (size_t)D * 2);
     }
