@@ -333,6 +333,143 @@ static void AN_FN(fused_bwd_block)(const an_fbwd_args *a, int64_t r0, int64_t r1
     }
 }
 
+/* The bfloat16 fused backward's second pass, one value at a time over [i, D): ds = rstd (g - mean(g) - xhat
+ * mean(g xhat)) + dres rounded to bfloat16, dw1 += dy xhat, db1 += dy (wantb). The portable loop and the vector
+ * loops' tails. */
+static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_scalar)(
+    uint16_t *restrict d, const float *restrict g, const uint16_t *restrict s, const uint16_t *restrict dy,
+    const uint16_t *restrict dres, float *restrict a0, float *restrict a1, int64_t i, int64_t D, float mean,
+    float rstd, float mg, float mgx, const int wantb, const int nf) {
+    for (; i < D; i++) {
+        const float xh = (an_bf16_to_f32(s[i]) - mean) * rstd;
+        d[i] = AN_TO_BF16(nf, rstd * (g[i] - mg - xh * mgx) + an_bf16_to_f32(dres[i]));
+        const float d1 = an_bf16_to_f32(dy[i]);
+        a0[i] += d1 * xh;
+        if (wantb) a1[i] += d1;
+    }
+}
+
+#ifdef AN_AVX512
+/* The fused backward's first pass with its sums' lanes in registers (the array loop kept them in memory): g = dy (w1 +
+ * off1) [+ dy2 (w2 + off2)] into the scratch row, the lanes of sum g and sum g xhat into acc_g, acc_gx -- the same
+ * values, lanes and order as the array loop. Whole groups of 32; returns where it stopped. */
+static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_avx512)(
+    const uint16_t *restrict s, const uint16_t *restrict dy, const uint16_t *restrict dy2, const float *restrict w1,
+    float off1, const float *restrict w2, float off2, float *restrict g, int64_t D, float mean, float rstd,
+    const int has2, float *restrict acc_g, float *restrict acc_gx) {
+    const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd), vo1 = _mm512_set1_ps(off1),
+                 vo2 = _mm512_set1_ps(off2);
+    __m512 sg[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()}, sx[2] = {sg[0], sg[0]};
+    int64_t i = 0;
+    for (; i + 32 <= D; i += 32)
+        for (int h = 0; h < 2; h++) {
+            const int64_t k = i + 16 * h;
+            __m512 gv = _mm512_mul_ps(AN_FN(bf16x16_load)(dy + k), _mm512_add_ps(_mm512_loadu_ps(w1 + k), vo1));
+            if (has2)
+                gv = _mm512_add_ps(gv, _mm512_mul_ps(AN_FN(bf16x16_load)(dy2 + k),
+                                                     _mm512_add_ps(_mm512_loadu_ps(w2 + k), vo2)));
+            _mm512_storeu_ps(g + k, gv);
+            sg[h] = _mm512_add_ps(sg[h], gv);
+            const __m512 xh = _mm512_mul_ps(_mm512_sub_ps(AN_FN(bf16x16_load)(s + k), vm), vr);
+            sx[h] = _mm512_add_ps(sx[h], _mm512_mul_ps(gv, xh));
+        }
+    for (int h = 0; h < 2; h++) {
+        _mm512_storeu_ps(acc_g + 16 * h, sg[h]);
+        _mm512_storeu_ps(acc_gx + 16 * h, sx[h]);
+    }
+    return i;
+}
+
+/* fused_bwd_out_scalar 32 values at a time, ds converted by AVX512_BF16 (see bf16_out_native; a group holding a
+ * subnormal the portable way) and streamed when nt (d then 64-byte aligned) */
+static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_native)(
+    uint16_t *restrict d, const float *restrict g, const uint16_t *restrict s, const uint16_t *restrict dy,
+    const uint16_t *restrict dres, float *restrict a0, float *restrict a1, int64_t D, float mean, float rstd,
+    float mg, float mgx, const int wantb, const int nf, const int nt) {
+    const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd), vmg = _mm512_set1_ps(mg),
+                 vmx = _mm512_set1_ps(mgx);
+    int64_t i = 0;
+    for (; i + 32 <= D; i += 32) {
+        __m512 o[2];
+        for (int h = 0; h < 2; h++) {
+            const int64_t k = i + 16 * h;
+            const __m512 xh = _mm512_mul_ps(_mm512_sub_ps(AN_FN(bf16x16_load)(s + k), vm), vr);
+            const __m512 gv = _mm512_sub_ps(_mm512_sub_ps(_mm512_loadu_ps(g + k), vmg), _mm512_mul_ps(xh, vmx));
+            o[h] = _mm512_add_ps(_mm512_mul_ps(vr, gv), AN_FN(bf16x16_load)(dres + k));
+            const __m512 d1 = AN_FN(bf16x16_load)(dy + k);
+            _mm512_storeu_ps(a0 + k, _mm512_add_ps(_mm512_loadu_ps(a0 + k), _mm512_mul_ps(d1, xh)));
+            if (wantb) _mm512_storeu_ps(a1 + k, _mm512_add_ps(_mm512_loadu_ps(a1 + k), d1));
+        }
+        if (__builtin_expect((_mm512_fpclass_ps_mask(o[0], 0x20) | _mm512_fpclass_ps_mask(o[1], 0x20)) != 0, 0)) {
+            float t[32];
+            _mm512_storeu_ps(t, o[0]);
+            _mm512_storeu_ps(t + 16, o[1]);
+            for (int j = 0; j < 32; j++) d[i + j] = AN_TO_BF16(nf, t[j]);
+            continue;
+        }
+        if (nt) _mm512_stream_si512((void *)(d + i), AN_FN(cvtne2ps_bf16)(o[0], o[1]));
+        else _mm512_storeu_si512((void *)(d + i), AN_FN(cvtne2ps_bf16)(o[0], o[1]));
+    }
+    AN_FN(fused_bwd_out_scalar)(d, g, s, dy, dres, a0, a1, i, D, mean, rstd, mg, mgx, wantb, nf);
+}
+#endif
+
+#ifdef AN_AVX2
+/* fused_bwd_sums_avx512's AVX2 form (the same bits) */
+static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_avx2)(
+    const uint16_t *restrict s, const uint16_t *restrict dy, const uint16_t *restrict dy2, const float *restrict w1,
+    float off1, const float *restrict w2, float off2, float *restrict g, int64_t D, float mean, float rstd,
+    const int has2, float *restrict acc_g, float *restrict acc_gx) {
+    const __m256 vm = _mm256_set1_ps(mean), vr = _mm256_set1_ps(rstd), vo1 = _mm256_set1_ps(off1),
+                 vo2 = _mm256_set1_ps(off2);
+    __m256 sg[4], sx[4];
+    for (int h = 0; h < 4; h++) sg[h] = sx[h] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= D; i += 32)
+        for (int h = 0; h < 4; h++) {
+            const int64_t k = i + 8 * h;
+            __m256 gv = _mm256_mul_ps(AN_FN(bf16x8_load)(dy + k), _mm256_add_ps(_mm256_loadu_ps(w1 + k), vo1));
+            if (has2)
+                gv = _mm256_add_ps(gv, _mm256_mul_ps(AN_FN(bf16x8_load)(dy2 + k),
+                                                     _mm256_add_ps(_mm256_loadu_ps(w2 + k), vo2)));
+            _mm256_storeu_ps(g + k, gv);
+            sg[h] = _mm256_add_ps(sg[h], gv);
+            const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(AN_FN(bf16x8_load)(s + k), vm), vr);
+            sx[h] = _mm256_add_ps(sx[h], _mm256_mul_ps(gv, xh));
+        }
+    for (int h = 0; h < 4; h++) {
+        _mm256_storeu_ps(acc_g + 8 * h, sg[h]);
+        _mm256_storeu_ps(acc_gx + 8 * h, sx[h]);
+    }
+    return i;
+}
+
+/* fused_bwd_out_scalar 16 values at a time, rounding without the NaN test (callers: nf only), streamed when nt (d
+ * then 32-byte aligned) */
+static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_avx2)(
+    uint16_t *restrict d, const float *restrict g, const uint16_t *restrict s, const uint16_t *restrict dy,
+    const uint16_t *restrict dres, float *restrict a0, float *restrict a1, int64_t D, float mean, float rstd,
+    float mg, float mgx, const int wantb, const int nt) {
+    const __m256 vm = _mm256_set1_ps(mean), vr = _mm256_set1_ps(rstd), vmg = _mm256_set1_ps(mg),
+                 vmx = _mm256_set1_ps(mgx);
+    int64_t i = 0;
+    for (; i + 16 <= D; i += 16) {
+        __m256 o[2];
+        for (int h = 0; h < 2; h++) {
+            const int64_t k = i + 8 * h;
+            const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(AN_FN(bf16x8_load)(s + k), vm), vr);
+            const __m256 gv = _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(g + k), vmg), _mm256_mul_ps(xh, vmx));
+            o[h] = AN_FN(bf16x8_round)(_mm256_add_ps(_mm256_mul_ps(vr, gv), AN_FN(bf16x8_load)(dres + k)));
+            const __m256 d1 = AN_FN(bf16x8_load)(dy + k);
+            _mm256_storeu_ps(a0 + k, _mm256_add_ps(_mm256_loadu_ps(a0 + k), _mm256_mul_ps(d1, xh)));
+            if (wantb) _mm256_storeu_ps(a1 + k, _mm256_add_ps(_mm256_loadu_ps(a1 + k), d1));
+        }
+        AN_FN(bf16x16_put_avx2)(d + i, AN_FN(bf16x16_bits_avx2)(o[0], o[1]), nt);
+    }
+    AN_FN(fused_bwd_out_scalar)(d, g, s, dy, dres, a0, a1, i, D, mean, rstd, mg, mgx, wantb, 1);
+}
+#endif
+
 /* bfloat16 throughout: two passes over each row's bf16 inputs, converted where they are read; the parameter
  * gradients are summed in the second pass. Compiled per (nf, has2: a second output's gradient dy2, wantb: a bias
  * gradient): a form with one output computes no dy2 terms and one without biases no db sums. An accumulator that
@@ -382,7 +519,13 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
             }
         }
         float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
+#if defined(AN_AVX512)
+        int64_t i = AN_FN(fused_bwd_sums_avx512)(s, dy, dy2, w1, off1, w2, off2, g, D, mean, rstd, has2, acc_g, acc_gx);
+#elif defined(AN_AVX2)
+        int64_t i = AN_FN(fused_bwd_sums_avx2)(s, dy, dy2, w1, off1, w2, off2, g, D, mean, rstd, has2, acc_g, acc_gx);
+#else
         int64_t i = 0;
+#endif
         for (; i + AN_LANES <= D; i += AN_LANES)
             for (int j = 0; j < AN_LANES; j++) {
                 float gv = an_bf16_to_f32(dy[i + j]) * (w1[i + j] + off1);
@@ -400,21 +543,31 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
         }
         const float mg = a->kind == AN_LAYER ? AN_FN(hsum)(acc_g) * inv_d : 0.0f;
         const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
-        uint16_t *restrict d = a->nt ? o16 : ds_row;
-        for (i = 0; i < D; i++) {
-            const float xh = (an_bf16_to_f32(s[i]) - mean) * rstd;
-            d[i] = AN_TO_BF16(nf, rstd * (g[i] - mg - xh * mgx) + an_bf16_to_f32(dres[i]));
-            const float d1 = an_bf16_to_f32(dy[i]);
-            a0[i] += d1 * xh;
-            if (wantb) a1[i] += d1;
-        }
+#if defined(AN_AVX512)
+        const int direct = g_bf16_native && a->nt && ((uintptr_t)ds_row & 63) == 0; /* streamed in the pass */
+#elif defined(AN_AVX2)
+        const int direct = nf && a->nt && ((uintptr_t)ds_row & 31) == 0;
+#else
+        const int direct = 0;
+#endif
+        uint16_t *restrict d = (a->nt && !direct) ? o16 : ds_row;
+#if defined(AN_AVX512)
+        if (g_bf16_native)
+            AN_FN(fused_bwd_out_native)(d, g, s, dy, dres, a0, a1, D, mean, rstd, mg, mgx, wantb, nf, direct);
+        else
+#elif defined(AN_AVX2)
+        if (nf)
+            AN_FN(fused_bwd_out_avx2)(d, g, s, dy, dres, a0, a1, D, mean, rstd, mg, mgx, wantb, direct);
+        else
+#endif
+            AN_FN(fused_bwd_out_scalar)(d, g, s, dy, dres, a0, a1, 0, D, mean, rstd, mg, mgx, wantb, nf);
         if (has2) /* a loop of its own: with it in the one above gcc left that loop scalar */
             for (i = 0; i < D; i++) {
                 const float d2 = an_bf16_to_f32(dy2[i]);
                 a2[i] += d2 * ((an_bf16_to_f32(s[i]) - mean) * rstd);
                 if (wantb) a3[i] += d2;
             }
-        if (a->nt) AN_FN(stream_bytes)(ds_row, o16, (size_t)D * 2);
+        if (a->nt && !direct) AN_FN(stream_bytes)(ds_row, o16, (size_t)D * 2);
     }
 }
 
