@@ -167,22 +167,12 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
         const uint16_t *av = a->a ? (const uint16_t *)a->a + r * a->a_rs : NULL;
         const uint16_t *mv = a->m ? (const uint16_t *)a->m + r * a->m_rs : NULL;
         uint16_t *s_row = a->s_out ? (uint16_t *)a->s_out + r * a->s_rs : NULL;
-#if defined(AN_AVX512) || defined(AN_AVX2)
-        const int s_direct = s_row && a->nt && ((uintptr_t)s_row & (AN_STREAM_BYTES - 1)) == 0; /* in the pass */
-#else
-        const int s_direct = 0;
-#endif
+        const int s_direct = s_row && AN_FN(stream_direct)(s_row, a->nt); /* streamed in the first pass */
         uint16_t *restrict so = (s_row && (!a->nt || s_direct)) ? s_row : s16;
         float acc[AN_LANES] = {0};
         double t1[AN_LANES] = {0}, t2[AN_LANES] = {0}; /* LayerNorm's sums of v and v^2 (bf16_first_pass) */
         /* the stream, rounded as eager stores it: t = round(a + m), s = round(x + t) */
-#if defined(AN_AVX512)
-        AN_FN(bf16_first_pass_avx512)(buf, so, x, av, av ? mv : NULL, D, rms, acc, t1, t2, s_direct);
-#elif defined(AN_AVX2)
-        AN_FN(bf16_first_pass_avx2)(buf, so, x, av, av ? mv : NULL, D, rms, acc, t1, t2, s_direct);
-#else
-        AN_FN(bf16_first_pass)(buf, so, x, av, av ? mv : NULL, D, rms, acc, t1, t2);
-#endif
+        AN_FN(bf16_first_pass_vec)(buf, so, x, av, av ? mv : NULL, D, rms, acc, t1, t2, s_direct);
         if (s_row && a->nt && !s_direct) AN_FN(stream_bytes)(s_row, s16, (size_t)D * 2);
         float mean = 0.0f;
         /* RMSNorm: the sum of squares in one float32 chain per lane, as Add & Norm's (fwd_rows_bf16_body);
@@ -206,37 +196,22 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
             if (!dst) continue;
             uint16_t *dst_row = (uint16_t *)dst + r * (k == 0 ? a->y_rs : a->y2_rs);
             const uint16_t *restrict p = (k == 0 && a->post) ? (const uint16_t *)a->post + r * a->post_rs : NULL;
-#if defined(AN_AVX512)
-            /* the conversions by AVX512_BF16 (bf16_out_native), streamed straight into the row where it is aligned */
-            const int native = g_bf16_native && (nf || !p);
-            const int direct = native && a->nt && ((uintptr_t)dst_row & 63) == 0;
-#elif defined(AN_AVX2)
-            const int native = nf; /* bf16_out_avx2 */
-            const int direct = native && a->nt && ((uintptr_t)dst_row & 31) == 0;
-#else
-            const int direct = 0;
-#endif
+            /* the vector output loop (its post form: nf only), streamed straight into the row where it is aligned */
+            const int vec = AN_FN(bf16_vec_out)(nf) && (nf || !p);
+            const int direct = vec && AN_FN(stream_direct)(dst_row, a->nt);
             uint16_t *restrict d = (a->nt && !direct) ? o16 : dst_row;
             const float *restrict w = (k == 0 ? a->w1 : a->w2), *restrict b = (k == 0 ? a->b1 : a->b2);
             const float off = w ? a->weight_offset : 0.0f;
             w = w ? w : AN_ONES(sc);
             b = b ? b : AN_ZEROS(sc);
-#if defined(AN_AVX512) || defined(AN_AVX2)
-            if (native) {
+            if (vec) {
                 for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
                     const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
                     if (p && more) AN_FN(prefetch_chunk_any)(a, r + 1, c0, c1);
-#if defined(AN_AVX512)
-                    AN_FN(bf16_out_native)(d + c0, buf + c0, c1 - c0, om, os, w + c0, b + c0, off, p ? p + c0 : NULL,
-                                           nf, direct);
-#else
-                    AN_FN(bf16_out_avx2)(d + c0, buf + c0, c1 - c0, om, os, w + c0, b + c0, off, p ? p + c0 : NULL,
-                                         direct);
-#endif
+                    AN_FN(bf16_out_vec)(d + c0, buf + c0, c1 - c0, om, os, w + c0, b + c0, off, p ? p + c0 : NULL, nf,
+                                        direct);
                 }
-            } else
-#endif
-            if (p) { /* norm-then-add: the norm rounded to bf16, then the add, rounded once */
+            } else if (p) { /* norm-then-add: the norm rounded to bf16, then the add, rounded once */
                 for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
                     const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
                     if (more) AN_FN(prefetch_chunk_any)(a, r + 1, c0, c1);
@@ -353,7 +328,7 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_scalar)(
 /* The fused backward's first pass with its sums' lanes in registers (the array loop kept them in memory): g = dy (w1 +
  * off1) [+ dy2 (w2 + off2)] into the scratch row, the lanes of sum g and sum g xhat into acc_g, acc_gx -- the same
  * values, lanes and order as the array loop. Whole groups of 32; returns where it stopped. */
-static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_avx512)(
+static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_vec)(
     const uint16_t *restrict s, const uint16_t *restrict dy, const uint16_t *restrict dy2, const float *restrict w1,
     float off1, const float *restrict w2, float off2, float *restrict g, int64_t D, float mean, float rstd,
     const int has2, float *restrict acc_g, float *restrict acc_gx) {
@@ -380,9 +355,9 @@ static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_avx512
     return i;
 }
 
-/* fused_bwd_out_scalar 32 values at a time, ds converted by AVX512_BF16 (see bf16_out_native; a group holding a
+/* fused_bwd_out_scalar 32 values at a time, ds converted by AVX512_BF16 (see bf16_out_vec; a group holding a
  * subnormal the portable way) and streamed when nt (d then 64-byte aligned) */
-static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_native)(
+static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_vec)(
     uint16_t *restrict d, const float *restrict g, const uint16_t *restrict s, const uint16_t *restrict dy,
     const uint16_t *restrict dres, float *restrict a0, float *restrict a1, int64_t D, float mean, float rstd,
     float mg, float mgx, const int wantb, const int nf, const int nt) {
@@ -415,8 +390,8 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_native)(
 #endif
 
 #ifdef AN_AVX2
-/* fused_bwd_sums_avx512's AVX2 form (the same bits) */
-static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_avx2)(
+/* fused_bwd_sums_vec's AVX2 form (the same bits) */
+static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_vec)(
     const uint16_t *restrict s, const uint16_t *restrict dy, const uint16_t *restrict dy2, const float *restrict w1,
     float off1, const float *restrict w2, float off2, float *restrict g, int64_t D, float mean, float rstd,
     const int has2, float *restrict acc_g, float *restrict acc_gx) {
@@ -446,10 +421,11 @@ static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_avx2)(
 
 /* fused_bwd_out_scalar 16 values at a time, rounding without the NaN test (callers: nf only), streamed when nt (d
  * then 32-byte aligned) */
-static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_avx2)(
+static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_vec)(
     uint16_t *restrict d, const float *restrict g, const uint16_t *restrict s, const uint16_t *restrict dy,
     const uint16_t *restrict dres, float *restrict a0, float *restrict a1, int64_t D, float mean, float rstd,
-    float mg, float mgx, const int wantb, const int nt) {
+    float mg, float mgx, const int wantb, const int nf, const int nt) {
+    (void)nf; /* callers: nf only (bf16_vec_out) */
     const __m256 vm = _mm256_set1_ps(mean), vr = _mm256_set1_ps(rstd), vmg = _mm256_set1_ps(mg),
                  vmx = _mm256_set1_ps(mgx);
     int64_t i = 0;
@@ -467,6 +443,26 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_avx2)(
         AN_FN(bf16x16_put_avx2)(d + i, AN_FN(bf16x16_bits_avx2)(o[0], o[1]), nt);
     }
     AN_FN(fused_bwd_out_scalar)(d, g, s, dy, dres, a0, a1, i, D, mean, rstd, mg, mgx, wantb, 1);
+}
+#endif
+
+#if !defined(AN_AVX512) && !defined(AN_AVX2)
+/* the baseline build's stand-ins (see bf16_vec_out): no whole groups summed ahead; the portable second pass */
+static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_vec)(
+    const uint16_t *restrict s, const uint16_t *restrict dy, const uint16_t *restrict dy2, const float *restrict w1,
+    float off1, const float *restrict w2, float off2, float *restrict g, int64_t D, float mean, float rstd,
+    const int has2, float *restrict acc_g, float *restrict acc_gx) {
+    (void)s, (void)dy, (void)dy2, (void)w1, (void)off1, (void)w2, (void)off2, (void)g, (void)D, (void)mean;
+    (void)rstd, (void)has2, (void)acc_g, (void)acc_gx;
+    return 0;
+}
+
+static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_vec)(
+    uint16_t *restrict d, const float *restrict g, const uint16_t *restrict s, const uint16_t *restrict dy,
+    const uint16_t *restrict dres, float *restrict a0, float *restrict a1, int64_t D, float mean, float rstd,
+    float mg, float mgx, const int wantb, const int nf, const int nt) {
+    (void)nt;
+    AN_FN(fused_bwd_out_scalar)(d, g, s, dy, dres, a0, a1, 0, D, mean, rstd, mg, mgx, wantb, nf);
 }
 #endif
 
@@ -519,13 +515,7 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
             }
         }
         float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
-#if defined(AN_AVX512)
-        int64_t i = AN_FN(fused_bwd_sums_avx512)(s, dy, dy2, w1, off1, w2, off2, g, D, mean, rstd, has2, acc_g, acc_gx);
-#elif defined(AN_AVX2)
-        int64_t i = AN_FN(fused_bwd_sums_avx2)(s, dy, dy2, w1, off1, w2, off2, g, D, mean, rstd, has2, acc_g, acc_gx);
-#else
-        int64_t i = 0;
-#endif
+        int64_t i = AN_FN(fused_bwd_sums_vec)(s, dy, dy2, w1, off1, w2, off2, g, D, mean, rstd, has2, acc_g, acc_gx);
         for (; i + AN_LANES <= D; i += AN_LANES)
             for (int j = 0; j < AN_LANES; j++) {
                 float gv = an_bf16_to_f32(dy[i + j]) * (w1[i + j] + off1);
@@ -543,23 +533,12 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
         }
         const float mg = a->kind == AN_LAYER ? AN_FN(hsum)(acc_g) * inv_d : 0.0f;
         const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
-#if defined(AN_AVX512)
-        const int direct = g_bf16_native && a->nt && ((uintptr_t)ds_row & 63) == 0; /* streamed in the pass */
-#elif defined(AN_AVX2)
-        const int direct = nf && a->nt && ((uintptr_t)ds_row & 31) == 0;
-#else
-        const int direct = 0;
-#endif
+        const int vec = AN_FN(bf16_vec_out)(nf);
+        const int direct = vec && AN_FN(stream_direct)(ds_row, a->nt); /* streamed in the pass */
         uint16_t *restrict d = (a->nt && !direct) ? o16 : ds_row;
-#if defined(AN_AVX512)
-        if (g_bf16_native)
-            AN_FN(fused_bwd_out_native)(d, g, s, dy, dres, a0, a1, D, mean, rstd, mg, mgx, wantb, nf, direct);
+        if (vec)
+            AN_FN(fused_bwd_out_vec)(d, g, s, dy, dres, a0, a1, D, mean, rstd, mg, mgx, wantb, nf, direct);
         else
-#elif defined(AN_AVX2)
-        if (nf)
-            AN_FN(fused_bwd_out_avx2)(d, g, s, dy, dres, a0, a1, D, mean, rstd, mg, mgx, wantb, direct);
-        else
-#endif
             AN_FN(fused_bwd_out_scalar)(d, g, s, dy, dres, a0, a1, 0, D, mean, rstd, mg, mgx, wantb, nf);
         if (has2) /* a loop of its own: with it in the one above gcc left that loop scalar */
             for (i = 0; i < D; i++) {

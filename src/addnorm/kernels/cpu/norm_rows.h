@@ -514,7 +514,7 @@ static inline __attribute__((always_inline)) __m512 AN_FN(bf16x16_round)(__m512 
 /* bf16_first_pass in AVX-512 registers, its sums' lanes in registers (gcc kept the array loop's in memory, a chain
  * through the store buffer every 32 values), the bits of x + r streamed straight into ro when nt (ro then 64-byte
  * aligned). The same values, lanes and order as bf16_first_pass: the same bits. */
-static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_avx512)(
+static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_vec)(
     float *restrict buf, uint16_t *restrict ro, const uint16_t *restrict x, const uint16_t *restrict rs,
     const uint16_t *restrict rs2, int64_t D, const int rms, float *restrict acc, double *restrict t1,
     double *restrict t2, const int nt) {
@@ -570,7 +570,7 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_avx512)(
 
 #ifdef AN_AVX2
 /* The AVX2 path's own first pass and output loop for bfloat16 LayerNorm and RMSNorm, for the reasons of the AVX-512
- * ones (bf16_first_pass_avx512): the sums' 32 lanes in four registers each, and the stream's and the outputs' bits
+ * ones (bf16_first_pass_vec): the sums' 32 lanes in four registers each, and the stream's and the outputs' bits
  * streamed straight into their rows (32 bytes a store) where those are 32-byte aligned. The same values, lanes and
  * order as the portable loops: the same bits. */
 static inline __attribute__((always_inline)) __m256 AN_FN(bf16x8_load)(const uint16_t *p) {
@@ -597,7 +597,7 @@ static inline __attribute__((always_inline)) void AN_FN(bf16x16_put_avx2)(uint16
     else _mm256_storeu_si256((__m256i *)p, bits);
 }
 
-static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_avx2)(
+static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_vec)(
     float *restrict buf, uint16_t *restrict ro, const uint16_t *restrict x, const uint16_t *restrict rs,
     const uint16_t *restrict rs2, int64_t D, const int rms, float *restrict acc, double *restrict t1,
     double *restrict t2, const int nt) {
@@ -645,11 +645,13 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_avx2)(
 
 /* n outputs (buf - om) os (w + off) + b (with post: rounded, then post added, as norm-then-add's loop) rounded to
  * bfloat16 without the NaN test (callers: nf only), streamed when nt (dst 32-byte aligned) */
-static inline __attribute__((always_inline)) void AN_FN(bf16_out_avx2)(uint16_t *restrict dst,
+static inline __attribute__((always_inline)) void AN_FN(bf16_out_vec)(uint16_t *restrict dst,
                                                                       const float *restrict buf, int64_t n,
                                                                       float om, float os, const float *restrict w,
                                                                       const float *restrict b, float off,
-                                                                      const uint16_t *restrict post, const int nt) {
+                                                                      const uint16_t *restrict post, const int nf,
+                                                                      const int nt) {
+    (void)nf; /* callers: nf only (bf16_vec_out) */
     const __m256 vm = _mm256_set1_ps(om), vs = _mm256_set1_ps(os), vo = _mm256_set1_ps(off);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -720,7 +722,7 @@ static void AN_FN(f16_out_chunk)(uint16_t *restrict dst, const float *restrict b
 #ifdef AN_AVX512
 /* vcvtne2ps2bf16: 32 float32 values (lo the first 16) to bfloat16 in order, rounded to nearest even, a NaN made
  * (its top half | 0x40) as an_f32_to_bf16 makes it; but a subnormal input reads as zero (the instruction's DAZ),
- * which bf16_out_native rules out. Inline assembly: these functions are compiled for AVX-512 alone, and run only
+ * which bf16_out_vec rules out. Inline assembly: these functions are compiled for AVX-512 alone, and run only
  * where the CPU has AVX512_BF16 (g_bf16_native). */
 static inline __attribute__((always_inline)) __m512i AN_FN(cvtne2ps_bf16)(__m512 lo, __m512 hi) {
     __m512i r;
@@ -732,7 +734,7 @@ static inline __attribute__((always_inline)) __m512i AN_FN(cvtne2ps_bf16)(__m512
  * stores when nt (dst then 64-byte aligned: each 32 a whole cache line). With post (norm-then-add; nf only), each
  * output rounded to bfloat16 first and post added, as the portable loop does. A group of 32 holding a subnormal
  * value is rounded as the portable loop rounds it (exact where the instruction is not); nf as there (AN_TO_BF16). */
-static inline __attribute__((always_inline)) void AN_FN(bf16_out_native)(uint16_t *restrict dst,
+static inline __attribute__((always_inline)) void AN_FN(bf16_out_vec)(uint16_t *restrict dst,
                                                                         const float *restrict buf, int64_t n,
                                                                         float om, float os,
                                                                         const float *restrict w,
@@ -766,6 +768,52 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_out_native)(uint16_
 }
 #endif
 
+/* The vector loops of the bfloat16 norms (the *_vec functions) come in each instruction set's own form: AVX-512's
+ * (with AVX512_BF16's conversion where the CPU has it), AVX2's (which rounds without the NaN test: nf only), and for
+ * the baseline build the portable loops under the same names. bf16_vec_out: whether a call's outputs take the vector
+ * output loop; stream_direct: whether a row takes that loop's streaming stores itself (nt, the row aligned to a whole
+ * store), not a scratch row copied out after. */
+static inline int AN_FN(bf16_vec_out)(const int nf) {
+#if defined(AN_AVX512)
+    (void)nf;
+    return g_bf16_native;
+#elif defined(AN_AVX2)
+    return nf;
+#else
+    (void)nf;
+    return 0;
+#endif
+}
+
+static inline int AN_FN(stream_direct)(const void *row, int nt) {
+#if defined(AN_AVX512) || defined(AN_AVX2)
+    return nt && ((uintptr_t)row & (AN_STREAM_BYTES - 1)) == 0;
+#else
+    (void)row;
+    (void)nt;
+    return 0;
+#endif
+}
+
+#if !defined(AN_AVX512) && !defined(AN_AVX2)
+static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_vec)(
+    float *restrict buf, uint16_t *restrict ro, const uint16_t *restrict x, const uint16_t *restrict rs,
+    const uint16_t *restrict rs2, int64_t D, const int rms, float *restrict acc, double *restrict t1,
+    double *restrict t2, const int nt) {
+    (void)nt;
+    AN_FN(bf16_first_pass)(buf, ro, x, rs, rs2, D, rms, acc, t1, t2);
+}
+
+static inline __attribute__((always_inline)) void AN_FN(bf16_out_vec)(uint16_t *restrict dst, const float *restrict buf,
+                                                                     int64_t n, float om, float os,
+                                                                     const float *restrict w, const float *restrict b,
+                                                                     float off, const uint16_t *restrict post,
+                                                                     const int nf, const int nt) {
+    (void)nt;
+    AN_FN(bf16_out_scalar)(dst, buf, 0, n, om, os, w, b, off, post, nf);
+}
+#endif
+
 static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(const an_fwd_args *a, int64_t r0,
                                                                               int64_t r1, const an_rows *sc,
                                                                               const int nf, const int rms,
@@ -784,23 +832,12 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
         double t1[AN_LANES] = {0}, t2[AN_LANES] = {0}; /* LayerNorm's sums of v and v^2 (bf16_first_pass) */
         const uint16_t *restrict rs = a->res ? (const uint16_t *)a->res + r * a->res_rs : NULL;
         uint16_t *res_row = (rs && a->res_out) ? (uint16_t *)a->res_out + r * a->res_out_rs : NULL;
-#if defined(AN_AVX512) || defined(AN_AVX2)
-        /* streamed in the pass, a whole store at a time */
-        const int res_direct = !f16 && res_row && a->nt && ((uintptr_t)res_row & (AN_STREAM_BYTES - 1)) == 0;
-#else
-        const int res_direct = 0;
-#endif
+        const int res_direct = !f16 && res_row && AN_FN(stream_direct)(res_row, a->nt); /* streamed in the pass */
         uint16_t *restrict ro = (res_row && (!a->nt || res_direct)) ? res_row : res16;
         if (f16) {
             acc[0] = AN_FN(f16_first_pass)(buf, ro, x, rs, D, rms);
         } else {
-#if defined(AN_AVX512)
-            AN_FN(bf16_first_pass_avx512)(buf, ro, x, rs, NULL, D, rms, acc, t1, t2, res_direct);
-#elif defined(AN_AVX2)
-            AN_FN(bf16_first_pass_avx2)(buf, ro, x, rs, NULL, D, rms, acc, t1, t2, res_direct);
-#else
-            AN_FN(bf16_first_pass)(buf, ro, x, rs, NULL, D, rms, acc, t1, t2);
-#endif
+            AN_FN(bf16_first_pass_vec)(buf, ro, x, rs, NULL, D, rms, acc, t1, t2, res_direct);
         }
         if (res_row && a->nt && !res_direct) AN_FN(stream_bytes)(res_row, res16, (size_t)D * 2);
         /* RMSNorm's sum of squares in one float32 chain per lane, not in blocks: blocking it cost the bfloat16
@@ -818,14 +855,9 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
         if (a->rstd) a->rstd[r] = rstd;
         float om, os; /* the output's statistics (see output_row) */
         AN_FN(output_row)(buf, buf, D, mean, rstd, big, &om, &os);
-#if defined(AN_AVX512)
+        const int vec = !f16 && AN_FN(bf16_vec_out)(nf);
         /* streamed stores straight into the row, a line at a time among the arithmetic (not a burst after it) */
-        const int direct = !f16 && g_bf16_native && a->nt && ((uintptr_t)out_row & 63) == 0;
-#elif defined(AN_AVX2)
-        const int direct = !f16 && nf && a->nt && ((uintptr_t)out_row & 31) == 0;
-#else
-        const int direct = 0;
-#endif
+        const int direct = vec && AN_FN(stream_direct)(out_row, a->nt);
         uint16_t *restrict dst = (a->nt && !direct) ? o16 : out_row;
         const uint16_t *nx = r + 1 < r1 ? x + a->x_rs : NULL;
         const uint16_t *nr = (r + 1 < r1 && a->res) ? (const uint16_t *)a->res + (r + 1) * a->res_rs : NULL;
@@ -837,18 +869,8 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
                 AN_FN(f16_out_chunk)(dst + c0, buf + c0, c1 - c0, om, os, w + c0, b + c0, off);
                 continue;
             }
-#if defined(AN_AVX512)
-            if (g_bf16_native) {
-                AN_FN(bf16_out_native)(dst + c0, buf + c0, c1 - c0, om, os, w + c0, b + c0, off, NULL, nf, direct);
-                continue;
-            }
-#elif defined(AN_AVX2)
-            if (nf) {
-                AN_FN(bf16_out_avx2)(dst + c0, buf + c0, c1 - c0, om, os, w + c0, b + c0, off, NULL, direct);
-                continue;
-            }
-#endif
-            AN_FN(bf16_out_scalar)(dst, buf, c0, c1, om, os, w, b, off, NULL, nf);
+            if (vec) AN_FN(bf16_out_vec)(dst + c0, buf + c0, c1 - c0, om, os, w + c0, b + c0, off, NULL, nf, direct);
+            else AN_FN(bf16_out_scalar)(dst, buf, c0, c1, om, os, w, b, off, NULL, nf);
         }
         if (a->nt && !direct) AN_FN(stream_bytes)(out_row, o16, (size_t)D * 2);
     }
@@ -900,7 +922,7 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_scalar)(
 /* The bfloat16 backward's first pass in AVX-512 registers (the array loop's lanes lived in memory): the lanes of
  * sum g and sum g xhat, g = dy (w + off), into acc_g and acc_gx, lane j taking elements j, j + 32, ... as the array
  * loop does (the same bits). Whole groups of 32; the caller takes the tail. Returns where it stopped. */
-static inline __attribute__((always_inline)) int64_t AN_FN(bf16_bwd_sums_avx512)(
+static inline __attribute__((always_inline)) int64_t AN_FN(bf16_bwd_sums_vec)(
     const uint16_t *restrict s, const uint16_t *restrict dy, const float *restrict wo, int64_t D, float mean,
     float rstd, const int rms, float *restrict acc_g, float *restrict acc_gx) {
     const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd);
@@ -929,10 +951,10 @@ static inline __attribute__((always_inline)) int64_t AN_FN(bf16_bwd_sums_avx512)
     return i;
 }
 
-/* The bfloat16 backward's second pass over [c0, c1) with AVX512_BF16's conversion (see bf16_out_native): dw += dy
+/* The bfloat16 backward's second pass over [c0, c1) with AVX512_BF16's conversion (see bf16_out_vec): dw += dy
  * xhat, db += dy (want_db), dx = rstd (dy (w + off) - mean(g) - xhat mean(g xhat)) + dres, streamed when nt (dx then
  * 64-byte aligned). A group of 32 holding a subnormal dx is rounded by the portable rounding. */
-static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_native)(
+static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_vec)(
     uint16_t *restrict dx, float *restrict dw, float *restrict db, const uint16_t *restrict s,
     const uint16_t *restrict dy, const uint16_t *restrict dres, const float *restrict wo, int64_t c0, int64_t c1,
     float mean, float rstd, float mg, float mgx, const int rms, const int want_db, const int nf, const int nt) {
@@ -969,8 +991,8 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_native)(
 #endif
 
 #ifdef AN_AVX2
-/* bf16_bwd_sums_avx512's AVX2 form: the 32 lanes of sum g and sum g xhat in four registers each (the same bits) */
-static inline __attribute__((always_inline)) int64_t AN_FN(bf16_bwd_sums_avx2)(
+/* bf16_bwd_sums_vec's AVX2 form: the 32 lanes of sum g and sum g xhat in four registers each (the same bits) */
+static inline __attribute__((always_inline)) int64_t AN_FN(bf16_bwd_sums_vec)(
     const uint16_t *restrict s, const uint16_t *restrict dy, const float *restrict wo, int64_t D, float mean,
     float rstd, const int rms, float *restrict acc_g, float *restrict acc_gx) {
     const __m256 vm = _mm256_set1_ps(mean), vr = _mm256_set1_ps(rstd);
@@ -993,12 +1015,13 @@ static inline __attribute__((always_inline)) int64_t AN_FN(bf16_bwd_sums_avx2)(
     return i;
 }
 
-/* bf16_bwd_out_native's AVX2 form, rounding without the NaN test (callers: nf only), streamed when nt (dx 32-byte
+/* bf16_bwd_out_vec's AVX2 form, rounding without the NaN test (callers: nf only), streamed when nt (dx 32-byte
  * aligned) */
-static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_avx2)(
+static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_vec)(
     uint16_t *restrict dx, float *restrict dw, float *restrict db, const uint16_t *restrict s,
     const uint16_t *restrict dy, const uint16_t *restrict dres, const float *restrict wo, int64_t c0, int64_t c1,
-    float mean, float rstd, float mg, float mgx, const int rms, const int want_db, const int nt) {
+    float mean, float rstd, float mg, float mgx, const int rms, const int want_db, const int nf, const int nt) {
+    (void)nf; /* callers: nf only (bf16_vec_out) */
     const __m256 vm = _mm256_set1_ps(mean), vr = _mm256_set1_ps(rstd), vmg = _mm256_set1_ps(mg),
                  vmx = _mm256_set1_ps(mgx);
     int64_t i = c0;
@@ -1020,6 +1043,24 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_avx2)(
         AN_FN(bf16x16_put_avx2)(dx + i, AN_FN(bf16x16_bits_avx2)(o[0], o[1]), nt);
     }
     AN_FN(bf16_bwd_out_scalar)(dx, dw, db, s, dy, dres, wo, i, c1, mean, rstd, mg, mgx, rms, want_db, 1);
+}
+#endif
+
+#if !defined(AN_AVX512) && !defined(AN_AVX2)
+/* the baseline build's stand-ins (see bf16_vec_out): no whole groups summed ahead; the portable second pass */
+static inline __attribute__((always_inline)) int64_t AN_FN(bf16_bwd_sums_vec)(
+    const uint16_t *restrict s, const uint16_t *restrict dy, const float *restrict wo, int64_t D, float mean,
+    float rstd, const int rms, float *restrict acc_g, float *restrict acc_gx) {
+    (void)s, (void)dy, (void)wo, (void)D, (void)mean, (void)rstd, (void)rms, (void)acc_g, (void)acc_gx;
+    return 0;
+}
+
+static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_vec)(
+    uint16_t *restrict dx, float *restrict dw, float *restrict db, const uint16_t *restrict s,
+    const uint16_t *restrict dy, const uint16_t *restrict dres, const float *restrict wo, int64_t c0, int64_t c1,
+    float mean, float rstd, float mg, float mgx, const int rms, const int want_db, const int nf, const int nt) {
+    (void)nt;
+    AN_FN(bf16_bwd_out_scalar)(dx, dw, db, s, dy, dres, wo, c0, c1, mean, rstd, mg, mgx, rms, want_db, nf);
 }
 #endif
 
@@ -1061,13 +1102,7 @@ static inline __attribute__((always_inline)) void AN_FN(bwd_rows_bf16_body)(cons
         }
         /* pass 1 only reduces; pass 2 re-reads the (now L1-resident) bfloat16 rows: fewer stores */
         float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
-#if defined(AN_AVX512)
-        int64_t i = AN_FN(bf16_bwd_sums_avx512)(s, dy, wo, D, mean, rstd, rms, acc_g, acc_gx);
-#elif defined(AN_AVX2)
-        int64_t i = AN_FN(bf16_bwd_sums_avx2)(s, dy, wo, D, mean, rstd, rms, acc_g, acc_gx);
-#else
-        int64_t i = 0;
-#endif
+        int64_t i = AN_FN(bf16_bwd_sums_vec)(s, dy, wo, D, mean, rstd, rms, acc_g, acc_gx);
         for (; i + AN_LANES <= D; i += AN_LANES)
             for (int j = 0; j < AN_LANES; j++) {
                 float xh = (rms ? an_bf16_to_f32(s[i + j]) : an_bf16_to_f32(s[i + j]) - mean) * rstd;
@@ -1083,32 +1118,19 @@ static inline __attribute__((always_inline)) void AN_FN(bwd_rows_bf16_body)(cons
         }
         const float mg = rms ? 0.0f : AN_FN(hsum)(acc_g) * inv_d;
         const float mgx = AN_FN(hsum)(acc_gx) * inv_d;
-#if defined(AN_AVX512)
-        const int direct = g_bf16_native && a->nt && ((uintptr_t)dx_row & 63) == 0; /* streamed in the pass */
-#elif defined(AN_AVX2)
-        const int direct = nf && a->nt && ((uintptr_t)dx_row & 31) == 0;
-#else
-        const int direct = 0;
-#endif
+        const int vec = AN_FN(bf16_vec_out)(nf);
+        const int direct = vec && AN_FN(stream_direct)(dx_row, a->nt); /* streamed in the pass */
         uint16_t *restrict dst = (a->nt && !direct) ? o16 : dx_row;
         const int more = r + 1 < r1;
         for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
             AN_FN(prefetch_chunk)(more ? s + a->s_rs : NULL, more ? dy + a->dy_rs : NULL,
                                   (more && a->dres) ? dres + a->dres_rs : NULL, c0, D, 2);
             const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
-#if defined(AN_AVX512)
-            if (g_bf16_native) {
-                AN_FN(bf16_bwd_out_native)(dst, dw, db, s, dy, dres, wo, c0, c1, mean, rstd, mg, mgx, rms, want_db, nf,
-                                           direct);
-                continue;
-            }
-#elif defined(AN_AVX2)
-            if (nf) {
-                AN_FN(bf16_bwd_out_avx2)(dst, dw, db, s, dy, dres, wo, c0, c1, mean, rstd, mg, mgx, rms, want_db, direct);
-                continue;
-            }
-#endif
-            AN_FN(bf16_bwd_out_scalar)(dst, dw, db, s, dy, dres, wo, c0, c1, mean, rstd, mg, mgx, rms, want_db, nf);
+            if (vec)
+                AN_FN(bf16_bwd_out_vec)(dst, dw, db, s, dy, dres, wo, c0, c1, mean, rstd, mg, mgx, rms, want_db, nf,
+                                        direct);
+            else
+                AN_FN(bf16_bwd_out_scalar)(dst, dw, db, s, dy, dres, wo, c0, c1, mean, rstd, mg, mgx, rms, want_db, nf);
         }
         if (a->nt && !direct) AN_FN(stream_bytes)(dx_row, o16, (size_t)D * 2);
     }
