@@ -1,5 +1,7 @@
 """bfloat16 outputs in the subnormal range keep their value, on every instruction-set path.
 
+DyT's and Derf's outputs and their backward's ds too (their vector loops convert with the same instruction).
+
 On a CPU with AVX512_BF16 the AVX-512 loops convert float32 to bfloat16 with ``vcvtne2ps2bf16``, which reads a
 subnormal input as zero (its DAZ). The loops convert a group of 32 holding one by the portable rounding instead; here
 weights of ~1e-39 put whole rows of LayerNorm and RMSNorm outputs among the subnormals (their spacing is 2^-133,
@@ -21,10 +23,11 @@ pytestmark = pytest.mark.skipif(not addnorm.cpu_kernel_availability().available,
 
 SCRIPT = r'''
 import json
+import math
 import torch
 import addnorm
-from addnorm.functional import (add_layer_norm, add_rms_norm, layer_norm_add, parallel_add_layer_norm,
-                                parallel_add_rms_norm, rms_norm_add)
+from addnorm.functional import (add_derf, add_dyt, add_layer_norm, add_rms_norm, layer_norm_add,
+                                parallel_add_layer_norm, parallel_add_rms_norm, rms_norm_add)
 
 g = torch.Generator().manual_seed(0)
 out = {}
@@ -47,6 +50,20 @@ for D in (64, 1024, 1000):  # whole groups of 32, and a tail
         "parallel_add_layer_norm": (parallel_add_layer_norm(x, None, r, (D,), w, b, eps=1e-5, backend="cpu"), ln),
         "parallel_add_rms_norm": (parallel_add_rms_norm(x, None, r, (D,), w, eps=1e-6, backend="cpu"), rms),
     }
+    # DyT and Derf: w f(alpha s + shift) + b with the same weights; and the backward's ds = alpha dy w f'(u) + dres
+    # (no dres: ds is that product alone, subnormal too), whose conversion is the same instruction's
+    al, sh = 0.7, 0.1
+    u = al * s64 + sh
+    cases["add_dyt"] = (add_dyt(x, r, al, w, b, backend="cpu"), w.double() * torch.tanh(al * s64) + b.double())
+    cases["add_derf"] = (add_derf(x, r, al, sh, w, b, backend="cpu"), w.double() * torch.erf(u) + b.double())
+    dy = torch.randn(N, D, generator=g).bfloat16()
+    for name in ("dyt", "derf"):
+        sg = s.clone().requires_grad_()
+        y = add_dyt(sg, None, al, w, b, backend="cpu")[0] if name == "dyt" else \
+            add_derf(sg, None, al, sh, w, b, backend="cpu")[0]
+        y.backward(dy)
+        slope = (1 - torch.tanh(al * s64) ** 2) if name == "dyt" else 2 / math.pi ** 0.5 * torch.exp(-u * u)
+        cases[f"{name} backward"] = ((sg.grad,), al * dy.double() * w.double() * slope)
     for name, (got, ref) in cases.items():
         y = got[0]
         key = f"{name} D={D}"

@@ -160,6 +160,248 @@ static inline float AN_FN(erf_slope)(float u) {
 /* f(u) and f'(u) of the kind: tanh' = 1 - tanh^2, erf' = 2/sqrt(pi) exp(-u^2) */
 static inline float AN_FN(pw_f)(float u, int kind) { return kind == AN_DYT ? AN_FN(tanh_v)(u) : AN_FN(erf_v)(u); }
 
+#if defined(AN_AVX512) || defined(AN_AVX2)
+/* The bfloat16 loops' vector form: tanh_bf, erf_bf, erf_slope and the loops' steps written once on GCC's vector
+ * types, a register of AN_VW lanes (16 on AVX-512, 8 on AVX2) and AN_LANES / AN_VW registers a step of 32 values,
+ * the same operations in the same order as the scalar forms (the same bits), but with the rounding and conversion
+ * of the bfloat16 ones done whole-register: AVX512_BF16's vcvtne2ps2bf16 where the CPU has it (see bf16_out_vec),
+ * otherwise the integer rounding without the NaN test (nf only), and the stream's and the outputs' bits stored
+ * straight into their rows, streamed where those are aligned (stream_direct), not through a scratch row. gcc's
+ * vectorization of the scalar loops converted and packed element-wise and went through the scratch rows: with the
+ * caches flushed, 8192 x 1024, see the journal. Only the fused multiply-add, the minima and the bfloat16 loads,
+ * rounding and stores are each instruction set's own. */
+#ifdef AN_AVX512
+#define AN_VW 16
+#else
+#define AN_VW 8
+#endif
+#define AN_VK (AN_LANES / AN_VW)
+typedef float AN_FN(pv_f) __attribute__((vector_size(AN_VW * 4)));
+typedef uint32_t AN_FN(pv_u) __attribute__((vector_size(AN_VW * 4)));
+#define PVF AN_FN(pv_f)
+#define PVU AN_FN(pv_u)
+
+static inline __attribute__((always_inline)) PVF AN_FN(pv_fma)(PVF a, PVF b, PVF c) {
+#ifdef AN_AVX512
+    return (PVF)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#else
+    return (PVF)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#endif
+}
+
+/* r < c ? r : c (a NaN r gives c, as the scalar select does) */
+static inline __attribute__((always_inline)) PVF AN_FN(pv_min)(PVF r, PVF c) {
+#ifdef AN_AVX512
+    return (PVF)_mm512_min_ps((__m512)r, (__m512)c);
+#else
+    return (PVF)_mm256_min_ps((__m256)r, (__m256)c);
+#endif
+}
+
+static inline __attribute__((always_inline)) PVU AN_FN(pv_minu)(PVU a, uint32_t lim) {
+#ifdef AN_AVX512
+    return (PVU)_mm512_min_epu32((__m512i)a, _mm512_set1_epi32((int)lim));
+#else
+    return (PVU)_mm256_min_epu32((__m256i)a, _mm256_set1_epi32((int)lim));
+#endif
+}
+
+static inline __attribute__((always_inline)) PVF AN_FN(pv_load)(const float *p) {
+#ifdef AN_AVX512
+    return (PVF)_mm512_loadu_ps(p);
+#else
+    return (PVF)_mm256_loadu_ps(p);
+#endif
+}
+
+static inline __attribute__((always_inline)) void AN_FN(pv_store)(float *p, PVF v) {
+#ifdef AN_AVX512
+    _mm512_storeu_ps(p, (__m512)v);
+#else
+    _mm256_storeu_ps(p, (__m256)v);
+#endif
+}
+
+static inline __attribute__((always_inline)) PVF AN_FN(pv_load_bf16)(const uint16_t *p) {
+#ifdef AN_AVX512
+    return (PVF)AN_FN(bf16x16_load)(p);
+#else
+    return (PVF)AN_FN(bf16x8_load)(p);
+#endif
+}
+
+/* 32 values already rounded to bfloat16: their bits in order, streamed when nt (p then aligned to a store) */
+static inline __attribute__((always_inline)) void AN_FN(pv_put_bits)(uint16_t *p, const PVF *v, const int nt) {
+#ifdef AN_AVX512
+    const __m512i perm = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
+                                          25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    const __m512i bits = _mm512_permutex2var_epi16((__m512i)v[0], perm, (__m512i)v[1]);
+    if (nt) _mm512_stream_si512((void *)p, bits);
+    else _mm512_storeu_si512((void *)p, bits);
+#else
+    AN_FN(bf16x16_put_avx2)(p, AN_FN(bf16x16_bits_avx2)((__m256)v[0], (__m256)v[1]), nt);
+    AN_FN(bf16x16_put_avx2)(p + 16, AN_FN(bf16x16_bits_avx2)((__m256)v[2], (__m256)v[3]), nt);
+#endif
+}
+
+/* 32 values rounded to bfloat16 and stored (AN_TO_BF16's bits): AVX512_BF16's conversion where native (a group
+ * holding a subnormal value the scalar way: the instruction reads it as zero), else the rounding without the NaN
+ * test (callers: nf) */
+static inline __attribute__((always_inline)) void AN_FN(pv_put)(uint16_t *p, PVF *v, const int native, const int nf,
+                                                                 const int nt) {
+#ifdef AN_AVX512
+    if (native) {
+        const __m512 lo = (__m512)v[0], hi = (__m512)v[1];
+        if (__builtin_expect((_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) != 0, 0)) {
+            float t[32];
+            _mm512_storeu_ps(t, lo);
+            _mm512_storeu_ps(t + 16, hi);
+            for (int j = 0; j < 32; j++) p[j] = AN_TO_BF16(nf, t[j]);
+            return;
+        }
+        if (nt) _mm512_stream_si512((void *)p, AN_FN(cvtne2ps_bf16)(lo, hi));
+        else _mm512_storeu_si512((void *)p, AN_FN(cvtne2ps_bf16)(lo, hi));
+        return;
+    }
+    for (int k = 0; k < AN_VK; k++) v[k] = (PVF)AN_FN(bf16x16_round)((__m512)v[k]);
+#else
+    (void)native;
+    for (int k = 0; k < AN_VK; k++) v[k] = (PVF)AN_FN(bf16x8_round)((__m256)v[k]);
+#endif
+    (void)nf;
+    AN_FN(pv_put_bits)(p, v, nt);
+}
+
+static inline __attribute__((always_inline)) PVF AN_FN(pv_round)(PVF v) {
+#ifdef AN_AVX512
+    return (PVF)AN_FN(bf16x16_round)((__m512)v);
+#else
+    return (PVF)AN_FN(bf16x8_round)((__m256)v);
+#endif
+}
+
+/* rational_odd, exp_neg and erf_slope, a register at a time */
+static inline __attribute__((always_inline)) PVF AN_FN(rational_odd_pv)(PVF u, uint32_t lim, const float *p, int np,
+                                                                         const float *q, int nq) {
+    const PVU ui = (PVU)u, ai = ui & 0x7fffffffu, sign = ui ^ ai;
+    const PVF a = (PVF)AN_FN(pv_minu)(ai, lim), z = a * a;
+    PVF pn = (PVF){0} + p[np], qn = (PVF){0} + q[nq];
+    for (int k = np - 1; k >= 0; k--) pn = AN_FN(pv_fma)(pn, z, (PVF){0} + p[k]);
+    for (int k = nq - 1; k >= 0; k--) qn = AN_FN(pv_fma)(qn, z, (PVF){0} + q[k]);
+    const PVF r = AN_FN(pv_min)(a * pn / qn, (PVF){0} + 1.0f);
+    const PVU nan = (PVU)(u != u);
+    return (PVF)((nan & ui) | (~nan & ((PVU)r | sign)));
+}
+
+static inline __attribute__((always_inline)) PVF AN_FN(tanh_pv)(PVF u) {
+    return AN_FN(rational_odd_pv)(u, 0x41105000u, an_tanh_p, 4, an_tanh_q, 4);
+}
+
+static inline __attribute__((always_inline)) PVF AN_FN(erf_pv)(PVF u) {
+    return AN_FN(rational_odd_pv)(u, 0x407AE148u, an_erf_p, 5, an_erf_q, 5);
+}
+
+static inline __attribute__((always_inline)) PVF AN_FN(exp_neg_pv)(PVF x) {
+    typedef int32_t pv_i __attribute__((vector_size(AN_VW * 4)));
+    x = (PVF)AN_FN(pv_minu)((PVU)x, 0xC2AE0000u);
+    const PVF t = x * 1.44269504088896341f;
+    const pv_i n = __builtin_convertvector(t - 0.5f, pv_i);
+    const PVF nf = __builtin_convertvector(n, PVF);
+    PVF r = x - nf * 0.693359375f;
+    r -= nf * -2.12194440e-4f;
+    PVF p = (PVF){0} + 1.9875691500e-4f;
+    p = AN_FN(pv_fma)(p, r, (PVF){0} + 1.3981999507e-3f);
+    p = AN_FN(pv_fma)(p, r, (PVF){0} + 8.3334519073e-3f);
+    p = AN_FN(pv_fma)(p, r, (PVF){0} + 4.1665795894e-2f);
+    p = AN_FN(pv_fma)(p, r, (PVF){0} + 1.6666665459e-1f);
+    p = AN_FN(pv_fma)(p, r, (PVF){0} + 5.0000001201e-1f);
+    p = AN_FN(pv_fma)(p * r, r, r) + 1.0f;
+    return p * (PVF)((PVU)(n + 127) << 23);
+}
+
+static inline __attribute__((always_inline)) PVF AN_FN(erf_slope_pv)(PVF u) {
+    const PVF e = 1.12837916709551257f * AN_FN(exp_neg_pv)(-u * u);
+    const PVU nan = (PVU)(((PVU)u & 0x7fffffffu) > 0x7f800000u);
+    return (PVF)(((PVU)e & ~nan) | (nan & 0x7fc00000u));
+}
+
+/* The forward over [i, c1) of a row, 32 values a step: the stream's bits into so (streamed when nt_s), y into d
+ * (streamed when nt_d); returns where the scalar loop takes over. */
+static inline __attribute__((always_inline)) int64_t AN_FN(pw_fwd_vec)(
+    uint16_t *restrict d, uint16_t *restrict so, const uint16_t *restrict x, const uint16_t *restrict rv,
+    const float *restrict w, const float *restrict b, float al, float sh, int64_t i, int64_t c1, const int dyt,
+    const int nf, const int native, const int nt_d, const int nt_s) {
+    for (; i + AN_LANES <= c1; i += AN_LANES) {
+        PVF v[AN_VK];
+        for (int k = 0; k < AN_VK; k++) {
+            v[k] = AN_FN(pv_load_bf16)(x + i + AN_VW * k);
+            if (rv) v[k] = AN_FN(pv_round)(v[k] + AN_FN(pv_load_bf16)(rv + i + AN_VW * k));
+        }
+        if (rv) AN_FN(pv_put_bits)(so + i, v, nt_s);
+        for (int k = 0; k < AN_VK; k++) {
+            const PVF u = al * v[k] + sh;
+            const PVF f = dyt ? AN_FN(tanh_pv)(u) : AN_FN(erf_pv)(u);
+            v[k] = AN_FN(pv_load)(w + i + AN_VW * k) * f + AN_FN(pv_load)(b + i + AN_VW * k);
+        }
+        AN_FN(pv_put)(d + i, v, native, nf, nt_d);
+    }
+    return i;
+}
+
+/* The backward's whole groups of 32 of a row (pw_bwd_block_bf16_body's first loop, whose sums' lanes these are);
+ * returns where the scalar loop takes over. */
+static inline __attribute__((always_inline)) int64_t AN_FN(pw_bwd_vec)(
+    uint16_t *restrict d, const uint16_t *restrict s, const uint16_t *restrict dy, const uint16_t *restrict dres,
+    const float *restrict w, float *restrict dw, float *restrict db, float al, float sh, int64_t D,
+    float *restrict acc_a, float *restrict acc_s, const int dyt, const int nf, const int native, const int nt) {
+    PVF ca[AN_VK], cs[AN_VK];
+    for (int k = 0; k < AN_VK; k++) ca[k] = cs[k] = (PVF){0};
+    int64_t i = 0;
+    for (; i + AN_LANES <= D; i += AN_LANES) {
+        PVF o[AN_VK];
+        for (int k = 0; k < AN_VK; k++) {
+            const int64_t e = i + AN_VW * k;
+            const PVF sv = AN_FN(pv_load_bf16)(s + e), dv = AN_FN(pv_load_bf16)(dy + e);
+            const PVF u = al * sv + sh;
+            PVF f, g;
+            if (dyt) {
+                f = AN_FN(tanh_pv)(u);
+                g = dv * AN_FN(pv_load)(w + e) * (1.0f - f * f);
+            } else {
+                f = AN_FN(erf_pv)(u);
+                g = dv * AN_FN(pv_load)(w + e) * AN_FN(erf_slope_pv)(u);
+            }
+            ca[k] += g * sv;
+            cs[k] += g;
+            o[k] = al * g + AN_FN(pv_load_bf16)(dres + e);
+            AN_FN(pv_store)(dw + e, AN_FN(pv_load)(dw + e) + dv * f);
+            AN_FN(pv_store)(db + e, AN_FN(pv_load)(db + e) + dv);
+        }
+        AN_FN(pv_put)(d + i, o, native, nf, nt);
+    }
+    for (int k = 0; k < AN_VK; k++) {
+        AN_FN(pv_store)(acc_a + AN_VW * k, ca[k]);
+        AN_FN(pv_store)(acc_s + AN_VW * k, cs[k]);
+    }
+    return i;
+}
+
+/* whether a call's bfloat16 outputs take the vector loops: AVX512_BF16's conversion handles every value; the
+ * integer rounding only where no NaN needs the test (nf) */
+static inline int AN_FN(pw_native)(void) {
+#ifdef AN_AVX512
+    return g_bf16_native;
+#else
+    return 0;
+#endif
+}
+static inline int AN_FN(pw_vec)(const int nf) { return nf || AN_FN(pw_native)(); }
+#undef PVF
+#undef PVU
+#undef AN_VK
+#undef AN_VW
+#endif
+
 /* bfloat16 throughout (x, residual, stream, y): one pass per row, the conversions inside it */
 static inline __attribute__((always_inline)) void AN_FN(pw_fwd_rows_bf16_body)(const an_pw_args *a, int64_t r0,
                                                                                  int64_t r1, const an_rows *sc,
@@ -169,39 +411,51 @@ static inline __attribute__((always_inline)) void AN_FN(pw_fwd_rows_bf16_body)(c
     const float *restrict w = a->weight ? a->weight : AN_ONES(sc), *restrict b = a->bias ? a->bias : AN_NZEROS(sc);
     const float al = a->alpha, sh = a->shift;
     const int dyt = a->kind == AN_DYT;
+#if defined(AN_AVX512) || defined(AN_AVX2)
+    const int vec = AN_FN(pw_vec)(nf), native = AN_FN(pw_native)();
+#else
+    const int vec = 0;
+#endif
     for (int64_t r = r0; r < r1; r++) {
         const uint16_t *restrict x = (const uint16_t *)a->x + r * a->x_rs;
         uint16_t *y_row = (uint16_t *)a->y + r * D;
-        uint16_t *restrict d = a->nt ? o16 : y_row;
         /* the next row's inputs, a chunk at a time before each chunk of this one (see prefetch_chunk) */
         const uint16_t *restrict rv = a->res ? (const uint16_t *)a->res + r * a->res_rs : NULL;
         const uint16_t *nx = r + 1 < r1 ? x + a->x_rs : NULL, *nr = r + 1 < r1 && rv ? rv + a->res_rs : NULL;
         uint16_t *s_row = a->res && a->s_out ? (uint16_t *)a->s_out + r * D : NULL;
-        uint16_t *restrict so = (s_row && !a->nt) ? s_row : s16;
+        /* the vector loop's rows take their streaming stores themselves where aligned (stream_direct) */
+        const int y_direct = vec && AN_FN(stream_direct)(y_row, a->nt);
+        const int s_direct = vec && s_row && AN_FN(stream_direct)(s_row, a->nt);
+        uint16_t *restrict d = (a->nt && !y_direct) ? o16 : y_row;
+        uint16_t *restrict so = (s_row && (!a->nt || s_direct)) ? s_row : s16;
         for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
             const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
             AN_FN(prefetch_chunk)(nx, nr, NULL, c0, D, 2);
+            int64_t i0 = c0;
+#if defined(AN_AVX512) || defined(AN_AVX2)
+            if (vec) i0 = AN_FN(pw_fwd_vec)(d, so, x, rv, w, b, al, sh, c0, c1, dyt, nf, native, y_direct, s_direct);
+#endif
             if (rv && dyt)
-                for (int64_t i = c0; i < c1; i++) {
+                for (int64_t i = i0; i < c1; i++) {
                     float v = an_bf16_round_nf(an_bf16_to_f32(x[i]) + an_bf16_to_f32(rv[i]));
                     so[i] = (uint16_t)(an_f32_bits(v) >> 16);
                     d[i] = AN_TO_BF16(nf, w[i] * AN_FN(tanh_bf)(al * v + sh) + b[i]);
                 }
             else if (rv)
-                for (int64_t i = c0; i < c1; i++) {
+                for (int64_t i = i0; i < c1; i++) {
                     float v = an_bf16_round_nf(an_bf16_to_f32(x[i]) + an_bf16_to_f32(rv[i]));
                     so[i] = (uint16_t)(an_f32_bits(v) >> 16);
                     d[i] = AN_TO_BF16(nf, w[i] * AN_FN(erf_bf)(al * v + sh) + b[i]);
                 }
             else if (dyt)
-                for (int64_t i = c0; i < c1; i++)
+                for (int64_t i = i0; i < c1; i++)
                     d[i] = AN_TO_BF16(nf, w[i] * AN_FN(tanh_bf)(al * an_bf16_to_f32(x[i]) + sh) + b[i]);
             else
-                for (int64_t i = c0; i < c1; i++)
+                for (int64_t i = i0; i < c1; i++)
                     d[i] = AN_TO_BF16(nf, w[i] * AN_FN(erf_bf)(al * an_bf16_to_f32(x[i]) + sh) + b[i]);
         }
-        if (s_row && a->nt) AN_FN(stream_bytes)(s_row, s16, (size_t)D * 2);
-        if (a->nt) AN_FN(stream_bytes)(y_row, o16, (size_t)D * 2);
+        if (s_row && a->nt && !s_direct) AN_FN(stream_bytes)(s_row, s16, (size_t)D * 2);
+        if (a->nt && !y_direct) AN_FN(stream_bytes)(y_row, o16, (size_t)D * 2);
     }
 }
 
@@ -255,6 +509,11 @@ static inline __attribute__((always_inline)) void AN_FN(pw_bwd_block_bf16_body)(
     const float *restrict w = a->weight ? a->weight : AN_ONES(sc);
     const float al = a->alpha, sh = a->shift;
     const uint16_t *zeros16 = (const uint16_t *)AN_ZEROS(sc);
+#if defined(AN_AVX512) || defined(AN_AVX2)
+    const int vec = AN_FN(pw_vec)(nf), native = AN_FN(pw_native)();
+#else
+    const int vec = 0;
+#endif
     for (int64_t r = b0; r < b1; r++) {
         if (r + AN_PF_AHEAD < b1) { /* a later row's inputs (see prefetch_span) */
             const int64_t f = r + AN_PF_AHEAD;
@@ -266,9 +525,15 @@ static inline __attribute__((always_inline)) void AN_FN(pw_bwd_block_bf16_body)(
         const uint16_t *restrict dy = (const uint16_t *)a->dy + r * a->dy_rs;
         const uint16_t *restrict dres = a->dres ? (const uint16_t *)a->dres + r * a->dres_rs : zeros16;
         uint16_t *ds_row = (uint16_t *)a->ds + r * D;
-        uint16_t *restrict d = a->nt ? o16 : ds_row;
+        const int direct = vec && AN_FN(stream_direct)(ds_row, a->nt); /* streamed in the loop */
+        uint16_t *restrict d = (a->nt && !direct) ? o16 : ds_row;
         float acc_a[AN_LANES] = {0}, acc_s[AN_LANES] = {0};
         int64_t i = 0;
+#if defined(AN_AVX512) || defined(AN_AVX2)
+        if (vec)
+            i = AN_FN(pw_bwd_vec)(d, s, dy, dres, w, dw, db, al, sh, D, acc_a, acc_s, a->kind == AN_DYT, nf, native,
+                                  direct);
+#endif
         if (a->kind == AN_DYT) {
             for (; i + AN_LANES <= D; i += AN_LANES)
                 for (int j = 0; j < AN_LANES; j++) {
@@ -318,7 +583,7 @@ static inline __attribute__((always_inline)) void AN_FN(pw_bwd_block_bf16_body)(
         }
         *d_alpha += (double)AN_FN(hsum)(acc_a);
         *d_shift += (double)AN_FN(hsum)(acc_s);
-        if (a->nt) AN_FN(stream_bytes)(ds_row, o16, (size_t)D * 2);
+        if (a->nt && !direct) AN_FN(stream_bytes)(ds_row, o16, (size_t)D * 2);
     }
 }
 
