@@ -14,8 +14,9 @@ setup(
             # associative math lets gcc vectorize the row reductions; no -ffinite-math-only,
             # so NaN and Inf keep their IEEE meaning; no fused multiply-add contraction, so that
             # g = dy*w rounds the same way wherever it is computed (LayerNorm's dx is exactly 0 at D = 1);
-            # the polynomials of DyT's tanh and Derf's erf (pointwise_rows.h) ask for fused multiply-adds by
-            # name (AN_MAD) where the instruction set has them. The instruction-set variants agree to an ulp
+            # the polynomials of DyT's tanh and Derf's erf and the other products and sums of their bfloat16
+            # loops (pointwise_rows.h), and mHC's projection, ask for fused multiply-adds by name (AN_MAD)
+            # where the instruction set has them. The instruction-set variants agree to an ulp
             # or two, not to the bit: associative math lets gcc vectorize each variant's reductions its own
             # way (LayerNorm float32 outputs differ by up to 4.8e-7 between the baseline and AVX-512 builds)
             extra_compile_args=["-O3", "-std=gnu11", "-fno-math-errno", "-fassociative-math",

@@ -85,7 +85,8 @@ for kind, fn, shift in (("dyt", math.tanh, 0.0), ("derf", math.erf, 0.0), ("derf
         y, _ = add_dyt(s, None, a, w) if kind == "dyt" else add_derf(s, None, a, sh, w)
         (dw,) = torch.autograd.grad(y, [w], torch.ones_like(y))
         with np.errstate(over="ignore"):  # the largest s times alpha: inf, as in the kernel
-            if FUSED:  # as the kernel forms it: alpha s + shift rounded once (the product is exact in float64)
+            if FUSED:  # as the kernel forms it, alpha s + shift rounded once: the product is exact in float64, the
+                # sum's float64 rounding could only matter on a float32 tie, which these values do not reach
                 u = (np.float64(np.float32(alpha)) * s32.astype(np.float64) + np.float64(np.float32(shift))).astype(
                     np.float32)
             else:  # the baseline build: the product rounded, then the sum

@@ -20,7 +20,9 @@
  * as well: u = alpha s + shift, y = w f + b, and the backward's 1 - f^2, alpha g + dres, dw += dy f and
  * dalpha's sum of g s, each rounded once. Those are the loops' arithmetic bound on this machine (the vector loops
  * below: DyT's forward 4 % and its fwd+bwd 8 % faster warm than with separate products and sums), and no less
- * accurate (outputs more than half a bfloat16 step from the float64 answer: 3e-5 of them either way).
+ * accurate (outputs more than half a bfloat16 step from the float64 answer: DyT 3e-5 of them either way, Derf 3e-5
+ * against 4e-5). The baseline build rounds u twice, so there the bfloat16 loops' u, and where alpha s nearly cancels
+ * the shift f(u), differ from the FMA builds' by more than the polynomials' ulp or two.
  */
 
 #define AN_CAT2(a, b) a##b
@@ -172,18 +174,29 @@ static inline float AN_FN(pw_f)(float u, int kind) { return kind == AN_DYT ? AN_
  * otherwise the integer rounding without the NaN test (nf only), and the stream's and the outputs' bits stored
  * straight into their rows, streamed where those are aligned (stream_direct), not through a scratch row. gcc's
  * vectorization of the scalar loops converted and packed element-wise and went through the scratch rows: with the
- * caches flushed, 8192 x 1024, see the journal. Only the fused multiply-add, the minima and the bfloat16 loads,
- * rounding and stores are each instruction set's own. */
+ * caches flushed, 8192 x 1024, see the journal. Only the broadcasts, the fused multiply-add, the minima and the
+ * bfloat16 loads, rounding and stores are each instruction set's own. */
 #ifdef AN_AVX512
 #define AN_VW 16
 #else
 #define AN_VW 8
 #endif
 #define AN_VK (AN_LANES / AN_VW)
+_Static_assert(AN_LANES == 32, "pv_put and pv_put_bits store 32 values a step");
+_Static_assert(AN_CHUNK % AN_LANES == 0, "a chunk's vector steps start on a whole store (stream_direct's rows)");
 typedef float AN_FN(pv_f) __attribute__((vector_size(AN_VW * 4)));
 typedef uint32_t AN_FN(pv_u) __attribute__((vector_size(AN_VW * 4)));
 #define PVF AN_FN(pv_f)
 #define PVU AN_FN(pv_u)
+
+/* c in every lane (a broadcast: a -0.0 stays -0.0, as the scalar tail has it) */
+static inline __attribute__((always_inline)) PVF AN_FN(pv_set1)(float c) {
+#ifdef AN_AVX512
+    return (PVF)_mm512_set1_ps(c);
+#else
+    return (PVF)_mm256_set1_ps(c);
+#endif
+}
 
 static inline __attribute__((always_inline)) PVF AN_FN(pv_fma)(PVF a, PVF b, PVF c) {
 #ifdef AN_AVX512
@@ -289,10 +302,10 @@ static inline __attribute__((always_inline)) PVF AN_FN(rational_odd_pv)(PVF u, u
                                                                          const float *q, int nq) {
     const PVU ui = (PVU)u, ai = ui & 0x7fffffffu, sign = ui ^ ai;
     const PVF a = (PVF)AN_FN(pv_minu)(ai, lim), z = a * a;
-    PVF pn = (PVF){0} + p[np], qn = (PVF){0} + q[nq];
-    for (int k = np - 1; k >= 0; k--) pn = AN_FN(pv_fma)(pn, z, (PVF){0} + p[k]);
-    for (int k = nq - 1; k >= 0; k--) qn = AN_FN(pv_fma)(qn, z, (PVF){0} + q[k]);
-    const PVF r = AN_FN(pv_min)(a * pn / qn, (PVF){0} + 1.0f);
+    PVF pn = AN_FN(pv_set1)(p[np]), qn = AN_FN(pv_set1)(q[nq]);
+    for (int k = np - 1; k >= 0; k--) pn = AN_FN(pv_fma)(pn, z, AN_FN(pv_set1)(p[k]));
+    for (int k = nq - 1; k >= 0; k--) qn = AN_FN(pv_fma)(qn, z, AN_FN(pv_set1)(q[k]));
+    const PVF r = AN_FN(pv_min)(a * pn / qn, AN_FN(pv_set1)(1.0f));
     const PVU nan = (PVU)(u != u);
     return (PVF)((nan & ui) | (~nan & ((PVU)r | sign)));
 }
@@ -313,12 +326,12 @@ static inline __attribute__((always_inline)) PVF AN_FN(exp_neg_pv)(PVF x) {
     const PVF nf = __builtin_convertvector(n, PVF);
     PVF r = x - nf * 0.693359375f;
     r -= nf * -2.12194440e-4f;
-    PVF p = (PVF){0} + 1.9875691500e-4f;
-    p = AN_FN(pv_fma)(p, r, (PVF){0} + 1.3981999507e-3f);
-    p = AN_FN(pv_fma)(p, r, (PVF){0} + 8.3334519073e-3f);
-    p = AN_FN(pv_fma)(p, r, (PVF){0} + 4.1665795894e-2f);
-    p = AN_FN(pv_fma)(p, r, (PVF){0} + 1.6666665459e-1f);
-    p = AN_FN(pv_fma)(p, r, (PVF){0} + 5.0000001201e-1f);
+    PVF p = AN_FN(pv_set1)(1.9875691500e-4f);
+    p = AN_FN(pv_fma)(p, r, AN_FN(pv_set1)(1.3981999507e-3f));
+    p = AN_FN(pv_fma)(p, r, AN_FN(pv_set1)(8.3334519073e-3f));
+    p = AN_FN(pv_fma)(p, r, AN_FN(pv_set1)(4.1665795894e-2f));
+    p = AN_FN(pv_fma)(p, r, AN_FN(pv_set1)(1.6666665459e-1f));
+    p = AN_FN(pv_fma)(p, r, AN_FN(pv_set1)(5.0000001201e-1f));
     p = AN_FN(pv_fma)(p * r, r, r) + 1.0f;
     return p * (PVF)((PVU)(n + 127) << 23);
 }
@@ -343,7 +356,7 @@ static inline __attribute__((always_inline)) int64_t AN_FN(pw_fwd_vec)(
         }
         if (rv) AN_FN(pv_put_bits)(so + i, v, nt_s);
         for (int k = 0; k < AN_VK; k++) {
-            const PVF u = AN_FN(pv_fma)((PVF){0} + al, v[k], (PVF){0} + sh);
+            const PVF u = AN_FN(pv_fma)(AN_FN(pv_set1)(al), v[k], AN_FN(pv_set1)(sh));
             const PVF f = dyt ? AN_FN(tanh_pv)(u) : AN_FN(erf_pv)(u);
             v[k] = AN_FN(pv_fma)(AN_FN(pv_load)(w + i + AN_VW * k), f, AN_FN(pv_load)(b + i + AN_VW * k));
         }
@@ -366,18 +379,18 @@ static inline __attribute__((always_inline)) int64_t AN_FN(pw_bwd_vec)(
         for (int k = 0; k < AN_VK; k++) {
             const int64_t e = i + AN_VW * k;
             const PVF sv = AN_FN(pv_load_bf16)(s + e), dv = AN_FN(pv_load_bf16)(dy + e);
-            const PVF u = AN_FN(pv_fma)((PVF){0} + al, sv, (PVF){0} + sh);
+            const PVF u = AN_FN(pv_fma)(AN_FN(pv_set1)(al), sv, AN_FN(pv_set1)(sh));
             PVF f, g;
             if (dyt) {
                 f = AN_FN(tanh_pv)(u);
-                g = dv * AN_FN(pv_load)(w + e) * AN_FN(pv_fma)(-f, f, (PVF){0} + 1.0f);
+                g = dv * AN_FN(pv_load)(w + e) * AN_FN(pv_fma)(-f, f, AN_FN(pv_set1)(1.0f));
             } else {
                 f = AN_FN(erf_pv)(u);
                 g = dv * AN_FN(pv_load)(w + e) * AN_FN(erf_slope_pv)(u);
             }
             ca[k] = AN_FN(pv_fma)(g, sv, ca[k]);
             cs[k] += g;
-            o[k] = AN_FN(pv_fma)((PVF){0} + al, g, AN_FN(pv_load_bf16)(dres + e));
+            o[k] = AN_FN(pv_fma)(AN_FN(pv_set1)(al), g, AN_FN(pv_load_bf16)(dres + e));
             AN_FN(pv_store)(dw + e, AN_FN(pv_fma)(dv, f, AN_FN(pv_load)(dw + e)));
             AN_FN(pv_store)(db + e, AN_FN(pv_load)(db + e) + dv);
         }
