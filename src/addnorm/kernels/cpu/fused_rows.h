@@ -435,12 +435,13 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_vec)(
             const int64_t k = i + 8 * h;
             const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(AN_FN(bf16x8_load)(s + k), vm), vr);
             const __m256 gv = _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(g + k), vmg), _mm256_mul_ps(xh, vmx));
-            o[h] = AN_FN(bf16x8_round)(_mm256_add_ps(_mm256_mul_ps(vr, gv), AN_FN(bf16x8_load)(dres + k)));
+            o[h] = _mm256_add_ps(_mm256_mul_ps(vr, gv), AN_FN(bf16x8_load)(dres + k));
             const __m256 d1 = AN_FN(bf16x8_load)(dy + k);
             _mm256_storeu_ps(a0 + k, _mm256_add_ps(_mm256_loadu_ps(a0 + k), _mm256_mul_ps(d1, xh)));
             if (wantb) _mm256_storeu_ps(a1 + k, _mm256_add_ps(_mm256_loadu_ps(a1 + k), d1));
         }
-        AN_FN(bf16x16_put_avx2)(d + i, AN_FN(bf16x16_bits_avx2)(o[0], o[1]), nt);
+        AN_FN(bf16x16_put_avx2)(d + i,
+                                AN_FN(bf16x16_pack_avx2)(AN_FN(bf16x8_bits)(o[0]), AN_FN(bf16x8_bits)(o[1])), nt);
     }
     AN_FN(fused_bwd_out_scalar)(d, g, s, dy, dres, a0, a1, i, D, mean, rstd, mg, mgx, wantb, 1);
 }

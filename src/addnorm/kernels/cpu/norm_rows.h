@@ -585,6 +585,19 @@ static inline __attribute__((always_inline)) __m256 AN_FN(bf16x8_round)(__m256 f
                                                 _mm256_set1_epi32((int)0xffff0000u)));
 }
 
+/* an_f32_to_bf16_nf, 8 lanes: each value's bfloat16 bits in the low half of its lane (bf16x16_pack_avx2 packs them;
+ * an_bf16_round_nf's mask would go with the shift, so an output that is only stored skips it) */
+static inline __attribute__((always_inline)) __m256i AN_FN(bf16x8_bits)(__m256 f) {
+    const __m256i u = _mm256_castps_si256(f);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd), 16);
+}
+
+/* 16 values' bits from bf16x8_bits (b0 the first 8), in order */
+static inline __attribute__((always_inline)) __m256i AN_FN(bf16x16_pack_avx2)(__m256i b0, __m256i b1) {
+    return _mm256_permute4x64_epi64(_mm256_packus_epi32(b0, b1), 0xd8); /* packus works within 128-bit lanes */
+}
+
 /* the bfloat16 bits of 16 values already rounded (v0 the first 8), in order */
 static inline __attribute__((always_inline)) __m256i AN_FN(bf16x16_bits_avx2)(__m256 v0, __m256 v1) {
     const __m256i p = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(v0), 16),
@@ -662,9 +675,9 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_out_vec)(uint16_t *
                                                _mm256_add_ps(_mm256_loadu_ps(w + k), vo)),
                                  _mm256_loadu_ps(b + k));
             if (post) o[h] = _mm256_add_ps(AN_FN(bf16x8_round)(o[h]), AN_FN(bf16x8_load)(post + k));
-            o[h] = AN_FN(bf16x8_round)(o[h]);
         }
-        AN_FN(bf16x16_put_avx2)(dst + i, AN_FN(bf16x16_bits_avx2)(o[0], o[1]), nt);
+        AN_FN(bf16x16_put_avx2)(dst + i,
+                                AN_FN(bf16x16_pack_avx2)(AN_FN(bf16x8_bits)(o[0]), AN_FN(bf16x8_bits)(o[1])), nt);
     }
     AN_FN(bf16_out_scalar)(dst, buf, i, n, om, os, w, b, off, post, 1);
 }
@@ -1038,9 +1051,10 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_vec)(
             __m256 gv = _mm256_mul_ps(d, _mm256_loadu_ps(wo + k));
             if (!rms) gv = _mm256_sub_ps(gv, vmg);
             gv = _mm256_sub_ps(gv, _mm256_mul_ps(xh, vmx));
-            o[h] = AN_FN(bf16x8_round)(_mm256_add_ps(_mm256_mul_ps(vr, gv), AN_FN(bf16x8_load)(dres + k)));
+            o[h] = _mm256_add_ps(_mm256_mul_ps(vr, gv), AN_FN(bf16x8_load)(dres + k));
         }
-        AN_FN(bf16x16_put_avx2)(dx + i, AN_FN(bf16x16_bits_avx2)(o[0], o[1]), nt);
+        AN_FN(bf16x16_put_avx2)(dx + i,
+                                AN_FN(bf16x16_pack_avx2)(AN_FN(bf16x8_bits)(o[0]), AN_FN(bf16x8_bits)(o[1])), nt);
     }
     AN_FN(bf16_bwd_out_scalar)(dx, dw, db, s, dy, dres, wo, i, c1, mean, rstd, mg, mgx, rms, want_db, 1);
 }

@@ -280,13 +280,21 @@ static inline __attribute__((always_inline)) void AN_FN(pv_put)(uint16_t *p, PVF
         else _mm512_storeu_si512((void *)p, AN_FN(cvtne2ps_bf16)(lo, hi));
         return;
     }
-    for (int k = 0; k < AN_VK; k++) v[k] = (PVF)AN_FN(bf16x16_round)((__m512)v[k]);
-#else
-    (void)native;
-    for (int k = 0; k < AN_VK; k++) v[k] = (PVF)AN_FN(bf16x8_round)((__m256)v[k]);
-#endif
+    /* an_f32_to_bf16_nf: the rounded bits land in each lane's high half, which pv_put_bits takes (no mask) */
+    for (int k = 0; k < AN_VK; k++) {
+        const __m512i u = (__m512i)v[k];
+        const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        v[k] = (PVF)_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd);
+    }
     (void)nf;
     AN_FN(pv_put_bits)(p, v, nt);
+#else
+    (void)native;
+    (void)nf;
+    for (int h = 0; h < 2; h++)
+        AN_FN(bf16x16_put_avx2)(p + 16 * h, AN_FN(bf16x16_pack_avx2)(AN_FN(bf16x8_bits)((__m256)v[2 * h]),
+                                                                     AN_FN(bf16x8_bits)((__m256)v[2 * h + 1])), nt);
+#endif
 }
 
 static inline __attribute__((always_inline)) PVF AN_FN(pv_round)(PVF v) {
