@@ -16,7 +16,8 @@ per instruction-set path, on the machine of the stop that last changed a kernel.
 runs that hold it, their range beside it, and is judged on the median: on a shared host the copy floor itself
 moves by half between cells of one run, so one run's fraction of it can miss or meet a target by chance. A stop that
 changes one op's kernels re-measures that op in runs of its own and names, in ``superseded.json`` beside the runs,
-the earlier runs whose cells of that op were another build's: those are not read (they stay as measured).
+the earlier runs whose cells of that op were another build's -- of every dtype and path, or of those whose kernels
+changed --: those are not read (they stay as measured).
 
 Numbers are compared as the tables print them (two decimals). ``python tests/ops/test_performance_targets.py``
 prints the table to paste between the markers.
@@ -56,18 +57,30 @@ def _cells(path: Path, isa: str) -> dict:
 
 
 def superseded() -> dict:
-    """op -> (the runs whose cells of that op a later build's runs replace, the dtypes whose kernels changed or None
-    for all) (``superseded.json``: {op: {"runs": [...], "dtypes": [...] (optional), "why": ...}}): a cell of a dtype
-    whose kernels did not change keeps every run that measured it."""
+    """op -> [(the runs whose cells of that op a later build's runs replace, the dtypes whose kernels changed or None
+    for all, the paths whose kernels changed or None for both)] (``superseded.json``: {op: rule or [rule, ...]}, a rule
+    {"runs": [...], "dtypes": [...] (optional), "paths": ["AVX-512" | "AVX2"] (optional), "why": ...}): a cell of a
+    dtype or path whose kernels did not change keeps every run that measured it."""
     path = MACHINE / "superseded.json"
     if not path.exists():
         return {}
     table = json.loads(path.read_text())
-    for op, entry in table.items():
-        assert op in NEW_OPS + ("add_norm",) and entry["runs"] and entry["why"], f"superseded.json: {op}: {entry}"
-        assert set(entry.get("dtypes", ())) <= {"float32", "bfloat16", "float16"}, f"superseded.json: {op}: {entry}"
-    return {op: ({str(r) for r in entry["runs"]}, set(entry["dtypes"]) if "dtypes" in entry else None)
-            for op, entry in table.items()}
+    out = {}
+    for op, entries in table.items():
+        for entry in entries if isinstance(entries, list) else [entries]:
+            assert op in NEW_OPS + ("add_norm",) and entry["runs"] and entry["why"], f"superseded.json: {op}: {entry}"
+            assert set(entry.get("dtypes", ())) <= {"float32", "bfloat16", "float16"}, f"superseded.json: {op}: {entry}"
+            assert set(entry.get("paths", ())) <= {name for _, name, _ in PATHS}, f"superseded.json: {op}: {entry}"
+            out.setdefault(op, []).append(({str(r) for r in entry["runs"]},
+                                           set(entry["dtypes"]) if "dtypes" in entry else None,
+                                           set(entry["paths"]) if "paths" in entry else None))
+    return out
+
+
+def _gone(rules, run: str, isa: str, dtype: str) -> bool:
+    """Whether a rule of ``superseded()`` drops this run's cell of that path and dtype."""
+    return any(run in runs_gone and (dtypes is None or dtype in dtypes) and (paths is None or isa in paths)
+               for runs_gone, dtypes, paths in rules)
 
 
 def runs() -> list[Path]:
@@ -88,8 +101,7 @@ def measured() -> dict:
                 if not path.exists():
                     continue
                 for key, modes in _cells(path, isa).items():
-                    runs_gone, dtypes = gone.get(key[1], ((), None))
-                    if run.name in runs_gone and (dtypes is None or key[3] in dtypes):
+                    if _gone(gone.get(key[1], ()), run.name, isa, key[3]):
                         continue
                     for mode, figures in modes.items():
                         for figure, value in figures.items():
