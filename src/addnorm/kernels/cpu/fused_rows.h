@@ -355,8 +355,7 @@ static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_vec)(
     return i;
 }
 
-/* fused_bwd_out_scalar 32 values at a time, ds converted by AVX512_BF16 (see bf16_out_vec; a group holding a
- * subnormal the portable way) and streamed when nt (d then 64-byte aligned) */
+/* fused_bwd_out_scalar 32 values at a time, ds converted by AVX512_BF16 and streamed when nt (bf16x32_put_native) */
 static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_vec)(
     uint16_t *restrict d, const float *restrict g, const uint16_t *restrict s, const uint16_t *restrict dy,
     const uint16_t *restrict dres, float *restrict a0, float *restrict a1, int64_t D, float mean, float rstd,
@@ -375,15 +374,7 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_vec)(
             _mm512_storeu_ps(a0 + k, _mm512_add_ps(_mm512_loadu_ps(a0 + k), _mm512_mul_ps(d1, xh)));
             if (wantb) _mm512_storeu_ps(a1 + k, _mm512_add_ps(_mm512_loadu_ps(a1 + k), d1));
         }
-        if (__builtin_expect((_mm512_fpclass_ps_mask(o[0], 0x20) | _mm512_fpclass_ps_mask(o[1], 0x20)) != 0, 0)) {
-            float t[32];
-            _mm512_storeu_ps(t, o[0]);
-            _mm512_storeu_ps(t + 16, o[1]);
-            for (int j = 0; j < 32; j++) d[i + j] = AN_TO_BF16(nf, t[j]);
-            continue;
-        }
-        if (nt) _mm512_stream_si512((void *)(d + i), AN_FN(cvtne2ps_bf16)(o[0], o[1]));
-        else _mm512_storeu_si512((void *)(d + i), AN_FN(cvtne2ps_bf16)(o[0], o[1]));
+        AN_FN(bf16x32_put_native)(d + i, o[0], o[1], nf, nt);
     }
     AN_FN(fused_bwd_out_scalar)(d, g, s, dy, dres, a0, a1, i, D, mean, rstd, mg, mgx, wantb, nf);
 }

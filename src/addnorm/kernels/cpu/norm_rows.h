@@ -743,6 +743,22 @@ static inline __attribute__((always_inline)) __m512i AN_FN(cvtne2ps_bf16)(__m512
     return r;
 }
 
+/* 32 float32 values (lo the first 16) stored as bfloat16 at p by cvtne2ps_bf16, streamed when nt (p then 64-byte
+ * aligned: a whole cache line); a group holding a subnormal value rounded as the portable loops round it
+ * (AN_TO_BF16(nf, .)), exact where the instruction reads it as zero. The AVX512_BF16 output loops' one store. */
+static inline __attribute__((always_inline)) void AN_FN(bf16x32_put_native)(uint16_t *p, __m512 lo, __m512 hi,
+                                                                          const int nf, const int nt) {
+    if (__builtin_expect((_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) != 0, 0)) {
+        float t[32];
+        _mm512_storeu_ps(t, lo);
+        _mm512_storeu_ps(t + 16, hi);
+        for (int j = 0; j < 32; j++) p[j] = AN_TO_BF16(nf, t[j]);
+        return;
+    }
+    if (nt) _mm512_stream_si512((void *)p, AN_FN(cvtne2ps_bf16)(lo, hi));
+    else _mm512_storeu_si512((void *)p, AN_FN(cvtne2ps_bf16)(lo, hi));
+}
+
 /* n outputs (buf - om) os (w + off) + b stored as bfloat16 in dst, 32 a conversion instruction, with streaming
  * stores when nt (dst then 64-byte aligned: each 32 a whole cache line). With post (norm-then-add; nf only), each
  * output rounded to bfloat16 first and post added, as the portable loop does. A group of 32 holding a subnormal
@@ -767,15 +783,7 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_out_vec)(uint16_t *
             lo = _mm512_add_ps(AN_FN(bf16x16_round)(lo), AN_FN(bf16x16_load)(post + i));
             hi = _mm512_add_ps(AN_FN(bf16x16_round)(hi), AN_FN(bf16x16_load)(post + i + 16));
         }
-        if (__builtin_expect((_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) != 0, 0)) {
-            float t[32];
-            _mm512_storeu_ps(t, lo);
-            _mm512_storeu_ps(t + 16, hi);
-            for (int j = 0; j < 32; j++) dst[i + j] = AN_TO_BF16(nf, t[j]);
-            continue;
-        }
-        if (nt) _mm512_stream_si512((void *)(dst + i), AN_FN(cvtne2ps_bf16)(lo, hi));
-        else _mm512_storeu_si512((void *)(dst + i), AN_FN(cvtne2ps_bf16)(lo, hi));
+        AN_FN(bf16x32_put_native)(dst + i, lo, hi, nf, nt);
     }
     AN_FN(bf16_out_scalar)(dst, buf, i, n, om, os, w, b, off, post, nf);
 }
@@ -989,15 +997,7 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_vec)(
             gv = _mm512_sub_ps(gv, _mm512_mul_ps(xh, vmx));
             o[h] = _mm512_add_ps(_mm512_mul_ps(vr, gv), AN_FN(bf16x16_load)(dres + k));
         }
-        if (__builtin_expect((_mm512_fpclass_ps_mask(o[0], 0x20) | _mm512_fpclass_ps_mask(o[1], 0x20)) != 0, 0)) {
-            float t[32];
-            _mm512_storeu_ps(t, o[0]);
-            _mm512_storeu_ps(t + 16, o[1]);
-            for (int j = 0; j < 32; j++) dx[i + j] = AN_TO_BF16(nf, t[j]);
-            continue;
-        }
-        if (nt) _mm512_stream_si512((void *)(dx + i), AN_FN(cvtne2ps_bf16)(o[0], o[1]));
-        else _mm512_storeu_si512((void *)(dx + i), AN_FN(cvtne2ps_bf16)(o[0], o[1]));
+        AN_FN(bf16x32_put_native)(dx + i, o[0], o[1], nf, nt);
     }
     AN_FN(bf16_bwd_out_scalar)(dx, dw, db, s, dy, dres, wo, i, c1, mean, rstd, mg, mgx, rms, want_db, nf);
 }

@@ -268,16 +268,7 @@ static inline __attribute__((always_inline)) void AN_FN(pv_put)(uint16_t *p, PVF
                                                                  const int nt) {
 #ifdef AN_AVX512
     if (native) {
-        const __m512 lo = (__m512)v[0], hi = (__m512)v[1];
-        if (__builtin_expect((_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) != 0, 0)) {
-            float t[32];
-            _mm512_storeu_ps(t, lo);
-            _mm512_storeu_ps(t + 16, hi);
-            for (int j = 0; j < 32; j++) p[j] = AN_TO_BF16(nf, t[j]);
-            return;
-        }
-        if (nt) _mm512_stream_si512((void *)p, AN_FN(cvtne2ps_bf16)(lo, hi));
-        else _mm512_storeu_si512((void *)p, AN_FN(cvtne2ps_bf16)(lo, hi));
+        AN_FN(bf16x32_put_native)(p, (__m512)v[0], (__m512)v[1], nf, nt);
         return;
     }
     /* an_f32_to_bf16_nf: the rounded bits land in each lane's high half, which pv_put_bits takes (no mask) */
