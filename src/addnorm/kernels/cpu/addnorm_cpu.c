@@ -278,10 +278,29 @@ static const float *an_const_row(const an_rows *sc, int k) {
 #define AN_ZEROS(sc) an_const_row((sc), AN_CONST_ZEROS)
 #define AN_NZEROS(sc) an_const_row((sc), AN_CONST_NZEROS)
 
+/* v formed here, before what follows uses it. Built with -fassociative-math, gcc may regroup a product such as
+ * (x - mean) * rstd * w as (x - mean) * (rstd * w), in one loop and not in another: the bfloat16 output loops of
+ * the instruction sets then parted on one output in ~10^5 (a float32 step at a bfloat16 tie). An empty asm, no
+ * instruction. */
+#if defined(__x86_64__) || defined(__i386__)
+#define AN_KEEP(v) __asm__("" : "+v"(v))
+#elif defined(__aarch64__)
+#define AN_KEEP(v) __asm__("" : "+w"(v))
+#else
+#define AN_KEEP(v) __asm__("" : "+m"(v))
+#endif
+
 /* a row's float64 statistics, where float32's cannot be formed (norm_rows.h: checked_stats) */
 typedef struct {
     double mean, rstd;
 } an_big;
+
+/* The AVX2 bfloat16 forwards' weights in their loops' order (norm_rows.h: bf16_perm_n): w + weight_offset and b for
+ * [0, n), each 16 values' middle two quads swapped; n = 0 where the loops keep the row's own order */
+typedef struct {
+    const float *w, *b;
+    int64_t n;
+} an_bf16_perm;
 
 static inline size_t an_elem_size(int dt) { return dt == AN_F32 ? 4 : 2; }
 

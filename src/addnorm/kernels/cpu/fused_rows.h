@@ -162,6 +162,15 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
     const float inv_d = 1.0f / (float)D;
     float *restrict buf = sc->r[0];
     uint16_t *restrict s16 = (uint16_t *)sc->r[1], *restrict o16 = (uint16_t *)sc->r[2];
+    /* AVX2: the first pass's row and each output's weights in the loops' order (bf16_perm_n) */
+    const int64_t pn = AN_FN(bf16_perm_n)(D, nf);
+    an_bf16_perm pm[2] = {{NULL, NULL, 0}, {NULL, NULL, 0}};
+    for (int k = 0; k < 2 && pn; k++) {
+        if (!(k == 0 ? a->y : a->y2)) continue;
+        const float *w = k == 0 ? a->w1 : a->w2, *b = k == 0 ? a->b1 : a->b2;
+        pm[k] = AN_FN(bf16_perm_prep)(sc->r[3 + 2 * k], sc->r[4 + 2 * k], w ? w : AN_ONES(sc), b ? b : AN_ZEROS(sc),
+                                      w ? a->weight_offset : 0.0f, pn);
+    }
     for (int64_t r = r0; r < r1; r++) {
         const uint16_t *restrict x = (const uint16_t *)a->x + r * a->x_rs;
         const uint16_t *av = a->a ? (const uint16_t *)a->a + r * a->a_rs : NULL;
@@ -172,15 +181,15 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
         float acc[AN_LANES] = {0};
         double t1[AN_LANES] = {0}, t2[AN_LANES] = {0}; /* LayerNorm's sums of v and v^2 (bf16_first_pass) */
         /* the stream, rounded as eager stores it: t = round(a + m), s = round(x + t) */
-        AN_FN(bf16_first_pass_vec)(buf, so, x, av, av ? mv : NULL, D, rms, acc, t1, t2, s_direct);
+        AN_FN(bf16_first_pass_vec)(buf, so, x, av, av ? mv : NULL, D, rms, acc, t1, t2, s_direct, pn != 0);
         if (s_row && a->nt && !s_direct) AN_FN(stream_bytes)(s_row, s16, (size_t)D * 2);
         float mean = 0.0f;
         /* RMSNorm: the sum of squares in one float32 chain per lane, as Add & Norm's (fwd_rows_bf16_body);
          * LayerNorm: the first pass's sums in blocks (layer_moments_1p) */
-        float rstd = an_rstd(rms ? AN_FN(hsum)(acc) * inv_d : AN_FN(layer_moments_1p)(buf, D, t1, t2, &mean) / (float)D,
+        float rstd = an_rstd(rms ? AN_FN(hsum)(acc) * inv_d : AN_FN(layer_moments_1p)(buf, D, t1, t2, &mean, pn) / (float)D,
                              a->eps);
         an_big bs; /* a row beyond float32's range: float64 statistics (see checked_stats) */
-        const an_big *big = AN_FN(checked_stats)(buf, D, rms, a->eps, &bs, &mean, &rstd);
+        const an_big *big = AN_FN(checked_stats_p)(buf, D, rms, a->eps, &bs, &mean, &rstd, pn);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
         float om, os; /* the outputs' statistics (see output_row) */
@@ -208,8 +217,9 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
                 for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {
                     const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
                     if (p && more) AN_FN(prefetch_chunk_any)(a, r + 1, c0, c1);
+                    const an_bf16_perm pc = AN_FN(perm_at)(&pm[k], c0, c1 - c0);
                     AN_FN(bf16_out_vec)(d + c0, buf + c0, c1 - c0, om, os, w + c0, b + c0, off, p ? p + c0 : NULL, nf,
-                                        direct);
+                                        &pc, direct);
                 }
             } else if (p) { /* norm-then-add: the norm rounded to bf16, then the add, rounded once */
                 for (int64_t c0 = 0; c0 < D; c0 += AN_CHUNK) {

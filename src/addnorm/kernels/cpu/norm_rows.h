@@ -154,10 +154,37 @@ static void AN_FN(round_row)(float *restrict v, int64_t n, int dt) {
 
 /* ---- reductions with AN_LANES partial sums ---- */
 
+/* The lanes' sum in one order on every path and in every loop: lane j + lane j + 16, then halving (16, 8, 4, 2, 1
+ * lanes), the order the AVX-512 build's vectorized loop had taken. As a plain loop, built with -fassociative-math,
+ * gcc chose the order per instruction set and per inlining context: the AVX2 one-row RMSNorm loop had summed in
+ * 8-lane steps, and a row's rstd moved by a float32 step against the other paths. */
 static inline float AN_FN(hsum)(const float *acc) {
-    float s = 0.0f;
-    for (int j = 0; j < AN_LANES; j++) s += acc[j];
-    return s;
+    _Static_assert(AN_LANES == 32, "the order below is for 32 lanes");
+#if defined(AN_AVX512) || defined(AN_AVX2)
+    __m256 a = _mm256_add_ps(_mm256_loadu_ps(acc), _mm256_loadu_ps(acc + 16));
+    __m256 b = _mm256_add_ps(_mm256_loadu_ps(acc + 8), _mm256_loadu_ps(acc + 24));
+    AN_KEEP(a);
+    AN_KEEP(b);
+    a = _mm256_add_ps(a, b);
+    AN_KEEP(a);
+    __m128 c = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    AN_KEEP(c);
+    c = _mm_add_ps(c, _mm_movehl_ps(c, c));
+    AN_KEEP(c);
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
+#else
+    float v[16];
+    for (int j = 0; j < 16; j++) {
+        v[j] = acc[j] + acc[j + 16];
+        AN_KEEP(v[j]);
+    }
+    for (int h = 8; h >= 1; h /= 2)
+        for (int j = 0; j < h; j++) {
+            v[j] = v[j] + v[j + h];
+            AN_KEEP(v[j]);
+        }
+    return v[0];
+#endif
 }
 
 /* acc's lanes added to total's (float64) and cleared: a block's end (lane by lane, so that it vectorizes) */
@@ -265,6 +292,70 @@ static inline __attribute__((always_inline)) void AN_FN(pair_flush)(float *restr
     AN_FN(flush)(sq, t2);
 }
 
+/* ---- the AVX2 bfloat16 forwards' order ----
+ * AVX2 widens 8 bfloat16 values to float32 with two instructions (vpmovzxwd, vpslld), and packs 16 results back in
+ * order with two more (vpackusdw, then vpermq across the 128-bit halves). Unpacking a 16-value load against zero
+ * (vpunpcklwd / vpunpckhwd) widens with one, and vpackusdw alone then restores the order, but the two registers hold
+ * values 0-3 and 8-11, then 4-7 and 12-15: within each 16, the middle two quads swapped. The AVX2 first pass keeps
+ * that order in its float32 row (buf) over [0, n) (n: bf16_perm_n, whole steps of 32; the tail is in order), and the
+ * output loop reads w + weight_offset and b in it (bf16_perm_prep, per task; a row's two scratch rows per weight,
+ * so only rows up to AN_BF16_PERM_MAX_D wide take it). The sums' lanes are put back in order at each block's end,
+ * and the statistics' slow paths see the row in order (perm_quads): every value, lane and sum as before, the same
+ * bits. */
+#define AN_BF16_PERM_MAX_D 65536
+
+static inline int64_t AN_FN(bf16_perm_n)(int64_t D, int nf) {
+#if defined(AN_AVX2)
+    return (nf && D <= AN_BF16_PERM_MAX_D) ? D / AN_LANES * AN_LANES : 0;
+#else
+    (void)D;
+    (void)nf;
+    return 0;
+#endif
+}
+
+/* [0, n) (a multiple of 16) between the row's order and the loops': each 16's middle two quads swapped, both ways */
+static inline void AN_FN(perm_quads)(float *v, int64_t n) {
+    for (int64_t g = 0; g + 16 <= n; g += 16)
+        for (int j = 4; j < 8; j++) {
+            const float t = v[g + j];
+            v[g + j] = v[g + j + 4];
+            v[g + j + 4] = t;
+        }
+}
+
+/* dst[0, n) = w + off (add) or w, in the loops' order */
+static inline void AN_FN(perm_row)(float *restrict dst, const float *restrict w, float off, int64_t n, int add) {
+    for (int64_t g = 0; g + 16 <= n; g += 16)
+        for (int j = 0; j < 16; j++) {
+            const int src = (j >> 2) == 1 ? j + 4 : (j >> 2) == 2 ? j - 4 : j;
+            dst[g + j] = add ? w[g + src] + off : w[g + src];
+        }
+}
+
+/* the permuted weights of one output over n values, into two scratch rows (n = 0: none) */
+static inline an_bf16_perm AN_FN(bf16_perm_prep)(float *restrict wrow, float *restrict brow, const float *restrict w,
+                                                 const float *restrict b, float off, int64_t n) {
+    an_bf16_perm p = {NULL, NULL, 0};
+    if (!n) return p;
+    AN_FN(perm_row)(wrow, w, off, n, 1);
+    AN_FN(perm_row)(brow, b, 0.0f, n, 0); /* copied, not + 0: an absent bias is -0.0 */
+    p.w = wrow;
+    p.b = brow;
+    p.n = n;
+    return p;
+}
+
+/* the permuted weights from value c0 of a row on, for the len values there (n: how many of them are permuted) */
+static inline an_bf16_perm AN_FN(perm_at)(const an_bf16_perm *p, int64_t c0, int64_t len) {
+    an_bf16_perm q = {NULL, NULL, 0};
+    if (p->n <= c0) return q;
+    q.w = p->w + c0;
+    q.b = p->b + c0;
+    q.n = p->n - c0 < len ? p->n - c0 : len;
+    return q;
+}
+
 /* LayerNorm's statistics from one pass: a row's sums S1 = sum v and S2 = sum v^2, each in float32 lanes over blocks
  * of AN_SUM_BLOCK added in float64 (t1, t2, after pair_flush), give the mean S1 / n and the sum of squared
  * deviations S2 - S1^2 / n. Its rounding is S2's, about 16 float32 roundings of the terms, which stays within
@@ -274,11 +365,15 @@ static inline __attribute__((always_inline)) void AN_FN(pair_flush)(float *restr
  * left to layer_moments' second pass over v, whose answer it was before. The bfloat16 forwards' first pass
  * already holds each v in a register: LayerNorm's in-cache pass over the row, which kept it ~20 % behind RMSNorm
  * from DRAM (8192 x 1024), is then skipped. Returns the sum of squared deviations; *mean_out the mean. */
-static float AN_FN(layer_moments_1p)(const float *restrict v, int64_t n, const double *t1, const double *t2,
-                                     float *mean_out) {
+static float AN_FN(layer_moments_1p)(float *restrict v, int64_t n, const double *t1, const double *t2,
+                                     float *mean_out, int64_t perm_n) {
     const double s1 = AN_FN(dsum)(t1), s2 = AN_FN(dsum)(t2), dn = (double)n;
-    if (!(s2 > 0x1p-100 * dn && s2 <= 0x1p120 && s1 * s1 <= s2 * dn * 0.0625)) /* a NaN too */
-        return AN_FN(layer_moments)(v, n, (float)s1, mean_out);
+    if (!(s2 > 0x1p-100 * dn && s2 <= 0x1p120 && s1 * s1 <= s2 * dn * 0.0625)) { /* a NaN too */
+        AN_FN(perm_quads)(v, perm_n); /* the row's own order, whose lanes and order the sum's bits follow */
+        const float ss = AN_FN(layer_moments)(v, n, (float)s1, mean_out);
+        AN_FN(perm_quads)(v, perm_n);
+        return ss;
+    }
     const double mean = s1 / dn;
     *mean_out = (float)mean;
     const double ss = s2 - s1 * mean;
@@ -328,6 +423,16 @@ static inline const an_big *AN_FN(checked_stats)(const float *v, int64_t n, int 
                                                  float *mean, float *rstd) {
     if (*rstd >= AN_TINY_RSTD) return NULL;
     return AN_FN(big_stats)(v, n, rms, eps, big, mean, rstd) ? big : NULL;
+}
+
+/* checked_stats over a row held in the AVX2 loops' order over [0, perm_n): its slow path sees the row in order */
+static inline const an_big *AN_FN(checked_stats_p)(float *v, int64_t n, int rms, float eps, an_big *big,
+                                                   float *mean, float *rstd, int64_t perm_n) {
+    if (*rstd >= AN_TINY_RSTD) return NULL;
+    AN_FN(perm_quads)(v, perm_n);
+    const an_big *r = AN_FN(checked_stats)(v, n, rms, eps, big, mean, rstd);
+    AN_FN(perm_quads)(v, perm_n);
+    return r;
 }
 
 /* One row's backward in float64, for a row whose saved rstd is below AN_TINY_RSTD: its statistics recomputed from s
@@ -491,7 +596,9 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_out_scalar)(uint16_
                                                                         const float *restrict b, float off,
                                                                         const uint16_t *restrict post, const int nf) {
     for (; i < n; i++) {
-        float v = (buf[i] - om) * os * (w[i] + off) + b[i];
+        float t = (buf[i] - om) * os;
+        AN_KEEP(t); /* the product as written, on every path */
+        float v = t * (w[i] + off) + b[i];
         if (post) v = AN_BF16_ROUND(nf, v) + an_bf16_to_f32(post[i]);
         dst[i] = AN_TO_BF16(nf, v);
     }
@@ -517,8 +624,9 @@ static inline __attribute__((always_inline)) __m512 AN_FN(bf16x16_round)(__m512 
 static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_vec)(
     float *restrict buf, uint16_t *restrict ro, const uint16_t *restrict x, const uint16_t *restrict rs,
     const uint16_t *restrict rs2, int64_t D, const int rms, float *restrict acc, double *restrict t1,
-    double *restrict t2, const int nt) {
+    double *restrict t2, const int nt, const int avx2_order) {
     _Static_assert(AN_LANES == 32, "two 16-lane registers a step");
+    (void)avx2_order; /* AVX2's (bf16_perm_n) */
     float sq[AN_LANES] = {0};
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, q0 = a0, q1 = a0;
     const __m512i perm = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25,
@@ -610,10 +718,52 @@ static inline __attribute__((always_inline)) void AN_FN(bf16x16_put_avx2)(uint16
     else _mm256_storeu_si256((__m256i *)p, bits);
 }
 
-static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_vec)(
+/* 16 bfloat16 values as float32 in the permuted order (see bf16_perm_n): values 0-3 and 8-11 (hi = 0), or 4-7 and
+ * 12-15 (hi = 1) */
+static inline __attribute__((always_inline)) __m256 AN_FN(bf16x16_half_p)(__m256i v, const int hi) {
+    return _mm256_castsi256_ps(hi ? _mm256_unpackhi_epi16(_mm256_setzero_si256(), v)
+                                  : _mm256_unpacklo_epi16(_mm256_setzero_si256(), v));
+}
+
+/* four 8-lane registers: 32 values from p, in order or permuted */
+static inline __attribute__((always_inline)) void AN_FN(bf16x32_load4)(__m256 v[4], const uint16_t *p,
+                                                                      const int perm) {
+    for (int h = 0; h < 2; h++) {
+        if (perm) {
+            const __m256i w = _mm256_loadu_si256((const __m256i *)(p + 16 * h));
+            v[2 * h] = AN_FN(bf16x16_half_p)(w, 0);
+            v[2 * h + 1] = AN_FN(bf16x16_half_p)(w, 1);
+        } else {
+            v[2 * h] = AN_FN(bf16x8_load)(p + 16 * h);
+            v[2 * h + 1] = AN_FN(bf16x8_load)(p + 16 * h + 8);
+        }
+    }
+}
+
+/* four sums' registers stored in the row's order at p (32 lanes) */
+static inline __attribute__((always_inline)) void AN_FN(lanes4_store)(float *p, const __m256 v[4], const int perm) {
+    for (int h = 0; h < 2; h++) {
+        if (perm) {
+            _mm256_storeu_ps(p + 16 * h, _mm256_permute2f128_ps(v[2 * h], v[2 * h + 1], 0x20));
+            _mm256_storeu_ps(p + 16 * h + 8, _mm256_permute2f128_ps(v[2 * h], v[2 * h + 1], 0x31));
+        } else {
+            _mm256_storeu_ps(p + 16 * h, v[2 * h]);
+            _mm256_storeu_ps(p + 16 * h + 8, v[2 * h + 1]);
+        }
+    }
+}
+
+/* the bits of 16 rounded values (v0, v1: the first and second 8, or the permuted halves), in the row's order */
+static inline __attribute__((always_inline)) __m256i AN_FN(bf16x16_bits_any)(__m256 v0, __m256 v1, const int perm) {
+    if (!perm) return AN_FN(bf16x16_bits_avx2)(v0, v1);
+    return _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(v0), 16),
+                               _mm256_srli_epi32(_mm256_castps_si256(v1), 16)); /* in order within each half */
+}
+
+static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_vec_k)(
     float *restrict buf, uint16_t *restrict ro, const uint16_t *restrict x, const uint16_t *restrict rs,
     const uint16_t *restrict rs2, int64_t D, const int rms, float *restrict acc, double *restrict t1,
-    double *restrict t2, const int nt) {
+    double *restrict t2, const int nt, const int perm) {
     _Static_assert(AN_LANES == 32, "four 8-lane registers a step");
     float sq[AN_LANES] = {0};
     __m256 a[4], q[4];
@@ -622,13 +772,14 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_vec)(
     while (i + AN_LANES <= D) {
         const int64_t e = i + AN_SUM_BLOCK < D ? i + AN_SUM_BLOCK : D;
         for (; i + AN_LANES <= e; i += AN_LANES) {
-            __m256 v[4];
+            __m256 v[4], r[4], r2[4];
+            AN_FN(bf16x32_load4)(v, x + i, perm);
+            if (rs) AN_FN(bf16x32_load4)(r, rs + i, perm);
+            if (rs2) AN_FN(bf16x32_load4)(r2, rs2 + i, perm);
             for (int k = 0; k < 4; k++) {
-                v[k] = AN_FN(bf16x8_load)(x + i + 8 * k);
                 if (rs) {
-                    __m256 r = AN_FN(bf16x8_load)(rs + i + 8 * k);
-                    if (rs2) r = AN_FN(bf16x8_round)(_mm256_add_ps(r, AN_FN(bf16x8_load)(rs2 + i + 8 * k)));
-                    v[k] = AN_FN(bf16x8_round)(_mm256_add_ps(v[k], r));
+                    if (rs2) r[k] = AN_FN(bf16x8_round)(_mm256_add_ps(r[k], r2[k]));
+                    v[k] = AN_FN(bf16x8_round)(_mm256_add_ps(v[k], r[k]));
                 }
                 _mm256_storeu_ps(buf + i + 8 * k, v[k]);
                 if (rms) {
@@ -636,50 +787,93 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_vec)(
                 } else {
                     a[k] = _mm256_add_ps(a[k], v[k]);
                     q[k] = _mm256_add_ps(q[k], _mm256_mul_ps(v[k], v[k]));
+                    AN_KEEP(q[k]);
                 }
+                AN_KEEP(a[k]); /* one chain per lane, as the other paths sum: gcc regrouped the one-row loop's */
             }
             if (rs) {
-                AN_FN(bf16x16_put_avx2)(ro + i, AN_FN(bf16x16_bits_avx2)(v[0], v[1]), nt);
-                AN_FN(bf16x16_put_avx2)(ro + i + 16, AN_FN(bf16x16_bits_avx2)(v[2], v[3]), nt);
+                AN_FN(bf16x16_put_avx2)(ro + i, AN_FN(bf16x16_bits_any)(v[0], v[1], perm), nt);
+                AN_FN(bf16x16_put_avx2)(ro + i + 16, AN_FN(bf16x16_bits_any)(v[2], v[3], perm), nt);
             }
         }
         if (!rms) { /* a block's end */
-            for (int k = 0; k < 4; k++) {
-                _mm256_storeu_ps(acc + 8 * k, a[k]);
-                _mm256_storeu_ps(sq + 8 * k, q[k]);
-                a[k] = q[k] = _mm256_setzero_ps();
-            }
+            AN_FN(lanes4_store)(acc, a, perm);
+            AN_FN(lanes4_store)(sq, q, perm);
+            for (int k = 0; k < 4; k++) a[k] = q[k] = _mm256_setzero_ps();
             AN_FN(pair_flush)(acc, sq, t1, t2, 0);
         }
     }
-    for (int k = 0; k < 4; k++) _mm256_storeu_ps(acc + 8 * k, a[k]);
+    AN_FN(lanes4_store)(acc, a, perm);
     AN_FN(bf16_first_tail)(buf, ro, x, rs, rs2, i, D, rms, acc, sq, t1, t2);
+}
+
+/* one loop per kind of row (x alone, x + r, x + (r + r2)), each with the registers it needs: one loop for the three,
+ * its residual tests inside, kept a sum's register on the stack on AVX2 (16 registers), a chain through the store
+ * buffer every 32 values */
+static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_vec)(
+    float *restrict buf, uint16_t *restrict ro, const uint16_t *restrict x, const uint16_t *restrict rs,
+    const uint16_t *restrict rs2, int64_t D, const int rms, float *restrict acc, double *restrict t1,
+    double *restrict t2, const int nt, const int perm) {
+#define AN_FP_KINDS(P)                                                                              \
+    do {                                                                                            \
+        if (!rs) AN_FN(bf16_first_pass_vec_k)(buf, ro, x, NULL, NULL, D, rms, acc, t1, t2, nt, P);  \
+        else if (!rs2) AN_FN(bf16_first_pass_vec_k)(buf, ro, x, rs, NULL, D, rms, acc, t1, t2, nt, P); \
+        else AN_FN(bf16_first_pass_vec_k)(buf, ro, x, rs, rs2, D, rms, acc, t1, t2, nt, P);        \
+    } while (0)
+    if (perm) AN_FP_KINDS(1);
+    else AN_FP_KINDS(0);
+#undef AN_FP_KINDS
 }
 
 /* n outputs (buf - om) os (w + off) + b (with post: rounded, then post added, as norm-then-add's loop) rounded to
  * bfloat16 without the NaN test (callers: nf only), streamed when nt (dst 32-byte aligned) */
-static inline __attribute__((always_inline)) void AN_FN(bf16_out_vec)(uint16_t *restrict dst,
-                                                                      const float *restrict buf, int64_t n,
-                                                                      float om, float os, const float *restrict w,
-                                                                      const float *restrict b, float off,
-                                                                      const uint16_t *restrict post, const int nf,
-                                                                      const int nt) {
-    (void)nf; /* callers: nf only (bf16_vec_out) */
+static inline __attribute__((always_inline)) void AN_FN(bf16_out_vec_k)(uint16_t *restrict dst,
+                                                                        const float *restrict buf, int64_t n,
+                                                                        float om, float os, const float *restrict w,
+                                                                        const float *restrict b, float off,
+                                                                        const uint16_t *restrict post,
+                                                                        const an_bf16_perm *pm, const int nt) {
     const __m256 vm = _mm256_set1_ps(om), vs = _mm256_set1_ps(os), vo = _mm256_set1_ps(off);
     int64_t i = 0;
+    /* [0, pm->n): buf, the weights and post in the permuted order, the bits put back in order by vpackusdw alone */
+    for (; i + 16 <= pm->n; i += 16) {
+        __m256 o[2];
+        const __m256i pv = post ? _mm256_loadu_si256((const __m256i *)(post + i)) : _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const int64_t k = i + 8 * h;
+            __m256 t = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(buf + k), vm), vs);
+            AN_KEEP(t); /* the product as written (bf16_out_scalar) */
+            o[h] = _mm256_add_ps(_mm256_mul_ps(t, _mm256_loadu_ps(pm->w + k)), _mm256_loadu_ps(pm->b + k));
+            if (post) o[h] = _mm256_add_ps(AN_FN(bf16x8_round)(o[h]), AN_FN(bf16x16_half_p)(pv, h));
+        }
+        AN_FN(bf16x16_put_avx2)(dst + i, _mm256_packus_epi32(AN_FN(bf16x8_bits)(o[0]), AN_FN(bf16x8_bits)(o[1])), nt);
+    }
     for (; i + 16 <= n; i += 16) {
         __m256 o[2];
         for (int h = 0; h < 2; h++) {
             const int64_t k = i + 8 * h;
-            o[h] = _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(buf + k), vm), vs),
-                                               _mm256_add_ps(_mm256_loadu_ps(w + k), vo)),
-                                 _mm256_loadu_ps(b + k));
+            __m256 t = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(buf + k), vm), vs);
+            AN_KEEP(t); /* the product as written (bf16_out_scalar) */
+            o[h] = _mm256_add_ps(_mm256_mul_ps(t, _mm256_add_ps(_mm256_loadu_ps(w + k), vo)), _mm256_loadu_ps(b + k));
             if (post) o[h] = _mm256_add_ps(AN_FN(bf16x8_round)(o[h]), AN_FN(bf16x8_load)(post + k));
         }
         AN_FN(bf16x16_put_avx2)(dst + i,
                                 AN_FN(bf16x16_pack_avx2)(AN_FN(bf16x8_bits)(o[0]), AN_FN(bf16x8_bits)(o[1])), nt);
     }
     AN_FN(bf16_out_scalar)(dst, buf, i, n, om, os, w, b, off, post, 1);
+}
+
+/* one loop with post and one without, each with its registers and no test inside (see bf16_first_pass_vec); pm: the
+ * permuted weights from dst's first value on (perm_at) */
+static inline __attribute__((always_inline)) void AN_FN(bf16_out_vec)(uint16_t *restrict dst,
+                                                                      const float *restrict buf, int64_t n,
+                                                                      float om, float os, const float *restrict w,
+                                                                      const float *restrict b, float off,
+                                                                      const uint16_t *restrict post, const int nf,
+                                                                      const an_bf16_perm *pm, const int nt) {
+    (void)nf; /* callers: nf only (bf16_vec_out) */
+    if (post) AN_FN(bf16_out_vec_k)(dst, buf, n, om, os, w, b, off, post, pm, nt);
+    else AN_FN(bf16_out_vec_k)(dst, buf, n, om, os, w, b, off, NULL, pm, nt);
 }
 #endif
 
@@ -769,15 +963,18 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_out_vec)(uint16_t *
                                                                         const float *restrict w,
                                                                         const float *restrict b, float off,
                                                                         const uint16_t *restrict post,
-                                                                        const int nf, const int nt) {
+                                                                        const int nf, const an_bf16_perm *pm,
+                                                                        const int nt) {
+    (void)pm; /* AVX2's (bf16_perm_n) */
     const __m512 vm = _mm512_set1_ps(om), vs = _mm512_set1_ps(os), vo = _mm512_set1_ps(off);
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        __m512 lo = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(buf + i), vm), vs),
-                                                _mm512_add_ps(_mm512_loadu_ps(w + i), vo)),
-                                  _mm512_loadu_ps(b + i));
-        __m512 hi = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(buf + i + 16), vm), vs),
-                                                _mm512_add_ps(_mm512_loadu_ps(w + i + 16), vo)),
+        __m512 tl = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(buf + i), vm), vs),
+               th = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(buf + i + 16), vm), vs);
+        AN_KEEP(tl); /* the product as written (bf16_out_scalar) */
+        AN_KEEP(th);
+        __m512 lo = _mm512_add_ps(_mm512_mul_ps(tl, _mm512_add_ps(_mm512_loadu_ps(w + i), vo)), _mm512_loadu_ps(b + i));
+        __m512 hi = _mm512_add_ps(_mm512_mul_ps(th, _mm512_add_ps(_mm512_loadu_ps(w + i + 16), vo)),
                                   _mm512_loadu_ps(b + i + 16));
         if (post) {
             lo = _mm512_add_ps(AN_FN(bf16x16_round)(lo), AN_FN(bf16x16_load)(post + i));
@@ -820,8 +1017,9 @@ static inline int AN_FN(stream_direct)(const void *row, int nt) {
 static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_vec)(
     float *restrict buf, uint16_t *restrict ro, const uint16_t *restrict x, const uint16_t *restrict rs,
     const uint16_t *restrict rs2, int64_t D, const int rms, float *restrict acc, double *restrict t1,
-    double *restrict t2, const int nt) {
+    double *restrict t2, const int nt, const int perm) {
     (void)nt;
+    (void)perm;
     AN_FN(bf16_first_pass)(buf, ro, x, rs, rs2, D, rms, acc, t1, t2);
 }
 
@@ -829,8 +1027,10 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_out_vec)(uint16_t *
                                                                      int64_t n, float om, float os,
                                                                      const float *restrict w, const float *restrict b,
                                                                      float off, const uint16_t *restrict post,
-                                                                     const int nf, const int nt) {
+                                                                     const int nf, const an_bf16_perm *pm,
+                                                                     const int nt) {
     (void)nt;
+    (void)pm;
     AN_FN(bf16_out_scalar)(dst, buf, 0, n, om, os, w, b, off, post, nf);
 }
 #endif
@@ -846,6 +1046,9 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
     const float *restrict w = a->weight ? a->weight : AN_ONES(sc);
     const float *restrict b = a->bias ? a->bias : AN_NZEROS(sc);
     const float off = a->weight ? a->weight_offset : 0.0f;
+    /* AVX2: the first pass's row and the output loop's weights in the loops' order (bf16_perm_n) */
+    const int64_t pn = f16 ? 0 : AN_FN(bf16_perm_n)(D, nf);
+    const an_bf16_perm pm = AN_FN(bf16_perm_prep)(sc->r[3], sc->r[4], w, b, off, pn);
     for (int64_t r = r0; r < r1; r++) {
         const uint16_t *restrict x = (const uint16_t *)a->x + r * a->x_rs;
         uint16_t *out_row = (uint16_t *)a->out + r * a->out_rs;
@@ -858,7 +1061,7 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
         if (f16) {
             acc[0] = AN_FN(f16_first_pass)(buf, ro, x, rs, D, rms);
         } else {
-            AN_FN(bf16_first_pass_vec)(buf, ro, x, rs, NULL, D, rms, acc, t1, t2, res_direct);
+            AN_FN(bf16_first_pass_vec)(buf, ro, x, rs, NULL, D, rms, acc, t1, t2, res_direct, pn != 0);
         }
         if (res_row && a->nt && !res_direct) AN_FN(stream_bytes)(res_row, res16, (size_t)D * 2);
         /* RMSNorm's sum of squares in one float32 chain per lane, not in blocks: blocking it cost the bfloat16
@@ -869,9 +1072,9 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
         const float first = AN_FN(hsum)(acc);
         float rstd = an_rstd((rms ? first * inv_d
                               : f16 ? AN_FN(layer_moments)(buf, D, first, &mean) / (float)D
-                                    : AN_FN(layer_moments_1p)(buf, D, t1, t2, &mean) / (float)D), a->eps);
+                                    : AN_FN(layer_moments_1p)(buf, D, t1, t2, &mean, pn) / (float)D), a->eps);
         an_big bs;
-        const an_big *big = AN_FN(checked_stats)(buf, D, rms, a->eps, &bs, &mean, &rstd);
+        const an_big *big = AN_FN(checked_stats_p)(buf, D, rms, a->eps, &bs, &mean, &rstd, pn);
         if (a->mean) a->mean[r] = mean;
         if (a->rstd) a->rstd[r] = rstd;
         float om, os; /* the output's statistics (see output_row) */
@@ -890,7 +1093,8 @@ static inline __attribute__((always_inline)) void AN_FN(fwd_rows_bf16_body)(cons
                 AN_FN(f16_out_chunk)(dst + c0, buf + c0, c1 - c0, om, os, w + c0, b + c0, off);
                 continue;
             }
-            if (vec) AN_FN(bf16_out_vec)(dst + c0, buf + c0, c1 - c0, om, os, w + c0, b + c0, off, NULL, nf, direct);
+            const an_bf16_perm pc = AN_FN(perm_at)(&pm, c0, c1 - c0);
+            if (vec) AN_FN(bf16_out_vec)(dst + c0, buf + c0, c1 - c0, om, os, w + c0, b + c0, off, NULL, nf, &pc, direct);
             else AN_FN(bf16_out_scalar)(dst, buf, c0, c1, om, os, w, b, off, NULL, nf);
         }
         if (a->nt && !direct) AN_FN(stream_bytes)(out_row, o16, (size_t)D * 2);
