@@ -256,7 +256,8 @@ enum { AN_CONST_ONES = 0, AN_CONST_ZEROS = 1, AN_CONST_NZEROS = 2 };
 #define AN_MHC_SCRATCH_FLOATS (AN_MHC_TILE * (4 * AN_MHC_MAX_M + 3 * AN_STREAM_MAX_N * AN_STREAM_MAX_N + \
                                               AN_MHC_SINKHORN_FLOATS))
 typedef struct {
-    float *r[12]; /* r[6..9]: a block of rows' float32 parameter-gradient sums (backward) */
+    float *r[14]; /* r[6..9]: a block of rows' float32 parameter-gradient sums (backward); r[12..13]: the AVX2
+                   * bfloat16 backward's permuted weights (fused_rows.h) */
     float *consts[3]; /* ones, zeros, nzeros: read them through AN_ONES, AN_ZEROS, AN_NZEROS */
     int *filled;      /* filled[k]: consts[k] holds its value */
     int64_t D;
@@ -604,18 +605,18 @@ static inline double *an_drow(double *rows, int64_t D, int i) {
 static void *an_run_task(void *p) {
     an_task *t = (an_task *)p;
     void *owned;
-    /* 15 rows: r[0..11], ones, zeros, nzeros; the first starts 256 bytes into its page (see an_row_stride);
+    /* 17 rows: r[0..13], ones, zeros, nzeros; the first starts 256 bytes into its page (see an_row_stride);
      * then mHC's fixed-size buffers */
-    const size_t rows_bytes = 256 + an_row_stride(t->D) * 15;
+    const size_t rows_bytes = 256 + an_row_stride(t->D) * 17;
     const size_t mhc_bytes = t->kind == 7 ? sizeof(float) * AN_MHC_SCRATCH_FLOATS : 0;
     char *block = an_scratch(&tl_task_cache, rows_bytes + mhc_bytes, &owned);
     if (!block) { t->status = -1; return NULL; }
     float *rows = (float *)(block + 256);
     an_rows sc;
     sc.mhc = mhc_bytes ? (float *)(block + rows_bytes) : NULL;
-    for (int i = 0; i < 12; i++) sc.r[i] = an_row(rows, t->D, i);
+    for (int i = 0; i < 14; i++) sc.r[i] = an_row(rows, t->D, i);
     int filled[3] = {0, 0, 0};
-    for (int k = 0; k < 3; k++) sc.consts[k] = an_row(rows, t->D, 12 + k);
+    for (int k = 0; k < 3; k++) sc.consts[k] = an_row(rows, t->D, 14 + k);
     sc.filled = filled;
     sc.D = t->D;
     sc.f32_partials = t->f32_partials;

@@ -341,7 +341,8 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_scalar)(
 static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_vec)(
     const uint16_t *restrict s, const uint16_t *restrict dy, const uint16_t *restrict dy2, const float *restrict w1,
     float off1, const float *restrict w2, float off2, float *restrict g, int64_t D, float mean, float rstd,
-    const int has2, float *restrict acc_g, float *restrict acc_gx) {
+    const int has2, float *restrict acc_g, float *restrict acc_gx, const an_bf16_perm *pm) {
+    (void)pm; /* AVX2's (bf16_perm_n) */
     const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd), vo1 = _mm512_set1_ps(off1),
                  vo2 = _mm512_set1_ps(off2);
     __m512 sg[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()}, sx[2] = {sg[0], sg[0]};
@@ -369,7 +370,8 @@ static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_vec)(
 static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_vec)(
     uint16_t *restrict d, const float *restrict g, const uint16_t *restrict s, const uint16_t *restrict dy,
     const uint16_t *restrict dres, float *restrict a0, float *restrict a1, int64_t D, float mean, float rstd,
-    float mg, float mgx, const int wantb, const int nf, const int nt) {
+    float mg, float mgx, const int wantb, const int nf, const an_bf16_perm *pm, const int nt) {
+    (void)pm; /* AVX2's (bf16_perm_n) */
     const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd), vmg = _mm512_set1_ps(mg),
                  vmx = _mm512_set1_ps(mgx);
     int64_t i = 0;
@@ -391,45 +393,85 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_vec)(
 #endif
 
 #ifdef AN_AVX2
-/* fused_bwd_sums_vec's AVX2 form (the same bits) */
-static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_vec)(
+/* fused_bwd_sums_vec's AVX2 form (the same bits). With pm (pm->n: a whole number of steps of 32, the row's values in
+ * the forwards' permuted order, see bf16_perm_n): s, dy and dy2 widened by one unpack each 16, the weights read
+ * permuted with their offset added, g written permuted; the sums' lanes put back in order at the end. */
+static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_vec_k)(
     const uint16_t *restrict s, const uint16_t *restrict dy, const uint16_t *restrict dy2, const float *restrict w1,
     float off1, const float *restrict w2, float off2, float *restrict g, int64_t D, float mean, float rstd,
-    const int has2, float *restrict acc_g, float *restrict acc_gx) {
+    const int has2, float *restrict acc_g, float *restrict acc_gx, const an_bf16_perm *pm, const int perm) {
     const __m256 vm = _mm256_set1_ps(mean), vr = _mm256_set1_ps(rstd), vo1 = _mm256_set1_ps(off1),
                  vo2 = _mm256_set1_ps(off2);
     __m256 sg[4], sx[4];
     for (int h = 0; h < 4; h++) sg[h] = sx[h] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= D; i += 32)
-        for (int h = 0; h < 4; h++) {
-            const int64_t k = i + 8 * h;
-            __m256 gv = _mm256_mul_ps(AN_FN(bf16x8_load)(dy + k), _mm256_add_ps(_mm256_loadu_ps(w1 + k), vo1));
-            if (has2)
-                gv = _mm256_add_ps(gv, _mm256_mul_ps(AN_FN(bf16x8_load)(dy2 + k),
-                                                     _mm256_add_ps(_mm256_loadu_ps(w2 + k), vo2)));
-            _mm256_storeu_ps(g + k, gv);
-            sg[h] = _mm256_add_ps(sg[h], gv);
-            const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(AN_FN(bf16x8_load)(s + k), vm), vr);
-            sx[h] = _mm256_add_ps(sx[h], _mm256_mul_ps(gv, xh));
+        for (int hh = 0; hh < 2; hh++) { /* 16 values at a time: with 32, dy2's registers spilled */
+            const int64_t k16 = i + 16 * hh;
+            const __m256i dw = _mm256_loadu_si256((const __m256i *)(dy + k16)),
+                          sw = _mm256_loadu_si256((const __m256i *)(s + k16)),
+                          d2w = has2 ? _mm256_loadu_si256((const __m256i *)(dy2 + k16)) : _mm256_setzero_si256();
+            for (int h2 = 0; h2 < 2; h2++) {
+                const int h = 2 * hh + h2;
+                const int64_t k = k16 + 8 * h2;
+                const __m256 wv1 = perm ? _mm256_loadu_ps(pm->w + k) : _mm256_add_ps(_mm256_loadu_ps(w1 + k), vo1);
+                __m256 gv = _mm256_mul_ps(perm ? AN_FN(bf16x16_half_p)(dw, h2) : AN_FN(bf16x8_load)(dy + k), wv1);
+                if (has2) {
+                    const __m256 wv2 = perm ? _mm256_loadu_ps(pm->b + k) : _mm256_add_ps(_mm256_loadu_ps(w2 + k), vo2);
+                    gv = _mm256_add_ps(gv, _mm256_mul_ps(perm ? AN_FN(bf16x16_half_p)(d2w, h2)
+                                                              : AN_FN(bf16x8_load)(dy2 + k), wv2));
+                }
+                _mm256_storeu_ps(g + k, gv);
+                sg[h] = _mm256_add_ps(sg[h], gv);
+                const __m256 sv = perm ? AN_FN(bf16x16_half_p)(sw, h2) : AN_FN(bf16x8_load)(s + k);
+                const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(sv, vm), vr);
+                sx[h] = _mm256_add_ps(sx[h], _mm256_mul_ps(gv, xh));
+                AN_KEEP(sg[h]); /* one chain per lane, as the other paths sum */
+                AN_KEEP(sx[h]);
+            }
         }
-    for (int h = 0; h < 4; h++) {
-        _mm256_storeu_ps(acc_g + 8 * h, sg[h]);
-        _mm256_storeu_ps(acc_gx + 8 * h, sx[h]);
-    }
+    AN_FN(lanes4_store)(acc_g, sg, perm);
+    AN_FN(lanes4_store)(acc_gx, sx, perm);
     return i;
 }
 
+/* pm: the first (w1 + off1, in .w) and second output's (w2 + off2, in .b) weights permuted, or n = 0 */
+static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_vec)(
+    const uint16_t *restrict s, const uint16_t *restrict dy, const uint16_t *restrict dy2, const float *restrict w1,
+    float off1, const float *restrict w2, float off2, float *restrict g, int64_t D, float mean, float rstd,
+    const int has2, float *restrict acc_g, float *restrict acc_gx, const an_bf16_perm *pm) {
+    if (pm->n) return AN_FN(fused_bwd_sums_vec_k)(s, dy, dy2, w1, off1, w2, off2, g, D, mean, rstd, has2, acc_g, acc_gx,
+                                                  pm, 1);
+    return AN_FN(fused_bwd_sums_vec_k)(s, dy, dy2, w1, off1, w2, off2, g, D, mean, rstd, has2, acc_g, acc_gx, pm, 0);
+}
+
 /* fused_bwd_out_scalar 16 values at a time, rounding without the NaN test (callers: nf only), streamed when nt (d
- * then 32-byte aligned) */
+ * then 32-byte aligned). Over [0, pm->n) in the permuted order (g, a0 and a1 held so by the caller), s, dy and dres
+ * widened by one unpack each 16 and the bits put back in order by vpackusdw alone; then in order. */
 static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_vec)(
     uint16_t *restrict d, const float *restrict g, const uint16_t *restrict s, const uint16_t *restrict dy,
     const uint16_t *restrict dres, float *restrict a0, float *restrict a1, int64_t D, float mean, float rstd,
-    float mg, float mgx, const int wantb, const int nf, const int nt) {
+    float mg, float mgx, const int wantb, const int nf, const an_bf16_perm *pm, const int nt) {
     (void)nf; /* callers: nf only (bf16_vec_out) */
     const __m256 vm = _mm256_set1_ps(mean), vr = _mm256_set1_ps(rstd), vmg = _mm256_set1_ps(mg),
                  vmx = _mm256_set1_ps(mgx);
     int64_t i = 0;
+    for (; i + 16 <= pm->n; i += 16) {
+        const __m256i sw = _mm256_loadu_si256((const __m256i *)(s + i)),
+                      rw = _mm256_loadu_si256((const __m256i *)(dres + i)),
+                      dw = _mm256_loadu_si256((const __m256i *)(dy + i));
+        __m256 o[2];
+        for (int h = 0; h < 2; h++) {
+            const int64_t k = i + 8 * h;
+            const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(AN_FN(bf16x16_half_p)(sw, h), vm), vr);
+            const __m256 gv = _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(g + k), vmg), _mm256_mul_ps(xh, vmx));
+            o[h] = _mm256_add_ps(_mm256_mul_ps(vr, gv), AN_FN(bf16x16_half_p)(rw, h));
+            const __m256 d1 = AN_FN(bf16x16_half_p)(dw, h);
+            _mm256_storeu_ps(a0 + k, _mm256_add_ps(_mm256_loadu_ps(a0 + k), _mm256_mul_ps(d1, xh)));
+            if (wantb) _mm256_storeu_ps(a1 + k, _mm256_add_ps(_mm256_loadu_ps(a1 + k), d1));
+        }
+        AN_FN(bf16x16_put_avx2)(d + i, _mm256_packus_epi32(AN_FN(bf16x8_bits)(o[0]), AN_FN(bf16x8_bits)(o[1])), nt);
+    }
     for (; i + 16 <= D; i += 16) {
         __m256 o[2];
         for (int h = 0; h < 2; h++) {
@@ -453,17 +495,18 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_vec)(
 static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_vec)(
     const uint16_t *restrict s, const uint16_t *restrict dy, const uint16_t *restrict dy2, const float *restrict w1,
     float off1, const float *restrict w2, float off2, float *restrict g, int64_t D, float mean, float rstd,
-    const int has2, float *restrict acc_g, float *restrict acc_gx) {
+    const int has2, float *restrict acc_g, float *restrict acc_gx, const an_bf16_perm *pm) {
     (void)s, (void)dy, (void)dy2, (void)w1, (void)off1, (void)w2, (void)off2, (void)g, (void)D, (void)mean;
-    (void)rstd, (void)has2, (void)acc_g, (void)acc_gx;
+    (void)rstd, (void)has2, (void)acc_g, (void)acc_gx, (void)pm;
     return 0;
 }
 
 static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_vec)(
     uint16_t *restrict d, const float *restrict g, const uint16_t *restrict s, const uint16_t *restrict dy,
     const uint16_t *restrict dres, float *restrict a0, float *restrict a1, int64_t D, float mean, float rstd,
-    float mg, float mgx, const int wantb, const int nf, const int nt) {
+    float mg, float mgx, const int wantb, const int nf, const an_bf16_perm *pm, const int nt) {
     (void)nt;
+    (void)pm;
     AN_FN(fused_bwd_out_scalar)(d, g, s, dy, dres, a0, a1, 0, D, mean, rstd, mg, mgx, wantb, nf);
 }
 #endif
@@ -490,6 +533,20 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
     const float *restrict w2 = a->w2 ? a->w2 : AN_ONES(sc);
     const float off1 = (a->dy && a->w1) ? a->weight_offset : 0.0f, off2 = a->w2 ? a->weight_offset : 0.0f;
     const uint16_t *zeros16 = (const uint16_t *)AN_ZEROS(sc);
+    /* AVX2: the rows' values in the forwards' permuted order (bf16_perm_n) over [0, pn): the weights with their
+     * offsets permuted once (w1 + off1 in .w, w2 + off2 in .b), g and the dw1 / db1 sums held permuted in between */
+    const int64_t pn = AN_FN(bf16_perm_n)(D, nf);
+    an_bf16_perm pm = {NULL, NULL, 0};
+    if (pn) {
+        float *wp1 = sc->r[12], *wp2 = sc->r[13];
+        AN_FN(perm_row)(wp1, w1, off1, pn, 1);
+        if (has2) AN_FN(perm_row)(wp2, w2, off2, pn, 1);
+        pm.w = wp1;
+        pm.b = wp2;
+        pm.n = pn;
+        AN_FN(perm_quads)(a0, pn);
+        if (wantb) AN_FN(perm_quads)(a1, pn);
+    }
     for (int64_t r = r0; r < r1; r++) {
         if (r + AN_PF_AHEAD < r1) { /* a later row's inputs (see prefetch_span) */
             const int64_t f = r + AN_PF_AHEAD;
@@ -510,14 +567,21 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
             AN_FN(load_row)(fdy, dy, D, AN_BF16);
             AN_FN(load_row)(fdy2, dy2, D, AN_BF16);
             AN_FN(load_row)(fo, dres, D, AN_BF16);
-            if (AN_FN(bwd_row_big)(fs, fdy, has2 ? fdy2 : NULL, fo, w1, off1, w2, off2, a->kind == AN_RMS, D, a0,
-                                   wantb ? a1 : NULL, has2 ? a2 : NULL, (has2 && wantb) ? a3 : NULL, fo)) {
+            AN_FN(perm_quads)(a0, pn); /* the sums in order for the slow path, whatever it finds */
+            if (wantb) AN_FN(perm_quads)(a1, pn);
+            const int done = AN_FN(bwd_row_big)(fs, fdy, has2 ? fdy2 : NULL, fo, w1, off1, w2, off2, a->kind == AN_RMS,
+                                                D, a0, wantb ? a1 : NULL, has2 ? a2 : NULL, (has2 && wantb) ? a3 : NULL,
+                                                fo);
+            AN_FN(perm_quads)(a0, pn);
+            if (wantb) AN_FN(perm_quads)(a1, pn);
+            if (done) {
                 AN_FN(put_row)(ds_row, fo, D, AN_BF16, a->nt, fs);
                 continue;
             }
         }
         float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
-        int64_t i = AN_FN(fused_bwd_sums_vec)(s, dy, dy2, w1, off1, w2, off2, g, D, mean, rstd, has2, acc_g, acc_gx);
+        int64_t i = AN_FN(fused_bwd_sums_vec)(s, dy, dy2, w1, off1, w2, off2, g, D, mean, rstd, has2, acc_g, acc_gx,
+                                              &pm);
         for (; i + AN_LANES <= D; i += AN_LANES)
             for (int j = 0; j < AN_LANES; j++) {
                 float gv = an_bf16_to_f32(dy[i + j]) * (w1[i + j] + off1);
@@ -539,7 +603,7 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
         const int direct = vec && AN_FN(stream_direct)(ds_row, a->nt); /* streamed in the pass */
         uint16_t *restrict d = (a->nt && !direct) ? o16 : ds_row;
         if (vec)
-            AN_FN(fused_bwd_out_vec)(d, g, s, dy, dres, a0, a1, D, mean, rstd, mg, mgx, wantb, nf, direct);
+            AN_FN(fused_bwd_out_vec)(d, g, s, dy, dres, a0, a1, D, mean, rstd, mg, mgx, wantb, nf, &pm, direct);
         else
             AN_FN(fused_bwd_out_scalar)(d, g, s, dy, dres, a0, a1, 0, D, mean, rstd, mg, mgx, wantb, nf);
         if (has2) /* a loop of its own: with it in the one above gcc left that loop scalar */
@@ -550,6 +614,8 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
             }
         if (a->nt && !direct) AN_FN(stream_bytes)(ds_row, o16, (size_t)D * 2);
     }
+    AN_FN(perm_quads)(a0, pn); /* the sums back in order */
+    if (wantb) AN_FN(perm_quads)(a1, pn);
 }
 
 /* nf: fused_bwd_rows' verdict on the chunk (ds rounded without the NaN test when no float32 operand needs it) */
