@@ -1,5 +1,5 @@
 """The bfloat16 forwards compute the same thing on every instruction-set path, in the order their formula is written;
-the fused forms' backward too (the same bits on the vector paths).
+the backwards too (the same bits on the vector paths).
 
 Two checks, each path in its own process (``ADDNORM_CPU_ISA``):
 
@@ -107,6 +107,14 @@ for D in (48, 1000, 1024, 65600):
             y, _, s = addnorm.parallel_add_rms_norm(x, x2, r, (D,), w, None, weight_offset=off, backend="cpu")
             gs = torch.autograd.grad([y, s], [x, w], [rnd(y.shape).bfloat16(), rnd(s.shape).bfloat16()])
             out[f"bwd/{D}/{off}/{which}/rms"] = gs
+        # the plain norm's backward (Add & Norm's, and norm-then-add's), which holds dw and db permuted on AVX2
+        y, s = addnorm.add_layer_norm(x, r, (D,), w, b, 1e-5, weight_offset=off, backend="cpu")
+        out[f"bwd/{D}/{off}/add_layer_norm"] = torch.autograd.grad([y, s], [x, r, w, b],
+                                                                   [rnd(y.shape).bfloat16(), rnd(s.shape).bfloat16()])
+        y, s = addnorm.add_rms_norm(x, r, (D,), w, 1e-6, weight_offset=off, backend="cpu")
+        out[f"bwd/{D}/{off}/add_rms_norm"] = torch.autograd.grad([y], [x, r, w], [rnd(y.shape).bfloat16()])
+        y = addnorm.layer_norm_add(x, r, (D,), None, b, 1e-5, backend="cpu")
+        out[f"bwd/{D}/{off}/layer_norm_add"] = torch.autograd.grad([y], [x, r, b], [rnd(y.shape).bfloat16()])
 torch.save({"isa": addnorm.cpu_kernel_availability().isa, "out": out, "literal": literal_misses}, sys.argv[1])
 '''
 

@@ -327,7 +327,9 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_scalar)(
     float rstd, float mg, float mgx, const int wantb, const int nf) {
     for (; i < D; i++) {
         const float xh = (an_bf16_to_f32(s[i]) - mean) * rstd;
-        d[i] = AN_TO_BF16(nf, rstd * (g[i] - mg - xh * mgx) + an_bf16_to_f32(dres[i]));
+        float t = g[i] - mg;
+        AN_KEEP(t); /* the order as written, on every path (see AN_KEEP) */
+        d[i] = AN_TO_BF16(nf, rstd * (t - xh * mgx) + an_bf16_to_f32(dres[i]));
         const float d1 = an_bf16_to_f32(dy[i]);
         a0[i] += d1 * xh;
         if (wantb) a1[i] += d1;
@@ -380,7 +382,9 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_vec)(
         for (int h = 0; h < 2; h++) {
             const int64_t k = i + 16 * h;
             const __m512 xh = _mm512_mul_ps(_mm512_sub_ps(AN_FN(bf16x16_load)(s + k), vm), vr);
-            const __m512 gv = _mm512_sub_ps(_mm512_sub_ps(_mm512_loadu_ps(g + k), vmg), _mm512_mul_ps(xh, vmx));
+            __m512 t = _mm512_sub_ps(_mm512_loadu_ps(g + k), vmg);
+            AN_KEEP(t); /* the order as written (fused_bwd_out_scalar) */
+            const __m512 gv = _mm512_sub_ps(t, _mm512_mul_ps(xh, vmx));
             o[h] = _mm512_add_ps(_mm512_mul_ps(vr, gv), AN_FN(bf16x16_load)(dres + k));
             const __m512 d1 = AN_FN(bf16x16_load)(dy + k);
             _mm512_storeu_ps(a0 + k, _mm512_add_ps(_mm512_loadu_ps(a0 + k), _mm512_mul_ps(d1, xh)));
@@ -464,7 +468,9 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_vec)(
         for (int h = 0; h < 2; h++) {
             const int64_t k = i + 8 * h;
             const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(AN_FN(bf16x16_half_p)(sw, h), vm), vr);
-            const __m256 gv = _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(g + k), vmg), _mm256_mul_ps(xh, vmx));
+            __m256 t = _mm256_sub_ps(_mm256_loadu_ps(g + k), vmg);
+            AN_KEEP(t); /* the order as written (fused_bwd_out_scalar) */
+            const __m256 gv = _mm256_sub_ps(t, _mm256_mul_ps(xh, vmx));
             o[h] = _mm256_add_ps(_mm256_mul_ps(vr, gv), AN_FN(bf16x16_half_p)(rw, h));
             const __m256 d1 = AN_FN(bf16x16_half_p)(dw, h);
             _mm256_storeu_ps(a0 + k, _mm256_add_ps(_mm256_loadu_ps(a0 + k), _mm256_mul_ps(d1, xh)));
@@ -477,7 +483,9 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_vec)(
         for (int h = 0; h < 2; h++) {
             const int64_t k = i + 8 * h;
             const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(AN_FN(bf16x8_load)(s + k), vm), vr);
-            const __m256 gv = _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(g + k), vmg), _mm256_mul_ps(xh, vmx));
+            __m256 t = _mm256_sub_ps(_mm256_loadu_ps(g + k), vmg);
+            AN_KEEP(t); /* the order as written (fused_bwd_out_scalar) */
+            const __m256 gv = _mm256_sub_ps(t, _mm256_mul_ps(xh, vmx));
             o[h] = _mm256_add_ps(_mm256_mul_ps(vr, gv), AN_FN(bf16x8_load)(dres + k));
             const __m256 d1 = AN_FN(bf16x8_load)(dy + k);
             _mm256_storeu_ps(a0 + k, _mm256_add_ps(_mm256_loadu_ps(a0 + k), _mm256_mul_ps(d1, xh)));

@@ -1138,7 +1138,9 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_scalar)(
         dw[i] += d * xh;
         if (want_db) db[i] += d;
         /* the gradient arriving through the new residual stream joins in float32 */
-        float gv = rms ? d * wo[i] - xh * mgx : d * wo[i] - mg - xh * mgx;
+        float t = rms ? d * wo[i] : d * wo[i] - mg;
+        AN_KEEP(t); /* the order as written, on every path (see AN_KEEP) */
+        const float gv = t - xh * mgx;
         dx[i] = AN_TO_BF16(nf, rstd * gv + an_bf16_to_f32(dres[i]));
     }
 }
@@ -1149,7 +1151,8 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_scalar)(
  * loop does (the same bits). Whole groups of 32; the caller takes the tail. Returns where it stopped. */
 static inline __attribute__((always_inline)) int64_t AN_FN(bf16_bwd_sums_vec)(
     const uint16_t *restrict s, const uint16_t *restrict dy, const float *restrict wo, int64_t D, float mean,
-    float rstd, const int rms, float *restrict acc_g, float *restrict acc_gx) {
+    float rstd, const int rms, float *restrict acc_g, float *restrict acc_gx, const int64_t pn) {
+    (void)pn; /* AVX2's (bf16_perm_n) */
     const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd);
     __m512 g0 = _mm512_setzero_ps(), g1 = g0, x0 = g0, x1 = g0;
     int64_t i = 0;
@@ -1182,7 +1185,9 @@ static inline __attribute__((always_inline)) int64_t AN_FN(bf16_bwd_sums_vec)(
 static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_vec)(
     uint16_t *restrict dx, float *restrict dw, float *restrict db, const uint16_t *restrict s,
     const uint16_t *restrict dy, const uint16_t *restrict dres, const float *restrict wo, int64_t c0, int64_t c1,
-    float mean, float rstd, float mg, float mgx, const int rms, const int want_db, const int nf, const int nt) {
+    float mean, float rstd, float mg, float mgx, const int rms, const int want_db, const int nf, const int64_t pn,
+    const int nt) {
+    (void)pn; /* AVX2's (bf16_perm_n) */
     const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd), vmg = _mm512_set1_ps(mg),
                  vmx = _mm512_set1_ps(mgx);
     int64_t i = c0;
@@ -1198,6 +1203,7 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_vec)(
             if (want_db) _mm512_storeu_ps(db + k, _mm512_add_ps(_mm512_loadu_ps(db + k), d));
             __m512 gv = _mm512_mul_ps(d, _mm512_loadu_ps(wo + k));
             if (!rms) gv = _mm512_sub_ps(gv, vmg);
+            AN_KEEP(gv); /* the order as written (bf16_bwd_out_scalar) */
             gv = _mm512_sub_ps(gv, _mm512_mul_ps(xh, vmx));
             o[h] = _mm512_add_ps(_mm512_mul_ps(vr, gv), AN_FN(bf16x16_load)(dres + k));
         }
@@ -1208,40 +1214,81 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_vec)(
 #endif
 
 #ifdef AN_AVX2
-/* bf16_bwd_sums_vec's AVX2 form: the 32 lanes of sum g and sum g xhat in four registers each (the same bits) */
-static inline __attribute__((always_inline)) int64_t AN_FN(bf16_bwd_sums_vec)(
+/* bf16_bwd_sums_vec's AVX2 form: the 32 lanes of sum g and sum g xhat in four registers each (the same bits). perm:
+ * over the whole steps of 32, s and dy widened by one unpack each 16 and wo read in the permuted order (see
+ * bf16_perm_n); the lanes put back in order at the end */
+static inline __attribute__((always_inline)) int64_t AN_FN(bf16_bwd_sums_vec_k)(
     const uint16_t *restrict s, const uint16_t *restrict dy, const float *restrict wo, int64_t D, float mean,
-    float rstd, const int rms, float *restrict acc_g, float *restrict acc_gx) {
+    float rstd, const int rms, float *restrict acc_g, float *restrict acc_gx, const int perm) {
     const __m256 vm = _mm256_set1_ps(mean), vr = _mm256_set1_ps(rstd);
     __m256 g[4], x[4];
     for (int k = 0; k < 4; k++) g[k] = x[k] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= D; i += 32)
-        for (int k = 0; k < 4; k++) {
-            __m256 sv = AN_FN(bf16x8_load)(s + i + 8 * k);
-            if (!rms) sv = _mm256_sub_ps(sv, vm);
-            const __m256 xh = _mm256_mul_ps(sv, vr);
-            const __m256 d = _mm256_mul_ps(AN_FN(bf16x8_load)(dy + i + 8 * k), _mm256_loadu_ps(wo + i + 8 * k));
-            if (!rms) g[k] = _mm256_add_ps(g[k], d);
-            x[k] = _mm256_add_ps(x[k], _mm256_mul_ps(d, xh));
+        for (int hh = 0; hh < 2; hh++) {
+            const int64_t k16 = i + 16 * hh;
+            const __m256i sw = _mm256_loadu_si256((const __m256i *)(s + k16)),
+                          dw = _mm256_loadu_si256((const __m256i *)(dy + k16));
+            for (int h2 = 0; h2 < 2; h2++) {
+                const int k = 2 * hh + h2;
+                const int64_t e = k16 + 8 * h2;
+                __m256 sv = perm ? AN_FN(bf16x16_half_p)(sw, h2) : AN_FN(bf16x8_load)(s + e);
+                if (!rms) sv = _mm256_sub_ps(sv, vm);
+                const __m256 xh = _mm256_mul_ps(sv, vr);
+                const __m256 d = _mm256_mul_ps(perm ? AN_FN(bf16x16_half_p)(dw, h2) : AN_FN(bf16x8_load)(dy + e),
+                                               _mm256_loadu_ps(wo + e));
+                if (!rms) g[k] = _mm256_add_ps(g[k], d);
+                x[k] = _mm256_add_ps(x[k], _mm256_mul_ps(d, xh));
+                AN_KEEP(g[k]); /* one chain per lane, as the other paths sum */
+                AN_KEEP(x[k]);
+            }
         }
-    for (int k = 0; k < 4; k++) {
-        _mm256_storeu_ps(acc_g + 8 * k, g[k]);
-        _mm256_storeu_ps(acc_gx + 8 * k, x[k]);
-    }
+    AN_FN(lanes4_store)(acc_g, g, perm);
+    AN_FN(lanes4_store)(acc_gx, x, perm);
     return i;
 }
 
+static inline __attribute__((always_inline)) int64_t AN_FN(bf16_bwd_sums_vec)(
+    const uint16_t *restrict s, const uint16_t *restrict dy, const float *restrict wo, int64_t D, float mean,
+    float rstd, const int rms, float *restrict acc_g, float *restrict acc_gx, const int64_t pn) {
+    if (pn) return AN_FN(bf16_bwd_sums_vec_k)(s, dy, wo, D, mean, rstd, rms, acc_g, acc_gx, 1);
+    return AN_FN(bf16_bwd_sums_vec_k)(s, dy, wo, D, mean, rstd, rms, acc_g, acc_gx, 0);
+}
+
 /* bf16_bwd_out_vec's AVX2 form, rounding without the NaN test (callers: nf only), streamed when nt (dx 32-byte
- * aligned) */
+ * aligned). [c0, pn): in the permuted order (wo, dw and db held so by the caller), dy, s and dres widened by one
+ * unpack each 16 and dx's bits put back in order by vpackusdw alone; then in order. */
 static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_vec)(
     uint16_t *restrict dx, float *restrict dw, float *restrict db, const uint16_t *restrict s,
     const uint16_t *restrict dy, const uint16_t *restrict dres, const float *restrict wo, int64_t c0, int64_t c1,
-    float mean, float rstd, float mg, float mgx, const int rms, const int want_db, const int nf, const int nt) {
+    float mean, float rstd, float mg, float mgx, const int rms, const int want_db, const int nf, const int64_t pn,
+    const int nt) {
     (void)nf; /* callers: nf only (bf16_vec_out) */
     const __m256 vm = _mm256_set1_ps(mean), vr = _mm256_set1_ps(rstd), vmg = _mm256_set1_ps(mg),
                  vmx = _mm256_set1_ps(mgx);
     int64_t i = c0;
+    const int64_t pe = pn < c1 ? pn : c1;
+    for (; i + 16 <= pe; i += 16) {
+        const __m256i dw16 = _mm256_loadu_si256((const __m256i *)(dy + i)),
+                      sw = _mm256_loadu_si256((const __m256i *)(s + i)),
+                      rw = _mm256_loadu_si256((const __m256i *)(dres + i));
+        __m256 o[2];
+        for (int h = 0; h < 2; h++) {
+            const int64_t k = i + 8 * h;
+            const __m256 d = AN_FN(bf16x16_half_p)(dw16, h);
+            __m256 sv = AN_FN(bf16x16_half_p)(sw, h);
+            if (!rms) sv = _mm256_sub_ps(sv, vm);
+            const __m256 xh = _mm256_mul_ps(sv, vr);
+            _mm256_storeu_ps(dw + k, _mm256_add_ps(_mm256_loadu_ps(dw + k), _mm256_mul_ps(d, xh)));
+            if (want_db) _mm256_storeu_ps(db + k, _mm256_add_ps(_mm256_loadu_ps(db + k), d));
+            __m256 gv = _mm256_mul_ps(d, _mm256_loadu_ps(wo + k));
+            if (!rms) gv = _mm256_sub_ps(gv, vmg);
+            AN_KEEP(gv); /* the order as written (bf16_bwd_out_scalar) */
+            gv = _mm256_sub_ps(gv, _mm256_mul_ps(xh, vmx));
+            o[h] = _mm256_add_ps(_mm256_mul_ps(vr, gv), AN_FN(bf16x16_half_p)(rw, h));
+        }
+        AN_FN(bf16x16_put_avx2)(dx + i, _mm256_packus_epi32(AN_FN(bf16x8_bits)(o[0]), AN_FN(bf16x8_bits)(o[1])), nt);
+    }
     for (; i + 16 <= c1; i += 16) {
         __m256 o[2];
         for (int h = 0; h < 2; h++) {
@@ -1254,6 +1301,7 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_vec)(
             if (want_db) _mm256_storeu_ps(db + k, _mm256_add_ps(_mm256_loadu_ps(db + k), d));
             __m256 gv = _mm256_mul_ps(d, _mm256_loadu_ps(wo + k));
             if (!rms) gv = _mm256_sub_ps(gv, vmg);
+            AN_KEEP(gv); /* the order as written (bf16_bwd_out_scalar) */
             gv = _mm256_sub_ps(gv, _mm256_mul_ps(xh, vmx));
             o[h] = _mm256_add_ps(_mm256_mul_ps(vr, gv), AN_FN(bf16x8_load)(dres + k));
         }
@@ -1268,16 +1316,18 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_vec)(
 /* the baseline build's stand-ins (see bf16_vec_out): no whole groups summed ahead; the portable second pass */
 static inline __attribute__((always_inline)) int64_t AN_FN(bf16_bwd_sums_vec)(
     const uint16_t *restrict s, const uint16_t *restrict dy, const float *restrict wo, int64_t D, float mean,
-    float rstd, const int rms, float *restrict acc_g, float *restrict acc_gx) {
-    (void)s, (void)dy, (void)wo, (void)D, (void)mean, (void)rstd, (void)rms, (void)acc_g, (void)acc_gx;
+    float rstd, const int rms, float *restrict acc_g, float *restrict acc_gx, const int64_t pn) {
+    (void)s, (void)dy, (void)wo, (void)D, (void)mean, (void)rstd, (void)rms, (void)acc_g, (void)acc_gx, (void)pn;
     return 0;
 }
 
 static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_vec)(
     uint16_t *restrict dx, float *restrict dw, float *restrict db, const uint16_t *restrict s,
     const uint16_t *restrict dy, const uint16_t *restrict dres, const float *restrict wo, int64_t c0, int64_t c1,
-    float mean, float rstd, float mg, float mgx, const int rms, const int want_db, const int nf, const int nt) {
+    float mean, float rstd, float mg, float mgx, const int rms, const int want_db, const int nf, const int64_t pn,
+    const int nt) {
     (void)nt;
+    (void)pn;
     AN_FN(bf16_bwd_out_scalar)(dx, dw, db, s, dy, dres, wo, c0, c1, mean, rstd, mg, mgx, rms, want_db, nf);
 }
 #endif
@@ -1300,6 +1350,12 @@ static inline __attribute__((always_inline)) void AN_FN(bwd_rows_bf16_body)(cons
     } else {
         for (int64_t i = 0; i < D; i++) wo[i] = 1.0f;
     }
+    /* AVX2: the rows' values in the forwards' permuted order over [0, pn) (bf16_perm_n): wo permuted, dw and db held
+     * so in between (back in order at the end, and around the slow path below) */
+    const int64_t pn = AN_FN(bf16_perm_n)(D, nf);
+    AN_FN(perm_quads)(wo, pn);
+    AN_FN(perm_quads)(dw, pn);
+    if (want_db) AN_FN(perm_quads)(db, pn);
     const uint16_t *zeros16 = (const uint16_t *)AN_ZEROS(sc);
     for (int64_t r = r0; r < r1; r++) {
         const uint16_t *restrict s = (const uint16_t *)a->s + r * a->s_rs;
@@ -1312,15 +1368,22 @@ static inline __attribute__((always_inline)) void AN_FN(bwd_rows_bf16_body)(cons
             AN_FN(load_row)(fs, s, D, AN_BF16);
             AN_FN(load_row)(fdy, dy, D, AN_BF16);
             AN_FN(load_row)(fo, dres, D, AN_BF16);
-            if (AN_FN(bwd_row_big)(fs, fdy, NULL, fo, wo, 0.0f, NULL, 0.0f, rms, D, dw, want_db ? db : NULL, NULL,
-                                   NULL, fo)) {
+            AN_FN(perm_quads)(wo, pn); /* in order for the slow path, whatever it finds */
+            AN_FN(perm_quads)(dw, pn);
+            if (want_db) AN_FN(perm_quads)(db, pn);
+            const int done = AN_FN(bwd_row_big)(fs, fdy, NULL, fo, wo, 0.0f, NULL, 0.0f, rms, D, dw,
+                                                want_db ? db : NULL, NULL, NULL, fo);
+            AN_FN(perm_quads)(wo, pn);
+            AN_FN(perm_quads)(dw, pn);
+            if (want_db) AN_FN(perm_quads)(db, pn);
+            if (done) {
                 AN_FN(put_row)(dx_row, fo, D, AN_BF16, a->nt, fs);
                 continue;
             }
         }
         /* pass 1 only reduces; pass 2 re-reads the (now L1-resident) bfloat16 rows: fewer stores */
         float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
-        int64_t i = AN_FN(bf16_bwd_sums_vec)(s, dy, wo, D, mean, rstd, rms, acc_g, acc_gx);
+        int64_t i = AN_FN(bf16_bwd_sums_vec)(s, dy, wo, D, mean, rstd, rms, acc_g, acc_gx, pn);
         for (; i + AN_LANES <= D; i += AN_LANES)
             for (int j = 0; j < AN_LANES; j++) {
                 float xh = (rms ? an_bf16_to_f32(s[i + j]) : an_bf16_to_f32(s[i + j]) - mean) * rstd;
@@ -1346,12 +1409,14 @@ static inline __attribute__((always_inline)) void AN_FN(bwd_rows_bf16_body)(cons
             const int64_t c1 = c0 + AN_CHUNK < D ? c0 + AN_CHUNK : D;
             if (vec)
                 AN_FN(bf16_bwd_out_vec)(dst, dw, db, s, dy, dres, wo, c0, c1, mean, rstd, mg, mgx, rms, want_db, nf,
-                                        direct);
+                                        pn, direct);
             else
                 AN_FN(bf16_bwd_out_scalar)(dst, dw, db, s, dy, dres, wo, c0, c1, mean, rstd, mg, mgx, rms, want_db, nf);
         }
         if (a->nt && !direct) AN_FN(stream_bytes)(dx_row, o16, (size_t)D * 2);
     }
+    AN_FN(perm_quads)(dw, pn); /* the sums back in order */
+    if (want_db) AN_FN(perm_quads)(db, pn);
 }
 
 /* nf: bwd_rows' verdict on the chunk (dx rounded without the NaN test when no float32 operand needs it) */
