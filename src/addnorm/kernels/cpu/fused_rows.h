@@ -449,9 +449,29 @@ static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_vec)(
     return AN_FN(fused_bwd_sums_vec_k)(s, dy, dy2, w1, off1, w2, off2, g, D, mean, rstd, has2, acc_g, acc_gx, pm, 0);
 }
 
+/* 16 values of ds from value i, dw1 and db1 summed: the permuted order's (perm: g, a0 and a1 held so) or the row's */
+static inline __attribute__((always_inline)) void AN_FN(fused_bwd_step16)(
+    uint16_t *restrict d, const float *restrict g, const uint16_t *restrict s, const uint16_t *restrict dy,
+    const uint16_t *restrict dres, float *restrict a0, float *restrict a1, int64_t i, __m256 vm, __m256 vr,
+    __m256 vmg, __m256 vmx, const int wantb, const int nt, const int perm) {
+    __m256 o[2];
+    for (int h = 0; h < 2; h++) {
+        const int64_t k = i + 8 * h;
+        const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(AN_FN(bf16x8_of16)(s + i, h, perm), vm), vr);
+        __m256 t = _mm256_sub_ps(_mm256_loadu_ps(g + k), vmg);
+        AN_KEEP(t); /* the order as written (fused_bwd_out_scalar) */
+        const __m256 gv = _mm256_sub_ps(t, _mm256_mul_ps(xh, vmx));
+        o[h] = _mm256_add_ps(_mm256_mul_ps(vr, gv), AN_FN(bf16x8_of16)(dres + i, h, perm));
+        const __m256 d1 = AN_FN(bf16x8_of16)(dy + i, h, perm);
+        _mm256_storeu_ps(a0 + k, _mm256_add_ps(_mm256_loadu_ps(a0 + k), _mm256_mul_ps(d1, xh)));
+        if (wantb) _mm256_storeu_ps(a1 + k, _mm256_add_ps(_mm256_loadu_ps(a1 + k), d1));
+    }
+    AN_FN(bf16x16_put_avx2)(d + i, AN_FN(bf16x16_pack_any)(AN_FN(bf16x8_bits)(o[0]), AN_FN(bf16x8_bits)(o[1]), perm),
+                            nt);
+}
+
 /* fused_bwd_out_scalar 16 values at a time, rounding without the NaN test (callers: nf only), streamed when nt (d
- * then 32-byte aligned). Over [0, pm->n) in the permuted order (g, a0 and a1 held so by the caller), s, dy and dres
- * widened by one unpack each 16 and the bits put back in order by vpackusdw alone; then in order. */
+ * then 32-byte aligned); [0, pm->n) in the permuted order */
 static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_vec)(
     uint16_t *restrict d, const float *restrict g, const uint16_t *restrict s, const uint16_t *restrict dy,
     const uint16_t *restrict dres, float *restrict a0, float *restrict a1, int64_t D, float mean, float rstd,
@@ -460,40 +480,8 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_vec)(
     const __m256 vm = _mm256_set1_ps(mean), vr = _mm256_set1_ps(rstd), vmg = _mm256_set1_ps(mg),
                  vmx = _mm256_set1_ps(mgx);
     int64_t i = 0;
-    for (; i + 16 <= pm->n; i += 16) {
-        const __m256i sw = _mm256_loadu_si256((const __m256i *)(s + i)),
-                      rw = _mm256_loadu_si256((const __m256i *)(dres + i)),
-                      dw = _mm256_loadu_si256((const __m256i *)(dy + i));
-        __m256 o[2];
-        for (int h = 0; h < 2; h++) {
-            const int64_t k = i + 8 * h;
-            const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(AN_FN(bf16x16_half_p)(sw, h), vm), vr);
-            __m256 t = _mm256_sub_ps(_mm256_loadu_ps(g + k), vmg);
-            AN_KEEP(t); /* the order as written (fused_bwd_out_scalar) */
-            const __m256 gv = _mm256_sub_ps(t, _mm256_mul_ps(xh, vmx));
-            o[h] = _mm256_add_ps(_mm256_mul_ps(vr, gv), AN_FN(bf16x16_half_p)(rw, h));
-            const __m256 d1 = AN_FN(bf16x16_half_p)(dw, h);
-            _mm256_storeu_ps(a0 + k, _mm256_add_ps(_mm256_loadu_ps(a0 + k), _mm256_mul_ps(d1, xh)));
-            if (wantb) _mm256_storeu_ps(a1 + k, _mm256_add_ps(_mm256_loadu_ps(a1 + k), d1));
-        }
-        AN_FN(bf16x16_put_avx2)(d + i, _mm256_packus_epi32(AN_FN(bf16x8_bits)(o[0]), AN_FN(bf16x8_bits)(o[1])), nt);
-    }
-    for (; i + 16 <= D; i += 16) {
-        __m256 o[2];
-        for (int h = 0; h < 2; h++) {
-            const int64_t k = i + 8 * h;
-            const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(AN_FN(bf16x8_load)(s + k), vm), vr);
-            __m256 t = _mm256_sub_ps(_mm256_loadu_ps(g + k), vmg);
-            AN_KEEP(t); /* the order as written (fused_bwd_out_scalar) */
-            const __m256 gv = _mm256_sub_ps(t, _mm256_mul_ps(xh, vmx));
-            o[h] = _mm256_add_ps(_mm256_mul_ps(vr, gv), AN_FN(bf16x8_load)(dres + k));
-            const __m256 d1 = AN_FN(bf16x8_load)(dy + k);
-            _mm256_storeu_ps(a0 + k, _mm256_add_ps(_mm256_loadu_ps(a0 + k), _mm256_mul_ps(d1, xh)));
-            if (wantb) _mm256_storeu_ps(a1 + k, _mm256_add_ps(_mm256_loadu_ps(a1 + k), d1));
-        }
-        AN_FN(bf16x16_put_avx2)(d + i,
-                                AN_FN(bf16x16_pack_avx2)(AN_FN(bf16x8_bits)(o[0]), AN_FN(bf16x8_bits)(o[1])), nt);
-    }
+    for (; i + 16 <= pm->n; i += 16) AN_FN(fused_bwd_step16)(d, g, s, dy, dres, a0, a1, i, vm, vr, vmg, vmx, wantb, nt, 1);
+    for (; i + 16 <= D; i += 16) AN_FN(fused_bwd_step16)(d, g, s, dy, dres, a0, a1, i, vm, vr, vmg, vmx, wantb, nt, 0);
     AN_FN(fused_bwd_out_scalar)(d, g, s, dy, dres, a0, a1, i, D, mean, rstd, mg, mgx, wantb, 1);
 }
 #endif

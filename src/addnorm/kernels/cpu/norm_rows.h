@@ -725,6 +725,19 @@ static inline __attribute__((always_inline)) __m256 AN_FN(bf16x16_half_p)(__m256
                                   : _mm256_unpacklo_epi16(_mm256_setzero_si256(), v));
 }
 
+/* 8 of the 16 bfloat16 values at p as float32: the h-th register of the permuted order (perm), or values 8h to 8h + 7
+ * in order */
+static inline __attribute__((always_inline)) __m256 AN_FN(bf16x8_of16)(const uint16_t *p, const int h,
+                                                                      const int perm) {
+    if (perm) return AN_FN(bf16x16_half_p)(_mm256_loadu_si256((const __m256i *)p), h);
+    return AN_FN(bf16x8_load)(p + 8 * h);
+}
+
+/* 16 results' bits (bf16x8_bits of the two registers) in the row's order: vpackusdw alone from the permuted order */
+static inline __attribute__((always_inline)) __m256i AN_FN(bf16x16_pack_any)(__m256i b0, __m256i b1, const int perm) {
+    return perm ? _mm256_packus_epi32(b0, b1) : AN_FN(bf16x16_pack_avx2)(b0, b1);
+}
+
 /* four 8-lane registers: 32 values from p, in order or permuted */
 static inline __attribute__((always_inline)) void AN_FN(bf16x32_load4)(__m256 v[4], const uint16_t *p,
                                                                       const int perm) {
@@ -825,8 +838,31 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_vec)(
 #undef AN_FP_KINDS
 }
 
+/* 16 outputs from value i: the permuted order's (perm: buf and post permuted, the weights from pm) or the row's */
+static inline __attribute__((always_inline)) void AN_FN(bf16_out_step16)(uint16_t *restrict dst,
+                                                                         const float *restrict buf, int64_t i,
+                                                                         __m256 vm, __m256 vs, __m256 vo,
+                                                                         const float *restrict w,
+                                                                         const float *restrict b,
+                                                                         const uint16_t *restrict post,
+                                                                         const an_bf16_perm *pm, const int nt,
+                                                                         const int perm) {
+    __m256 o[2];
+    for (int h = 0; h < 2; h++) {
+        const int64_t k = i + 8 * h;
+        __m256 t = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(buf + k), vm), vs);
+        AN_KEEP(t); /* the product as written (bf16_out_scalar) */
+        const __m256 wv = perm ? _mm256_loadu_ps(pm->w + k) : _mm256_add_ps(_mm256_loadu_ps(w + k), vo);
+        o[h] = _mm256_add_ps(_mm256_mul_ps(t, wv), _mm256_loadu_ps((perm ? pm->b : b) + k));
+        if (post) o[h] = _mm256_add_ps(AN_FN(bf16x8_round)(o[h]), AN_FN(bf16x8_of16)(post + i, h, perm));
+    }
+    AN_FN(bf16x16_put_avx2)(dst + i, AN_FN(bf16x16_pack_any)(AN_FN(bf16x8_bits)(o[0]), AN_FN(bf16x8_bits)(o[1]), perm),
+                            nt);
+}
+
 /* n outputs (buf - om) os (w + off) + b (with post: rounded, then post added, as norm-then-add's loop) rounded to
- * bfloat16 without the NaN test (callers: nf only), streamed when nt (dst 32-byte aligned) */
+ * bfloat16 without the NaN test (callers: nf only), streamed when nt (dst 32-byte aligned); [0, pm->n) in the
+ * permuted order */
 static inline __attribute__((always_inline)) void AN_FN(bf16_out_vec_k)(uint16_t *restrict dst,
                                                                         const float *restrict buf, int64_t n,
                                                                         float om, float os, const float *restrict w,
@@ -835,31 +871,8 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_out_vec_k)(uint16_t
                                                                         const an_bf16_perm *pm, const int nt) {
     const __m256 vm = _mm256_set1_ps(om), vs = _mm256_set1_ps(os), vo = _mm256_set1_ps(off);
     int64_t i = 0;
-    /* [0, pm->n): buf, the weights and post in the permuted order, the bits put back in order by vpackusdw alone */
-    for (; i + 16 <= pm->n; i += 16) {
-        __m256 o[2];
-        const __m256i pv = post ? _mm256_loadu_si256((const __m256i *)(post + i)) : _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const int64_t k = i + 8 * h;
-            __m256 t = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(buf + k), vm), vs);
-            AN_KEEP(t); /* the product as written (bf16_out_scalar) */
-            o[h] = _mm256_add_ps(_mm256_mul_ps(t, _mm256_loadu_ps(pm->w + k)), _mm256_loadu_ps(pm->b + k));
-            if (post) o[h] = _mm256_add_ps(AN_FN(bf16x8_round)(o[h]), AN_FN(bf16x16_half_p)(pv, h));
-        }
-        AN_FN(bf16x16_put_avx2)(dst + i, _mm256_packus_epi32(AN_FN(bf16x8_bits)(o[0]), AN_FN(bf16x8_bits)(o[1])), nt);
-    }
-    for (; i + 16 <= n; i += 16) {
-        __m256 o[2];
-        for (int h = 0; h < 2; h++) {
-            const int64_t k = i + 8 * h;
-            __m256 t = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(buf + k), vm), vs);
-            AN_KEEP(t); /* the product as written (bf16_out_scalar) */
-            o[h] = _mm256_add_ps(_mm256_mul_ps(t, _mm256_add_ps(_mm256_loadu_ps(w + k), vo)), _mm256_loadu_ps(b + k));
-            if (post) o[h] = _mm256_add_ps(AN_FN(bf16x8_round)(o[h]), AN_FN(bf16x8_load)(post + k));
-        }
-        AN_FN(bf16x16_put_avx2)(dst + i,
-                                AN_FN(bf16x16_pack_avx2)(AN_FN(bf16x8_bits)(o[0]), AN_FN(bf16x8_bits)(o[1])), nt);
-    }
+    for (; i + 16 <= pm->n; i += 16) AN_FN(bf16_out_step16)(dst, buf, i, vm, vs, vo, w, b, post, pm, nt, 1);
+    for (; i + 16 <= n; i += 16) AN_FN(bf16_out_step16)(dst, buf, i, vm, vs, vo, w, b, post, pm, nt, 0);
     AN_FN(bf16_out_scalar)(dst, buf, i, n, om, os, w, b, off, post, 1);
 }
 
@@ -1255,9 +1268,32 @@ static inline __attribute__((always_inline)) int64_t AN_FN(bf16_bwd_sums_vec)(
     return AN_FN(bf16_bwd_sums_vec_k)(s, dy, wo, D, mean, rstd, rms, acc_g, acc_gx, 0);
 }
 
+/* 16 values of dx from value i, dw and db summed: the permuted order's (perm: wo, dw and db held so) or the row's */
+static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_step16)(
+    uint16_t *restrict dx, float *restrict dw, float *restrict db, const uint16_t *restrict s,
+    const uint16_t *restrict dy, const uint16_t *restrict dres, const float *restrict wo, int64_t i, __m256 vm,
+    __m256 vr, __m256 vmg, __m256 vmx, const int rms, const int want_db, const int nt, const int perm) {
+    __m256 o[2];
+    for (int h = 0; h < 2; h++) {
+        const int64_t k = i + 8 * h;
+        const __m256 d = AN_FN(bf16x8_of16)(dy + i, h, perm);
+        __m256 sv = AN_FN(bf16x8_of16)(s + i, h, perm);
+        if (!rms) sv = _mm256_sub_ps(sv, vm);
+        const __m256 xh = _mm256_mul_ps(sv, vr);
+        _mm256_storeu_ps(dw + k, _mm256_add_ps(_mm256_loadu_ps(dw + k), _mm256_mul_ps(d, xh)));
+        if (want_db) _mm256_storeu_ps(db + k, _mm256_add_ps(_mm256_loadu_ps(db + k), d));
+        __m256 gv = _mm256_mul_ps(d, _mm256_loadu_ps(wo + k));
+        if (!rms) gv = _mm256_sub_ps(gv, vmg);
+        AN_KEEP(gv); /* the order as written (bf16_bwd_out_scalar) */
+        gv = _mm256_sub_ps(gv, _mm256_mul_ps(xh, vmx));
+        o[h] = _mm256_add_ps(_mm256_mul_ps(vr, gv), AN_FN(bf16x8_of16)(dres + i, h, perm));
+    }
+    AN_FN(bf16x16_put_avx2)(dx + i, AN_FN(bf16x16_pack_any)(AN_FN(bf16x8_bits)(o[0]), AN_FN(bf16x8_bits)(o[1]), perm),
+                            nt);
+}
+
 /* bf16_bwd_out_vec's AVX2 form, rounding without the NaN test (callers: nf only), streamed when nt (dx 32-byte
- * aligned). [c0, pn): in the permuted order (wo, dw and db held so by the caller), dy, s and dres widened by one
- * unpack each 16 and dx's bits put back in order by vpackusdw alone; then in order. */
+ * aligned); [c0, pn) in the permuted order */
 static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_vec)(
     uint16_t *restrict dx, float *restrict dw, float *restrict db, const uint16_t *restrict s,
     const uint16_t *restrict dy, const uint16_t *restrict dres, const float *restrict wo, int64_t c0, int64_t c1,
@@ -1268,46 +1304,10 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_vec)(
                  vmx = _mm256_set1_ps(mgx);
     int64_t i = c0;
     const int64_t pe = pn < c1 ? pn : c1;
-    for (; i + 16 <= pe; i += 16) {
-        const __m256i dw16 = _mm256_loadu_si256((const __m256i *)(dy + i)),
-                      sw = _mm256_loadu_si256((const __m256i *)(s + i)),
-                      rw = _mm256_loadu_si256((const __m256i *)(dres + i));
-        __m256 o[2];
-        for (int h = 0; h < 2; h++) {
-            const int64_t k = i + 8 * h;
-            const __m256 d = AN_FN(bf16x16_half_p)(dw16, h);
-            __m256 sv = AN_FN(bf16x16_half_p)(sw, h);
-            if (!rms) sv = _mm256_sub_ps(sv, vm);
-            const __m256 xh = _mm256_mul_ps(sv, vr);
-            _mm256_storeu_ps(dw + k, _mm256_add_ps(_mm256_loadu_ps(dw + k), _mm256_mul_ps(d, xh)));
-            if (want_db) _mm256_storeu_ps(db + k, _mm256_add_ps(_mm256_loadu_ps(db + k), d));
-            __m256 gv = _mm256_mul_ps(d, _mm256_loadu_ps(wo + k));
-            if (!rms) gv = _mm256_sub_ps(gv, vmg);
-            AN_KEEP(gv); /* the order as written (bf16_bwd_out_scalar) */
-            gv = _mm256_sub_ps(gv, _mm256_mul_ps(xh, vmx));
-            o[h] = _mm256_add_ps(_mm256_mul_ps(vr, gv), AN_FN(bf16x16_half_p)(rw, h));
-        }
-        AN_FN(bf16x16_put_avx2)(dx + i, _mm256_packus_epi32(AN_FN(bf16x8_bits)(o[0]), AN_FN(bf16x8_bits)(o[1])), nt);
-    }
-    for (; i + 16 <= c1; i += 16) {
-        __m256 o[2];
-        for (int h = 0; h < 2; h++) {
-            const int64_t k = i + 8 * h;
-            const __m256 d = AN_FN(bf16x8_load)(dy + k);
-            __m256 sv = AN_FN(bf16x8_load)(s + k);
-            if (!rms) sv = _mm256_sub_ps(sv, vm);
-            const __m256 xh = _mm256_mul_ps(sv, vr);
-            _mm256_storeu_ps(dw + k, _mm256_add_ps(_mm256_loadu_ps(dw + k), _mm256_mul_ps(d, xh)));
-            if (want_db) _mm256_storeu_ps(db + k, _mm256_add_ps(_mm256_loadu_ps(db + k), d));
-            __m256 gv = _mm256_mul_ps(d, _mm256_loadu_ps(wo + k));
-            if (!rms) gv = _mm256_sub_ps(gv, vmg);
-            AN_KEEP(gv); /* the order as written (bf16_bwd_out_scalar) */
-            gv = _mm256_sub_ps(gv, _mm256_mul_ps(xh, vmx));
-            o[h] = _mm256_add_ps(_mm256_mul_ps(vr, gv), AN_FN(bf16x8_load)(dres + k));
-        }
-        AN_FN(bf16x16_put_avx2)(dx + i,
-                                AN_FN(bf16x16_pack_avx2)(AN_FN(bf16x8_bits)(o[0]), AN_FN(bf16x8_bits)(o[1])), nt);
-    }
+    for (; i + 16 <= pe; i += 16)
+        AN_FN(bf16_bwd_step16)(dx, dw, db, s, dy, dres, wo, i, vm, vr, vmg, vmx, rms, want_db, nt, 1);
+    for (; i + 16 <= c1; i += 16)
+        AN_FN(bf16_bwd_step16)(dx, dw, db, s, dy, dres, wo, i, vm, vr, vmg, vmx, rms, want_db, nt, 0);
     AN_FN(bf16_bwd_out_scalar)(dx, dw, db, s, dy, dres, wo, i, c1, mean, rstd, mg, mgx, rms, want_db, 1);
 }
 #endif
