@@ -412,23 +412,18 @@ static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_vec_k)
     for (; i + 32 <= D; i += 32)
         for (int hh = 0; hh < 2; hh++) { /* 16 values at a time: with 32, dy2's registers spilled */
             const int64_t k16 = i + 16 * hh;
-            const __m256i dw = _mm256_loadu_si256((const __m256i *)(dy + k16)),
-                          sw = _mm256_loadu_si256((const __m256i *)(s + k16)),
-                          d2w = has2 ? _mm256_loadu_si256((const __m256i *)(dy2 + k16)) : _mm256_setzero_si256();
             for (int h2 = 0; h2 < 2; h2++) {
                 const int h = 2 * hh + h2;
                 const int64_t k = k16 + 8 * h2;
                 const __m256 wv1 = perm ? _mm256_loadu_ps(pm->w + k) : _mm256_add_ps(_mm256_loadu_ps(w1 + k), vo1);
-                __m256 gv = _mm256_mul_ps(perm ? AN_FN(bf16x16_half_p)(dw, h2) : AN_FN(bf16x8_load)(dy + k), wv1);
+                __m256 gv = _mm256_mul_ps(AN_FN(bf16x8_of16)(dy + k16, h2, perm), wv1);
                 if (has2) {
                     const __m256 wv2 = perm ? _mm256_loadu_ps(pm->b + k) : _mm256_add_ps(_mm256_loadu_ps(w2 + k), vo2);
-                    gv = _mm256_add_ps(gv, _mm256_mul_ps(perm ? AN_FN(bf16x16_half_p)(d2w, h2)
-                                                              : AN_FN(bf16x8_load)(dy2 + k), wv2));
+                    gv = _mm256_add_ps(gv, _mm256_mul_ps(AN_FN(bf16x8_of16)(dy2 + k16, h2, perm), wv2));
                 }
                 _mm256_storeu_ps(g + k, gv);
                 sg[h] = _mm256_add_ps(sg[h], gv);
-                const __m256 sv = perm ? AN_FN(bf16x16_half_p)(sw, h2) : AN_FN(bf16x8_load)(s + k);
-                const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(sv, vm), vr);
+                const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(AN_FN(bf16x8_of16)(s + k16, h2, perm), vm), vr);
                 sx[h] = _mm256_add_ps(sx[h], _mm256_mul_ps(gv, xh));
                 AN_KEEP(sg[h]); /* one chain per lane, as the other paths sum */
                 AN_KEEP(sx[h]);

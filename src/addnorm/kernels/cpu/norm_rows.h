@@ -741,16 +741,7 @@ static inline __attribute__((always_inline)) __m256i AN_FN(bf16x16_pack_any)(__m
 /* four 8-lane registers: 32 values from p, in order or permuted */
 static inline __attribute__((always_inline)) void AN_FN(bf16x32_load4)(__m256 v[4], const uint16_t *p,
                                                                       const int perm) {
-    for (int h = 0; h < 2; h++) {
-        if (perm) {
-            const __m256i w = _mm256_loadu_si256((const __m256i *)(p + 16 * h));
-            v[2 * h] = AN_FN(bf16x16_half_p)(w, 0);
-            v[2 * h + 1] = AN_FN(bf16x16_half_p)(w, 1);
-        } else {
-            v[2 * h] = AN_FN(bf16x8_load)(p + 16 * h);
-            v[2 * h + 1] = AN_FN(bf16x8_load)(p + 16 * h + 8);
-        }
-    }
+    for (int k = 0; k < 4; k++) v[k] = AN_FN(bf16x8_of16)(p + 16 * (k >> 1), k & 1, perm);
 }
 
 /* four sums' registers stored in the row's order at p (32 lanes) */
@@ -768,9 +759,8 @@ static inline __attribute__((always_inline)) void AN_FN(lanes4_store)(float *p, 
 
 /* the bits of 16 rounded values (v0, v1: the first and second 8, or the permuted halves), in the row's order */
 static inline __attribute__((always_inline)) __m256i AN_FN(bf16x16_bits_any)(__m256 v0, __m256 v1, const int perm) {
-    if (!perm) return AN_FN(bf16x16_bits_avx2)(v0, v1);
-    return _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(v0), 16),
-                               _mm256_srli_epi32(_mm256_castps_si256(v1), 16)); /* in order within each half */
+    return AN_FN(bf16x16_pack_any)(_mm256_srli_epi32(_mm256_castps_si256(v0), 16),
+                                   _mm256_srli_epi32(_mm256_castps_si256(v1), 16), perm);
 }
 
 static inline __attribute__((always_inline)) void AN_FN(bf16_first_pass_vec_k)(
@@ -1240,16 +1230,13 @@ static inline __attribute__((always_inline)) int64_t AN_FN(bf16_bwd_sums_vec_k)(
     for (; i + 32 <= D; i += 32)
         for (int hh = 0; hh < 2; hh++) {
             const int64_t k16 = i + 16 * hh;
-            const __m256i sw = _mm256_loadu_si256((const __m256i *)(s + k16)),
-                          dw = _mm256_loadu_si256((const __m256i *)(dy + k16));
             for (int h2 = 0; h2 < 2; h2++) {
                 const int k = 2 * hh + h2;
                 const int64_t e = k16 + 8 * h2;
-                __m256 sv = perm ? AN_FN(bf16x16_half_p)(sw, h2) : AN_FN(bf16x8_load)(s + e);
+                __m256 sv = AN_FN(bf16x8_of16)(s + k16, h2, perm);
                 if (!rms) sv = _mm256_sub_ps(sv, vm);
                 const __m256 xh = _mm256_mul_ps(sv, vr);
-                const __m256 d = _mm256_mul_ps(perm ? AN_FN(bf16x16_half_p)(dw, h2) : AN_FN(bf16x8_load)(dy + e),
-                                               _mm256_loadu_ps(wo + e));
+                const __m256 d = _mm256_mul_ps(AN_FN(bf16x8_of16)(dy + k16, h2, perm), _mm256_loadu_ps(wo + e));
                 if (!rms) g[k] = _mm256_add_ps(g[k], d);
                 x[k] = _mm256_add_ps(x[k], _mm256_mul_ps(d, xh));
                 AN_KEEP(g[k]); /* one chain per lane, as the other paths sum */
