@@ -115,7 +115,25 @@ for D in (48, 1000, 1024, 65600):
         out[f"bwd/{D}/{off}/add_rms_norm"] = torch.autograd.grad([y], [x, r, w], [rnd(y.shape).bfloat16()])
         y = addnorm.layer_norm_add(x, r, (D,), None, b, 1e-5, backend="cpu")
         out[f"bwd/{D}/{off}/layer_norm_add"] = torch.autograd.grad([y], [x, r, b], [rnd(y.shape).bfloat16()])
-torch.save({"isa": addnorm.cpu_kernel_availability().isa, "out": out, "literal": literal_misses}, sys.argv[1])
+# the two outputs of the two-norm parallel form given the same weights and the same gradient: the same formula for
+# dw1 and dw2 (db1 and db2), so the same bits, whichever loop sums them
+twins = {}
+for dtype in (torch.bfloat16, torch.float32):
+    for D in (48, 1000, 1024, 65600):
+        N = 3 if D > 4096 else 6
+        x, x2, r = (rnd(N, D).to(dtype) for _ in range(3))
+        x[1] = (rnd(D) * 3e37).to(dtype)
+        w, b = rnd(D), rnd(D)
+        for off in (0.0, 1.0):
+            ws = [t.clone().requires_grad_() for t in (w, b, w, b)]
+            y, y2, s = addnorm.parallel_add_layer_norm(x, x2, r, (D,), *ws, weight_offset=off, backend="cpu")
+            gy = rnd(N, D).to(dtype)
+            twins[f"{dtype}/{D}/{off}/layer"] = torch.autograd.grad([y, y2], ws, [gy, gy])
+            ws = [t.clone().requires_grad_() for t in (w, w)]
+            y, y2, s = addnorm.parallel_add_rms_norm(x, x2, r, (D,), *ws, weight_offset=off, backend="cpu")
+            twins[f"{dtype}/{D}/{off}/rms"] = torch.autograd.grad([y, y2], ws, [gy, gy])
+torch.save({"isa": addnorm.cpu_kernel_availability().isa, "out": out, "literal": literal_misses, "twins": twins},
+           sys.argv[1])
 '''
 
 
@@ -157,3 +175,19 @@ def test_every_path_gives_the_same_bits(dumps, isa):
             if not torch.equal(ia, ib):
                 differ[f"{key}[{i}]"] = int((ia != ib).sum())
     assert not differ, (dumps[isa]["isa"], dumps["avx512"]["isa"], len(differ), list(differ.items())[:10])
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_the_two_outputs_weight_gradients_alike(dumps, isa):
+    """The two-norm parallel form with the same weights and the same gradient on both outputs: dw2 and db2 are dw1's
+    and db1's formula over the same values, so the same bits. The second output's sums were a loop of their own, whose
+    product gcc regrouped (``dy2 * ((s - mean) * rstd)``), so dw2 parted from dw1 by float32 steps on every path."""
+    twins = dumps[isa]["twins"]
+    assert len(twins) == 32  # 2 dtypes x 4 widths x 2 offsets x 2 norms
+    differ = {}
+    for key, grads in twins.items():
+        half = len(grads) // 2
+        for i in range(half):
+            if not torch.equal(grads[i].view(torch.int32), grads[half + i].view(torch.int32)):
+                differ[f"{key}[{i}]"] = int((grads[i] != grads[half + i]).sum())
+    assert not differ, (dumps[isa]["isa"], differ)

@@ -303,6 +303,13 @@ typedef struct {
     int64_t n;
 } an_bf16_perm;
 
+/* The fused backward's second output in its output pass (fused_rows.h: fused_bwd_out_vec): dy2's row and the
+ * dw2 (a2) and db2 (a3) sums */
+typedef struct {
+    const uint16_t *dy2;
+    float *a2, *a3;
+} an_fbwd_two;
+
 static inline size_t an_elem_size(int dt) { return dt == AN_F32 ? 4 : 2; }
 
 static inline float an_bits_f32(uint32_t u) {

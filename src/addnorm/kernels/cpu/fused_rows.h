@@ -319,12 +319,12 @@ static void AN_FN(fused_bwd_block)(const an_fbwd_args *a, int64_t r0, int64_t r1
 }
 
 /* The bfloat16 fused backward's second pass, one value at a time over [i, D): ds = rstd (g - mean(g) - xhat
- * mean(g xhat)) + dres rounded to bfloat16, dw1 += dy xhat, db1 += dy (wantb). The portable loop and the vector
- * loops' tails. */
+ * mean(g xhat)) + dres rounded to bfloat16, dw1 += dy xhat, db1 += dy (wantb), and with t2 (a second output)
+ * dw2 += dy2 xhat, db2 += dy2 (wantb). The portable loop and the vector loops' tails. */
 static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_scalar)(
     uint16_t *restrict d, const float *restrict g, const uint16_t *restrict s, const uint16_t *restrict dy,
     const uint16_t *restrict dres, float *restrict a0, float *restrict a1, int64_t i, int64_t D, float mean,
-    float rstd, float mg, float mgx, const int wantb, const int nf) {
+    float rstd, float mg, float mgx, const int wantb, const int nf, const an_fbwd_two *t2) {
     for (; i < D; i++) {
         const float xh = (an_bf16_to_f32(s[i]) - mean) * rstd;
         float t = g[i] - mg;
@@ -333,6 +333,11 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_scalar)(
         const float d1 = an_bf16_to_f32(dy[i]);
         a0[i] += d1 * xh;
         if (wantb) a1[i] += d1;
+        if (t2) {
+            const float d2 = an_bf16_to_f32(t2->dy2[i]);
+            t2->a2[i] += d2 * xh;
+            if (wantb) t2->a3[i] += d2;
+        }
     }
 }
 
@@ -368,11 +373,13 @@ static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_vec)(
     return i;
 }
 
-/* fused_bwd_out_scalar 32 values at a time, ds converted by AVX512_BF16 and streamed when nt (bf16x32_put_native) */
-static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_vec)(
+/* fused_bwd_out_scalar 32 values at a time, ds stored by bf16x32_put (streamed when nt),
+ * and with has2 the second output's sums (fused_bwd_two_sums) in the same pass; returns where it stopped */
+static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_out_vec)(
     uint16_t *restrict d, const float *restrict g, const uint16_t *restrict s, const uint16_t *restrict dy,
     const uint16_t *restrict dres, float *restrict a0, float *restrict a1, int64_t D, float mean, float rstd,
-    float mg, float mgx, const int wantb, const int nf, const an_bf16_perm *pm, const int nt) {
+    float mg, float mgx, const int wantb, const int nf, const an_bf16_perm *pm, const int nt,
+    const an_fbwd_two *t2) {
     (void)pm; /* AVX2's (bf16_perm_n) */
     const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd), vmg = _mm512_set1_ps(mg),
                  vmx = _mm512_set1_ps(mgx);
@@ -389,10 +396,15 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_vec)(
             const __m512 d1 = AN_FN(bf16x16_load)(dy + k);
             _mm512_storeu_ps(a0 + k, _mm512_add_ps(_mm512_loadu_ps(a0 + k), _mm512_mul_ps(d1, xh)));
             if (wantb) _mm512_storeu_ps(a1 + k, _mm512_add_ps(_mm512_loadu_ps(a1 + k), d1));
+            if (t2) {
+                const __m512 d2 = AN_FN(bf16x16_load)(t2->dy2 + k);
+                _mm512_storeu_ps(t2->a2 + k, _mm512_add_ps(_mm512_loadu_ps(t2->a2 + k), _mm512_mul_ps(d2, xh)));
+                if (wantb) _mm512_storeu_ps(t2->a3 + k, _mm512_add_ps(_mm512_loadu_ps(t2->a3 + k), d2));
+            }
         }
-        AN_FN(bf16x32_put_native)(d + i, o[0], o[1], nf, nt);
+        AN_FN(bf16x32_put)(d + i, o[0], o[1], nf, nt);
     }
-    AN_FN(fused_bwd_out_scalar)(d, g, s, dy, dres, a0, a1, i, D, mean, rstd, mg, mgx, wantb, nf);
+    return i;
 }
 #endif
 
@@ -448,7 +460,7 @@ static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_vec)(
 static inline __attribute__((always_inline)) void AN_FN(fused_bwd_step16)(
     uint16_t *restrict d, const float *restrict g, const uint16_t *restrict s, const uint16_t *restrict dy,
     const uint16_t *restrict dres, float *restrict a0, float *restrict a1, int64_t i, __m256 vm, __m256 vr,
-    __m256 vmg, __m256 vmx, const int wantb, const int nt, const int perm) {
+    __m256 vmg, __m256 vmx, const int wantb, const int nt, const int perm, const an_fbwd_two *t2) {
     __m256 o[2];
     for (int h = 0; h < 2; h++) {
         const int64_t k = i + 8 * h;
@@ -460,24 +472,33 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_step16)(
         const __m256 d1 = AN_FN(bf16x8_of16)(dy + i, h, perm);
         _mm256_storeu_ps(a0 + k, _mm256_add_ps(_mm256_loadu_ps(a0 + k), _mm256_mul_ps(d1, xh)));
         if (wantb) _mm256_storeu_ps(a1 + k, _mm256_add_ps(_mm256_loadu_ps(a1 + k), d1));
+        if (t2) {
+            const __m256 d2 = AN_FN(bf16x8_of16)(t2->dy2 + i, h, perm);
+            _mm256_storeu_ps(t2->a2 + k, _mm256_add_ps(_mm256_loadu_ps(t2->a2 + k), _mm256_mul_ps(d2, xh)));
+            if (wantb) _mm256_storeu_ps(t2->a3 + k, _mm256_add_ps(_mm256_loadu_ps(t2->a3 + k), d2));
+        }
     }
     AN_FN(bf16x16_put_avx2)(d + i, AN_FN(bf16x16_pack_any)(AN_FN(bf16x8_bits)(o[0]), AN_FN(bf16x8_bits)(o[1]), perm),
                             nt);
 }
 
 /* fused_bwd_out_scalar 16 values at a time, rounding without the NaN test (callers: nf only), streamed when nt (d
- * then 32-byte aligned); [0, pm->n) in the permuted order */
-static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_vec)(
+ * then 32-byte aligned), with has2 the second output's sums too; [0, pm->n) in the permuted order (t2's sums held
+ * so as a0's); returns where it stopped */
+static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_out_vec)(
     uint16_t *restrict d, const float *restrict g, const uint16_t *restrict s, const uint16_t *restrict dy,
     const uint16_t *restrict dres, float *restrict a0, float *restrict a1, int64_t D, float mean, float rstd,
-    float mg, float mgx, const int wantb, const int nf, const an_bf16_perm *pm, const int nt) {
+    float mg, float mgx, const int wantb, const int nf, const an_bf16_perm *pm, const int nt,
+    const an_fbwd_two *t2) {
     (void)nf; /* callers: nf only (bf16_vec_out) */
     const __m256 vm = _mm256_set1_ps(mean), vr = _mm256_set1_ps(rstd), vmg = _mm256_set1_ps(mg),
                  vmx = _mm256_set1_ps(mgx);
     int64_t i = 0;
-    for (; i + 16 <= pm->n; i += 16) AN_FN(fused_bwd_step16)(d, g, s, dy, dres, a0, a1, i, vm, vr, vmg, vmx, wantb, nt, 1);
-    for (; i + 16 <= D; i += 16) AN_FN(fused_bwd_step16)(d, g, s, dy, dres, a0, a1, i, vm, vr, vmg, vmx, wantb, nt, 0);
-    AN_FN(fused_bwd_out_scalar)(d, g, s, dy, dres, a0, a1, i, D, mean, rstd, mg, mgx, wantb, 1);
+    for (; i + 16 <= pm->n; i += 16)
+        AN_FN(fused_bwd_step16)(d, g, s, dy, dres, a0, a1, i, vm, vr, vmg, vmx, wantb, nt, 1, t2);
+    for (; i + 16 <= D; i += 16)
+        AN_FN(fused_bwd_step16)(d, g, s, dy, dres, a0, a1, i, vm, vr, vmg, vmx, wantb, nt, 0, t2);
+    return i;
 }
 #endif
 
@@ -492,15 +513,27 @@ static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_vec)(
     return 0;
 }
 
-static inline __attribute__((always_inline)) void AN_FN(fused_bwd_out_vec)(
+static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_out_vec)(
     uint16_t *restrict d, const float *restrict g, const uint16_t *restrict s, const uint16_t *restrict dy,
     const uint16_t *restrict dres, float *restrict a0, float *restrict a1, int64_t D, float mean, float rstd,
-    float mg, float mgx, const int wantb, const int nf, const an_bf16_perm *pm, const int nt) {
-    (void)nt;
-    (void)pm;
-    AN_FN(fused_bwd_out_scalar)(d, g, s, dy, dres, a0, a1, 0, D, mean, rstd, mg, mgx, wantb, nf);
+    float mg, float mgx, const int wantb, const int nf, const an_bf16_perm *pm, const int nt,
+    const an_fbwd_two *t2) {
+    (void)d, (void)g, (void)s, (void)dy, (void)dres, (void)a0, (void)a1, (void)D, (void)mean, (void)rstd;
+    (void)mg, (void)mgx, (void)wantb, (void)nf, (void)pm, (void)nt, (void)t2;
+    return 0;
 }
 #endif
+
+/* The backward's parameter sums between the permuted order and the row's own over [0, pn) (perm_quads: its own
+ * inverse), those the block sums: dw1 (a0), db1 (a1, wantb), dw2 (a2, has2), db2 (a3, has2 and wantb) */
+static inline void AN_FN(fused_bwd_perm_sums)(float *a0, float *a1, float *a2, float *a3, int64_t pn, const int has2,
+                                              const int wantb) {
+    if (!pn) return;
+    AN_FN(perm_quads)(a0, pn);
+    if (wantb) AN_FN(perm_quads)(a1, pn);
+    if (has2) AN_FN(perm_quads)(a2, pn);
+    if (has2 && wantb) AN_FN(perm_quads)(a3, pn);
+}
 
 /* bfloat16 throughout: two passes over each row's bf16 inputs, converted where they are read; the parameter
  * gradients are summed in the second pass. Compiled per (nf, has2: a second output's gradient dy2, wantb: a bias
@@ -535,8 +568,7 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
         pm.w = wp1;
         pm.b = wp2;
         pm.n = pn;
-        AN_FN(perm_quads)(a0, pn);
-        if (wantb) AN_FN(perm_quads)(a1, pn);
+        AN_FN(fused_bwd_perm_sums)(a0, a1, a2, a3, pn, has2, wantb);
     }
     for (int64_t r = r0; r < r1; r++) {
         if (r + AN_PF_AHEAD < r1) { /* a later row's inputs (see prefetch_span) */
@@ -558,13 +590,11 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
             AN_FN(load_row)(fdy, dy, D, AN_BF16);
             AN_FN(load_row)(fdy2, dy2, D, AN_BF16);
             AN_FN(load_row)(fo, dres, D, AN_BF16);
-            AN_FN(perm_quads)(a0, pn); /* the sums in order for the slow path, whatever it finds */
-            if (wantb) AN_FN(perm_quads)(a1, pn);
+            AN_FN(fused_bwd_perm_sums)(a0, a1, a2, a3, pn, has2, wantb); /* in order for the slow path */
             const int done = AN_FN(bwd_row_big)(fs, fdy, has2 ? fdy2 : NULL, fo, w1, off1, w2, off2, a->kind == AN_RMS,
                                                 D, a0, wantb ? a1 : NULL, has2 ? a2 : NULL, (has2 && wantb) ? a3 : NULL,
                                                 fo);
-            AN_FN(perm_quads)(a0, pn);
-            if (wantb) AN_FN(perm_quads)(a1, pn);
+            AN_FN(fused_bwd_perm_sums)(a0, a1, a2, a3, pn, has2, wantb);
             if (done) {
                 AN_FN(put_row)(ds_row, fo, D, AN_BF16, a->nt, fs);
                 continue;
@@ -593,20 +623,15 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
         const int vec = AN_FN(bf16_vec_out)(nf);
         const int direct = vec && AN_FN(stream_direct)(ds_row, a->nt); /* streamed in the pass */
         uint16_t *restrict d = (a->nt && !direct) ? o16 : ds_row;
-        if (vec)
-            AN_FN(fused_bwd_out_vec)(d, g, s, dy, dres, a0, a1, D, mean, rstd, mg, mgx, wantb, nf, &pm, direct);
-        else
-            AN_FN(fused_bwd_out_scalar)(d, g, s, dy, dres, a0, a1, 0, D, mean, rstd, mg, mgx, wantb, nf);
-        if (has2) /* a loop of its own: with it in the one above gcc left that loop scalar */
-            for (i = 0; i < D; i++) {
-                const float d2 = an_bf16_to_f32(dy2[i]);
-                a2[i] += d2 * ((an_bf16_to_f32(s[i]) - mean) * rstd);
-                if (wantb) a3[i] += d2;
-            }
+        const an_fbwd_two t2 = {dy2, a2, a3};
+        i = vec ? AN_FN(fused_bwd_out_vec)(d, g, s, dy, dres, a0, a1, D, mean, rstd, mg, mgx, wantb, nf, &pm, direct,
+                                           has2 ? &t2 : NULL)
+                : 0;
+        AN_FN(fused_bwd_out_scalar)(d, g, s, dy, dres, a0, a1, i, D, mean, rstd, mg, mgx, wantb, nf,
+                                    has2 ? &t2 : NULL);
         if (a->nt && !direct) AN_FN(stream_bytes)(ds_row, o16, (size_t)D * 2);
     }
-    AN_FN(perm_quads)(a0, pn); /* the sums back in order */
-    if (wantb) AN_FN(perm_quads)(a1, pn);
+    AN_FN(fused_bwd_perm_sums)(a0, a1, a2, a3, pn, has2, wantb); /* the sums back in order */
 }
 
 /* nf: fused_bwd_rows' verdict on the chunk (ds rounded without the NaN test when no float32 operand needs it) */

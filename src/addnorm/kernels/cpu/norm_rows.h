@@ -956,6 +956,40 @@ static inline __attribute__((always_inline)) void AN_FN(bf16x32_put_native)(uint
     else _mm512_storeu_si512((void *)p, AN_FN(cvtne2ps_bf16)(lo, hi));
 }
 
+/* the high halves of 32 lanes (lo's 16 first), in order: the bits of 32 values rounded to bfloat16 */
+static inline __attribute__((always_inline)) __m512i AN_FN(bf16x32_high_halves)(__m512i lo, __m512i hi) {
+    const __m512i perm = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
+                                          25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    return _mm512_permutex2var_epi16(lo, perm, hi);
+}
+
+/* 32 float32 values (lo the first 16) rounded to bfloat16 by an_f32_to_bf16_nf's integer rounding (no NaN test:
+ * callers nf only), their bits in order: each lane's rounded bits land in its high half (no mask needed) */
+static inline __attribute__((always_inline)) __m512i AN_FN(bf16x32_bits_nf)(__m512 lo, __m512 hi) {
+    __m512i u[2] = {_mm512_castps_si512(lo), _mm512_castps_si512(hi)};
+    for (int k = 0; k < 2; k++) {
+        const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u[k], 16), _mm512_set1_epi32(1));
+        u[k] = _mm512_add_epi32(_mm512_add_epi32(u[k], _mm512_set1_epi32(0x7fff)), odd);
+    }
+    return AN_FN(bf16x32_high_halves)(u[0], u[1]);
+}
+
+/* The AVX-512 output loops' one store: 32 float32 values (lo the first 16) stored as bfloat16 at p, streamed when
+ * nt (p then 64-byte aligned). AVX512_BF16's conversion where the CPU has it (bf16x32_put_native); elsewhere (an
+ * AVX-512 CPU without it: Skylake-SP to Ice Lake) the integer rounding without the NaN test, as AVX2's loops round:
+ * bf16_vec_out then sends only nf calls here. Without this, those CPUs took the portable loops, whose product held
+ * in the order as written (AN_KEEP) gcc does not vectorize: 3-7 times AVX2's time a row. */
+static inline __attribute__((always_inline)) void AN_FN(bf16x32_put)(uint16_t *p, __m512 lo, __m512 hi, const int nf,
+                                                                   const int nt) {
+    if (g_bf16_native) {
+        AN_FN(bf16x32_put_native)(p, lo, hi, nf, nt);
+        return;
+    }
+    const __m512i bits = AN_FN(bf16x32_bits_nf)(lo, hi);
+    if (nt) _mm512_stream_si512((void *)p, bits);
+    else _mm512_storeu_si512((void *)p, bits);
+}
+
 /* n outputs (buf - om) os (w + off) + b stored as bfloat16 in dst, 32 a conversion instruction, with streaming
  * stores when nt (dst then 64-byte aligned: each 32 a whole cache line). With post (norm-then-add; nf only), each
  * output rounded to bfloat16 first and post added, as the portable loop does. A group of 32 holding a subnormal
@@ -983,7 +1017,7 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_out_vec)(uint16_t *
             lo = _mm512_add_ps(AN_FN(bf16x16_round)(lo), AN_FN(bf16x16_load)(post + i));
             hi = _mm512_add_ps(AN_FN(bf16x16_round)(hi), AN_FN(bf16x16_load)(post + i + 16));
         }
-        AN_FN(bf16x32_put_native)(dst + i, lo, hi, nf, nt);
+        AN_FN(bf16x32_put)(dst + i, lo, hi, nf, nt);
     }
     AN_FN(bf16_out_scalar)(dst, buf, i, n, om, os, w, b, off, post, nf);
 }
@@ -996,8 +1030,7 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_out_vec)(uint16_t *
  * store), not a scratch row copied out after. */
 static inline int AN_FN(bf16_vec_out)(const int nf) {
 #if defined(AN_AVX512)
-    (void)nf;
-    return g_bf16_native;
+    return g_bf16_native || nf; /* bf16x32_put */
 #elif defined(AN_AVX2)
     return nf;
 #else
@@ -1210,7 +1243,7 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_bwd_out_vec)(
             gv = _mm512_sub_ps(gv, _mm512_mul_ps(xh, vmx));
             o[h] = _mm512_add_ps(_mm512_mul_ps(vr, gv), AN_FN(bf16x16_load)(dres + k));
         }
-        AN_FN(bf16x32_put_native)(dx + i, o[0], o[1], nf, nt);
+        AN_FN(bf16x32_put)(dx + i, o[0], o[1], nf, nt);
     }
     AN_FN(bf16_bwd_out_scalar)(dx, dw, db, s, dy, dres, wo, i, c1, mean, rstd, mg, mgx, rms, want_db, nf);
 }

@@ -250,9 +250,7 @@ static inline __attribute__((always_inline)) PVF AN_FN(pv_load_bf16)(const uint1
 /* 32 values already rounded to bfloat16: their bits in order, streamed when nt (p then aligned to a store) */
 static inline __attribute__((always_inline)) void AN_FN(pv_put_bits)(uint16_t *p, const PVF *v, const int nt) {
 #ifdef AN_AVX512
-    const __m512i perm = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27,
-                                          25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    const __m512i bits = _mm512_permutex2var_epi16((__m512i)v[0], perm, (__m512i)v[1]);
+    const __m512i bits = AN_FN(bf16x32_high_halves)((__m512i)v[0], (__m512i)v[1]);
     if (nt) _mm512_stream_si512((void *)p, bits);
     else _mm512_storeu_si512((void *)p, bits);
 #else
@@ -267,18 +265,8 @@ static inline __attribute__((always_inline)) void AN_FN(pv_put_bits)(uint16_t *p
 static inline __attribute__((always_inline)) void AN_FN(pv_put)(uint16_t *p, PVF *v, const int native, const int nf,
                                                                  const int nt) {
 #ifdef AN_AVX512
-    if (native) {
-        AN_FN(bf16x32_put_native)(p, (__m512)v[0], (__m512)v[1], nf, nt);
-        return;
-    }
-    /* an_f32_to_bf16_nf: the rounded bits land in each lane's high half, which pv_put_bits takes (no mask) */
-    for (int k = 0; k < AN_VK; k++) {
-        const __m512i u = (__m512i)v[k];
-        const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-        v[k] = (PVF)_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd);
-    }
-    (void)nf;
-    AN_FN(pv_put_bits)(p, v, nt);
+    (void)native; /* bf16x32_put's own test */
+    AN_FN(bf16x32_put)(p, (__m512)v[0], (__m512)v[1], nf, nt);
 #else
     (void)native;
     (void)nf;
