@@ -58,9 +58,10 @@ def _cells(path: Path, isa: str) -> dict:
 
 def superseded() -> dict:
     """op -> [(the runs whose cells of that op a later build's runs replace, the dtypes whose kernels changed or None
-    for all, the paths whose kernels changed or None for both)] (``superseded.json``: {op: rule or [rule, ...]}, a rule
-    {"runs": [...], "dtypes": [...] (optional), "paths": ["AVX-512" | "AVX2"] (optional), "why": ...}): a cell of a
-    dtype or path whose kernels did not change keeps every run that measured it."""
+    for all, the paths whose kernels changed or None for both, the modes whose kernels changed or None for both)]
+    (``superseded.json``: {op: rule or [rule, ...]}, a rule {"runs": [...], "dtypes": [...] (optional), "paths":
+    ["AVX-512" | "AVX2"] (optional), "modes": ["fwd" | "fwdbwd"] (optional), "why": ...}): a cell of a dtype, path or
+    mode whose kernels did not change keeps every run that measured it."""
     path = MACHINE / "superseded.json"
     if not path.exists():
         return {}
@@ -71,16 +72,18 @@ def superseded() -> dict:
             assert op in NEW_OPS + ("add_norm",) and entry["runs"] and entry["why"], f"superseded.json: {op}: {entry}"
             assert set(entry.get("dtypes", ())) <= {"float32", "bfloat16", "float16"}, f"superseded.json: {op}: {entry}"
             assert set(entry.get("paths", ())) <= {name for _, name, _ in PATHS}, f"superseded.json: {op}: {entry}"
+            assert set(entry.get("modes", ())) <= {"fwd", "fwdbwd"}, f"superseded.json: {op}: {entry}"
             out.setdefault(op, []).append(({str(r) for r in entry["runs"]},
                                            set(entry["dtypes"]) if "dtypes" in entry else None,
-                                           set(entry["paths"]) if "paths" in entry else None))
+                                           set(entry["paths"]) if "paths" in entry else None,
+                                           set(entry["modes"]) if "modes" in entry else None))
     return out
 
 
-def _gone(rules, run: str, isa: str, dtype: str) -> bool:
-    """Whether a rule of ``superseded()`` drops this run's cell of that path and dtype."""
+def _gone(rules, run: str, isa: str, dtype: str, mode: str) -> bool:
+    """Whether a rule of ``superseded()`` drops this run's cell of that path, dtype and mode."""
     return any(run in runs_gone and (dtypes is None or dtype in dtypes) and (paths is None or isa in paths)
-               for runs_gone, dtypes, paths in rules)
+               and (modes is None or mode in modes) for runs_gone, dtypes, paths, modes in rules)
 
 
 def runs() -> list[Path]:
@@ -101,9 +104,9 @@ def measured() -> dict:
                 if not path.exists():
                     continue
                 for key, modes in _cells(path, isa).items():
-                    if _gone(gone.get(key[1], ()), run.name, isa, key[3]):
-                        continue
                     for mode, figures in modes.items():
+                        if _gone(gone.get(key[1], ()), run.name, isa, key[3], mode):
+                            continue
                         for figure, value in figures.items():
                             out.setdefault(key, {}).setdefault((mode, figure), []).append(value)
     return out
