@@ -31,7 +31,8 @@ static inline __attribute__((always_inline)) void AN_FN(attn_st)(void *row, int6
 /* (sum of v^2, sum of a v) over a row, with AN_LANES partial sums each */
 static inline __attribute__((always_inline)) void AN_FN(attn_sums)(const void *v, const float *restrict a, int64_t C,
                                                                     const int dt, float *sq, float *dot) {
-    float s[AN_LANES] = {0}, d[AN_LANES] = {0};
+    float s[AN_LANES], d[AN_LANES];
+    AN_ZERO(s); AN_ZERO(d);
     int64_t i = 0;
     for (; i + AN_LANES <= C; i += AN_LANES)
         for (int j = 0; j < AN_LANES; j++) {
@@ -52,7 +53,8 @@ static inline __attribute__((always_inline)) void AN_FN(attn_sums)(const void *v
 static inline __attribute__((always_inline)) void AN_FN(attn_dots)(const void *v, const float *restrict g,
                                                                     const float *restrict u, int64_t C, const int dt,
                                                                     float *dg, float *du) {
-    float a[AN_LANES] = {0}, b[AN_LANES] = {0};
+    float a[AN_LANES], b[AN_LANES];
+    AN_ZERO(a); AN_ZERO(b);
     int64_t i = 0;
     for (; i + AN_LANES <= C; i += AN_LANES)
         for (int j = 0; j < AN_LANES; j++) {

@@ -178,8 +178,10 @@ static inline __attribute__((always_inline)) void AN_FN(fused_fwd_rows_bf16_body
         uint16_t *s_row = a->s_out ? (uint16_t *)a->s_out + r * a->s_rs : NULL;
         const int s_direct = s_row && AN_FN(stream_direct)(s_row, a->nt); /* streamed in the first pass */
         uint16_t *restrict so = (s_row && (!a->nt || s_direct)) ? s_row : s16;
-        float acc[AN_LANES] = {0};
-        double t1[AN_LANES] = {0}, t2[AN_LANES] = {0}; /* LayerNorm's sums of v and v^2 (bf16_first_pass) */
+        float acc[AN_LANES];
+        AN_ZERO(acc);
+        double t1[AN_LANES], t2[AN_LANES]; /* LayerNorm's sums of v and v^2 (bf16_first_pass) */
+        AN_ZERO(t1); AN_ZERO(t2);
         /* the stream, rounded as eager stores it: t = round(a + m), s = round(x + t) */
         AN_FN(bf16_first_pass_vec)(buf, so, x, av, av ? mv : NULL, D, rms, acc, t1, t2, s_direct, pn != 0);
         if (s_row && a->nt && !s_direct) AN_FN(stream_bytes)(s_row, s16, (size_t)D * 2);
@@ -294,7 +296,8 @@ static void AN_FN(fused_bwd_block)(const an_fbwd_args *a, int64_t r0, int64_t r1
         if (dy && dy2) for (int64_t i = 0; i < D; i++) g[i] = dy[i] * (w1[i] + off1) + dy2[i] * (w2[i] + off2);
         else if (dy) for (int64_t i = 0; i < D; i++) g[i] = dy[i] * (w1[i] + off1);
         else for (int64_t i = 0; i < D; i++) g[i] = dy2[i] * (w2[i] + off2);
-        float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
+        float acc_g[AN_LANES], acc_gx[AN_LANES];
+        AN_ZERO(acc_g); AN_ZERO(acc_gx);
         int64_t i = 0;
         for (; i + AN_LANES <= D; i += AN_LANES)
             for (int j = 0; j < AN_LANES; j++) {
@@ -600,7 +603,8 @@ static inline __attribute__((always_inline)) void AN_FN(fused_bwd_block_bf16_bod
                 continue;
             }
         }
-        float acc_g[AN_LANES] = {0}, acc_gx[AN_LANES] = {0};
+        float acc_g[AN_LANES], acc_gx[AN_LANES];
+        AN_ZERO(acc_g); AN_ZERO(acc_gx);
         int64_t i = AN_FN(fused_bwd_sums_vec)(s, dy, dy2, w1, off1, w2, off2, g, D, mean, rstd, has2, acc_g, acc_gx,
                                               &pm);
         for (; i + AN_LANES <= D; i += AN_LANES)

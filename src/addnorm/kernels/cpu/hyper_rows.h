@@ -59,7 +59,8 @@ static void AN_FN(hyper_norm_bwd_row)(float *restrict g, const float *restrict v
     if (!(rstd >= AN_TINY_RSTD) && /* beyond float32's range: in float64 (a row with an inf or NaN: below) */
         AN_FN(bwd_row_big)(v, dn, NULL, dres, w, off, NULL, 0.0f, 1, C, dw, NULL, NULL, NULL, g))
         return;
-    float acc[AN_LANES] = {0};
+    float acc[AN_LANES];
+    AN_ZERO(acc);
     int64_t k = 0;
     for (; k + AN_LANES <= C; k += AN_LANES)
         for (int j = 0; j < AN_LANES; j++) acc[j] += dn[k + j] * (w[k + j] + off) * (v[k + j] * rstd);

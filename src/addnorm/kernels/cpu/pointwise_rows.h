@@ -531,7 +531,8 @@ static inline __attribute__((always_inline)) void AN_FN(pw_bwd_block_bf16_body)(
         uint16_t *ds_row = (uint16_t *)a->ds + r * D;
         const int direct = vec && AN_FN(stream_direct)(ds_row, a->nt); /* streamed in the loop */
         uint16_t *restrict d = (a->nt && !direct) ? o16 : ds_row;
-        float acc_a[AN_LANES] = {0}, acc_s[AN_LANES] = {0};
+        float acc_a[AN_LANES], acc_s[AN_LANES];
+        AN_ZERO(acc_a); AN_ZERO(acc_s);
         int64_t i = 0;
 #if defined(AN_AVX512) || defined(AN_AVX2)
         if (vec)
@@ -651,7 +652,8 @@ static void AN_FN(pw_bwd_rows)(const an_pw_args *a, int64_t r0, int64_t r1, cons
                     g[i] = dy[i] * w[i] * AN_FN(erf_slope)(u);
                 }
             }
-            float acc_a[AN_LANES] = {0}, acc_s[AN_LANES] = {0};
+            float acc_a[AN_LANES], acc_s[AN_LANES];
+            AN_ZERO(acc_a); AN_ZERO(acc_s);
             int64_t i = 0;
             for (; i + AN_LANES <= D; i += AN_LANES)
                 for (int j = 0; j < AN_LANES; j++) {

@@ -17,7 +17,8 @@
 #define AN_FN(name) AN_CAT(name, AN_SFX)
 
 static float AN_FN(dot)(const float *restrict a, const float *restrict b, int64_t n) {
-    float acc[AN_LANES] = {0};
+    float acc[AN_LANES];
+    AN_ZERO(acc);
     int64_t i = 0;
     for (; i + AN_LANES <= n; i += AN_LANES)
         for (int j = 0; j < AN_LANES; j++) acc[j] += a[i + j] * b[i + j];
@@ -33,7 +34,8 @@ static void AN_FN(axpy)(float *restrict dst, const float *restrict src, float c,
 
 /* sum of v^2 over a bfloat16 row, with dot's lanes and order */
 static float AN_FN(sq_sum_bf16)(const uint16_t *restrict v, int64_t n) {
-    float acc[AN_LANES] = {0};
+    float acc[AN_LANES];
+    AN_ZERO(acc);
     int64_t i = 0;
     for (; i + AN_LANES <= n; i += AN_LANES)
         for (int j = 0; j < AN_LANES; j++) {
@@ -154,10 +156,10 @@ static inline __attribute__((always_inline)) void AN_FN(stream_mix_dots)(
     const float *restrict g[AN_STREAM_MAX_N];
     float cc[AN_STREAM_MAX_N];
     float acc[AN_STREAM_MAX_N][AN_LANES];
+    AN_FN(zero_bytes)(acc, (size_t)n * sizeof acc[0]); /* the n rows in use */
     for (int i = 0; i < n; i++) {
         g[i] = gs[i];
         cc[i] = c[i * cstride];
-        for (int l = 0; l < AN_LANES; l++) acc[i][l] = 0.0f;
     }
     const uint16_t *restrict vb = (const uint16_t *)vrow;
     const float *restrict vf = (const float *)vrow;
