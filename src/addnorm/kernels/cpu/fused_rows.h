@@ -377,7 +377,7 @@ static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_sums_vec)(
 }
 
 /* fused_bwd_out_scalar 32 values at a time, ds stored by bf16x32_put (streamed when nt),
- * and with has2 the second output's sums (fused_bwd_two_sums) in the same pass; returns where it stopped */
+ * and with t2 the second output's sums (an_fbwd_two) in the same pass; returns where it stopped */
 static inline __attribute__((always_inline)) int64_t AN_FN(fused_bwd_out_vec)(
     uint16_t *restrict d, const float *restrict g, const uint16_t *restrict s, const uint16_t *restrict dy,
     const uint16_t *restrict dres, float *restrict a0, float *restrict a1, int64_t D, float mean, float rstd,
