@@ -1057,8 +1057,8 @@ static inline __attribute__((always_inline)) void AN_FN(bf16_out_vec)(uint16_t *
 #endif
 
 /* The vector loops of the bfloat16 norms (the *_vec functions) come in each instruction set's own form: AVX-512's
- * (with AVX512_BF16's conversion where the CPU has it), AVX2's (which rounds without the NaN test: nf only), and for
- * the baseline build the portable loops under the same names. bf16_vec_out: whether a call's outputs take the vector
+ * (AVX512_BF16's conversion where the CPU has it, else AVX2's rounding: nf only), AVX2's (which rounds without the
+ * NaN test: nf only), and for the baseline build the portable loops under the same names. bf16_vec_out: whether a call's outputs take the vector
  * output loop; stream_direct: whether a row takes that loop's streaming stores itself (nt, the row aligned to a whole
  * store), not a scratch row copied out after. */
 static inline int AN_FN(bf16_vec_out)(const int nf) {

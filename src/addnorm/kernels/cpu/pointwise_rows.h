@@ -259,16 +259,12 @@ static inline __attribute__((always_inline)) void AN_FN(pv_put_bits)(uint16_t *p
 #endif
 }
 
-/* 32 values rounded to bfloat16 and stored (AN_TO_BF16's bits): AVX512_BF16's conversion where native (a group
- * holding a subnormal value the scalar way: the instruction reads it as zero), else the rounding without the NaN
- * test (callers: nf) */
-static inline __attribute__((always_inline)) void AN_FN(pv_put)(uint16_t *p, PVF *v, const int native, const int nf,
-                                                                 const int nt) {
+/* 32 values rounded to bfloat16 and stored (AN_TO_BF16's bits): on AVX-512 bf16x32_put (AVX512_BF16's conversion
+ * where the CPU has it), else the rounding without the NaN test (callers: bf16_vec_out's, nf there) */
+static inline __attribute__((always_inline)) void AN_FN(pv_put)(uint16_t *p, PVF *v, const int nf, const int nt) {
 #ifdef AN_AVX512
-    (void)native; /* bf16x32_put's own test */
     AN_FN(bf16x32_put)(p, (__m512)v[0], (__m512)v[1], nf, nt);
 #else
-    (void)native;
     (void)nf;
     for (int h = 0; h < 2; h++)
         AN_FN(bf16x16_put_avx2)(p + 16 * h, AN_FN(bf16x16_pack_avx2)(AN_FN(bf16x8_bits)((__m256)v[2 * h]),
@@ -334,7 +330,7 @@ static inline __attribute__((always_inline)) PVF AN_FN(erf_slope_pv)(PVF u) {
 static inline __attribute__((always_inline)) int64_t AN_FN(pw_fwd_vec)(
     uint16_t *restrict d, uint16_t *restrict so, const uint16_t *restrict x, const uint16_t *restrict rv,
     const float *restrict w, const float *restrict b, float al, float sh, int64_t i, int64_t c1, const int dyt,
-    const int nf, const int native, const int nt_d, const int nt_s) {
+    const int nf, const int nt_d, const int nt_s) {
     for (; i + AN_LANES <= c1; i += AN_LANES) {
         PVF v[AN_VK];
         for (int k = 0; k < AN_VK; k++) {
@@ -347,7 +343,7 @@ static inline __attribute__((always_inline)) int64_t AN_FN(pw_fwd_vec)(
             const PVF f = dyt ? AN_FN(tanh_pv)(u) : AN_FN(erf_pv)(u);
             v[k] = AN_FN(pv_fma)(AN_FN(pv_load)(w + i + AN_VW * k), f, AN_FN(pv_load)(b + i + AN_VW * k));
         }
-        AN_FN(pv_put)(d + i, v, native, nf, nt_d);
+        AN_FN(pv_put)(d + i, v, nf, nt_d);
     }
     return i;
 }
@@ -357,7 +353,7 @@ static inline __attribute__((always_inline)) int64_t AN_FN(pw_fwd_vec)(
 static inline __attribute__((always_inline)) int64_t AN_FN(pw_bwd_vec)(
     uint16_t *restrict d, const uint16_t *restrict s, const uint16_t *restrict dy, const uint16_t *restrict dres,
     const float *restrict w, float *restrict dw, float *restrict db, float al, float sh, int64_t D,
-    float *restrict acc_a, float *restrict acc_s, const int dyt, const int nf, const int native, const int nt) {
+    float *restrict acc_a, float *restrict acc_s, const int dyt, const int nf, const int nt) {
     PVF ca[AN_VK], cs[AN_VK];
     for (int k = 0; k < AN_VK; k++) ca[k] = cs[k] = (PVF){0};
     int64_t i = 0;
@@ -381,7 +377,7 @@ static inline __attribute__((always_inline)) int64_t AN_FN(pw_bwd_vec)(
             AN_FN(pv_store)(dw + e, AN_FN(pv_fma)(dv, f, AN_FN(pv_load)(dw + e)));
             AN_FN(pv_store)(db + e, AN_FN(pv_load)(db + e) + dv);
         }
-        AN_FN(pv_put)(d + i, o, native, nf, nt);
+        AN_FN(pv_put)(d + i, o, nf, nt);
     }
     for (int k = 0; k < AN_VK; k++) {
         AN_FN(pv_store)(acc_a + AN_VW * k, ca[k]);
@@ -390,16 +386,6 @@ static inline __attribute__((always_inline)) int64_t AN_FN(pw_bwd_vec)(
     return i;
 }
 
-/* whether a call's bfloat16 outputs take the vector loops: AVX512_BF16's conversion handles every value; the
- * integer rounding only where no NaN needs the test (nf) */
-static inline int AN_FN(pw_native)(void) {
-#ifdef AN_AVX512
-    return g_bf16_native;
-#else
-    return 0;
-#endif
-}
-static inline int AN_FN(pw_vec)(const int nf) { return nf || AN_FN(pw_native)(); }
 #undef PVF
 #undef PVU
 #undef AN_VK
@@ -415,11 +401,7 @@ static inline __attribute__((always_inline)) void AN_FN(pw_fwd_rows_bf16_body)(c
     const float *restrict w = a->weight ? a->weight : AN_ONES(sc), *restrict b = a->bias ? a->bias : AN_NZEROS(sc);
     const float al = a->alpha, sh = a->shift;
     const int dyt = a->kind == AN_DYT;
-#if defined(AN_AVX512) || defined(AN_AVX2)
-    const int vec = AN_FN(pw_vec)(nf), native = AN_FN(pw_native)();
-#else
-    const int vec = 0;
-#endif
+    const int vec = AN_FN(bf16_vec_out)(nf); /* the vector loops (norm_rows.h) */
     for (int64_t r = r0; r < r1; r++) {
         const uint16_t *restrict x = (const uint16_t *)a->x + r * a->x_rs;
         uint16_t *y_row = (uint16_t *)a->y + r * D;
@@ -437,7 +419,7 @@ static inline __attribute__((always_inline)) void AN_FN(pw_fwd_rows_bf16_body)(c
             AN_FN(prefetch_chunk)(nx, nr, NULL, c0, D, 2);
             int64_t i0 = c0;
 #if defined(AN_AVX512) || defined(AN_AVX2)
-            if (vec) i0 = AN_FN(pw_fwd_vec)(d, so, x, rv, w, b, al, sh, c0, c1, dyt, nf, native, y_direct, s_direct);
+            if (vec) i0 = AN_FN(pw_fwd_vec)(d, so, x, rv, w, b, al, sh, c0, c1, dyt, nf, y_direct, s_direct);
 #endif
             if (rv && dyt)
                 for (int64_t i = i0; i < c1; i++) {
@@ -513,11 +495,7 @@ static inline __attribute__((always_inline)) void AN_FN(pw_bwd_block_bf16_body)(
     const float *restrict w = a->weight ? a->weight : AN_ONES(sc);
     const float al = a->alpha, sh = a->shift;
     const uint16_t *zeros16 = (const uint16_t *)AN_ZEROS(sc);
-#if defined(AN_AVX512) || defined(AN_AVX2)
-    const int vec = AN_FN(pw_vec)(nf), native = AN_FN(pw_native)();
-#else
-    const int vec = 0;
-#endif
+    const int vec = AN_FN(bf16_vec_out)(nf); /* the vector loops (norm_rows.h) */
     for (int64_t r = b0; r < b1; r++) {
         if (r + AN_PF_AHEAD < b1) { /* a later row's inputs (see prefetch_span) */
             const int64_t f = r + AN_PF_AHEAD;
@@ -536,8 +514,7 @@ static inline __attribute__((always_inline)) void AN_FN(pw_bwd_block_bf16_body)(
         int64_t i = 0;
 #if defined(AN_AVX512) || defined(AN_AVX2)
         if (vec)
-            i = AN_FN(pw_bwd_vec)(d, s, dy, dres, w, dw, db, al, sh, D, acc_a, acc_s, a->kind == AN_DYT, nf, native,
-                                  direct);
+            i = AN_FN(pw_bwd_vec)(d, s, dy, dres, w, dw, db, al, sh, D, acc_a, acc_s, a->kind == AN_DYT, nf, direct);
 #endif
         if (a->kind == AN_DYT) {
             for (; i + AN_LANES <= D; i += AN_LANES)
