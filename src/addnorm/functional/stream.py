@@ -21,6 +21,7 @@ from ..ops.stream.autograd import DirectStreamRead, DirectStreamWrite, TritonStr
 from ..ops.stream.schema import CPU, TRITON
 from . import core
 from .mhc import mhc_pre  # noqa: F401  (addnorm.stream_functional, this module's old path, exported it)
+from .mhc import run_fast
 
 __all__ = ["stream_read", "stream_write"]
 
@@ -66,6 +67,9 @@ def stream_read(x, h_pre, *, backend: str | None = None):
 
 def stream_write(x, y, h_post, h_res, *, backend: str | None = None):
     """(X', q): X'_i = sum_j H_res[i, j] X_j + H_post[i] y, and q = per-token sum of squares of X'."""
+    # plain CPU tensors: the checks, the call and (a gradient wanted) the node in C++ (None: the path below)
+    if (r := run_fast(backend, "fast_stream_write", x, y, h_post, h_res)) is not None:
+        return r
     x, y, h_post, h_res = core.uninferred((x, y, h_post, h_res))
     _check(x, y=y, h_post=h_post, h_res=h_res)
     which = core.choose_backend(backend, x, tuple(x.shape[-1:]))

@@ -4,7 +4,8 @@ backward they hand every case but the plain one.
 ``NODES`` is the loaded module, or None where it is not built (``addnorm.kernels.cpu.nodes.status()`` says
 why): the callers then use the Python nodes, ``EagerAddNorm``, ``EagerNormAdd`` and ``EagerParallelAddNorm``,
 whose backward is also what runs here under create_graph=True, a forward-AD level, a dispatch mode, or an
-incoming gradient that is not a plain CPU tensor. ``MAX_NUMEL``: the C++ nodes allocate with torch; larger
+incoming gradient that is not a plain CPU tensor (as does ``MhcPre``'s for mHC's pre step and ``StreamWrite``'s for
+the widened stream's write). ``MAX_NUMEL``: the C++ nodes allocate with torch; larger
 outputs come from the output pool (``kernels.cpu.output_pool``) through the Python nodes, and at those sizes
 the per-call cost is a small part of the kernel's time anyway.
 """
@@ -16,9 +17,14 @@ from types import SimpleNamespace
 from ..kernels.cpu import nodes as _nodes
 from ..kernels.cpu import norm as _cpu
 from .fused.autograd import EagerNormAdd, EagerParallelAddNorm
+from .mhc.autograd import N_ARGS as MHC_ARGS
+from .mhc.autograd import MhcPre
+from .mhc.schema import CPU as MHC_CPU
 from .norm.autograd import EagerAddNorm
 from .pointwise.autograd import DirectPointwiseNorm
 from .pointwise.schema import CPU as PW_CPU
+from .stream.autograd import StreamWrite
+from .stream.schema import CPU as STREAM_CPU
 
 KIND = {"layer": 0, "rms": 1}
 _KIND_NAME = ("layer", "rms")
@@ -29,8 +35,16 @@ MAX_NUMEL = _cpu.POOL_MIN_NUMEL
 def _backward(op, saved, grads, needs, meta):
     """The Python node's backward for a C++ node's context: (op, saved tensors, incoming gradients, needs, the
     node's scalars) -> one gradient (or None) per input."""
-    kind = _KIND_NAME[meta["kind"]] if op != 3 else None
     ctx = SimpleNamespace(saved_tensors=tuple(saved), needs_input_grad=tuple(needs))
+    if op == 4:  # mHC's pre step: MhcPre's backward, with the scalars the node kept
+        ctx.needs_input_grad = tuple(needs) + (False,) * MHC_ARGS
+        ctx.perms, ctx.eps, ctx.iters, ctx.direct = None, meta["eps"], meta["iters"], MHC_CPU[1]
+        ctx.convention = tuple(meta[k] for k in ("pre_eps", "res_eps", "res_t", "post_scale", "post_eps", "groups"))
+        return list(MhcPre.backward(ctx, *grads, None, None, None))[:len(needs)]
+    if op == 5:  # the stream's write
+        ctx.direct = STREAM_CPU[3]
+        return list(StreamWrite.backward(ctx, *grads, *[None] * (2 - len(grads))))
+    kind = _KIND_NAME[meta["kind"]] if op != 3 else None
     if op == 0:
         sv, _, w, b = saved
         D = sv.shape[-1]

@@ -55,6 +55,12 @@ typedef int (*mhc_t)(int, int, int, int64_t, int64_t, int, int, int, int, const 
                      float *, float *, const void *, const float *, const float *, int, void *, const void *,
                      const void *, void *, void *, float *, float *, int);
 
+// addnorm_stream (stream_rows.h): the widened stream's read and write
+typedef int (*stream_t)(int, int, int, int64_t, int64_t, const void *, const void *, const void *, const void *, void *,
+                        void *, const float *, const float *, const float *, float *, const float *, float *, float *,
+                        float *, int);
+stream_t k_stream = nullptr;
+
 // addnorm_hyper (hyper_rows.h): Qwen4-exp's gated read and the write before it
 typedef int (*hyper_t)(int, int, int, int64_t, int64_t, int, const void *, const void *, const void *, const float *,
                        float, float, const float *, void *, void *, const void *, const void *, void *, void *,
@@ -70,7 +76,7 @@ ffwd_t k_fused_forward = nullptr;
 fbwd_t k_fused_backward = nullptr;
 py::object *fallback = nullptr;  // never freed: it lives as long as the process
 
-enum Op { ADD_NORM = 0, NORM_ADD = 1, PARALLEL = 2, POINTWISE = 3 };
+enum Op { ADD_NORM = 0, NORM_ADD = 1, PARALLEL = 2, POINTWISE = 3, MHC_PRE = 4, STREAM_WRITE = 5 };
 
 // the kernels' dtype codes (addnorm.kernels.cpu.library.DTYPE_CODES)
 int code(const Tensor &t) {
@@ -917,7 +923,17 @@ void mhc_layout(MhcCall &c, const Tensor &phi_in) {
     c.phi.narrow(1, 0, c.m).copy_(phi);
 }
 
-py::object mhc_run(MhcCall &c, bool write) {
+// The forward's outputs: (X' where it writes,) h, H_pre, H_post, H_res, and what a backward reads: p, rstd and,
+// with keep, Sinkhorn-Knopp's rounds (kernels.cpu.mhc.state_size; (..., 0) where none are kept)
+struct MhcOut {
+    Tensor x2, h, h_pre, h_post, h_res, p, rstd, state;
+};
+
+int64_t mhc_state_size(const MhcCall &c) {
+    return c.groups < 3 ? 0 : (int64_t)(1 + c.iters) * c.n * c.n + 2 * (int64_t)c.iters * c.n;
+}
+
+MhcOut mhc_forward(MhcCall &c, bool write, bool keep) {
     const Tensor &x = c.x;
     auto lead = x.sizes().slice(0, x.dim() - 2);
     auto with = [&](std::initializer_list<int64_t> tail) {
@@ -926,28 +942,39 @@ py::object mhc_run(MhcCall &c, bool write) {
         return s;
     };
     auto f = x.options().dtype(at::kFloat);
-    Tensor h = at::empty(with({c.C}), x.options());
-    Tensor h_pre = at::empty(with({c.n}), f), h_post = at::empty(with({c.groups > 1 ? c.n : 0}), f);
-    Tensor h_res = c.groups > 2 ? at::empty(with({c.n, c.n}), f) : at::empty(with({0, 0}), f);
-    Tensor p = at::empty(with({c.m}), f), rstd = at::empty(with({}), f);
-    Tensor x2 = write ? at::empty_like(x, at::MemoryFormat::Contiguous) : Tensor();
+    MhcOut o;
+    o.h = at::empty(with({c.C}), x.options());
+    o.h_pre = at::empty(with({c.n}), f);
+    o.h_post = at::empty(with({c.groups > 1 ? c.n : 0}), f);
+    o.h_res = c.groups > 2 ? at::empty(with({c.n, c.n}), f) : at::empty(with({0, 0}), f);
+    o.p = at::empty(with({c.m}), f);
+    o.rstd = at::empty(with({}), f);
+    const int64_t S = keep ? mhc_state_size(c) : 0;
+    if (keep) o.state = at::empty(with({S}), f);
+    if (write) o.x2 = at::empty_like(x, at::MemoryFormat::Contiguous);
     int64_t N = x.numel() / (c.n * c.C);
     int mp = (c.m + 7) / 8 * 8, rc;
     const void *xp = ptr(x), *yp = ptr(c.y), *phip = ptr(c.phi), *phiTp = ptr(c.phiT);
     const float *wpp = (const float *)ptr(c.w_post), *wrp = (const float *)ptr(c.w_res);
+    float *st = S ? o.state.data_ptr<float>() : nullptr;
     {
         NoGil released;
         rc = k_mhc(write ? 2 : 0, c.n, code(x), N, c.C, c.m, mp, c.r, c.iters, xp, (const float *)phip,
                    (const float *)phiTp, c.a[0], c.a[1], c.a[2], c.bias.data(), nullptr, (float)c.eps,
                    (float)c.pre_eps, (float)c.res_eps, c.res_t ? 1 : 0, (float)c.post_scale, (float)c.post_eps,
-                   c.groups, h.data_ptr(), h_pre.data_ptr<float>(), h_post.data_ptr<float>(),
-                   h_res.data_ptr<float>(), p.data_ptr<float>(), rstd.data_ptr<float>(), nullptr, nullptr, nullptr,
+                   c.groups, o.h.data_ptr(), o.h_pre.data_ptr<float>(), o.h_post.data_ptr<float>(),
+                   o.h_res.data_ptr<float>(), o.p.data_ptr<float>(), o.rstd.data_ptr<float>(), st, nullptr, nullptr,
                    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, yp, wpp, wrp,
-                   c.products ? 1 : 0, mptr(x2), nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nthreads());
+                   c.products ? 1 : 0, mptr(o.x2), nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nthreads());
     }
     check_stream_rc(rc, "mHC");
-    if (write) return py::make_tuple(x2, h, h_pre, h_post, h_res);
-    return py::make_tuple(h, h_pre, h_post, h_res);
+    return o;
+}
+
+py::object mhc_run(MhcCall &c, bool write) {
+    MhcOut o = mhc_forward(c, write, false);
+    if (write) return py::make_tuple(o.x2, o.h, o.h_pre, o.h_post, o.h_res);
+    return py::make_tuple(o.h, o.h_pre, o.h_post, o.h_res);
 }
 
 // the convention's numbers (MhcConvention.fields: pre_eps, res_eps, res_transposed, post_scale, post_eps, groups)
@@ -965,6 +992,129 @@ bool mhc_numbers(MhcCall &c, PyObject *eps, PyObject *iters, PyObject *pre_eps, 
     c.res_t = res_t == Py_True;
     return true;
 }
+
+// ---------------------------------------------------------------- mHC's pre step with a gradient
+// The node of functional.mhc.mhc_pre where a gradient is wanted (the plain call fast_mhc takes: perms None, no write
+// before it), in place of the Python DirectMhcPre: at a training block's 512 tokens x 4 x 768 its Python around the
+// kernels (checks, the kernel choice, the host's outputs and pointers, the coefficients' float32 copies, their
+// gradients cut from the kernel's sums) took 0.3 ms forward and 0.4 ms backward a call beside 0.7 and 1.9 ms of
+// kernel. Forward and backward call the C kernels as kernels.cpu.mhc does (the same arguments, so the same bits);
+// every backward but the plain one goes to MhcPre.backward (ops.mhc.autograd) through the fallback.
+//
+// phi as a backward reads it (kernels.cpu.mhc._layouts with backward=True): phiT (m, K) where phi is the transposed
+// view of an (m, K) float32 weight; phi (K, mp) as it lies, which the kernel transposes; else phiT copied
+void mhc_backward_layout(const Tensor &phi_in, int mp, Tensor &phi, Tensor &phiT) {
+    const bool f32 = phi_in.scalar_type() == at::kFloat;
+    if (f32 && phi_in.t().is_contiguous() && !(phi_in.is_contiguous() && phi_in.size(1) == mp)) {
+        phiT = phi_in.t();
+        return;
+    }
+    Tensor p = f32 ? phi_in : phi_in.to(at::kFloat);
+    if (p.size(1) == mp && p.is_contiguous()) phi = p;
+    else phiT = p.t().contiguous();
+}
+
+constexpr int MHC_TENSORS = 8, MHC_NUMBERS = 8;  // x, phi, the six coefficients; eps, iters and the convention
+
+struct MhcPreNode : public torch::autograd::Function<MhcPreNode> {
+    static variable_list forward(AutogradContext *ctx, Tensor x, Tensor phi, Tensor a_pre, Tensor a_post,
+                                 Tensor a_res, Tensor b_pre, Tensor b_post, Tensor b_res, double eps, int64_t iters,
+                                 double pre_eps, double res_eps, bool res_t, double post_scale, double post_eps,
+                                 int64_t groups) {
+        ctx->set_materialize_grads(false);
+        MhcCall c;
+        c.x = x;
+        c.n = (int)x.size(-2);
+        c.C = x.size(-1);
+        c.groups = (int)groups;
+        c.iters = (int)iters;
+        c.r = c.groups < 3 ? 0 : c.n * c.n;
+        c.m = c.groups == 1 ? c.n : 2 * c.n + c.r;
+        c.eps = eps;
+        c.pre_eps = pre_eps;
+        c.res_eps = res_eps;
+        c.res_t = res_t;
+        c.post_scale = post_scale;
+        c.post_eps = post_eps;
+        for (const Tensor *t : {&a_pre, &a_post, &a_res}) append_floats(*t, c.a);
+        for (const Tensor *t : {&b_pre, &b_post, &b_res}) append_floats(*t, c.bias);
+        mhc_layout(c, phi);
+        MhcOut o = mhc_forward(c, false, true);
+        ctx->save_for_backward({x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, o.p, o.rstd, o.state});
+        ctx->saved_data["eps"] = eps;
+        ctx->saved_data["iters"] = iters;
+        ctx->saved_data["pre_eps"] = pre_eps;
+        ctx->saved_data["res_eps"] = res_eps;
+        ctx->saved_data["res_t"] = res_t;
+        ctx->saved_data["post_scale"] = post_scale;
+        ctx->saved_data["post_eps"] = post_eps;
+        ctx->saved_data["groups"] = groups;
+        ctx->saved_data["given"] = given({true, true, true, true, true, true, true, true});
+        // the coefficients as the kernel read them (float32), for the backward: the saved ones cannot change
+        // meanwhile (autograd refuses a saved tensor modified in place)
+        ctx->saved_data["scal"] = torch::tensor(c.a, x.options().dtype(at::kFloat));
+        ctx->saved_data["bias"] = torch::tensor(c.bias, x.options().dtype(at::kFloat));
+        return {o.h, o.h_pre, o.h_post, o.h_res};
+    }
+
+    static variable_list backward(AutogradContext *ctx, variable_list grads) {
+        variable_list saved = ctx->get_saved_variables();
+        const size_t n_out = MHC_TENSORS + MHC_NUMBERS;
+        Tensor dh = grads[0], dpre = grads[1], dpost = grads[2], dres = grads[3];
+        if (!dh.defined() && !dpre.defined() && !dpost.defined() && !dres.defined()) return variable_list(n_out);
+        const Tensor x = rows(saved[0]);
+        const Tensor &phi = saved[1], &p = saved[8], &rstd = saved[9], &state = saved[10];
+        if (!kernel_backward(x.scalar_type(), {dh}) || !kernel_backward(at::kFloat, {dpre, dpost, dres}) ||
+            p.scalar_type() != at::kFloat || !p.is_contiguous() || !rstd.is_contiguous() || !state.is_contiguous()) {
+            variable_list g = python_backward(MHC_PRE, ctx, saved, grads, MHC_TENSORS);
+            g.resize(n_out);
+            return g;
+        }
+        const int groups = (int)ctx->saved_data["groups"].toInt(), iters = (int)ctx->saved_data["iters"].toInt();
+        const int n = (int)x.size(-2), m = (int)p.size(-1), mp = (m + 7) / 8 * 8, r = groups < 3 ? 0 : n * n;
+        const int64_t C = x.size(-1), N = x.numel() / (n * C);
+        dh = rows(dh);
+        dpre = rows(dpre);
+        dpost = groups > 1 ? rows(dpost) : Tensor();
+        dres = groups > 2 ? rows(dres) : Tensor();
+        auto f = x.options().dtype(at::kFloat);
+        auto lead = x.sizes().slice(0, x.dim() - 2);
+        std::vector<int64_t> ls(lead.begin(), lead.end());
+        ls.push_back(m);
+        Tensor dx = at::empty_like(x, at::MemoryFormat::Contiguous), dlogits = at::empty(ls, f);
+        Tensor dphi = at::empty(phi.sizes(), f), dcoef = at::empty({3 + m}, f);
+        Tensor ph, phT;
+        mhc_backward_layout(phi, mp, ph, phT);
+        const Tensor scal = ctx->saved_data["scal"].toTensor(), bias = ctx->saved_data["bias"].toTensor();
+        const float *a = scal.data_ptr<float>();
+        const float *kept = state.numel() > 0 ? state.data_ptr<float>() : nullptr;
+        int rc = k_mhc(1, n, code(x), N, C, m, mp, r, iters, ptr(x), (const float *)ptr(ph), (const float *)ptr(phT),
+                       a[0], a[1], a[2], bias.data_ptr<float>(), nullptr, 0.0f,
+                       (float)ctx->saved_data["pre_eps"].toDouble(), (float)ctx->saved_data["res_eps"].toDouble(),
+                       ctx->saved_data["res_t"].toBool() ? 1 : 0, (float)ctx->saved_data["post_scale"].toDouble(),
+                       (float)ctx->saved_data["post_eps"].toDouble(), groups, nullptr, nullptr, nullptr, nullptr,
+                       nullptr, nullptr, nullptr, ptr(dh), (const float *)ptr(dpre), (const float *)ptr(dpost),
+                       (const float *)ptr(dres), p.data_ptr<float>(), rstd.data_ptr<float>(), kept, dx.data_ptr(),
+                       dlogits.data_ptr<float>(), dphi.data_ptr<float>(), dcoef.data_ptr<float>(), nullptr, nullptr,
+                       nullptr, 0, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nthreads());
+        check_stream_rc(rc, "mHC");
+        variable_list out(n_out);
+        if (need(ctx, 0)) out[0] = dx;
+        if (need(ctx, 1)) out[1] = dphi.to(phi.scalar_type());
+        // the coefficients' gradients from the kernel's sums (ops.mhc.formulas.coefficient_grads_from_sums): da_pre,
+        // da_post, da_res, then db over the columns of each group, each its own tensor in its coefficient's dtype
+        const int64_t sizes[6] = {1, 1, 1, n, std::max<int64_t>(0, std::min<int64_t>(n, m - n)),
+                                  std::max<int64_t>(0, m - 2 * n)};
+        int64_t off = 0;
+        for (int i = 0; i < 6; i++) {
+            const Tensor &coef = saved[2 + i];
+            if (need(ctx, 2 + i))
+                out[2 + i] = dcoef.narrow(0, off, sizes[i]).reshape(coef.sizes()).to(coef.scalar_type(), false, true);
+            off += sizes[i];
+        }
+        return out;
+    }
+};
 
 // (h, H_pre, H_post, H_res) or, with y, (X', h, H_pre, H_post, H_res) of functional.mhc's mhc_pre / mhc_write_pre
 // (perms None), or None
@@ -991,13 +1141,112 @@ py::object fast_mhc(py::handle x, py::handle y, py::handle h_post, py::handle h_
         const Tensor &t = THPVariable_Unpack(coeffs[i]);
         if (t.numel() != want[i] || (i < 3 ? t.dim() > 1 : i != 5 && t.dim() != 1)) return py::none();
     }
-    if (route({x.ptr(), y.ptr(), h_post.ptr(), h_res.ptr(), phi.ptr(), coeffs[0], coeffs[1], coeffs[2], coeffs[3],
-               coeffs[4], coeffs[5]}) != 0)
-        return py::none();
+    const int how = route({x.ptr(), y.ptr(), h_post.ptr(), h_res.ptr(), phi.ptr(), coeffs[0], coeffs[1], coeffs[2],
+                           coeffs[3], coeffs[4], coeffs[5]});
+    if (how < 0 || (how == 1 && !y.is_none())) return py::none();  // mhc_write_pre with a gradient: its Python node
+    if (how == 1) {
+        Tensor t[6];
+        for (int i = 0; i < 6; i++) t[i] = THPVariable_Unpack(coeffs[i]);
+        variable_list r = MhcPreNode::apply(c.x, ph, t[0], t[1], t[2], t[3], t[4], t[5], c.eps, (int64_t)c.iters,
+                                            c.pre_eps, c.res_eps, c.res_t, c.post_scale, c.post_eps,
+                                            (int64_t)c.groups);
+        return py::make_tuple(r[0], r[1], r[2], r[3]);
+    }
     for (int i = 0; i < 3; i++) append_floats(THPVariable_Unpack(coeffs[i]), c.a);
     for (int i = 3; i < 6; i++) append_floats(THPVariable_Unpack(coeffs[i]), c.bias);
     mhc_layout(c, ph);
     return mhc_run(c, !y.is_none());
+}
+
+// ---------------------------------------------------------------- the widened stream's write
+// functional.stream.stream_write, (X', q) = (H_res X + H_post^T y, the sum of squares of each token's X'), checked
+// and run here: at a training block's 512 tokens x 4 x 768 its Python (checks, the kernel choice, the host, the
+// autograd Function) took 0.2 ms forward and 0.14 ms backward a call beside 0.5 and 0.8 ms of kernel. The kernel gets
+// what kernels.cpu.stream gives it (the coefficients as contiguous float32); every backward but the plain one goes to
+// StreamWrite.backward (ops.stream.autograd) through the fallback.
+struct WriteOut {
+    Tensor x2, q;
+};
+
+WriteOut stream_write_forward(const Tensor &x, const Tensor &y, const Tensor &h_post, const Tensor &h_res) {
+    const int64_t n = x.size(-2), C = x.size(-1), N = x.numel() / (n * C);
+    auto lead = x.sizes().slice(0, x.dim() - 2);
+    WriteOut o;
+    o.x2 = at::empty_like(x, at::MemoryFormat::Contiguous);
+    o.q = at::empty(lead, x.options().dtype(at::kFloat));
+    const Tensor hp = h_post.to(at::kFloat).contiguous(), hr = h_res.to(at::kFloat).contiguous();
+    const void *xp = ptr(x), *yp = ptr(y);
+    const float *hpp = hp.data_ptr<float>(), *hrp = hr.data_ptr<float>();
+    void *out = o.x2.data_ptr();
+    float *q = o.q.data_ptr<float>();
+    int rc;
+    {
+        NoGil released;
+        rc = k_stream(2, (int)n, code(x), N, C, xp, yp, nullptr, nullptr, out, nullptr, nullptr, hpp, hrp, q, nullptr,
+                      nullptr, nullptr, nullptr, nthreads());
+    }
+    check_stream_rc(rc, "stream");
+    return o;
+}
+
+struct StreamWriteNode : public torch::autograd::Function<StreamWriteNode> {
+    static variable_list forward(AutogradContext *ctx, Tensor x, Tensor y, Tensor h_post, Tensor h_res) {
+        ctx->set_materialize_grads(false);
+        WriteOut o = stream_write_forward(x, y, h_post, h_res);
+        ctx->save_for_backward({x, y, h_post, h_res, o.x2});
+        ctx->saved_data["given"] = given({true, true, true, true});
+        return {o.x2, o.q};
+    }
+
+    static variable_list backward(AutogradContext *ctx, variable_list grads) {
+        variable_list saved = ctx->get_saved_variables();
+        Tensor dx2 = grads[0], dq = grads.size() > 1 ? grads[1] : Tensor();
+        if (!dx2.defined() && !dq.defined()) return variable_list(4);
+        const Tensor x = rows(saved[0]), y = rows(saved[1]);
+        if (!dx2.defined() || !kernel_backward(x.scalar_type(), {dx2}) || !kernel_backward(at::kFloat, {dq}))
+            return python_backward(STREAM_WRITE, ctx, saved, grads, 4);
+        const Tensor &h_post = saved[2], &h_res = saved[3];
+        const int64_t n = x.size(-2), C = x.size(-1), N = x.numel() / (n * C);
+        dx2 = rows(dx2);
+        dq = rows(dq);
+        const Tensor x2 = dq.defined() ? rows(saved[4]) : Tensor();
+        const Tensor hp = h_post.to(at::kFloat).contiguous(), hr = h_res.to(at::kFloat).contiguous();
+        auto f = x.options().dtype(at::kFloat);
+        auto lead = x.sizes().slice(0, x.dim() - 1);
+        std::vector<int64_t> ps(lead.begin(), lead.end()), rs(lead.begin(), lead.end());
+        rs.push_back(n);
+        Tensor dx = at::empty_like(x, at::MemoryFormat::Contiguous), dy = at::empty_like(y, at::MemoryFormat::Contiguous);
+        Tensor d_post = at::empty(ps, f), d_res = at::empty(rs, f);
+        check_stream_rc(k_stream(3, (int)n, code(x), N, C, ptr(dx2), ptr(y), ptr(x), ptr(x2), dx.data_ptr(),
+                                 dy.data_ptr(), nullptr, hp.data_ptr<float>(), hr.data_ptr<float>(), nullptr,
+                                 (const float *)ptr(dq), nullptr, d_post.data_ptr<float>(), d_res.data_ptr<float>(),
+                                 nthreads()),
+                        "stream");
+        variable_list out(4);
+        if (need(ctx, 0)) out[0] = dx;
+        if (need(ctx, 1)) out[1] = dy;
+        if (need(ctx, 2)) out[2] = d_post.to(h_post.scalar_type());
+        if (need(ctx, 3)) out[3] = d_res.to(h_res.scalar_type());
+        return out;
+    }
+};
+
+// (X', q) of functional.stream.stream_write, or None where the call is not the plain one (the caller's general
+// path takes it, and names what is wrong): x (..., n, C) contiguous in a kernel dtype, y (..., C) in x's dtype,
+// h_post (..., n) and h_res (..., n, n) of any kernel dtype (read as float32)
+py::object fast_stream_write(py::handle x, py::handle y, py::handle h_post, py::handle h_res) {
+    MhcCall c;
+    if (y.is_none() || h_res.is_none() || !mhc_stream(c, x.ptr(), y.ptr(), h_post.ptr(), h_res.ptr(), Py_False))
+        return py::none();
+    const int how = route({x.ptr(), y.ptr(), h_post.ptr(), h_res.ptr()});
+    if (how < 0) return py::none();
+    const Tensor &post = THPVariable_Unpack(h_post.ptr()), &res = THPVariable_Unpack(h_res.ptr());
+    if (how == 0) {
+        WriteOut o = stream_write_forward(c.x, c.y, post, res);
+        return py::make_tuple(o.x2, o.q);
+    }
+    variable_list r = StreamWriteNode::apply(c.x, c.y, post, res);
+    return py::make_tuple(r[0], r[1]);
 }
 
 // (h, H_pre, H_post) or, with y, (X', h, H_pre, H_post) of functional.hyper's hyper_read / hyper_write_read: the
@@ -1102,9 +1351,10 @@ py::object fast_hyper_gated(int64_t op, py::handle x, py::handle y, py::handle h
 
 void init(uintptr_t forward, uintptr_t backward, uintptr_t fused_forward, uintptr_t fused_backward,
           uintptr_t pointwise_forward, uintptr_t pointwise_backward, uintptr_t mhc, uintptr_t hyper,
-          py::object python_fallback, int64_t max_fast_numel) {
+          uintptr_t stream, py::object python_fallback, int64_t max_fast_numel) {
     max_numel = max_fast_numel;
     k_mhc = (mhc_t)mhc;
+    k_stream = (stream_t)stream;
     k_hyper = (hyper_t)hyper;
     k_pointwise_forward = (pwf_t)pointwise_forward;
     k_pointwise_backward = (pwb_t)pointwise_backward;
@@ -1132,8 +1382,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("norm_add", &norm_add);
     m.def("parallel", &parallel);
     m.def("fast_mhc", &fast_mhc);
+    m.def("fast_stream_write", &fast_stream_write);
     m.def("fast_hyper_read", &fast_hyper_read);
     m.def("fast_hyper_gated", &fast_hyper_gated);
     m.attr("torch_version") = TORCH_VERSION;
-    m.attr("abi") = 8;  // nodes.ABI: raised with every change to the functions above
+    m.attr("abi") = 9;  // nodes.ABI: raised with every change to the functions above
 }

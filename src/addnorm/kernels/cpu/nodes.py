@@ -26,7 +26,7 @@ NAME = "_addnorm_nodes"
 SOURCE = Path(__file__).with_name("autograd_nodes.cpp")
 TARGET = Path(__file__).with_name(NAME + ".so")
 
-ABI = 8  # autograd_nodes.cpp's `abi`: raised with every change to the functions this file and its callers use
+ABI = 9  # autograd_nodes.cpp's `abi`: raised with every change to the functions this file and its callers use
 _MODULE = None  # the loaded module, or the reason it is not
 _FALLBACK = None
 
@@ -67,7 +67,7 @@ def load(fallback, max_numel: int):
     addr = [ctypes.cast(getattr(so, f), ctypes.c_void_p).value for f in (
         "addnorm_forward", "addnorm_backward", "addnorm_fused_forward", "addnorm_fused_backward",
         "addnorm_pointwise_forward", "addnorm_pointwise_backward", "addnorm_mhc",
-        "addnorm_hyper")]
+        "addnorm_hyper", "addnorm_stream")]
     try:
         mod.init(*addr, fallback, int(max_numel))
     except Exception as e:  # a build that does not fit this code must never break `import addnorm`

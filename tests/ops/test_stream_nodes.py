@@ -1,0 +1,315 @@
+"""The widened stream's C++ autograd nodes (``kernels/cpu/autograd_nodes.cpp``: ``MhcPreNode`` behind
+``functional.mhc.mhc_pre``, ``StreamWriteNode`` behind ``functional.stream.stream_write``) against the Python nodes
+they stand in front of (``DirectMhcPre``, ``DirectStreamWrite``): the same outputs and gradients, to the bit and in
+the same dtypes and shapes, for every dtype, convention, phi layout, which inputs need a gradient and which outputs
+are used; and every backward but the plain one (create_graph, batched gradients, a forward-AD level, a dispatch
+mode, a gradient in another dtype) answered as the Python node answers it."""
+
+import itertools
+
+import pytest
+import torch
+import torch.autograd.forward_ad as fwAD
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import addnorm.functional as AF
+from addnorm.functional import MhcConvention, last_backend
+from addnorm.functional import mhc as M
+from addnorm.kernels.cpu import nodes
+from addnorm.ops import native_nodes
+
+pytestmark = pytest.mark.skipif(native_nodes.NODES is None, reason=(
+    f"the C++ nodes are not loaded here: {nodes.status()}; make setup builds them, CI runs these"))
+
+N, C = 4, 40
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+CONVENTIONS = {"paper": None, "deepseek_v4": MhcConvention.deepseek_v4(1e-6),
+               "groups2": MhcConvention(groups=2, pre_eps=1e-3, post_scale=2.5), "groups1": MhcConvention(groups=1)}
+NAMES = ("x", "phi", "a_pre", "a_post", "a_res", "b_pre", "b_post", "b_res")
+
+
+class _Python:
+    """Calls inside take the Python nodes (the C++ entries are not asked)."""
+
+    def __enter__(self):
+        self.saved, M.NODES = M.NODES, None
+
+    def __exit__(self, *exc):
+        M.NODES = self.saved
+
+
+def _pre_inputs(dt, conv, lead=(3, 5), layout="contiguous", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    groups = 3 if conv is None else conv.groups
+    r = N * N if groups == 3 else 0
+    m = N if groups == 1 else 2 * N + r
+    x = torch.randn(*lead, N, C, generator=g).to(dt)
+    w = torch.randn(m, N * C, generator=g) * 0.05  # a model's (m, nC) weight
+    phi = {"contiguous": w.t().contiguous(), "weight_view": w.t(), "bfloat16": w.t().contiguous().bfloat16()}[layout]
+    coeffs = [torch.tensor(0.8), torch.tensor([0.6]), torch.tensor(1.1), 0.5 * torch.randn(N, generator=g),
+              0.5 * torch.randn(N if groups > 1 else 0, generator=g),
+              0.5 * torch.randn(N, N, generator=g) if groups == 3 else torch.zeros(0)]
+    return [x, phi, *coeffs]
+
+
+def _pre_run(ins, conv, want, used, seed=1):
+    """mhc_pre's outputs, and the gradients of the used outputs (against fixed random upstream gradients) with
+    respect to the inputs in ``want``."""
+    ts = [t.clone().requires_grad_(i in want) for i, t in enumerate(ins)]
+    outs = AF.mhc_pre(*ts, convention=conv, iters=7)
+    g = torch.Generator().manual_seed(seed)
+    ups = [torch.randn(o.shape, generator=g).to(o.dtype) for o in outs]
+    pairs = [(o, u) for k, (o, u) in enumerate(zip(outs, ups)) if k in used and o.numel()]
+    wrt = [ts[i] for i in want]
+    if not wrt or not pairs:
+        return outs, ()
+    return outs, torch.autograd.grad([o for o, _ in pairs], wrt, [u for _, u in pairs], allow_unused=True)
+
+
+def _same(a, b, what):
+    if a is None or b is None:
+        assert a is None and b is None, what
+        return
+    assert (a.dtype, a.shape) == (b.dtype, b.shape), what
+    assert torch.equal(a, b), (what, (a.float() - b.float()).abs().max())
+
+
+def _both(fn):
+    got = fn()
+    assert last_backend() == "cpu"
+    with _Python():
+        want = fn()
+    return got, want
+
+
+@pytest.mark.parametrize("dt,conv", list(itertools.product(DTYPES, CONVENTIONS)))
+def test_mhc_pre_node_matches_the_python_node_bit_for_bit(dt, conv):
+    convention = CONVENTIONS[conv]
+    ins = _pre_inputs(dt, convention)
+    for want, used in (((0, 1, 2, 3, 4, 5, 6, 7), (0, 1, 2, 3)), ((0,), (0,)), ((1,), (0, 1)), ((2, 5), (1,)),
+                       ((0, 4, 7), (3,)), ((1, 3, 6), (2,))):
+        (outs, grads), (outs_py, grads_py) = _both(lambda: _pre_run(ins, convention, want, used))
+        assert type(outs[0].grad_fn).__name__ == "CppFunction"
+        assert type(outs_py[0].grad_fn).__name__ == "DirectMhcPreBackward"
+        for k, (a, b) in enumerate(zip(outs, outs_py, strict=True)):
+            _same(a, b, f"output {k}")
+        assert len(grads) == len(grads_py)
+        for i, a, b in zip(want, grads, grads_py):
+            _same(a, b, f"d{NAMES[i]} (want {want}, used {used})")
+
+
+@pytest.mark.parametrize("layout", ["weight_view", "bfloat16"])
+def test_mhc_pre_node_reads_phi_as_it_lies(layout):
+    ins = _pre_inputs(torch.float32, None, layout=layout)
+    (outs, grads), (outs_py, grads_py) = _both(lambda: _pre_run(ins, None, tuple(range(8)), (0, 1, 2, 3)))
+    for a, b in zip((*outs, *grads), (*outs_py, *grads_py)):
+        _same(a, b, layout)
+    assert grads[1].dtype == ins[1].dtype
+
+
+def _write_inputs(dt, lead=(3, 7), pdt=torch.float32, seed=2):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*lead, N, 33, generator=g).to(dt), torch.randn(*lead, 33, generator=g).to(dt),
+            (torch.rand(*lead, N, generator=g) * 2).to(pdt), torch.rand(*lead, N, N, generator=g).to(pdt)]
+
+
+def _write_run(ins, want, use_q, seed=3):
+    ts = [t.clone().requires_grad_(i in want) for i, t in enumerate(ins)]
+    x2, q = AF.stream_write(*ts)
+    g = torch.Generator().manual_seed(seed)
+    outs, ups = [x2], [torch.randn(x2.shape, generator=g).to(x2.dtype)]
+    if use_q:
+        outs.append(q)
+        ups.append(torch.randn(q.shape, generator=g))
+    return (x2, q), torch.autograd.grad(outs, [ts[i] for i in want], ups, allow_unused=True)
+
+
+@pytest.mark.parametrize("dt,pdt", [(torch.float32, torch.float32), (torch.bfloat16, torch.float32),
+                                    (torch.float16, torch.float32), (torch.bfloat16, torch.bfloat16)])
+def test_stream_write_node_matches_the_python_node_bit_for_bit(dt, pdt):
+    ins = _write_inputs(dt, pdt=pdt)
+    for want, use_q in (((0, 1, 2, 3), False), ((0, 1, 2, 3), True), ((0,), False), ((2, 3), True), ((1,), False)):
+        (outs, grads), (outs_py, grads_py) = _both(lambda: _write_run(ins, want, use_q))
+        assert type(outs[0].grad_fn).__name__ == "CppFunction"
+        assert type(outs_py[0].grad_fn).__name__ == "DirectStreamWriteBackward"
+        for a, b in zip((*outs, *grads), (*outs_py, *grads_py)):
+            _same(a, b, f"{want} q={use_q}")
+
+
+def test_the_entries_decline_what_the_python_path_answers():
+    """Outside the plain call the Python node answers (and names what is wrong): mHC-lite's perms, float64, a
+    call as large as the output pool's, a read with the write before it (mhc_write_pre), no C++ entries at all."""
+    x, phi, *coeffs = _pre_inputs(torch.float32, None)
+    x = x.requires_grad_()
+    lite_phi = torch.randn(N * C, 2 * N + 24, requires_grad=True)
+    perms = torch.stack([torch.eye(N)[list(p)] for p in itertools.permutations(range(N))])
+    h = AF.mhc_pre(x, lite_phi, *coeffs[:5], torch.zeros(24), perms=perms)[0]
+    assert type(h.grad_fn).__name__ == "DirectMhcPreBackward"
+    h = AF.mhc_pre(x.double(), phi.double(), *coeffs)[0]
+    assert "Direct" not in type(h.grad_fn).__name__ and type(h.grad_fn).__name__ != "CppFunction"
+    big = torch.randn(native_nodes.MAX_NUMEL // (N * C) + 1, N, C, requires_grad=True)
+    assert type(AF.mhc_pre(big, phi, *coeffs)[0].grad_fn).__name__ == "DirectMhcPreBackward"
+    y = torch.randn(3, 5, C, requires_grad=True)
+    hp, hr = torch.rand(3, 5, N), torch.rand(3, 5, N, N)
+    out = AF.mhc_write_pre(x, y, hp, hr, phi, *coeffs)
+    assert type(out[1].grad_fn).__name__ != "CppFunction"
+    with pytest.raises(TypeError, match="y dtype"):
+        AF.stream_write(x, y.double(), hp, hr)
+
+
+def _penalty_pre(ins, create_graph=True):
+    """A gradient penalty: the gradients of mhc_pre's outputs, differentiated again."""
+    ts = [t.clone().requires_grad_() for t in ins]
+    outs = AF.mhc_pre(*ts, iters=5)
+    loss = sum((o.float() * (k + 1)).square().sum() for k, o in enumerate(outs))
+    gs = torch.autograd.grad(loss, ts, create_graph=create_graph)
+    return torch.autograd.grad(sum(g.float().square().sum() for g in gs), ts, allow_unused=True)
+
+
+def test_double_backward_goes_to_the_python_backward():
+    ins = _pre_inputs(torch.float32, None, lead=(2,))
+    got = _penalty_pre(ins)
+    with _Python():
+        want = _penalty_pre(ins)
+    for a, b in zip(got, want):
+        _same(a, b, "double backward")
+    ws = _write_inputs(torch.float32, lead=(2,))
+
+    def penalty():
+        ts = [t.clone().requires_grad_() for t in ws]
+        x2, q = AF.stream_write(*ts)
+        gs = torch.autograd.grad(x2.square().sum() + q.sum(), ts, create_graph=True)
+        return torch.autograd.grad(sum(g.square().sum() for g in gs), ts, allow_unused=True)
+
+    got = penalty()
+    with _Python():
+        want = penalty()
+    for a, b in zip(got, want):
+        _same(a, b, "write double backward")
+
+
+def test_batched_gradients_go_to_the_python_backward():
+    """is_grads_batched runs the backward under vmap: incoming gradients without storage, which the kernels must
+    not read."""
+    ins = _pre_inputs(torch.float32, None, lead=(2,))
+    g = torch.Generator().manual_seed(4)
+    v = torch.randn(3, 2, C, generator=g)
+    res = []
+    for py in (False, True):
+        ts = [t.clone().requires_grad_() for t in ins]
+        with _Python() if py else torch.enable_grad():
+            h = AF.mhc_pre(*ts, iters=5)[0]
+            res.append(torch.autograd.grad(h, ts[:2], v, is_grads_batched=True))
+    for a, b in zip(*res):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    ws = _write_inputs(torch.float32, lead=(2,))
+    vw = torch.randn(3, 2, N, 33, generator=g)
+    res = []
+    for py in (False, True):
+        ts = [t.clone().requires_grad_() for t in ws]
+        with _Python() if py else torch.enable_grad():
+            res.append(torch.autograd.grad(AF.stream_write(*ts)[0], ts, vw, is_grads_batched=True))
+    for a, b in zip(*res):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_forward_ad_level_opened_after_the_forward():
+    """The forward ran outside any dual level (the C++ node), the backward inside one with a dual incoming
+    gradient: its tangent reaches the result, as through the Python node."""
+    ins = _pre_inputs(torch.float32, None, lead=(2,))
+    g = torch.Generator().manual_seed(5)
+    u, tu = torch.randn(2, C, generator=g), torch.randn(2, C, generator=g)
+    res = []
+    for py in (False, True):
+        ts = [t.clone().requires_grad_() for t in ins]
+        with _Python() if py else torch.enable_grad():
+            h = AF.mhc_pre(*ts, iters=5)[0]
+            with fwAD.dual_level():
+                (gx,) = torch.autograd.grad(h, ts[0], fwAD.make_dual(u, tu))
+                res.append(fwAD.unpack_dual(gx).tangent)
+    assert res[0] is not None
+    torch.testing.assert_close(res[0], res[1], atol=1e-6, rtol=1e-5)
+
+
+class _Count(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _dispatched(fn, ins):
+    """The operators a dispatch mode sees in fn's backward, and its gradients."""
+    ts = [t.clone().requires_grad_() for t in ins]
+    out = fn(ts)
+    mode = _Count()
+    with mode:
+        grads = torch.autograd.grad(out.sum(), ts)
+    return mode.ops, grads
+
+
+def test_a_dispatch_mode_sees_the_backward_as_the_python_node_runs_it():
+    """A dispatch mode active during backward gets what the Python node's backward runs, op for op."""
+    for fn, ins in ((lambda ts: AF.mhc_pre(*ts, iters=5)[0], _pre_inputs(torch.float32, None, lead=(2,))),
+                    (lambda ts: AF.stream_write(*ts)[0], _write_inputs(torch.float32, lead=(2,)))):
+        ops, grads = _dispatched(fn, ins)
+        with _Python():
+            ops_py, grads_py = _dispatched(fn, ins)
+        assert ops and ops == ops_py
+        for a, b in zip(grads, grads_py):
+            _same(a, b, "under a dispatch mode")
+
+
+def test_a_gradient_in_another_dtype_and_saved_tensor_hooks():
+    """A bfloat16 stream's h handed a float32 gradient (autograd casts it to h's dtype for either node); the node's
+    saved tensors go through saved_tensors_hooks, and a saved tensor modified in place is refused."""
+    ins = _pre_inputs(torch.bfloat16, None, lead=(2,))
+    res = []
+    for py in (False, True):
+        ts = [t.clone().requires_grad_() for t in ins]
+        with _Python() if py else torch.enable_grad():
+            h = AF.mhc_pre(*ts, iters=5)[0]
+            res.append(torch.autograd.grad(h, ts, torch.ones(h.shape), allow_unused=True))
+    for a, b in zip(*res):
+        _same(a, b, "float32 gradient of a bfloat16 h")
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        ts = [t.clone().requires_grad_() for t in _pre_inputs(torch.float32, None, lead=(2,))]
+        h = AF.mhc_pre(*ts, iters=5)[0]
+    assert len(packed) >= 11  # x, phi, the six coefficients, p, rstd and the kept rounds
+    h.sum().backward()
+    ts = [t.clone().requires_grad_() for t in _pre_inputs(torch.float32, None, lead=(2,))]
+    x = ts[0] * 1
+    h = AF.mhc_pre(x, *ts[1:], iters=5)[0]
+    x.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        h.sum().backward()
+
+
+def test_retain_graph_twice_and_the_model_reaches_the_nodes():
+    from addnorm.model import GPTConfig
+    from addnorm.model.block import TransformerBlock
+
+    ts = [t.clone().requires_grad_() for t in _pre_inputs(torch.float32, None, lead=(2,))]
+    h = AF.mhc_pre(*ts, iters=5)[0]
+    a = torch.autograd.grad(h.sum(), ts, retain_graph=True)
+    b = torch.autograd.grad(h.sum(), ts)
+    assert all(torch.equal(p, q) for p, q in zip(a, b))
+    torch.manual_seed(0)
+    block = TransformerBlock(GPTConfig(placement="mhc", n_streams=4, n_embd=64, n_head=4), layer_idx=1)
+    x = torch.randn(2, 8, 4, 64, requires_grad=True)
+    seen = set()
+
+    def walk(fn):
+        if fn is None or fn in seen:
+            return
+        seen.add(fn)
+        for nxt, _ in fn.next_functions:
+            walk(nxt)
+
+    walk(block(x).grad_fn)
+    assert sum(type(f).__name__ == "CppFunction" for f in seen) >= 4  # two reads and two writes
+    assert not any(type(f).__name__ in ("DirectMhcPreBackward", "DirectStreamWriteBackward") for f in seen)
