@@ -3,8 +3,9 @@
 token, where the Python layers around the kernel cost more than HF's whole module -- against the general path
 they stand in front of: the same outputs to the bit, in the same dtypes and shapes, for every form, dtype,
 convention and rounding; taken where they should be (the general path is never reached), declined where they
-should not (a gradient wanted, float64, a view, mHC-lite's perms, a bad argument: the general path answers, with
-its autograd and its errors)."""
+should not (float64, a view, a bad argument: the general path answers, with its autograd and its errors). Where a
+gradient is wanted, mhc_pre's read and the stream write make C++ autograd nodes (tests/ops/test_stream_nodes.py)
+and the other entries decline."""
 
 import itertools
 from unittest import mock

@@ -98,6 +98,37 @@ def test_mhc_pre_node_matches_the_python_node_bit_for_bit(dt, conv):
             _same(a, b, f"d{NAMES[i]} (want {want}, used {used})")
 
 
+def _perms(n):
+    return torch.stack([torch.eye(n)[list(p)] for p in itertools.permutations(range(n))])
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_mhc_lite_node_matches_the_python_node_bit_for_bit(dt):
+    """mHC-lite: H_res mixes the n! permutation matrices (the node reads them as the kernels' index table)."""
+    g = torch.Generator().manual_seed(3)
+    x, phi, *coeffs = _pre_inputs(dt, None)
+    phi = torch.randn(N * C, 2 * N + 24, generator=g) * 0.05
+    ins = [x, phi, *coeffs[:5], torch.randn(24, generator=g)]
+    perms = _perms(N)[torch.randperm(24, generator=g)]
+
+    def run(want, used):
+        ts = [t.clone().requires_grad_(i in want) for i, t in enumerate(ins)]
+        outs = AF.mhc_pre(*ts, perms=perms)
+        ups = [torch.randn(o.shape, generator=torch.Generator().manual_seed(4)).to(o.dtype) for o in outs]
+        pairs = [(o, u) for k, (o, u) in enumerate(zip(outs, ups)) if k in used]
+        return outs, torch.autograd.grad([o for o, _ in pairs], [ts[i] for i in want], [u for _, u in pairs])
+
+    for want, used in (((0, 1, 2, 3, 4, 5, 6, 7), (0, 1, 2, 3)), ((4, 7), (3,)), ((0,), (0, 3))):
+        (outs, grads), (outs_py, grads_py) = _both(lambda: run(want, used))
+        assert type(outs[0].grad_fn).__name__ == "CppFunction"
+        for k, (a, b) in enumerate(zip((*outs, *grads), (*outs_py, *grads_py))):
+            _same(a, b, f"mHC-lite {k} (want {want}, used {used})")
+    with torch.no_grad():  # the inference entry takes it too
+        got, want = _both(lambda: AF.mhc_pre(*ins, perms=perms))
+    for a, b in zip(got, want):
+        _same(a, b, "mHC-lite inference")
+
+
 @pytest.mark.parametrize("layout", ["weight_view", "bfloat16"])
 def test_mhc_pre_node_reads_phi_as_it_lies(layout):
     ins = _pre_inputs(torch.float32, None, layout=layout)
@@ -137,14 +168,18 @@ def test_stream_write_node_matches_the_python_node_bit_for_bit(dt, pdt):
 
 
 def test_the_entries_decline_what_the_python_path_answers():
-    """Outside the plain call the Python node answers (and names what is wrong): mHC-lite's perms, float64, a
-    call as large as the output pool's, a read with the write before it (mhc_write_pre), no C++ entries at all."""
+    """Outside the plain call the Python node answers (and names what is wrong): matrices in perms that are not
+    permutations (the formulas mix them), perms with a convention that changes Sinkhorn-Knopp, float64, a call as
+    large as the output pool's, a read with the write before it (mhc_write_pre)."""
     x, phi, *coeffs = _pre_inputs(torch.float32, None)
     x = x.requires_grad_()
     lite_phi = torch.randn(N * C, 2 * N + 24, requires_grad=True)
-    perms = torch.stack([torch.eye(N)[list(p)] for p in itertools.permutations(range(N))])
-    h = AF.mhc_pre(x, lite_phi, *coeffs[:5], torch.zeros(24), perms=perms)[0]
-    assert type(h.grad_fn).__name__ == "DirectMhcPreBackward"
+    mixed = _perms(N) * 0.5 + _perms(N).flip(0) * 0.5  # doubly stochastic, not permutations
+    h = AF.mhc_pre(x, lite_phi, *coeffs[:5], torch.zeros(24), perms=mixed)[0]
+    assert type(h.grad_fn).__name__ == "DirectMhcPreBackward"  # the Python node, whose kernel choice takes the formulas
+    with pytest.raises(ValueError, match="perms"):
+        AF.mhc_pre(x, lite_phi, *coeffs[:5], torch.zeros(24), perms=_perms(N),
+                   convention=MhcConvention.deepseek_v4(1e-6))
     h = AF.mhc_pre(x.double(), phi.double(), *coeffs)[0]
     assert "Direct" not in type(h.grad_fn).__name__ and type(h.grad_fn).__name__ != "CppFunction"
     big = torch.randn(native_nodes.MAX_NUMEL // (N * C) + 1, N, C, requires_grad=True)

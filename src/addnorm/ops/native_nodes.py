@@ -38,7 +38,7 @@ def _backward(op, saved, grads, needs, meta):
     ctx = SimpleNamespace(saved_tensors=tuple(saved), needs_input_grad=tuple(needs))
     if op == 4:  # mHC's pre step: MhcPre's backward, with the scalars the node kept
         ctx.needs_input_grad = tuple(needs) + (False,) * MHC_ARGS
-        ctx.perms, ctx.eps, ctx.iters, ctx.direct = None, meta["eps"], meta["iters"], MHC_CPU[1]
+        ctx.perms, ctx.eps, ctx.iters, ctx.direct = meta["perms"], meta["eps"], meta["iters"], MHC_CPU[1]
         ctx.convention = tuple(meta[k] for k in ("pre_eps", "res_eps", "res_t", "post_scale", "post_eps", "groups"))
         return list(MhcPre.backward(ctx, *grads, None, None, None))[:len(needs)]
     if op == 5:  # the stream's write

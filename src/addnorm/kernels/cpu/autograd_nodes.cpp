@@ -803,15 +803,16 @@ py::object fast_pointwise(py::handle x, py::handle residual, py::handle alpha, p
     return py::make_tuple(r[0], r.size() > 1 ? py::cast(r[1]) : stream);
 }
 
-// ---------------------------------------------------------------- the widened stream's reads at inference
+// ---------------------------------------------------------------- the widened stream's reads
 // mHC's pre step (functional.mhc.mhc_pre), the write before it (mhc_write_pre) and their hyper-connection forms
 // without a mixing matrix (functional.hyper.hyper_read, hyper_write_read), checked and run here when no gradient
 // is wanted: at one decoded token the kernel takes tens of microseconds and the Python layers around it (checks,
-// the kernel choice, the host's outputs and pointers) cost more than HF's whole module. Every call that is not the
-// plain one -- a gradient wanted, float64 anywhere, a view, another device, perms (mHC-lite), a shape or number the
-// Python path would refuse -- returns None, and the caller's general path takes it (and names what is wrong). The
-// kernel gets what kernels.cpu.mhc gives it: the same layouts of phi, the same float32 coefficients, so the same
-// bits.
+// the kernel choice, the host's outputs and pointers) cost more than HF's whole module. mhc_pre's read (mHC's, or
+// mHC-lite's with its permutation matrices) where a gradient is wanted: MhcPreNode. Every call that is not the
+// plain one -- a gradient wanted elsewhere, float64 anywhere, a view, another device, matrices in perms that are not
+// permutations, a shape or number the Python path would refuse -- returns None, and the caller's general path takes
+// it (and names what is wrong). The kernel gets what kernels.cpu.mhc gives it: the same layouts of phi, the same
+// float32 coefficients, so the same bits.
 constexpr int MHC_MAX_STREAMS = 8, MHC_MAX_M = 128, MHC_MAX_ITERS = 64;  // kernels.cpu.mhc's limits
 
 // a plain CPU tensor (or Parameter) of a kernel dtype, strided, not a negative or conjugate view, with its storage
@@ -866,7 +867,40 @@ struct MhcCall {
     bool products = false;
     double eps = 0, pre_eps = 0, res_eps = 0, post_scale = 2, post_eps = 0;
     bool res_t = false;
+    Tensor perms, perm_idx;  // mHC-lite: the (r, n, n) permutation matrices and the kernels' (r, n) int32 index
 };
+
+// mHC-lite's permutation matrices as the kernels' index table (ops.mhc.schema.perm_index): a plain CPU float tensor
+// (r >= 1, n, n) of 0s and 1s with one 1 in every row and column, idx[k, i] the column of row i's 1; false for
+// anything else (the general path answers: the formulas for other matrices, its errors for bad ones)
+bool mhc_perms(MhcCall &c, PyObject *po) {
+    if (!THPVariable_CheckExact(po)) return false;
+    const Tensor &p = THPVariable_Unpack(po);
+    if (!p.is_floating_point() || !p.is_cpu() || p.layout() != at::kStrided || p.is_neg() || p.is_conj() ||
+        p.dim() != 3 || p.size(0) < 1 || p.size(1) != c.n || p.size(2) != c.n || !stored(p) || p.requires_grad())
+        return false;
+    const int64_t r = p.size(0), n = c.n;
+    Tensor v = p.to(at::kDouble).contiguous(), idx = at::empty({r, n}, p.options().dtype(at::kInt));
+    const double *d = v.data_ptr<double>();
+    int32_t *ix = idx.data_ptr<int32_t>();
+    for (int64_t k = 0; k < r; k++) {
+        const double *m = d + k * n * n;
+        for (int64_t i = 0; i < n; i++) {
+            double row = 0, col = 0;
+            for (int64_t j = 0; j < n; j++) {
+                const double e = m[i * n + j];
+                if (e != 0.0 && e != 1.0) return false;
+                if (e == 1.0) ix[k * n + i] = (int32_t)j;
+                row += e;
+                col += m[j * n + i];
+            }
+            if (row != 1.0 || col != 1.0) return false;
+        }
+    }
+    c.perms = p;
+    c.perm_idx = idx;
+    return true;
+}
 
 // the stream x (..., n, C) and the write's tensors (y None: a read alone); false where the fast entry declines
 bool mhc_stream(MhcCall &c, PyObject *xo, PyObject *yo, PyObject *po, PyObject *ro, PyObject *prod) {
@@ -930,7 +964,7 @@ struct MhcOut {
 };
 
 int64_t mhc_state_size(const MhcCall &c) {
-    return c.groups < 3 ? 0 : (int64_t)(1 + c.iters) * c.n * c.n + 2 * (int64_t)c.iters * c.n;
+    return c.groups < 3 || c.perm_idx.defined() ? 0 : (int64_t)(1 + c.iters) * c.n * c.n + 2 * (int64_t)c.iters * c.n;
 }
 
 MhcOut mhc_forward(MhcCall &c, bool write, bool keep) {
@@ -960,7 +994,8 @@ MhcOut mhc_forward(MhcCall &c, bool write, bool keep) {
     {
         NoGil released;
         rc = k_mhc(write ? 2 : 0, c.n, code(x), N, c.C, c.m, mp, c.r, c.iters, xp, (const float *)phip,
-                   (const float *)phiTp, c.a[0], c.a[1], c.a[2], c.bias.data(), nullptr, (float)c.eps,
+                   (const float *)phiTp, c.a[0], c.a[1], c.a[2], c.bias.data(), (const int32_t *)ptr(c.perm_idx),
+                   (float)c.eps,
                    (float)c.pre_eps, (float)c.res_eps, c.res_t ? 1 : 0, (float)c.post_scale, (float)c.post_eps,
                    c.groups, o.h.data_ptr(), o.h_pre.data_ptr<float>(), o.h_post.data_ptr<float>(),
                    o.h_res.data_ptr<float>(), o.p.data_ptr<float>(), o.rstd.data_ptr<float>(), st, nullptr, nullptr,
@@ -994,8 +1029,8 @@ bool mhc_numbers(MhcCall &c, PyObject *eps, PyObject *iters, PyObject *pre_eps, 
 }
 
 // ---------------------------------------------------------------- mHC's pre step with a gradient
-// The node of functional.mhc.mhc_pre where a gradient is wanted (the plain call fast_mhc takes: perms None, no write
-// before it), in place of the Python DirectMhcPre: at a training block's 512 tokens x 4 x 768 its Python around the
+// The node of functional.mhc.mhc_pre where a gradient is wanted (the plain call fast_mhc takes, with no write before
+// it), in place of the Python DirectMhcPre: at a training block's 512 tokens x 4 x 768 its Python around the
 // kernels (checks, the kernel choice, the host's outputs and pointers, the coefficients' float32 copies, their
 // gradients cut from the kernel's sums) took 0.3 ms forward and 0.4 ms backward a call beside 0.7 and 1.9 ms of
 // kernel. Forward and backward call the C kernels as kernels.cpu.mhc does (the same arguments, so the same bits);
@@ -1014,13 +1049,18 @@ void mhc_backward_layout(const Tensor &phi_in, int mp, Tensor &phi, Tensor &phiT
     else phiT = p.t().contiguous();
 }
 
-constexpr int MHC_TENSORS = 8, MHC_NUMBERS = 8;  // x, phi, the six coefficients; eps, iters and the convention
+// x, phi, the six coefficients; eps, iters, the convention and mHC-lite's permutations (MhcPerms: no gradient edge)
+constexpr int MHC_TENSORS = 8, MHC_OTHERS = 9;
+
+struct MhcPerms {
+    Tensor perms, idx;  // undefined for mHC
+};
 
 struct MhcPreNode : public torch::autograd::Function<MhcPreNode> {
     static variable_list forward(AutogradContext *ctx, Tensor x, Tensor phi, Tensor a_pre, Tensor a_post,
                                  Tensor a_res, Tensor b_pre, Tensor b_post, Tensor b_res, double eps, int64_t iters,
                                  double pre_eps, double res_eps, bool res_t, double post_scale, double post_eps,
-                                 int64_t groups) {
+                                 int64_t groups, const MhcPerms &perms) {
         ctx->set_materialize_grads(false);
         MhcCall c;
         c.x = x;
@@ -1028,7 +1068,9 @@ struct MhcPreNode : public torch::autograd::Function<MhcPreNode> {
         c.C = x.size(-1);
         c.groups = (int)groups;
         c.iters = (int)iters;
-        c.r = c.groups < 3 ? 0 : c.n * c.n;
+        c.perms = perms.perms;
+        c.perm_idx = perms.idx;
+        c.r = c.groups < 3 ? 0 : c.perm_idx.defined() ? (int)c.perm_idx.size(0) : c.n * c.n;
         c.m = c.groups == 1 ? c.n : 2 * c.n + c.r;
         c.eps = eps;
         c.pre_eps = pre_eps;
@@ -1054,12 +1096,14 @@ struct MhcPreNode : public torch::autograd::Function<MhcPreNode> {
         // meanwhile (autograd refuses a saved tensor modified in place)
         ctx->saved_data["scal"] = torch::tensor(c.a, x.options().dtype(at::kFloat));
         ctx->saved_data["bias"] = torch::tensor(c.bias, x.options().dtype(at::kFloat));
+        ctx->saved_data["perms"] = c.perms;
+        ctx->saved_data["perm_idx"] = c.perm_idx;
         return {o.h, o.h_pre, o.h_post, o.h_res};
     }
 
     static variable_list backward(AutogradContext *ctx, variable_list grads) {
         variable_list saved = ctx->get_saved_variables();
-        const size_t n_out = MHC_TENSORS + MHC_NUMBERS;
+        const size_t n_out = MHC_TENSORS + MHC_OTHERS;
         Tensor dh = grads[0], dpre = grads[1], dpost = grads[2], dres = grads[3];
         if (!dh.defined() && !dpre.defined() && !dpost.defined() && !dres.defined()) return variable_list(n_out);
         const Tensor x = rows(saved[0]);
@@ -1071,7 +1115,9 @@ struct MhcPreNode : public torch::autograd::Function<MhcPreNode> {
             return g;
         }
         const int groups = (int)ctx->saved_data["groups"].toInt(), iters = (int)ctx->saved_data["iters"].toInt();
-        const int n = (int)x.size(-2), m = (int)p.size(-1), mp = (m + 7) / 8 * 8, r = groups < 3 ? 0 : n * n;
+        const Tensor perm_idx = ctx->saved_data["perm_idx"].toTensor();
+        const int n = (int)x.size(-2), m = (int)p.size(-1), mp = (m + 7) / 8 * 8;
+        const int r = groups < 3 ? 0 : perm_idx.defined() ? (int)perm_idx.size(0) : n * n;
         const int64_t C = x.size(-1), N = x.numel() / (n * C);
         dh = rows(dh);
         dpre = rows(dpre);
@@ -1089,7 +1135,7 @@ struct MhcPreNode : public torch::autograd::Function<MhcPreNode> {
         const float *a = scal.data_ptr<float>();
         const float *kept = state.numel() > 0 ? state.data_ptr<float>() : nullptr;
         int rc = k_mhc(1, n, code(x), N, C, m, mp, r, iters, ptr(x), (const float *)ptr(ph), (const float *)ptr(phT),
-                       a[0], a[1], a[2], bias.data_ptr<float>(), nullptr, 0.0f,
+                       a[0], a[1], a[2], bias.data_ptr<float>(), (const int32_t *)ptr(perm_idx), 0.0f,
                        (float)ctx->saved_data["pre_eps"].toDouble(), (float)ctx->saved_data["res_eps"].toDouble(),
                        ctx->saved_data["res_t"].toBool() ? 1 : 0, (float)ctx->saved_data["post_scale"].toDouble(),
                        (float)ctx->saved_data["post_eps"].toDouble(), groups, nullptr, nullptr, nullptr, nullptr,
@@ -1124,12 +1170,15 @@ py::object fast_mhc(py::handle x, py::handle y, py::handle h_post, py::handle h_
                     py::handle pre_eps, py::handle res_eps, py::handle res_t, py::handle post_scale,
                     py::handle post_eps, py::handle groups) {
     MhcCall c;
-    if (!perms.is_none() || !mhc_stream(c, x.ptr(), y.ptr(), h_post.ptr(), h_res.ptr(), products.ptr()) ||
+    if (!mhc_stream(c, x.ptr(), y.ptr(), h_post.ptr(), h_res.ptr(), products.ptr()) ||
         !mhc_numbers(c, eps.ptr(), iters.ptr(), pre_eps.ptr(), res_eps.ptr(), res_t.ptr(), post_scale.ptr(),
                      post_eps.ptr(), groups.ptr()))
         return py::none();
+    // mHC-lite: its read alone, with the paper's H_res (the general path refuses the others)
+    if (!perms.is_none() && (!y.is_none() || c.groups != 3 || c.res_eps != 0 || c.res_t || !mhc_perms(c, perms.ptr())))
+        return py::none();
     int n = c.n;
-    c.r = c.groups < 3 ? 0 : n * n;
+    c.r = c.groups < 3 ? 0 : c.perm_idx.defined() ? (int)c.perm_idx.size(0) : n * n;
     c.m = c.groups == 1 ? n : 2 * n + c.r;
     if (c.m > MHC_MAX_M || !small_param(phi.ptr())) return py::none();
     const Tensor &ph = THPVariable_Unpack(phi.ptr());
@@ -1149,7 +1198,7 @@ py::object fast_mhc(py::handle x, py::handle y, py::handle h_post, py::handle h_
         for (int i = 0; i < 6; i++) t[i] = THPVariable_Unpack(coeffs[i]);
         variable_list r = MhcPreNode::apply(c.x, ph, t[0], t[1], t[2], t[3], t[4], t[5], c.eps, (int64_t)c.iters,
                                             c.pre_eps, c.res_eps, c.res_t, c.post_scale, c.post_eps,
-                                            (int64_t)c.groups);
+                                            (int64_t)c.groups, MhcPerms{c.perms, c.perm_idx});
         return py::make_tuple(r[0], r[1], r[2], r[3]);
     }
     for (int i = 0; i < 3; i++) append_floats(THPVariable_Unpack(coeffs[i]), c.a);
