@@ -37,13 +37,35 @@
 #define AN_MHC_TB AN_MHC_TILE
 #define AN_MHC_KB 32
 
+#ifndef AN_MHC_PF_DEFINED
+#define AN_MHC_PF_DEFINED
+/* What a projection loop asks for into L2 while it runs: the next tile's rows (its stream rows, its dh and kept
+ * rounds), spread over the loop's K steps -- the lines of span i at step k up to k * bytes[i] / K, each 16 steps.
+ * The tile's own rows are read at its start; without this their misses (the stream is read once and does not fit
+ * in cache) waited on memory between the tiles' arithmetic. */
+typedef struct {
+    const char *p[AN_MHC_TILE + 2];
+    size_t bytes[AN_MHC_TILE + 2];
+    int n;
+} an_mhc_pf;
+
+static inline void an_mhc_pf_add(an_mhc_pf *pf, const void *p, size_t bytes) {
+    if (p && bytes) pf->p[pf->n] = (const char *)p, pf->bytes[pf->n++] = bytes;
+}
+
+static inline void an_mhc_pf_at(const an_mhc_pf *pf, int64_t k, int64_t K) {
+    for (int i = 0; i < pf->n; i++) __builtin_prefetch(pf->p[i] + (size_t)k * pf->bytes[i] / (size_t)K, 0, 2);
+}
+#endif
+
 /* out[t][0..MP) = sum_k v_t[k] phi[k][0..MP), for the AN_MHC_TB tokens of a tile */
 #define AN_MHC_PROJECT(MP)                                                                                       \
     static void AN_FN(mhc_project_##MP)(const float *const *v, const float *restrict phi, int64_t K,            \
-                                        float *restrict out) {                                                  \
+                                        float *restrict out, const an_mhc_pf *pf) {                             \
         float a0[MP] = {0}, a1[MP] = {0}, a2[MP] = {0}, a3[MP] = {0};                                           \
         const float *restrict v0 = v[0], *restrict v1 = v[1], *restrict v2 = v[2], *restrict v3 = v[3];          \
         for (int64_t k = 0; k < K; k++) {                                                                       \
+            if (pf->n && (k & 15) == 0) an_mhc_pf_at(pf, k, K);                                                 \
             const float *restrict ph = phi + k * MP;                                                            \
             const float x0 = v0[k], x1 = v1[k], x2 = v2[k], x3 = v3[k];                                         \
             for (int j = 0; j < MP; j++) {                                                                      \
@@ -60,7 +82,7 @@
     }                                                                                                           \
     /* dphi[k][0..MP) += sum_t v_t[k] dz_t[0..MP) */                                                            \
     static void AN_FN(mhc_dphi_##MP)(const float *const *v, const float *restrict dz, int64_t K,                \
-                                     float *restrict dphi) {                                                    \
+                                     float *restrict dphi, const an_mhc_pf *pf) {                               \
         float z0[MP], z1[MP], z2[MP], z3[MP];                                                                   \
         memcpy(z0, dz, sizeof z0);                                                                              \
         memcpy(z1, dz + MP, sizeof z1);                                                                         \
@@ -68,6 +90,7 @@
         memcpy(z3, dz + 3 * MP, sizeof z3);                                                                     \
         const float *restrict v0 = v[0], *restrict v1 = v[1], *restrict v2 = v[2], *restrict v3 = v[3];          \
         for (int64_t k = 0; k < K; k++) {                                                                       \
+            if (pf->n && (k & 15) == 0) an_mhc_pf_at(pf, k, K);                                                 \
             float *restrict d = dphi + k * MP;                                                                  \
             const float x0 = v0[k], x1 = v1[k], x2 = v2[k], x3 = v3[k];                                         \
             for (int j = 0; j < MP; j++)                                                                        \
@@ -93,8 +116,8 @@ AN_MHC_PROJECT(120)
 AN_MHC_PROJECT(128)
 #undef AN_MHC_PROJECT
 
-typedef void (*AN_FN(mhc_project_fn))(const float *const *, const float *, int64_t, float *);
-typedef void (*AN_FN(mhc_dphi_fn))(const float *const *, const float *, int64_t, float *);
+typedef void (*AN_FN(mhc_project_fn))(const float *const *, const float *, int64_t, float *, const an_mhc_pf *);
+typedef void (*AN_FN(mhc_dphi_fn))(const float *const *, const float *, int64_t, float *, const an_mhc_pf *);
 
 static AN_FN(mhc_project_fn) AN_FN(mhc_project_for)(int mp) {
     switch (mp) {
@@ -442,8 +465,18 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
             hpo[b] = fw && a->groups > 1 ? a->h_post + t * n : hpov[b];
             hr[b] = fw && a->groups > 2 ? a->h_res + t * nn : hrs + b * AN_STREAM_MAX_N * AN_STREAM_MAX_N;
         }
+        /* the next tile's rows, asked for while this tile's projection runs (the write+read's come from its own
+         * pass: none) */
+        an_mhc_pf pf = {.n = 0};
+        const int64_t nx0 = t0 + AN_MHC_TB, nx1 = r1 < nx0 + AN_MHC_TB ? r1 : nx0 + AN_MHC_TB;
+        if (a->op == AN_MHC_FWD || a->op == AN_MHC_BWD)
+            for (int64_t t = nx0; t < nx1; t++) an_mhc_pf_add(&pf, (const char *)a->x + t * K * es, (size_t)K * es);
+        if (bwd && nx1 > nx0) {
+            if (a->dh) an_mhc_pf_add(&pf, (const char *)a->dh + nx0 * C * es, (size_t)((nx1 - nx0) * C) * es);
+            if (a->st_in) an_mhc_pf_add(&pf, a->st_in + nx0 * S, sizeof(float) * (size_t)((nx1 - nx0) * S));
+        }
         if (!bwd) {
-            project(v, a->phi, K, z);
+            project(v, a->phi, K, z, &pf);
             for (int b = 0; b < nt; b++) {
                 const int64_t t = t0 + b;
                 const float rs = an_rstd(AN_FN(dot)(v[b], v[b], K) / (float)K, a->eps);
@@ -545,7 +578,7 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
         }
         for (int b = nt; b < AN_MHC_TB; b++) memset(dx[b], 0, sizeof(float) * (size_t)K); /* dz is 0 there */
         AN_FN(mhc_dx_gemm)(dx, dz, mp, m, a->phiT, K);
-        add_dphi(v, dz, K, dphi);
+        add_dphi(v, dz, K, dphi, &pf);
         for (int b = 0; b < nt; b++) {
             if (a->op == AN_MHC_WBWD) AN_FN(mhc_write_bwd)(a, t0 + b, dx[b], sc);
             else if (!direct) AN_FN(put_row)((char *)a->dx + (t0 + b) * K * es, dx[b], K, a->dt, a->nt, sc->r[9]);
