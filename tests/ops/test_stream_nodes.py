@@ -348,3 +348,24 @@ def test_retain_graph_twice_and_the_model_reaches_the_nodes():
     walk(block(x).grad_fn)
     assert sum(type(f).__name__ == "CppFunction" for f in seen) >= 4  # two reads and two writes
     assert not any(type(f).__name__ in ("DirectMhcPreBackward", "DirectStreamWriteBackward") for f in seen)
+
+
+@pytest.mark.parametrize("conv", ["paper", "deepseek_v4"])
+def test_batched_gradients_through_h_res_and_h_post(conv):
+    """A batch of gradients (is_grads_batched: vmap over the backward) reaching the read through H_post and H_res --
+    a sub-layer's write uses both -- is each gradient's own backward, through either node. It raised before: the
+    formulas' backward flattened H_res's gradient with a view vmap has no batching rule for."""
+    convention = CONVENTIONS[conv]
+    ins = _pre_inputs(torch.float32, convention, lead=(2,))
+    g = torch.Generator().manual_seed(9)
+    ups = [torch.randn(3, 2, C, generator=g), torch.randn(3, 2, N, generator=g), torch.randn(3, 2, N, N, generator=g)]
+    for py in (False, True):
+        ts = [t.clone().requires_grad_() for t in ins]
+        with _Python() if py else torch.enable_grad():
+            h, _, h_post, h_res = AF.mhc_pre(*ts, convention=convention, iters=5)
+            outs = (h, h_post, h_res)
+            batched = torch.autograd.grad(outs, ts[:2], ups, is_grads_batched=True, retain_graph=True)
+            for k in range(3):
+                one = torch.autograd.grad(outs, ts[:2], [u[k] for u in ups], retain_graph=True)
+                for a, b in zip(batched, one):
+                    torch.testing.assert_close(a[k], b, atol=1e-5, rtol=1e-5)

@@ -267,7 +267,9 @@ def _pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_p
         dl.append(torch.zeros_like(logits[2]))
     elif perms is None:
         dL = _sinkhorn_backward(_res_matrix(logits[2], n, res_transposed), iters, dh_res.to(ct), res_eps)
-        dl.append((dL.transpose(-1, -2) if res_transposed else dL).flatten(-2))
+        dL = dL.transpose(-1, -2) if res_transposed else dL
+        dl.append(dL.reshape(dL.shape[:-2] + (-1,)))  # reshape, not flatten: vmap (batched gradients) has no
+        # batching rule for flatten of this layout
     else:
         w = torch.softmax(logits[2], dim=-1)
         dw = torch.einsum("...ij,kij->...k", dh_res.to(ct), perms.to(ct))
