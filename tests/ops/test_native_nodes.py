@@ -328,7 +328,8 @@ def test_a_build_from_another_version_is_refused_not_imported(monkeypatch):
         assert "another version of addnorm" in nodes.load(native_nodes._backward, native_nodes.MAX_NUMEL)
     finally:
         monkeypatch.undo()
-        assert nodes.load(native_nodes._backward, native_nodes.MAX_NUMEL) is NODES
+        assert nodes.load(native_nodes._backward, native_nodes.MAX_NUMEL, native_nodes._pool_empty,
+                          native_nodes._pool.MIN_BYTES) is NODES
         assert nodes._MODULE is before
 
 

@@ -169,8 +169,8 @@ def test_stream_write_node_matches_the_python_node_bit_for_bit(dt, pdt):
 
 def test_the_entries_decline_what_the_python_path_answers():
     """Outside the plain call the Python node answers (and names what is wrong): matrices in perms that are not
-    permutations (the formulas mix them), perms with a convention that changes Sinkhorn-Knopp, float64, a call as
-    large as the output pool's, a read with the write before it (mhc_write_pre)."""
+    permutations (the formulas mix them), perms with a convention that changes Sinkhorn-Knopp, float64, a read with
+    the write before it (mhc_write_pre)."""
     x, phi, *coeffs = _pre_inputs(torch.float32, None)
     x = x.requires_grad_()
     lite_phi = torch.randn(N * C, 2 * N + 24, requires_grad=True)
@@ -182,8 +182,6 @@ def test_the_entries_decline_what_the_python_path_answers():
                    convention=MhcConvention.deepseek_v4(1e-6))
     h = AF.mhc_pre(x.double(), phi.double(), *coeffs)[0]
     assert "Direct" not in type(h.grad_fn).__name__ and type(h.grad_fn).__name__ != "CppFunction"
-    big = torch.randn(native_nodes.MAX_NUMEL // (N * C) + 1, N, C, requires_grad=True)
-    assert type(AF.mhc_pre(big, phi, *coeffs)[0].grad_fn).__name__ == "DirectMhcPreBackward"
     y = torch.randn(3, 5, C, requires_grad=True)
     hp, hr = torch.rand(3, 5, N), torch.rand(3, 5, N, N)
     out = AF.mhc_write_pre(x, y, hp, hr, phi, *coeffs)
@@ -369,3 +367,34 @@ def test_batched_gradients_through_h_res_and_h_post(conv):
                 one = torch.autograd.grad(outs, ts[:2], [u[k] for u in ups], retain_graph=True)
                 for a, b in zip(batched, one):
                     torch.testing.assert_close(a[k], b, atol=1e-5, rtol=1e-5)
+
+
+def test_large_calls_take_the_nodes_with_outputs_from_the_pool():
+    """The widened stream's nodes take every size: outputs of the output pool's size or more come from it (recycled
+    memory, faulted in once), forward and backward, as the Python hosts' do; with the pool off, from torch."""
+    from addnorm.kernels.cpu import output_pool
+
+    lead = (output_pool.MIN_BYTES // (4 * N * C) + 1,)
+    ins = _pre_inputs(torch.float32, None, lead=lead)
+    ws = _write_inputs(torch.float32, lead=lead)
+    ws[0] = ins[0]
+    ws[1] = torch.randn(*lead, C)
+    ws[2], ws[3] = torch.rand(*lead, N), torch.rand(*lead, N, N)
+    before = output_pool.POOL.stats()["blocks"]
+    (outs, grads), (outs_py, grads_py) = _both(lambda: _pre_run(ins, None, tuple(range(8)), (0, 1, 2, 3)))
+    assert type(outs[0].grad_fn).__name__ == "CppFunction"
+    for a, b in zip((*outs, *grads), (*outs_py, *grads_py)):
+        _same(a, b, "a large call")
+    (x2, _), wgrads = _write_run(ws, (0, 1, 2, 3), False)
+    assert type(x2.grad_fn).__name__ == "CppFunction"
+    pooled = output_pool.POOL.stats()
+    assert pooled["blocks"] > before
+    held = grads[0]  # dX of the read, from the pool: its storage is one of the pool's mappings
+    assert pooled["in_use_bytes"] >= held.numel() * 4
+    output_pool.POOL.set_limit(0)
+    try:
+        (outs0, grads0), _ = _both(lambda: _pre_run(ins, None, tuple(range(8)), (0, 1, 2, 3)))
+        for a, b in zip((*outs0, *grads0), (*outs, *grads)):
+            _same(a, b, "the pool off")
+    finally:
+        output_pool.POOL.set_limit(1 << 30)

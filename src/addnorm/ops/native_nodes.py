@@ -5,17 +5,21 @@ backward they hand every case but the plain one.
 why): the callers then use the Python nodes, ``EagerAddNorm``, ``EagerNormAdd`` and ``EagerParallelAddNorm``,
 whose backward is also what runs here under create_graph=True, a forward-AD level, a dispatch mode, or an
 incoming gradient that is not a plain CPU tensor (as does ``MhcPre``'s for mHC's pre step and ``StreamWrite``'s for
-the widened stream's write). ``MAX_NUMEL``: the C++ nodes allocate with torch; larger
-outputs come from the output pool (``kernels.cpu.output_pool``) through the Python nodes, and at those sizes
-the per-call cost is a small part of the kernel's time anyway.
+the widened stream's write). ``MAX_NUMEL``: the norm forms' C++ nodes allocate with torch; larger outputs come
+from the output pool (``kernels.cpu.output_pool``) through the Python nodes, and at those sizes the per-call cost is a
+small part of the kernel's time anyway. The widened stream's nodes take every size and draw their large outputs
+from the pool themselves (``_pool_empty``).
 """
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+import torch
+
 from ..kernels.cpu import nodes as _nodes
 from ..kernels.cpu import norm as _cpu
+from ..kernels.cpu import output_pool as _pool
 from .fused.autograd import EagerNormAdd, EagerParallelAddNorm
 from .mhc.autograd import N_ARGS as MHC_ARGS
 from .mhc.autograd import MhcPre
@@ -65,8 +69,16 @@ def _backward(op, saved, grads, needs, meta):
     return list(DirectPointwiseNorm.backward(ctx, *grads, *[None] * (2 - len(grads))))
 
 
+_POOL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # autograd_nodes.cpp's out_empty codes
+
+
+def _pool_empty(shape, code):
+    """An output of the widened stream's C++ nodes from the output pool (None where the pool declines it)."""
+    return _pool.POOL.empty(tuple(shape), _POOL_DTYPES[code])
+
+
 def _load():
-    mod = _nodes.load(_backward, MAX_NUMEL)
+    mod = _nodes.load(_backward, MAX_NUMEL, _pool_empty, _pool.MIN_BYTES)
     return None if isinstance(mod, str) else mod
 
 

@@ -26,7 +26,7 @@ NAME = "_addnorm_nodes"
 SOURCE = Path(__file__).with_name("autograd_nodes.cpp")
 TARGET = Path(__file__).with_name(NAME + ".so")
 
-ABI = 9  # autograd_nodes.cpp's `abi`: raised with every change to the functions this file and its callers use
+ABI = 10  # autograd_nodes.cpp's `abi`: raised with every change to the functions this file and its callers use
 _MODULE = None  # the loaded module, or the reason it is not
 _FALLBACK = None
 
@@ -35,10 +35,11 @@ def _torch_release() -> str:
     return torch.__version__.split("+")[0]
 
 
-def load(fallback, max_numel: int):
+def load(fallback, max_numel: int, pool_empty=None, pool_min_bytes: int = 0):
     """The initialised module, or a string saying why there is none. ``fallback(op, saved, grads, needs, meta)``
-    is the Python nodes' backward, which the C++ nodes hand every case but the plain one; the fast entries take
-    calls of fewer than ``max_numel`` elements."""
+    is the Python nodes' backward, which the C++ nodes hand every case but the plain one; the norm forms' fast entries
+    take calls of fewer than ``max_numel`` elements; the widened stream's take every size, their outputs of
+    ``pool_min_bytes`` or more from ``pool_empty(shape, dtype code)`` (the output pool; None: torch's)."""
     global _MODULE, _FALLBACK
     _FALLBACK = fallback
     if os.environ.get("ADDNORM_CPP_NODES", "1") == "0":
@@ -69,7 +70,7 @@ def load(fallback, max_numel: int):
         "addnorm_pointwise_forward", "addnorm_pointwise_backward", "addnorm_mhc",
         "addnorm_hyper", "addnorm_stream")]
     try:
-        mod.init(*addr, fallback, int(max_numel))
+        mod.init(*addr, fallback, int(max_numel), pool_empty, int(pool_min_bytes))
     except Exception as e:  # a build that does not fit this code must never break `import addnorm`
         _MODULE = f"{TARGET.name} does not initialise ({type(e).__name__}: {e}); rebuild it"
         return _MODULE
