@@ -4,6 +4,7 @@ addnorm op as torch ops (``use_backend("torch")``) -- timed interleaved in one p
 pre are side by side and a drifting machine favours none.
 
     python benchmarks/bench_mhc_block.py [--tokens 512] [--budget 3] [--upstream loss|gradient]
+                                         [--allocator current|tuned]
 
 A block isolates what the stream form adds (the n x C stream read and written around each sub-layer, the
 coefficients) from what every form shares (the embeddings, the vocabulary projection) -- a whole-model step
@@ -11,18 +12,24 @@ dilutes it. The backward starts from ``--upstream``: ``loss`` (the default) diff
 the block's output, which for a widened form is n times pre's (B, T, n, C) and costs the loss and its backward n
 times over -- a cost a model pays once, after the streams are summed, not per block; ``gradient`` hands the block a
 fixed gradient of its output's shape (what the next block would give it), so that only the block is timed.
-Results: benchmarks/results/mhc_block.json (mhc_block_gradient.json with ``--upstream gradient``).
+``--allocator tuned`` runs the timing in a process whose glibc keeps freed memory (``addnorm bench``'s setting):
+under the defaults a step's large tensors (the widened stream's are n times pre's) can come back as fresh pages,
+faulted in and zeroed by the OS, a cost that lands on the wider forms most.
+Results: benchmarks/results/mhc_block.json (mhc_block_gradient.json with ``--upstream gradient``; ``_tuned`` before
+``.json`` with ``--allocator tuned``).
 """
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
 import addnorm
-from addnorm.bench.cpu_cells import conditions
+from addnorm.bench.cpu_cells import TUNED_MALLOC, conditions
 from addnorm.harness.timing import measure_interleaved
 from addnorm.model import GPTConfig
 from addnorm.model.block import TransformerBlock
@@ -62,8 +69,15 @@ def main(argv=None) -> int:
     p.add_argument("--upstream", choices=("loss", "gradient"), default="loss",
                    help="what the backward starts from: y.square().mean() of the block's output (default), or a fixed "
                         "gradient of the output's shape (the block alone)")
+    p.add_argument("--allocator", choices=("current", "tuned"), default="current",
+                   help="glibc as this process found it (default), or told to keep freed memory (addnorm bench's "
+                        "--allocator tuned)")
     p.add_argument("--out", default="benchmarks/results")
     args = p.parse_args(argv)
+    if args.allocator == "tuned" and any(os.environ.get(k) != v for k, v in TUNED_MALLOC.items()):
+        # glibc reads these once, at start-up: the timing runs in a process started with them
+        return subprocess.call([sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)],
+                               env=dict(os.environ, **TUNED_MALLOC))
     if args.tokens < 128 or args.tokens % 128:
         p.error(f"--tokens must be a positive multiple of 128, got {args.tokens}")
     steps = {f"{f}@{b}": step_fn(f, b, args.tokens, args.upstream) for b in ("auto", "torch") for f in FORMS}
@@ -72,7 +86,8 @@ def main(argv=None) -> int:
             for k, v in t.items()}
     lines = [f"one block, GPT-2-small width, {args.tokens} tokens, n = 4, forward + backward "
              f"({'from y.square().mean()' if args.upstream == 'loss' else 'from a given output gradient'}), "
-             f"{torch.get_num_threads()} threads, interleaved", "",
+             f"{torch.get_num_threads()} threads, interleaved"
+             f"{', glibc keeping freed memory' if args.allocator == 'tuned' else ''}", "",
              "| form | kernels (ms) | / pre | torch ops (ms) | / pre@torch |", "|---|---|---|---|---|"]
     for f in FORMS:
         a, b = rows[f"{f}@auto"], rows[f"{f}@torch"]
@@ -81,8 +96,9 @@ def main(argv=None) -> int:
                      f"({b['p10_ms']:.1f}–{b['p90_ms']:.1f}) | {b['median_ms'] / rows['pre@torch']['median_ms']:.3f} |")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    name = "mhc_block.json" if args.upstream == "loss" else "mhc_block_gradient.json"
-    atomic_write_text(out / name, json.dumps({"conditions": conditions("current"), "tokens": args.tokens,
+    name = ("mhc_block" if args.upstream == "loss" else "mhc_block_gradient") + (
+        "_tuned" if args.allocator == "tuned" else "") + ".json"
+    atomic_write_text(out / name, json.dumps({"conditions": conditions(args.allocator), "tokens": args.tokens,
                                               "upstream": args.upstream, "rows": rows, "table": lines}, indent=1))
     print("\n".join(lines))
     return 0
