@@ -10,13 +10,13 @@ import itertools
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import addnorm.functional as AF
 from addnorm.functional import MhcConvention, last_backend
 from addnorm.functional import mhc as M
 from addnorm.kernels.cpu import nodes
 from addnorm.ops import native_nodes
+from tests.ops.test_native_nodes import _Count  # a dispatch mode that lists the operators it sees
 
 pytestmark = pytest.mark.skipif(native_nodes.NODES is None, reason=(
     f"the C++ nodes are not loaded here: {nodes.status()}; make setup builds them, CI runs these"))
@@ -262,16 +262,6 @@ def test_forward_ad_level_opened_after_the_forward():
                 res.append(fwAD.unpack_dual(gx).tangent)
     assert res[0] is not None
     torch.testing.assert_close(res[0], res[1], atol=1e-6, rtol=1e-5)
-
-
-class _Count(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
 
 
 def _dispatched(fn, ins):
