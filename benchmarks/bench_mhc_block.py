@@ -98,7 +98,9 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     name = ("mhc_block" if args.upstream == "loss" else "mhc_block_gradient") + (
         "_tuned" if args.allocator == "tuned" else "") + ".json"
-    atomic_write_text(out / name, json.dumps({"conditions": conditions(args.allocator), "tokens": args.tokens,
+    # what glibc ran under: "tuned" where its settings came with the environment too
+    alloc = "tuned" if all(os.environ.get(k) == v for k, v in TUNED_MALLOC.items()) else "current"
+    atomic_write_text(out / name, json.dumps({"conditions": conditions(alloc), "tokens": args.tokens,
                                               "upstream": args.upstream, "rows": rows, "table": lines}, indent=1))
     print("\n".join(lines))
     return 0

@@ -82,3 +82,23 @@ def test_limit_and_release(pool):
     del c
     own.release()
     assert own.stats()["blocks"] == 0
+
+
+def test_a_pooled_output_is_no_view_and_takes_in_place_operations():
+    """An autograd Function's output that is a view refuses in-place operations; the pool's tensors are tensors of
+    their own over its memory (they were views of a flat buffer, and ``out.relu_()`` on a large norm output raised
+    "... is a view and is being modified inplace")."""
+    import addnorm.functional as AF
+    from addnorm.kernels.cpu import output_pool
+
+    from addnorm.ops import native_nodes
+
+    rows = max(output_pool.MIN_BYTES // (4 * 1024), native_nodes.MAX_NUMEL // 1024) + 3  # the Python node's, pooled
+    w = torch.ones(1024, requires_grad=True)
+    out = AF.rms_norm(torch.randn(rows, 1024), (1024,), w)
+    assert not out.untyped_storage().resizable() and out._base is None  # from the pool
+    out.relu_()
+    out.sum().backward()
+    assert w.grad is not None and w.grad.shape == (1024,)
+    t = output_pool.POOL.empty((rows, 1024), torch.float32)
+    assert t._base is None and t.is_contiguous() and t.shape == (rows, 1024)

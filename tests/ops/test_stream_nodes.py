@@ -360,31 +360,58 @@ def test_batched_gradients_through_h_res_and_h_post(conv):
 
 
 def test_large_calls_take_the_nodes_with_outputs_from_the_pool():
-    """The widened stream's nodes take every size: outputs of the output pool's size or more come from it (recycled
-    memory, faulted in once), forward and backward, as the Python hosts' do; with the pool off, from torch."""
+    """The widened stream's nodes take every size: their outputs of the output pool's size or more come from it
+    (recycled memory, faulted in once; its storages are the ones that cannot be resized), forward and backward,
+    with the Python path's values; with the pool off, from torch, the same values. A pooled output is no view:
+    in-place operations on it work as on torch's own outputs."""
     from addnorm.kernels.cpu import output_pool
 
-    lead = (output_pool.MIN_BYTES // (4 * N * C) + 1,)
-    ins = _pre_inputs(torch.float32, None, lead=lead)
-    ws = _write_inputs(torch.float32, lead=lead)
-    ws[0] = ins[0]
-    ws[1] = torch.randn(*lead, C)
-    ws[2], ws[3] = torch.rand(*lead, N), torch.rand(*lead, N, N)
-    before = output_pool.POOL.stats()["blocks"]
-    (outs, grads), (outs_py, grads_py) = _both(lambda: _pre_run(ins, None, tuple(range(8)), (0, 1, 2, 3)))
+    C4 = 40
+    lead = (output_pool.MIN_BYTES // (4 * C4) + 7,)  # h (lead, C) itself at the pool's size
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(*lead, N, C4, generator=g)
+    w = torch.randn(2 * N + N * N, N * C4, generator=g) * 0.05
+    coeffs = [torch.tensor(0.8), torch.tensor(0.6), torch.tensor(1.1), torch.randn(N, generator=g),
+              torch.randn(N, generator=g), torch.randn(N, N, generator=g)]
+    ins = [x, w.t().contiguous(), *coeffs]
+    with _Python():
+        want_outs, want_grads = _pre_run(ins, None, tuple(range(8)), (0, 1, 2, 3))
+    outs, grads = _pre_run(ins, None, tuple(range(8)), (0, 1, 2, 3))
     assert type(outs[0].grad_fn).__name__ == "CppFunction"
-    for a, b in zip((*outs, *grads), (*outs_py, *grads_py)):
+    for name, t in (("h", outs[0]), ("dX", grads[0])):
+        assert not t.untyped_storage().resizable(), f"{name} did not come from the pool"
+        assert t._base is None
+    for a, b in zip((*outs, *grads), (*want_outs, *want_grads)):
         _same(a, b, "a large call")
-    (x2, _), wgrads = _write_run(ws, (0, 1, 2, 3), False)
-    assert type(x2.grad_fn).__name__ == "CppFunction"
-    pooled = output_pool.POOL.stats()
-    assert pooled["blocks"] > before
-    held = grads[0]  # dX of the read, from the pool: its storage is one of the pool's mappings
-    assert pooled["in_use_bytes"] >= held.numel() * 4
+    y, hp, hr = torch.randn(*lead, C4, generator=g), torch.rand(*lead, N, generator=g), torch.rand(*lead, N, N, generator=g)
+    xs = x.clone().requires_grad_()
+    ys = y.clone().requires_grad_()
+    x2 = AF.stream_write(xs, ys, hp, hr)[0]
+    assert type(x2.grad_fn).__name__ == "CppFunction" and not x2.untyped_storage().resizable()
+    dx, dy = torch.autograd.grad(x2, (xs, ys), torch.ones_like(x2))
+    assert not dx.untyped_storage().resizable() and not dy.untyped_storage().resizable()
+    h = AF.mhc_pre(x.clone().requires_grad_(), *ins[1:])[0]
+    h.mul_(2)  # an output of a custom Function that were a view would refuse this
+    assert h.grad_fn is not None
     output_pool.POOL.set_limit(0)
     try:
-        (outs0, grads0), _ = _both(lambda: _pre_run(ins, None, tuple(range(8)), (0, 1, 2, 3)))
+        outs0, grads0 = _pre_run(ins, None, tuple(range(8)), (0, 1, 2, 3))
+        assert outs0[0].untyped_storage().resizable() and grads0[0].untyped_storage().resizable()
         for a, b in zip((*outs0, *grads0), (*outs, *grads)):
             _same(a, b, "the pool off")
     finally:
         output_pool.POOL.set_limit(1 << 30)
+
+
+@pytest.mark.parametrize("iters", [5, 100])
+def test_no_tokens_with_a_gradient(iters):
+    """A stream of no tokens: outputs of no tokens and zero gradients, through the kernels' path (iters <= 64) and
+    the formulas' (more rounds than the kernels take), whose backward had reshaped H_res's gradient with a -1 that
+    no tokens leave ambiguous."""
+    ins = _pre_inputs(torch.float32, None, lead=(0,))
+    ts = [t.clone().requires_grad_() for t in ins]
+    outs = AF.mhc_pre(*ts, iters=iters)
+    assert outs[0].shape == (0, C) and outs[3].shape == (0, N, N)
+    grads = torch.autograd.grad([o.sum() for o in outs], ts)
+    for g, t in zip(grads, ts):
+        assert g.shape == t.shape and not g.any()

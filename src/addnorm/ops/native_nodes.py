@@ -5,9 +5,9 @@ backward they hand every case but the plain one.
 why): the callers then use the Python nodes, ``EagerAddNorm``, ``EagerNormAdd`` and ``EagerParallelAddNorm``,
 whose backward is also what runs here under create_graph=True, a forward-AD level, a dispatch mode, or an
 incoming gradient that is not a plain CPU tensor (as does ``MhcPre``'s for mHC's pre step and ``StreamWrite``'s for
-the widened stream's write). ``MAX_NUMEL``: the norm forms' C++ nodes allocate with torch; larger outputs come
-from the output pool (``kernels.cpu.output_pool``) through the Python nodes, and at those sizes the per-call cost is a
-small part of the kernel's time anyway. The widened stream's nodes take every size and draw their large outputs
+the widened stream's write). ``MAX_NUMEL``: the norm forms' C++ nodes allocate with torch; larger calls' outputs
+come from the output pool (``kernels.cpu.output_pool``) through the Python nodes, and at those sizes the per-call cost
+is a small part of the kernel's time anyway. The widened stream's nodes take every size and draw their large outputs
 from the pool themselves (``_pool_empty``).
 """
 
@@ -33,7 +33,8 @@ from .stream.schema import CPU as STREAM_CPU
 KIND = {"layer": 0, "rms": 1}
 _KIND_NAME = ("layer", "rms")
 _PW_NAME = ("dyt", "derf")  # kernels.cpu.pointwise.KINDS
-MAX_NUMEL = _cpu.POOL_MIN_NUMEL
+MAX_NUMEL = (8 << 20) // 4  # the norm forms' C++ nodes take calls below 8 MiB of float32 (the output pool's start
+# until it moved to 4 MiB for the widened stream's tensors; these nodes' per-call saving outweighs the pool there)
 
 
 def _backward(op, saved, grads, needs, meta):

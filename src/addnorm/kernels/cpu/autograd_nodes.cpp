@@ -904,6 +904,7 @@ bool mhc_perms(MhcCall &c, PyObject *po) {
         p.dim() != 3 || p.size(0) < 1 || p.size(1) != c.n || p.size(2) != c.n || !stored(p) || p.requires_grad())
         return false;
     const int64_t r = p.size(0), n = c.n;
+    if (2 * n + r > MHC_MAX_M) return false;  // more outputs than the kernels take: no table to build
     Tensor v = p.to(at::kDouble).contiguous(), idx = at::empty({r, n}, p.options().dtype(at::kInt));
     const double *d = v.data_ptr<double>();
     int32_t *ix = idx.data_ptr<int32_t>();
@@ -1188,7 +1189,7 @@ struct MhcPreNode : public torch::autograd::Function<MhcPreNode> {
 };
 
 // (h, H_pre, H_post, H_res) or, with y, (X', h, H_pre, H_post, H_res) of functional.mhc's mhc_pre / mhc_write_pre
-// (perms None), or None
+// (perms: mhc_pre alone), or None
 py::object fast_mhc(py::handle x, py::handle y, py::handle h_post, py::handle h_res, py::handle products,
                     py::handle phi, py::handle a_pre, py::handle a_post, py::handle a_res, py::handle b_pre,
                     py::handle b_post, py::handle b_res, py::handle perms, py::handle eps, py::handle iters,

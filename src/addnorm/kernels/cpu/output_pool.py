@@ -63,7 +63,10 @@ class OutputPool:
                     block.madvise(mmap.MADV_HUGEPAGE)
             self._blocks.append(block)
             self._trim()
-        return torch.frombuffer(block, dtype=dtype, count=numel).view(shape)
+        flat = torch.frombuffer(block, dtype=dtype, count=numel)
+        # a tensor of its own over that storage, not a view of ``flat``: an autograd Function's output that is a view
+        # refuses in-place operations ("... is a view and is being modified inplace"), which torch's own outputs take
+        return torch.empty(0, dtype=dtype, device="cpu").set_(flat.untyped_storage(), 0, tuple(shape))
 
     def _trim(self) -> None:
         idle = [i for i in range(len(self._blocks)) if self._idle(i)]

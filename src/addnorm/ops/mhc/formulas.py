@@ -268,8 +268,8 @@ def _pre_backward(dh, dh_pre, dh_post, dh_res, x, phi, a_pre, a_post, a_res, b_p
     elif perms is None:
         dL = _sinkhorn_backward(_res_matrix(logits[2], n, res_transposed), iters, dh_res.to(ct), res_eps)
         dL = dL.transpose(-1, -2) if res_transposed else dL
-        dl.append(dL.reshape(dL.shape[:-2] + (-1,)))  # reshape, not flatten: vmap (batched gradients) has no
-        # batching rule for flatten of this layout
+        dl.append(dL.reshape(dL.shape[:-2] + (n * n,)))  # reshape, not flatten: vmap (batched gradients) has no
+        # batching rule for flatten of this layout; n * n, not -1: no tokens leave -1 ambiguous
     else:
         w = torch.softmax(logits[2], dim=-1)
         dw = torch.einsum("...ij,kij->...k", dh_res.to(ct), perms.to(ct))
