@@ -415,3 +415,49 @@ def test_no_tokens_with_a_gradient(iters):
     grads = torch.autograd.grad([o.sum() for o in outs], ts)
     for g, t in zip(grads, ts):
         assert g.shape == t.shape and not g.any()
+
+@pytest.mark.parametrize("dt,pdt", [(torch.float32, torch.float32), (torch.bfloat16, torch.float32),
+                                    (torch.float16, torch.float32), (torch.bfloat16, torch.bfloat16)])
+def test_stream_read_node_matches_the_python_node_bit_for_bit(dt, pdt):
+    """The stream's read (hyper-connections read their sub-layer's input with it): outputs and gradients the Python
+    node's to the bit, whichever inputs need a gradient; inference through the entry too."""
+    g = torch.Generator().manual_seed(12)
+    x, hp = torch.randn(3, 7, N, 33, generator=g).to(dt), (torch.rand(3, 7, N, generator=g) * 2).to(pdt)
+    up = torch.randn(3, 7, 33, generator=g).to(dt)
+
+    def run(want):
+        ts = [t.clone().requires_grad_(i in want) for i, t in enumerate((x, hp))]
+        h = AF.stream_read(*ts)
+        return h, torch.autograd.grad(h, [ts[i] for i in want], up)
+
+    for want in ((0, 1), (0,), (1,)):
+        (h, grads), (h_py, grads_py) = _both(lambda: run(want))
+        assert type(h.grad_fn).__name__ == "CppFunction"
+        assert type(h_py.grad_fn).__name__ == "DirectStreamReadBackward"
+        for a, b in zip((h, *grads), (h_py, *grads_py)):
+            _same(a, b, f"the read (want {want})")
+    with torch.no_grad():
+        got, want = _both(lambda: AF.stream_read(x, hp))
+    _same(got, want, "the read at inference")
+
+
+def test_stream_read_node_hands_other_backwards_to_python():
+    """Double backward and batched gradients through the read answer as through the Python node."""
+    g = torch.Generator().manual_seed(13)
+    x, hp = torch.randn(2, N, 33, generator=g), torch.rand(2, N, generator=g)
+    v = torch.randn(3, 2, 33, generator=g)
+
+    def penalty():
+        xs, hs = x.clone().requires_grad_(), hp.clone().requires_grad_()
+        h = AF.stream_read(xs, hs)
+        gx, gh = torch.autograd.grad(h.square().sum(), (xs, hs), create_graph=True)
+        return torch.autograd.grad(gx.square().sum() + gh.square().sum(), (xs, hs))
+
+    def batched():
+        xs, hs = x.clone().requires_grad_(), hp.clone().requires_grad_()
+        return torch.autograd.grad(AF.stream_read(xs, hs), (xs, hs), v, is_grads_batched=True)
+
+    for fn in (penalty, batched):
+        got, want = _both(fn)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)

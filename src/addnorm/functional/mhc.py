@@ -105,12 +105,12 @@ def _check_mhc(x, phi, coeffs, perms, eps, iters, groups=3):
 
 
 def run_fast(backend, entry: str, *args):
-    """A widened-stream C++ entry's result (``kernels/cpu/autograd_nodes.cpp``: ``fast_mhc``, ``fast_stream_write``,
-    ``fast_hyper_read``, ``fast_hyper_gated``), recorded as run on the CPU; None where the entries may not be asked
-    (not built, a compiler, transform, dispatch mode or tracer, another backend) or the entry declines -- it checks
-    the tensors and numbers itself and declines where anything is not the plain call (for most entries, where a
-    gradient is wanted: ``fast_mhc``'s read and ``fast_stream_write`` then make a C++ autograd node), which then
-    takes the general path (and its errors)."""
+    """A widened-stream C++ entry's result (``kernels/cpu/autograd_nodes.cpp``: ``fast_mhc``, ``fast_stream_read``,
+    ``fast_stream_write``, ``fast_hyper_read``, ``fast_hyper_gated``), recorded as run on the CPU; None where the
+    entries may not be asked (not built, a compiler, transform, dispatch mode or tracer, another backend) or the entry
+    declines -- it checks the tensors and numbers itself and declines where anything is not the plain call (for the
+    hyper entries, where a gradient is wanted: ``fast_mhc``'s read and the stream's read and write then make a C++
+    autograd node), which then takes the general path (and its errors)."""
     if NODES is None or not core.cpp_fast_ok(backend):
         return None
     r = getattr(NODES, entry)(*args)

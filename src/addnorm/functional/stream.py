@@ -53,6 +53,9 @@ _IMPL = {"cpu": CPU, "triton": TRITON}
 
 def stream_read(x, h_pre, *, backend: str | None = None):
     """h = sum_i H_pre[i] X_i: the sub-layer's input read out of the widened stream."""
+    # plain CPU tensors: the checks, the call and (a gradient wanted) the node in C++ (None: the path below)
+    if (r := run_fast(backend, "fast_stream_read", x, h_pre)) is not None:
+        return r
     x, h_pre = core.uninferred((x, h_pre))
     _check(x, h_pre=h_pre)
     which = core.choose_backend(backend, x, tuple(x.shape[-1:]))

@@ -4,8 +4,8 @@ backward they hand every case but the plain one.
 ``NODES`` is the loaded module, or None where it is not built (``addnorm.kernels.cpu.nodes.status()`` says
 why): the callers then use the Python nodes, ``EagerAddNorm``, ``EagerNormAdd`` and ``EagerParallelAddNorm``,
 whose backward is also what runs here under create_graph=True, a forward-AD level, a dispatch mode, or an
-incoming gradient that is not a plain CPU tensor (as does ``MhcPre``'s for mHC's pre step and ``StreamWrite``'s for
-the widened stream's write). ``MAX_NUMEL``: the norm forms' C++ nodes allocate with torch; larger calls' outputs
+incoming gradient that is not a plain CPU tensor (as do ``MhcPre``'s for mHC's pre step and ``StreamRead``'s and
+``StreamWrite``'s for the widened stream's read and write). ``MAX_NUMEL``: the norm forms' C++ nodes allocate with torch; larger calls' outputs
 come from the output pool (``kernels.cpu.output_pool``) through the Python nodes, and at those sizes the per-call cost
 is a small part of the kernel's time anyway. The widened stream's nodes take every size and draw their large outputs
 from the pool themselves (``_pool_empty``).
@@ -27,7 +27,7 @@ from .mhc.schema import CPU as MHC_CPU
 from .norm.autograd import EagerAddNorm
 from .pointwise.autograd import DirectPointwiseNorm
 from .pointwise.schema import CPU as PW_CPU
-from .stream.autograd import StreamWrite
+from .stream.autograd import StreamRead, StreamWrite
 from .stream.schema import CPU as STREAM_CPU
 
 KIND = {"layer": 0, "rms": 1}
@@ -49,6 +49,9 @@ def _backward(op, saved, grads, needs, meta):
     if op == 5:  # the stream's write
         ctx.direct = STREAM_CPU[3]
         return list(StreamWrite.backward(ctx, *grads, *[None] * (2 - len(grads))))
+    if op == 6:  # the stream's read
+        ctx.direct = STREAM_CPU[1]
+        return list(StreamRead.backward(ctx, *grads))
     kind = _KIND_NAME[meta["kind"]] if op != 3 else None
     if op == 0:
         sv, _, w, b = saved

@@ -76,7 +76,7 @@ ffwd_t k_fused_forward = nullptr;
 fbwd_t k_fused_backward = nullptr;
 py::object *fallback = nullptr;  // never freed: it lives as long as the process
 
-enum Op { ADD_NORM = 0, NORM_ADD = 1, PARALLEL = 2, POINTWISE = 3, MHC_PRE = 4, STREAM_WRITE = 5 };
+enum Op { ADD_NORM = 0, NORM_ADD = 1, PARALLEL = 2, POINTWISE = 3, MHC_PRE = 4, STREAM_WRITE = 5, STREAM_READ = 6 };
 
 // the kernels' dtype codes (addnorm.kernels.cpu.library.DTYPE_CODES)
 int code(const Tensor &t) {
@@ -1306,6 +1306,73 @@ struct StreamWriteNode : public torch::autograd::Function<StreamWriteNode> {
     }
 };
 
+// functional.stream.stream_read, h = H_pre X, as the write: the read of hyper-connections' stream (HC's; mHC reads
+// with its pre step); every backward but the plain one goes to StreamRead.backward (ops.stream.autograd)
+Tensor stream_read_forward(const Tensor &x, const Tensor &h_pre) {
+    const int64_t n = x.size(-2), C = x.size(-1), N = x.numel() / (n * C);
+    auto lead = x.sizes().slice(0, x.dim() - 2);
+    std::vector<int64_t> hs(lead.begin(), lead.end());
+    hs.push_back(C);
+    Tensor h = out_empty(hs, x.options());
+    const Tensor hp = h_pre.to(at::kFloat).contiguous();
+    const void *xp = ptr(x);
+    const float *hpp = hp.data_ptr<float>();
+    void *out = h.data_ptr();
+    int rc;
+    {
+        NoGil released;
+        rc = k_stream(0, (int)n, code(x), N, C, xp, nullptr, nullptr, nullptr, out, nullptr, hpp, nullptr, nullptr,
+                      nullptr, nullptr, nullptr, nullptr, nullptr, nthreads());
+    }
+    check_stream_rc(rc, "stream");
+    return h;
+}
+
+struct StreamReadNode : public torch::autograd::Function<StreamReadNode> {
+    static Tensor forward(AutogradContext *ctx, Tensor x, Tensor h_pre) {
+        ctx->set_materialize_grads(false);
+        ctx->save_for_backward({x, h_pre});
+        ctx->saved_data["given"] = given({true, true});
+        return stream_read_forward(x, h_pre);
+    }
+
+    static variable_list backward(AutogradContext *ctx, variable_list grads) {
+        variable_list saved = ctx->get_saved_variables();
+        Tensor dh = grads[0];
+        if (!dh.defined()) return variable_list(2);
+        const Tensor x = rows(saved[0]);
+        if (!kernel_backward(x.scalar_type(), {dh})) return python_backward(STREAM_READ, ctx, saved, grads, 2);
+        const Tensor &h_pre = saved[1];
+        const int64_t n = x.size(-2), C = x.size(-1), N = x.numel() / (n * C);
+        dh = rows(dh);
+        const Tensor hp = h_pre.to(at::kFloat).contiguous();
+        auto lead = x.sizes().slice(0, x.dim() - 1);
+        Tensor dx = out_like(x), d_pre = at::empty(lead, x.options().dtype(at::kFloat));
+        check_stream_rc(k_stream(1, (int)n, code(x), N, C, ptr(x), ptr(dh), nullptr, nullptr, dx.data_ptr(), nullptr,
+                                 hp.data_ptr<float>(), nullptr, nullptr, nullptr, nullptr, d_pre.data_ptr<float>(),
+                                 nullptr, nullptr, nthreads()),
+                        "stream");
+        variable_list out(2);
+        if (need(ctx, 0)) out[0] = dx;
+        if (need(ctx, 1)) out[1] = d_pre.to(h_pre.scalar_type());
+        return out;
+    }
+};
+
+// h of functional.stream.stream_read, or None where the call is not the plain one: x (..., n, C) contiguous in a
+// kernel dtype, h_pre (..., n) of any kernel dtype (read as float32)
+py::object fast_stream_read(py::handle x, py::handle h_pre) {
+    MhcCall c;
+    if (!mhc_stream(c, x.ptr(), Py_None, Py_None, Py_None, Py_False) || !small_param(h_pre.ptr())) return py::none();
+    const Tensor &hp = THPVariable_Unpack(h_pre.ptr());
+    auto lead = c.x.sizes().slice(0, c.x.dim() - 1);
+    if (hp.sizes() != lead) return py::none();
+    const int how = route({x.ptr(), h_pre.ptr()});
+    if (how < 0) return py::none();
+    if (how == 0) return py::cast(stream_read_forward(c.x, hp));
+    return py::cast(StreamReadNode::apply(c.x, hp));
+}
+
 // (X', q) of functional.stream.stream_write, or None where the call is not the plain one (the caller's general
 // path takes it, and names what is wrong): x (..., n, C) contiguous in a kernel dtype, y (..., C) in x's dtype,
 // h_post (..., n) and h_res (..., n, n) of any kernel dtype (read as float32)
@@ -1462,8 +1529,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("parallel", &parallel);
     m.def("fast_mhc", &fast_mhc);
     m.def("fast_stream_write", &fast_stream_write);
+    m.def("fast_stream_read", &fast_stream_read);
     m.def("fast_hyper_read", &fast_hyper_read);
     m.def("fast_hyper_gated", &fast_hyper_gated);
     m.attr("torch_version") = TORCH_VERSION;
-    m.attr("abi") = 10;  // nodes.ABI: raised with every change to the functions above
+    m.attr("abi") = 11;  // nodes.ABI: raised with every change to the functions above
 }
