@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import torch
-
 from ..kernels.cpu import nodes as _nodes
 from ..kernels.cpu import norm as _cpu
 from ..kernels.cpu import output_pool as _pool
@@ -73,12 +71,12 @@ def _backward(op, saved, grads, needs, meta):
     return list(DirectPointwiseNorm.backward(ctx, *grads, *[None] * (2 - len(grads))))
 
 
-_POOL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # autograd_nodes.cpp's out_empty codes
+_DTYPE_OF_CODE = {c: dt for dt, c in _cpu.DTYPE.items()}  # the kernels' dtype codes, as autograd_nodes.cpp's code()
 
 
 def _pool_empty(shape, code):
     """An output of the widened stream's C++ nodes from the output pool (None where the pool declines it)."""
-    return _pool.POOL.empty(tuple(shape), _POOL_DTYPES[code])
+    return _pool.POOL.empty(tuple(shape), _DTYPE_OF_CODE[code])
 
 
 def _load():

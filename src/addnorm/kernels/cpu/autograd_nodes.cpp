@@ -79,15 +79,16 @@ py::object *fallback = nullptr;  // never freed: it lives as long as the process
 enum Op { ADD_NORM = 0, NORM_ADD = 1, PARALLEL = 2, POINTWISE = 3, MHC_PRE = 4, STREAM_WRITE = 5, STREAM_READ = 6 };
 
 // the kernels' dtype codes (addnorm.kernels.cpu.library.DTYPE_CODES)
-int code(const Tensor &t) {
-    switch (t.scalar_type()) {
+int code(at::ScalarType st) {
+    switch (st) {
         case at::kFloat: return 0;
         case at::kBFloat16: return 1;
         case at::kHalf: return 2;
-        default: TORCH_CHECK(false, "addnorm: the CPU kernels take float32, bfloat16 and float16, got ",
-                             t.scalar_type());
+        default: TORCH_CHECK(false, "addnorm: the CPU kernels take float32, bfloat16 and float16, got ", st);
     }
 }
+
+int code(const Tensor &t) { return code(t.scalar_type()); }
 
 at::ScalarType param_type(int pcode) {
     return pcode == 0 ? at::kFloat : pcode == 1 ? at::kBFloat16 : at::kHalf;
@@ -241,24 +242,21 @@ variable_list python_backward(int op, AutogradContext *ctx, const variable_list 
 
 int nthreads() { return at::get_num_threads(); }
 
-// addnorm's output pool (kernels.cpu.output_pool, through native_nodes._pool_empty(shape, dtype code)): recycled
-// memory, already faulted in, for outputs of pool_min_bytes or more. Under glibc's defaults the memory of a training
-// step's large tensors goes back to the system and comes again page by page: at a block's 512 tokens x 4 x 768 the
-// widened stream's 6 MB outputs from fresh memory cost the mHC step about 2 % of pre's (page faults, the kernel
-// zeroing them). Used by the widened stream's nodes, which take calls of every size.
+// addnorm's output pool (kernels.cpu.output_pool, through native_nodes._pool_empty(shape, the kernels' dtype code)):
+// recycled memory, already faulted in, for outputs of pool_min_bytes or more (every one in a kernel dtype). Under
+// glibc's defaults the memory of a training step's large tensors goes back to the system and comes again page by
+// page: at a block's 512 tokens x 4 x 768 the widened stream's 6 MB outputs from fresh memory cost the mHC step about
+// 2 % of pre's (page faults, the kernel zeroing them). Used by the widened stream's nodes, which take every size.
 py::object *pool_empty = nullptr;
 int64_t pool_min_bytes = INT64_MAX;
 
 Tensor out_empty(at::IntArrayRef sizes, const at::TensorOptions &opts) {
     const int64_t nbytes = c10::multiply_integers(sizes) * (int64_t)c10::elementSize(opts.dtype().toScalarType());
     if (pool_empty != nullptr && !pool_empty->is_none() && nbytes >= pool_min_bytes && opts.device().is_cpu()) {
-        const int c = opts.dtype().toScalarType() == at::kFloat ? 0 : opts.dtype().toScalarType() == at::kBFloat16 ? 1
-                      : opts.dtype().toScalarType() == at::kHalf ? 2 : -1;
-        if (c >= 0) {
-            py::gil_scoped_acquire gil;
-            py::object t = (*pool_empty)(py::cast(std::vector<int64_t>(sizes.begin(), sizes.end())), c);
-            if (!t.is_none()) return t.cast<Tensor>();
-        }
+        const int c = code(opts.dtype().toScalarType());
+        py::gil_scoped_acquire gil;
+        py::object t = (*pool_empty)(py::cast(std::vector<int64_t>(sizes.begin(), sizes.end())), c);
+        if (!t.is_none()) return t.cast<Tensor>();
     }
     return at::empty(sizes, opts);
 }
@@ -1075,48 +1073,29 @@ void mhc_backward_layout(const Tensor &phi_in, int mp, Tensor &phi, Tensor &phiT
     else phiT = p.t().contiguous();
 }
 
-// x, phi, the six coefficients; eps, iters, the convention and mHC-lite's permutations (MhcPerms: no gradient edge)
-constexpr int MHC_TENSORS = 8, MHC_OTHERS = 9;
-
-struct MhcPerms {
-    Tensor perms, idx;  // undefined for mHC
-};
+// x, phi, the six coefficients, then the call fast_mhc checked (MhcCall: the numbers, the convention and mHC-lite's
+// permutations; no gradient edge)
+constexpr int MHC_TENSORS = 8, MHC_OTHERS = 1;
 
 struct MhcPreNode : public torch::autograd::Function<MhcPreNode> {
     static variable_list forward(AutogradContext *ctx, Tensor x, Tensor phi, Tensor a_pre, Tensor a_post,
-                                 Tensor a_res, Tensor b_pre, Tensor b_post, Tensor b_res, double eps, int64_t iters,
-                                 double pre_eps, double res_eps, bool res_t, double post_scale, double post_eps,
-                                 int64_t groups, const MhcPerms &perms) {
+                                 Tensor a_res, Tensor b_pre, Tensor b_post, Tensor b_res, const MhcCall &call) {
         ctx->set_materialize_grads(false);
-        MhcCall c;
-        c.x = x;
-        c.n = (int)x.size(-2);
-        c.C = x.size(-1);
-        c.groups = (int)groups;
-        c.iters = (int)iters;
-        c.perms = perms.perms;
-        c.perm_idx = perms.idx;
-        c.r = c.groups < 3 ? 0 : c.perm_idx.defined() ? (int)c.perm_idx.size(0) : c.n * c.n;
-        c.m = c.groups == 1 ? c.n : 2 * c.n + c.r;
-        c.eps = eps;
-        c.pre_eps = pre_eps;
-        c.res_eps = res_eps;
-        c.res_t = res_t;
-        c.post_scale = post_scale;
-        c.post_eps = post_eps;
+        MhcCall c = call;
         for (const Tensor *t : {&a_pre, &a_post, &a_res}) append_floats(*t, c.a);
         for (const Tensor *t : {&b_pre, &b_post, &b_res}) append_floats(*t, c.bias);
         mhc_layout(c, phi);
         MhcOut o = mhc_forward(c, false, true);
         ctx->save_for_backward({x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, o.p, o.rstd, o.state});
-        ctx->saved_data["eps"] = eps;
-        ctx->saved_data["iters"] = iters;
-        ctx->saved_data["pre_eps"] = pre_eps;
-        ctx->saved_data["res_eps"] = res_eps;
-        ctx->saved_data["res_t"] = res_t;
-        ctx->saved_data["post_scale"] = post_scale;
-        ctx->saved_data["post_eps"] = post_eps;
-        ctx->saved_data["groups"] = groups;
+        ctx->saved_data["eps"] = c.eps;
+        ctx->saved_data["iters"] = (int64_t)c.iters;
+        ctx->saved_data["pre_eps"] = c.pre_eps;
+        ctx->saved_data["res_eps"] = c.res_eps;
+        ctx->saved_data["res_t"] = c.res_t;
+        ctx->saved_data["post_scale"] = c.post_scale;
+        ctx->saved_data["post_eps"] = c.post_eps;
+        ctx->saved_data["groups"] = (int64_t)c.groups;
+        ctx->saved_data["r"] = (int64_t)c.r;
         ctx->saved_data["given"] = given({true, true, true, true, true, true, true, true});
         // the coefficients as the kernel read them (float32), for the backward: the saved ones cannot change
         // meanwhile (autograd refuses a saved tensor modified in place)
@@ -1142,8 +1121,7 @@ struct MhcPreNode : public torch::autograd::Function<MhcPreNode> {
         }
         const int groups = (int)ctx->saved_data["groups"].toInt(), iters = (int)ctx->saved_data["iters"].toInt();
         const Tensor perm_idx = ctx->saved_data["perm_idx"].toTensor();
-        const int n = (int)x.size(-2), m = (int)p.size(-1), mp = (m + 7) / 8 * 8;
-        const int r = groups < 3 ? 0 : perm_idx.defined() ? (int)perm_idx.size(0) : n * n;
+        const int n = (int)x.size(-2), m = (int)p.size(-1), mp = (m + 7) / 8 * 8, r = (int)ctx->saved_data["r"].toInt();
         const int64_t C = x.size(-1), N = x.numel() / (n * C);
         dh = rows(dh);
         dpre = rows(dpre);
@@ -1222,9 +1200,7 @@ py::object fast_mhc(py::handle x, py::handle y, py::handle h_post, py::handle h_
     if (how == 1) {
         Tensor t[6];
         for (int i = 0; i < 6; i++) t[i] = THPVariable_Unpack(coeffs[i]);
-        variable_list r = MhcPreNode::apply(c.x, ph, t[0], t[1], t[2], t[3], t[4], t[5], c.eps, (int64_t)c.iters,
-                                            c.pre_eps, c.res_eps, c.res_t, c.post_scale, c.post_eps,
-                                            (int64_t)c.groups, MhcPerms{c.perms, c.perm_idx});
+        variable_list r = MhcPreNode::apply(c.x, ph, t[0], t[1], t[2], t[3], t[4], t[5], c);
         return py::make_tuple(r[0], r[1], r[2], r[3]);
     }
     for (int i = 0; i < 3; i++) append_floats(THPVariable_Unpack(coeffs[i]), c.a);
