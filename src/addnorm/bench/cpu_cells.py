@@ -50,6 +50,7 @@ def conditions(allocator: str) -> dict:
     """What a CPU measurement ran under, recorded with its results: the machine, torch, the threads, the allocator
     and which of addnorm's kernels (instruction set, C++ nodes) were in force."""
     from ..kernels.cpu import availability
+    from ..kernels.cpu.library import prefetch
     from ..kernels.cpu import nodes
     from ..ops import native_nodes  # noqa: F401  (loads the C++ nodes, so that their status is known)
 
@@ -64,6 +65,7 @@ def conditions(allocator: str) -> dict:
         "allocator": allocator,
         "addnorm_cpu_kernel": av.available,
         "addnorm_isa": av.isa,
+        "addnorm_prefetch": prefetch(),
         "addnorm_cpp_nodes": nodes.status(),
     }
 

@@ -388,6 +388,15 @@ static inline uint16_t an_f32_to_f16(float f) {
 
 /* 1 where the AVX-512 loops may convert float32 to bfloat16 with the AVX512_BF16 instruction (an_pick_isa) */
 static int g_bf16_native = 0;
+/* 1 where the row loops ask for the rows ahead themselves (prefetch_next and prefetch_span in norm_rows.h;
+ * an_pick_isa): not on AMD's CPUs, whose own prefetchers keep up with these loops and where the requests cost more
+ * than they brought. With the caches flushed, 8192 x 1024, three alternating rounds on a 2-core AMD EPYC, the
+ * time without them over the time with them was 0.93 on the median of 96 cells (0.56 for norm-then-add's float32
+ * forward on AVX2); docs/performance-journal.md, "Software prefetch on the AMD EPYC". The bfloat16 stream write
+ * and read (prefetch_next_always, prefetch_span_always: the write took 1.09-1.22x its forward's time without) and
+ * mHC's projection loops (an_mhc_pf_at) keep theirs everywhere. Intel's CPUs keep every one (measured on a 2-core
+ * Xeon: norm_rows.h). ADDNORM_CPU_PREFETCH=1 or 0 overrides. */
+static int g_swpf = 1;
 
 #if defined(__x86_64__)
 #pragma GCC push_options
@@ -486,7 +495,11 @@ static void an_pick_isa(void) {
     if (done) return;
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    /* ADDNORM_CPU_ISA=avx512|avx2|baseline caps the instruction set (for tests and comparisons; avx512: without
+    g_swpf = !__builtin_cpu_is("amd");
+    const char *pf = getenv("ADDNORM_CPU_PREFETCH");
+    if (pf != NULL && (strcmp(pf, "0") == 0 || strcmp(pf, "1") == 0)) g_swpf = pf[0] == '1';
+    /* ADDNORM_CPU_ISA=avx512|avx2|baseline caps the instruction set, native leaves the best (for tests and
+     * comparisons; library.py refuses any other value by name; avx512: without
      * AVX512_BF16's conversions, as on CPUs that lack them) */
     const char *cap = getenv("ADDNORM_CPU_ISA");
     int max_isa = cap == NULL                  ? 3
@@ -773,6 +786,12 @@ static float *an_host_rows(int64_t D, int nrows, void **owned) {
 int addnorm_isa(void) {
     an_pick_isa();
     return g_isa;
+}
+
+/* 1 where the row loops prefetch the rows ahead themselves (g_swpf) */
+int addnorm_prefetch(void) {
+    an_pick_isa();
+    return g_swpf;
 }
 
 /* Large fresh outputs: ask for transparent huge pages before the first write, so that the kernel's
@@ -1462,6 +1481,7 @@ static PyObject *an_py_pw_backward(PyObject *self, PyObject *const *args, Py_ssi
 }
 
 static PyObject *an_py_isa(PyObject *self, PyObject *unused) { return PyLong_FromLong(addnorm_isa()); }
+static PyObject *an_py_prefetch(PyObject *self, PyObject *unused) { return PyBool_FromLong(addnorm_prefetch()); }
 
 static PyMethodDef an_methods[] = {
     {"forward", (PyCFunction)(void (*)(void))an_py_forward, METH_FASTCALL, "addnorm_forward (see addnorm_cpu.c)"},
@@ -1479,6 +1499,7 @@ static PyMethodDef an_methods[] = {
     {"pointwise_backward", (PyCFunction)(void (*)(void))an_py_pw_backward, METH_FASTCALL,
      "addnorm_pointwise_backward (see addnorm_cpu.c)"},
     {"isa", an_py_isa, METH_NOARGS, "the instruction set picked: 0 baseline, 1 avx2, 2 avx512"},
+    {"prefetch", an_py_prefetch, METH_NOARGS, "whether the row loops prefetch the rows ahead themselves"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef an_module = {PyModuleDef_HEAD_INIT, "_addnorm_cpu",

@@ -8,6 +8,7 @@ which cost far less per call than ctypes' argument marshalling.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 DTYPE_CODES = {"float32": 0, "bfloat16": 1, "float16": 2}
@@ -48,7 +49,30 @@ def _load() -> KernelLibrary | str:
     return _LIB
 
 
+# the environment switches the library reads once, when it loads (docs/performance.md, "How to measure"): each
+# value it accepts; a value outside them would be ignored there, so it is refused here, by name
+SWITCHES = {
+    "ADDNORM_CPU_ISA": ("native", "avx512", "avx2", "baseline"),  # caps the instruction set (native: no cap)
+    "ADDNORM_CPU_PREFETCH": ("0", "1"),  # the row loops' own prefetch off / on (default: off on AMD's CPUs)
+    "ADDNORM_CPU_NT_BYTES": None,  # outputs of at least this many bytes are streamed: a non-negative integer
+}
+
+
+def check_switches(env=None) -> None:
+    """Raise ValueError naming the switch whose value the library would not understand."""
+    env = os.environ if env is None else env
+    for name, allowed in SWITCHES.items():
+        value = env.get(name)
+        if value is None:
+            continue
+        ok = value in allowed if allowed is not None else value.isascii() and value.isdigit()
+        if not ok:
+            want = "one of " + ", ".join(repr(a) for a in allowed) if allowed is not None else "a non-negative integer (bytes)"
+            raise ValueError(f"{name} must be {want}, got {value!r}")
+
+
 def _open() -> KernelLibrary | str:
+    check_switches()
     try:
         from addnorm.kernels.cpu import _addnorm_cpu  # the built extension
     except ImportError as e:  # not built (e.g. a source checkout without `pip install`, or no C compiler)
@@ -59,6 +83,17 @@ def _open() -> KernelLibrary | str:
                          _addnorm_cpu.hyper,
                          _addnorm_cpu.__file__,
                          ISA_NAMES.get(_addnorm_cpu.isa(), "unknown"))
+
+
+def prefetch() -> bool | None:
+    """Whether the row loops ask for the rows ahead themselves (off on AMD's CPUs, ``ADDNORM_CPU_PREFETCH``
+    overrides); None where the library is not built."""
+    lib = _load()
+    if isinstance(lib, str):
+        return None
+    from addnorm.kernels.cpu import _addnorm_cpu
+
+    return _addnorm_cpu.prefetch()
 
 
 def library() -> KernelLibrary:

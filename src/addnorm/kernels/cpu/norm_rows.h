@@ -109,13 +109,19 @@ static void AN_FN(stream_bytes)(void *restrict dst, const void *restrict src, si
  * whole next row between a row's reducing pass and its writing pass. There it beat prefetch_span two rows ahead
  * by 10-20 %: on the 2-core Xeon, caches flushed before each call, 8192 x 1024 bf16, the parallel form's
  * LayerNorm forward took 3.25 ms against 3.87, norm-then-add's 2.31 against 2.58. */
-static inline void AN_FN(prefetch_next)(const void *a, const void *b, const void *c, const void *d, size_t bytes) {
+static inline void AN_FN(prefetch_next_always)(const void *a, const void *b, const void *c, const void *d,
+                                               size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) {
         if (a) __builtin_prefetch((const char *)a + o, 0, 3);
         if (b) __builtin_prefetch((const char *)b + o, 0, 3);
         if (c) __builtin_prefetch((const char *)c + o, 0, 3);
         if (d) __builtin_prefetch((const char *)d + o, 0, 3);
     }
+}
+
+/* prefetch_next where the row loops prefetch at all (g_swpf: not on AMD's CPUs, whose own prefetchers do better) */
+static inline void AN_FN(prefetch_next)(const void *a, const void *b, const void *c, const void *d, size_t bytes) {
+    if (g_swpf) AN_FN(prefetch_next_always)(a, b, c, d, bytes);
 }
 
 /* Prefetch the chunk [c0, c0 + AN_CHUNK) of up to three rows (element size es) -- the next row's data,
@@ -145,9 +151,14 @@ static inline void AN_FN(prefetch_chunk)(const void *a, const void *b, const voi
  * builds, three alternating rounds; the journal has the table); the stream read lost 15-32 % that way and keeps
  * this. NULL: nothing. */
 #define AN_PF_AHEAD 2
-static inline void AN_FN(prefetch_span)(const void *p, size_t bytes) {
+static inline void AN_FN(prefetch_span_always)(const void *p, size_t bytes) {
     if (!p) return;
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)p + o, 0, 2);
+}
+
+/* prefetch_span where the row loops prefetch at all (g_swpf) */
+static inline void AN_FN(prefetch_span)(const void *p, size_t bytes) {
+    if (g_swpf) AN_FN(prefetch_span_always)(p, bytes);
 }
 
 /* Store a float32 row in the storage dtype; streamed when nt (scratch: room for n 16-bit values). */

@@ -119,8 +119,14 @@ static inline __attribute__((always_inline)) void AN_FN(stream_fwd_fixed)(const 
     for (int64_t t = r0; t < r1; t++) {
         const char *xrow = (const char *)a->x + t * (int64_t)n * C * (int64_t)es;
         if (a->op == AN_STREAM_READ) {
-            if (t + AN_PF_AHEAD < r1) /* a later token's n rows (see prefetch_span) */
-                AN_FN(prefetch_span)(xrow + (size_t)AN_PF_AHEAD * (size_t)n * (size_t)C * es, (size_t)n * (size_t)C * es);
+            /* a later token's n rows (see prefetch_span): bf16 on every CPU, float32 where the loops prefetch at all
+             * (g_swpf; on the AMD EPYC, caches flushed, the float32 read took 0.85-0.99x its time without, its
+             * fwd+bwd 0.77-0.92x, the bf16 read 1.00-1.05x) */
+            if (t + AN_PF_AHEAD < r1) {
+                const char *f = xrow + (size_t)AN_PF_AHEAD * (size_t)n * (size_t)C * es;
+                if (bf16) AN_FN(prefetch_span_always)(f, (size_t)n * (size_t)C * es);
+                else AN_FN(prefetch_span)(f, (size_t)n * (size_t)C * es);
+            }
             AN_FN(stream_read_row)((char *)a->out + t * C * (int64_t)es, xrow, a->h_pre + t * n, C, n, bf16, nf,
                                    a->nt, tmp);
         } else { /* every row is read n times: converted once */
@@ -130,14 +136,15 @@ static inline __attribute__((always_inline)) void AN_FN(stream_fwd_fixed)(const 
             const float *y = AN_FN(f32_row)((const char *)a->y + t * C * (int64_t)es, a->dt,
                                             sc->r[AN_STREAM_MAX_N], C);
             char *xo = (char *)a->out + t * (int64_t)n * C * (int64_t)es;
-            /* the next token's rows, one before each of this token's output rows (y's with the first) */
+            /* the next token's rows, one before each of this token's output rows (y's with the first); on every
+             * CPU, AMD's too (g_swpf): there, without it, the bf16 write took 1.09x its time (AVX2 1.22x) */
             const int more = bf16 && t + 1 < r1; /* float32 lost 16 % with it on AVX2 */
             const char *nxrow = more ? xrow + (size_t)n * (size_t)C * es : NULL;
             const char *ny = more ? (const char *)a->y + (t + 1) * C * (int64_t)es : NULL;
             float q = 0.0f;
             for (int i = 0; i < n; i++) {
-                if (more) AN_FN(prefetch_next)(nxrow + (size_t)i * (size_t)C * es, i == 0 ? ny : NULL, NULL, NULL,
-                                               (size_t)C * es);
+                if (more) AN_FN(prefetch_next_always)(nxrow + (size_t)i * (size_t)C * es, i == 0 ? ny : NULL, NULL,
+                                                      NULL, (size_t)C * es);
                 q += AN_FN(stream_write_row)(xo + (size_t)i * (size_t)C * es, xs, y, hres + i * n, hpost[i], C, n,
                                              bf16, nf, a->nt, tmp);
             }
@@ -207,15 +214,16 @@ static inline __attribute__((always_inline)) void AN_FN(stream_write_bwd_fixed)(
     for (int64_t t = r0; t < r1; t++) {
         /* bf16: a later token's rows: dX', X', the stream read and y (see prefetch_span). Caches flushed, 8192 tokens
          * x 4 x 1024, fwd+bwd: 22.7 -> 20.7 ms (AVX2 30.0 -> 29.0). The general loop's backward (float32, and the
-         * read's) was left without: float32 lost 6-13 % with it, the bf16 read gained nothing. */
+         * read's) was left without: float32 lost 6-13 % with it, the bf16 read gained nothing. On every CPU, AMD's
+         * too (g_swpf): there the write's fwd+bwd took 1.02x its time without it (AVX2 1.08x). */
         if (bf16 && t + AN_PF_AHEAD < r1) {
             const int64_t f = t + AN_PF_AHEAD;
             const size_t nb = (size_t)n * (size_t)C * 2;
-            AN_FN(prefetch_span)((const uint16_t *)a->x + f * (int64_t)n * C, nb);
-            AN_FN(prefetch_span)(a->xout && a->dq && a->dq[f] != 0.0f ? (const uint16_t *)a->xout + f * (int64_t)n * C
-                                                                      : NULL, nb);
-            AN_FN(prefetch_span)((const uint16_t *)a->xin + f * (int64_t)n * C, nb);
-            AN_FN(prefetch_span)((const uint16_t *)a->y + f * C, (size_t)C * 2);
+            AN_FN(prefetch_span_always)((const uint16_t *)a->x + f * (int64_t)n * C, nb);
+            const int dq = a->xout && a->dq && a->dq[f] != 0.0f;
+            AN_FN(prefetch_span_always)(dq ? (const uint16_t *)a->xout + f * (int64_t)n * C : NULL, nb);
+            AN_FN(prefetch_span_always)((const uint16_t *)a->xin + f * (int64_t)n * C, nb);
+            AN_FN(prefetch_span_always)((const uint16_t *)a->y + f * C, (size_t)C * 2);
         }
         const char *xrow = (const char *)a->x + t * (int64_t)n * C * (int64_t)es;
         const char *xout = a->xout ? (const char *)a->xout + t * (int64_t)n * C * (int64_t)es : NULL;
