@@ -102,3 +102,50 @@ def test_a_pooled_output_is_no_view_and_takes_in_place_operations():
     assert w.grad is not None and w.grad.shape == (1024,)
     t = output_pool.POOL.empty((rows, 1024), torch.float32)
     assert t._base is None and t.is_contiguous() and t.shape == (rows, 1024)
+
+
+def test_two_pooled_gradients_are_summed_in_place(pool):
+    """A tensor used twice gets two gradients, and autograd sums them in place only into a buffer it owns alone. The
+    pool's tensors were made through ``set_(flat.untyped_storage(), ...)``, whose Python storage object counted as a
+    second owner: every such sum (the residual stream's, in any model whose large gradients come from the pool)
+    allocated a third tensor. Now the sum lands in one of the two pooled buffers."""
+    from addnorm.kernels.cpu import output_pool
+
+    ptrs = []
+
+    class Pooled(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, v):
+            ctx.v = v
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            t = output_pool.POOL.empty(tuple(g.shape), g.dtype)
+            assert t is not None, "the pool declined a tensor of its size"
+            ptrs.append(t.data_ptr())
+            return t.fill_(ctx.v), None
+
+    x = torch.zeros(output_pool.MIN_BYTES // 4 + 1024, requires_grad=True)
+    (Pooled.apply(x, 1.0).sum() + Pooled.apply(x, 2.0).sum()).backward()
+    assert torch.all(x.grad == 3.0)
+    assert len(ptrs) == 2 and x.grad.data_ptr() in ptrs, "autograd summed the two pooled gradients into a new tensor"
+
+
+def test_the_widened_stream_sums_its_gradients_in_place(pool):
+    """The read and the write of a widened stream both take X: its two gradients (C++ nodes' pooled outputs) are summed
+    in place (``aten::add_``), not into a fresh tensor (``aten::add``), as the training step of an mHC block does."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from addnorm.functional import stream_read, stream_write
+
+    T, n, C = 512, 4, 768  # 6 MiB of float32: pooled
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(T, n, C, generator=g).requires_grad_()
+    hp, hpo = torch.rand(T, n, generator=g), torch.rand(T, n, generator=g)
+    hr = torch.rand(T, n, n, generator=g)
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        X2, _ = stream_write(X, stream_read(X, hp) * 2, hpo, hr)
+        X2.backward(torch.ones_like(X2))
+    ops = {e.key: e.count for e in p.key_averages()}
+    assert ops.get("aten::add", 0) == 0 and ops.get("aten::add_", 0) >= 1, ops

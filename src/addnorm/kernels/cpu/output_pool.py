@@ -65,8 +65,11 @@ class OutputPool:
             self._trim()
         flat = torch.frombuffer(block, dtype=dtype, count=numel)
         # a tensor of its own over that storage, not a view of ``flat``: an autograd Function's output that is a view
-        # refuses in-place operations ("... is a view and is being modified inplace"), which torch's own outputs take
-        return torch.empty(0, dtype=dtype, device="cpu").set_(flat.untyped_storage(), 0, tuple(shape))
+        # refuses in-place operations ("... is a view and is being modified inplace"), which torch's own outputs take.
+        # set_(flat), not set_(flat.untyped_storage(), ...): the Python storage object that the latter makes stays tied to
+        # the storage and counts as a second owner, so autograd, which sums the two gradients of a tensor used twice in
+        # place only into a buffer it owns alone, allocated a third tensor for every such sum (a residual stream's)
+        return torch.empty(0, dtype=dtype, device="cpu").set_(flat).resize_(tuple(shape))
 
     def _trim(self) -> None:
         idle = [i for i in range(len(self._blocks)) if self._idle(i)]
