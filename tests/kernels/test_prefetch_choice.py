@@ -116,9 +116,34 @@ def test_the_values_it_reads_pass(env):
     check_switches(env)
 
 
-def test_a_bad_switch_stops_the_first_call(tmp_path):
+def test_a_bad_switch_stops_the_import(tmp_path):
+    """The library loads when addnorm is imported (its availability is read then): a bad value stops that, by name."""
     env = dict(os.environ, ADDNORM_CPU_PREFETCH="on")
     code = ("import torch, addnorm.functional as F\n"
             "F.add_rms_norm(torch.randn(2, 8), torch.randn(2, 8), (8,), backend='cpu')")
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode != 0 and "ADDNORM_CPU_PREFETCH must be one of '0', '1', got 'on'" in res.stderr, res.stderr
+
+
+def test_every_request_for_rows_ahead_goes_through_the_switch():
+    """The bits cannot tell a prefetch that ignores the switch from one that follows it: so the headers are read. Every
+    ``__builtin_prefetch`` is in one of the helpers, every loop calls the switched ones (``prefetch_next``,
+    ``prefetch_chunk``, ``prefetch_span``), and only the bfloat16 stream's loops call the ``*_always`` forms."""
+    import re
+    from pathlib import Path
+
+    root = Path(addnorm.__file__).parent / "kernels" / "cpu"
+    helpers = {"prefetch_next_always", "prefetch_span_always", "an_mhc_pf_at"}  # mHC's projection: its own, always
+    for path in sorted(root.glob("*.h")):
+        text = path.read_text()
+        # each function's body: from a definition line to the next one; the helper it belongs to by name
+        for m in re.finditer(r"__builtin_prefetch", text):
+            head = text.rfind("\nstatic ", 0, m.start())  # the definition this call is in
+            name = re.match(r"\nstatic (?:[^(]*?__attribute__\(\([^)]*\)\))?[^(]*?(?:AN_FN\((\w+)\)|(\w+))\(",
+                            text[head:]) if head >= 0 else None
+            name = name and (name.group(1) or name.group(2))
+            line = text[:m.start()].count("\n") + 1
+            assert name in helpers, f"{path.name}:{line}: a prefetch outside the helpers (in {name})"
+        for m in re.finditer(r"AN_FN\((prefetch_\w+_always)\)\(", text):
+            line = text[:m.start()].count("\n") + 1
+            assert path.name in ("stream_rows.h", "norm_rows.h"), f"{path.name}:{line}: {m.group(1)} outside the stream"

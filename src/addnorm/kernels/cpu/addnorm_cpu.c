@@ -390,12 +390,13 @@ static inline uint16_t an_f32_to_f16(float f) {
 static int g_bf16_native = 0;
 /* 1 where the row loops ask for the rows ahead themselves (prefetch_next and prefetch_span in norm_rows.h;
  * an_pick_isa): not on AMD's CPUs, whose own prefetchers keep up with these loops and where the requests cost more
- * than they brought. With the caches flushed, 8192 x 1024, three alternating rounds on a 2-core AMD EPYC, the
- * time without them over the time with them was 0.93 on the median of 96 cells (0.56 for norm-then-add's float32
- * forward on AVX2); docs/performance-journal.md, "Software prefetch on the AMD EPYC". The bfloat16 stream write
+ * than they brought. With the caches flushed, 8192 x 1024, four rounds in alternating order on a 2-core AMD EPYC,
+ * the time without them over the time with them was 0.94 on the median of 88 cells, where cells that ask for nothing
+ * either way read 0.99-1.03 (0.64-0.81 for norm-then-add's float32 on AVX2); docs/performance-journal.md, "Software
+ * prefetch on the AMD EPYC". The bfloat16 stream write
  * and read (prefetch_next_always, prefetch_span_always: the write took 1.09-1.22x its forward's time without) and
- * mHC's projection loops (an_mhc_pf_at) keep theirs everywhere. Intel's CPUs keep every one (measured on a 2-core
- * Xeon: norm_rows.h). ADDNORM_CPU_PREFETCH=1 or 0 overrides. */
+ * mHC's projection loops (an_mhc_pf_at) keep theirs everywhere. Every other vendor's CPUs keep every one (Intel's
+ * measured on a 2-core Xeon: norm_rows.h). ADDNORM_CPU_PREFETCH=1 or 0 overrides. */
 static int g_swpf = 1;
 
 #if defined(__x86_64__)
@@ -496,8 +497,6 @@ static void an_pick_isa(void) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     g_swpf = !__builtin_cpu_is("amd");
-    const char *pf = getenv("ADDNORM_CPU_PREFETCH");
-    if (pf != NULL && (strcmp(pf, "0") == 0 || strcmp(pf, "1") == 0)) g_swpf = pf[0] == '1';
     /* ADDNORM_CPU_ISA=avx512|avx2|baseline caps the instruction set, native leaves the best (for tests and
      * comparisons; library.py refuses any other value by name; avx512: without
      * AVX512_BF16's conversions, as on CPUs that lack them) */
@@ -543,6 +542,8 @@ static void an_pick_isa(void) {
         g_isa = 3;
     }
 #endif
+    const char *pf = getenv("ADDNORM_CPU_PREFETCH"); /* on every CPU (library.py refuses other values) */
+    if (pf != NULL && (strcmp(pf, "0") == 0 || strcmp(pf, "1") == 0)) g_swpf = pf[0] == '1';
     done = 1;
 }
 

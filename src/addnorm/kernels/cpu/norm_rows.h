@@ -104,7 +104,11 @@ static void AN_FN(stream_bytes)(void *restrict dst, const void *restrict src, si
 #endif
 }
 
-/* [0, bytes) of up to four rows (NULL: none), into L1, a line at a time, the rows interleaved: the next row's
+/* The rows asked for ahead, below: every loop asks through prefetch_next, prefetch_chunk and prefetch_span, which
+ * make no request where g_swpf is 0 (AMD's CPUs: addnorm_cpu.c); only the bfloat16 stream's loops call the *_always
+ * forms (stream_rows.h). The measurements quoted here are the 2-core Xeon's and the AMD EPYC's of before that switch.
+ *
+ * [0, bytes) of up to four rows (NULL: none), into L1, a line at a time, the rows interleaved: the next row's
  * data asked for while the current row's last pass runs -- prefetch_chunk's chunks of it, or the fused forms'
  * whole next row between a row's reducing pass and its writing pass. There it beat prefetch_span two rows ahead
  * by 10-20 %: on the 2-core Xeon, caches flushed before each call, 8192 x 1024 bf16, the parallel form's
@@ -149,7 +153,7 @@ static inline void AN_FN(prefetch_chunk)(const void *a, const void *b, const voi
  * bf16 forwards of DyT / Derf and of the stream write ask for the next row or token in pieces instead, as
  * norm-then-add does (prefetch_chunk): DyT / Derf 0.92-0.99 of the time, the stream write 0.80-0.90 (A/B of the
  * builds, three alternating rounds; the journal has the table); the stream read lost 15-32 % that way and keeps
- * this. NULL: nothing. */
+ * this. Since then the AMD EPYC makes none of these requests but the bfloat16 stream's (g_swpf). NULL: nothing. */
 #define AN_PF_AHEAD 2
 static inline void AN_FN(prefetch_span_always)(const void *p, size_t bytes) {
     if (!p) return;

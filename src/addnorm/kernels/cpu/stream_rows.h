@@ -120,8 +120,8 @@ static inline __attribute__((always_inline)) void AN_FN(stream_fwd_fixed)(const 
         const char *xrow = (const char *)a->x + t * (int64_t)n * C * (int64_t)es;
         if (a->op == AN_STREAM_READ) {
             /* a later token's n rows (see prefetch_span): bf16 on every CPU, float32 where the loops prefetch at all
-             * (g_swpf; on the AMD EPYC, caches flushed, the float32 read took 0.85-0.99x its time without, its
-             * fwd+bwd 0.77-0.92x, the bf16 read 1.00-1.05x) */
+             * (g_swpf; on the AMD EPYC, caches flushed, the float32 read took 0.85-0.99 of its time with them when
+             * made without, its fwd+bwd 0.77-0.92; the bf16 read 1.00-1.02) */
             if (t + AN_PF_AHEAD < r1) {
                 const char *f = xrow + (size_t)AN_PF_AHEAD * (size_t)n * (size_t)C * es;
                 if (bf16) AN_FN(prefetch_span_always)(f, (size_t)n * (size_t)C * es);
@@ -137,7 +137,7 @@ static inline __attribute__((always_inline)) void AN_FN(stream_fwd_fixed)(const 
                                             sc->r[AN_STREAM_MAX_N], C);
             char *xo = (char *)a->out + t * (int64_t)n * C * (int64_t)es;
             /* the next token's rows, one before each of this token's output rows (y's with the first); on every
-             * CPU, AMD's too (g_swpf): there, without it, the bf16 write took 1.09x its time (AVX2 1.22x) */
+             * CPU, AMD's too (g_swpf): there the bf16 write took 1.09 times as long without them (AVX2 1.22) */
             const int more = bf16 && t + 1 < r1; /* float32 lost 16 % with it on AVX2 */
             const char *nxrow = more ? xrow + (size_t)n * (size_t)C * es : NULL;
             const char *ny = more ? (const char *)a->y + (t + 1) * C * (int64_t)es : NULL;
@@ -215,7 +215,7 @@ static inline __attribute__((always_inline)) void AN_FN(stream_write_bwd_fixed)(
         /* bf16: a later token's rows: dX', X', the stream read and y (see prefetch_span). Caches flushed, 8192 tokens
          * x 4 x 1024, fwd+bwd: 22.7 -> 20.7 ms (AVX2 30.0 -> 29.0). The general loop's backward (float32, and the
          * read's) was left without: float32 lost 6-13 % with it, the bf16 read gained nothing. On every CPU, AMD's
-         * too (g_swpf): there the write's fwd+bwd took 1.02x its time without it (AVX2 1.08x). */
+         * too (g_swpf): there the write's fwd+bwd took 1.02 times as long without it (AVX2 1.08). */
         if (bf16 && t + AN_PF_AHEAD < r1) {
             const int64_t f = t + AN_PF_AHEAD;
             const size_t nb = (size_t)n * (size_t)C * 2;
