@@ -393,9 +393,9 @@ static int g_bf16_native = 0;
  * than they brought. With the caches flushed, 8192 x 1024, four rounds in alternating order on a 2-core AMD EPYC,
  * the time without them over the time with them was 0.94 on the median of 88 cells, where cells that ask for nothing
  * either way read 0.99-1.03 (0.64-0.81 for norm-then-add's float32 on AVX2); docs/performance-journal.md, "Software
- * prefetch on the AMD EPYC". The bfloat16 stream write
- * and read (prefetch_next_always, prefetch_span_always: the write took 1.09-1.22x its forward's time without) and
- * mHC's projection loops (an_mhc_pf_at) keep theirs everywhere. Every other vendor's CPUs keep every one (Intel's
+ * prefetch on the AMD EPYC". The bfloat16 stream write and read (prefetch_next_always, prefetch_span_always: the
+ * write's forward took 1.09-1.22 times as long without) and mHC's projection loops (an_mhc_pf_at) keep theirs
+ * everywhere. Every other vendor's CPUs keep every one (Intel's
  * measured on a 2-core Xeon: norm_rows.h). ADDNORM_CPU_PREFETCH=1 or 0 overrides. */
 static int g_swpf = 1;
 

@@ -67,7 +67,8 @@ def check_switches(env=None) -> None:
             continue
         ok = value in allowed if allowed is not None else value.isascii() and value.isdigit()
         if not ok:
-            want = "one of " + ", ".join(repr(a) for a in allowed) if allowed is not None else "a non-negative integer (bytes)"
+            want = ("one of " + ", ".join(repr(a) for a in allowed) if allowed is not None
+                    else "a non-negative integer (bytes)")
             raise ValueError(f"{name} must be {want}, got {value!r}")
 
 

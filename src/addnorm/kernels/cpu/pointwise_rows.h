@@ -602,8 +602,8 @@ static void AN_FN(pw_bwd_rows)(const an_pw_args *a, int64_t r0, int64_t r1, cons
         } else
         for (int64_t r = b0; r < b1; r++) {
             /* a later row's inputs, as the bf16 loop does (see prefetch_span): on the 2-core Xeon, with the caches
-             * flushed, 8192 x 1024, DyT's fwd+bwd 15.5 -> 14.1 ms, Derf's 18.6 -> 13.8 (AVX2: 22.4 -> 17.4, 22.5 -> 17.6). The float32
-             * forward is left without: 4-7 % slower with it. */
+             * flushed, 8192 x 1024, DyT's fwd+bwd 15.5 -> 14.1 ms, Derf's 18.6 -> 13.8 (AVX2: 22.4 -> 17.4,
+             * 22.5 -> 17.6). The float32 forward is left without: 4-7 % slower with it. */
             if (r + AN_PF_AHEAD < r1) {
                 const int64_t f = r + AN_PF_AHEAD;
                 AN_FN(prefetch_span)((const char *)a->s + f * D * ses, (size_t)D * ses);

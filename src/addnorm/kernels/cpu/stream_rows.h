@@ -120,8 +120,9 @@ static inline __attribute__((always_inline)) void AN_FN(stream_fwd_fixed)(const 
         const char *xrow = (const char *)a->x + t * (int64_t)n * C * (int64_t)es;
         if (a->op == AN_STREAM_READ) {
             /* a later token's n rows (see prefetch_span): bf16 on every CPU, float32 where the loops prefetch at all
-             * (g_swpf; on the AMD EPYC, caches flushed, the float32 read took 0.85-0.99 of its time with them when
-             * made without, its fwd+bwd 0.77-0.92; the bf16 read 1.00-1.02) */
+             * (g_swpf). On the AMD EPYC, caches flushed, the order-balanced A/B of the journal had the float32 read
+             * without them at 0.94-0.98 of its time with them on AVX2 and 1.04-1.06 on AVX-512, whose four readings
+             * each way overlap; the bf16 read 0.99-1.04 with its requests on both sides, its loops unchanged */
             if (t + AN_PF_AHEAD < r1) {
                 const char *f = xrow + (size_t)AN_PF_AHEAD * (size_t)n * (size_t)C * es;
                 if (bf16) AN_FN(prefetch_span_always)(f, (size_t)n * (size_t)C * es);
