@@ -15,6 +15,7 @@ import torch
 
 import addnorm
 from addnorm.kernels.cpu.library import check_switches
+from tests.isa_paths import run_under_isa
 
 pytestmark = pytest.mark.skipif(not addnorm.cpu_kernel_availability().available,
                                 reason="the compiled CPU kernels are not built")
@@ -64,12 +65,14 @@ torch.save(out, sys.argv[-1])
 '''
 
 
-def run(tmp_path, name: str, **env_set) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("ADDNORM_CPU_PREFETCH", "ADDNORM_CPU_ISA")}
-    env.update(env_set)
-    path = tmp_path / f"{name}.pt"
-    subprocess.run([sys.executable, "-c", SCRIPT, str(path)], env=env, check=True, timeout=300)
-    return torch.load(path)
+def run(tmp_path, monkeypatch, isa: str, prefetch: str | None) -> dict:
+    """SCRIPT's results under ``isa`` (``run_under_isa``, which checks the path that ran) with the prefetch switch set
+    to ``prefetch``, or left to the CPU's default (None)."""
+    if prefetch is None:
+        monkeypatch.delenv("ADDNORM_CPU_PREFETCH", raising=False)
+    else:
+        monkeypatch.setenv("ADDNORM_CPU_PREFETCH", prefetch)
+    return run_under_isa(SCRIPT, isa, tmp_path / f"{isa}_{prefetch}.pt")
 
 
 def cpu_vendor() -> str | None:
@@ -81,10 +84,8 @@ def cpu_vendor() -> str | None:
 
 
 @pytest.mark.parametrize("isa", ["native", "avx2"])
-def test_same_bits_with_and_without_prefetch(tmp_path, isa):
-    cap = {} if isa == "native" else {"ADDNORM_CPU_ISA": isa}
-    on = run(tmp_path, "on", ADDNORM_CPU_PREFETCH="1", **cap)
-    off = run(tmp_path, "off", ADDNORM_CPU_PREFETCH="0", **cap)
+def test_same_bits_with_and_without_prefetch(tmp_path, monkeypatch, isa):
+    on, off = run(tmp_path, monkeypatch, isa, "1"), run(tmp_path, monkeypatch, isa, "0")
     assert on["prefetch"] is True and off["prefetch"] is False
     assert on["isa"] == off["isa"]
     keys = [k for k in on if "/" in k]
@@ -94,11 +95,11 @@ def test_same_bits_with_and_without_prefetch(tmp_path, isa):
             assert a.dtype == b.dtype and torch.equal(a, b), f"{k}: the outputs moved with the prefetch"
 
 
-def test_default_follows_the_vendor(tmp_path):
+def test_default_follows_the_vendor(tmp_path, monkeypatch):
     vendor = cpu_vendor()
     if vendor is None:
         pytest.skip("no /proc/cpuinfo vendor_id on this machine")
-    got = run(tmp_path, "default")["prefetch"]
+    got = run(tmp_path, monkeypatch, "native", None)["prefetch"]
     assert got is (vendor != "AuthenticAMD"), f"{vendor}: prefetch {got}"
 
 

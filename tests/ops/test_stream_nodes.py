@@ -416,6 +416,7 @@ def test_no_tokens_with_a_gradient(iters):
     for g, t in zip(grads, ts):
         assert g.shape == t.shape and not g.any()
 
+
 @pytest.mark.parametrize("dt,pdt", [(torch.float32, torch.float32), (torch.bfloat16, torch.float32),
                                     (torch.float16, torch.float32), (torch.bfloat16, torch.bfloat16)])
 def test_stream_read_node_matches_the_python_node_bit_for_bit(dt, pdt):

@@ -5,9 +5,9 @@ backward they hand every case but the plain one.
 why): the callers then use the Python nodes, ``EagerAddNorm``, ``EagerNormAdd`` and ``EagerParallelAddNorm``,
 whose backward is also what runs here under create_graph=True, a forward-AD level, a dispatch mode, or an
 incoming gradient that is not a plain CPU tensor (as do ``MhcPre``'s for mHC's pre step and ``StreamRead``'s and
-``StreamWrite``'s for the widened stream's read and write). ``MAX_NUMEL``: the norm forms' C++ nodes allocate with torch; larger calls' outputs
-come from the output pool (``kernels.cpu.output_pool``) through the Python nodes, and at those sizes the per-call cost
-is a small part of the kernel's time anyway. The widened stream's nodes take every size and draw their large outputs
+``StreamWrite``'s for the widened stream's read and write). ``MAX_NUMEL``: the norm forms' C++ nodes allocate with
+torch; larger calls' outputs come from the output pool (``kernels.cpu.output_pool``) through the Python nodes, and at
+those sizes the per-call cost is a small part of the kernel's time anyway. The widened stream's nodes take every size and draw their large outputs
 from the pool themselves (``_pool_empty``).
 """
 
