@@ -1,6 +1,7 @@
 """The widened stream's C++ autograd nodes (``kernels/cpu/autograd_nodes.cpp``: ``MhcPreNode`` behind
-``functional.mhc.mhc_pre``, ``StreamWriteNode`` behind ``functional.stream.stream_write``) against the Python nodes
-they stand in front of (``DirectMhcPre``, ``DirectStreamWrite``): the same outputs and gradients, to the bit and in
+``functional.mhc.mhc_pre``, ``MhcWritePreNode`` behind ``functional.mhc.mhc_write_pre``, ``StreamWriteNode`` behind
+``functional.stream.stream_write``) against the Python nodes they stand in front of (``DirectMhcPre``,
+``DirectMhcWritePre``, ``DirectStreamWrite``): the same outputs and gradients, to the bit and in
 the same dtypes and shapes, for every dtype, convention, phi layout, which inputs need a gradient and which outputs
 are used; and every backward but the plain one (create_graph, batched gradients, a forward-AD level, a dispatch
 mode, a gradient in another dtype) answered as the Python node answers it."""
@@ -167,6 +168,106 @@ def test_stream_write_node_matches_the_python_node_bit_for_bit(dt, pdt):
             _same(a, b, f"{want} q={use_q}")
 
 
+WP_NAMES = ("x", "y", "w_post", "w_res", *NAMES[1:])
+
+
+def _write_pre_inputs(dt, conv, mixing=True, lead=(3, 5), pdt=torch.float32, seed=6):
+    g = torch.Generator().manual_seed(seed)
+    x, phi, *coeffs = _pre_inputs(dt, conv, lead=lead, seed=seed)
+    y = torch.randn(*lead, C, generator=g).to(dt)
+    w_post = (torch.rand(*lead, N, generator=g) * 2).to(pdt)
+    w_res = torch.rand(*lead, N, N, generator=g).to(pdt) if mixing else None
+    return [x, y, w_post, w_res, phi, *coeffs]
+
+
+def _write_pre_run(ins, conv, want, used, products=False, seed=7):
+    """mhc_write_pre's outputs (X', h, H_pre, H_post, H_res), and the gradients of the used outputs with respect to
+    the inputs in ``want``."""
+    ts = [None if t is None else t.clone().requires_grad_(i in want) for i, t in enumerate(ins)]
+    outs = AF.mhc_write_pre(*ts, convention=conv, iters=6, products=products)
+    g = torch.Generator().manual_seed(seed)
+    ups = [torch.randn(o.shape, generator=g).to(o.dtype) for o in outs]
+    pairs = [(o, u) for k, (o, u) in enumerate(zip(outs, ups)) if k in used and o.numel()]
+    wrt = [ts[i] for i in want if ts[i] is not None]
+    if not wrt or not pairs:
+        return outs, ()
+    return outs, torch.autograd.grad([o for o, _ in pairs], wrt, [u for _, u in pairs], allow_unused=True)
+
+
+@pytest.mark.parametrize("dt,conv", list(itertools.product(DTYPES, CONVENTIONS)))
+def test_mhc_write_pre_node_matches_the_python_node_bit_for_bit(dt, conv):
+    """The node keeps Sinkhorn-Knopp's rounds from its forward; the Python node's backward recomputes them: the same
+    bits either way, with and without a mixing matrix, for every set of inputs and outputs used."""
+    convention = CONVENTIONS[conv]
+    for mixing in (True, False):
+        ins = _write_pre_inputs(dt, convention, mixing)
+        for want, used in ((tuple(range(11)), (0, 1, 2, 3, 4)), ((0,), (0,)), ((0, 1), (1,)), ((4, 2), (1, 4)),
+                           ((3, 7, 10), (0, 3)), ((1, 5, 8), (2,)), ((0, 2), (0, 1))):
+            (outs, grads), (outs_py, grads_py) = _both(lambda: _write_pre_run(ins, convention, want, used))
+            assert type(outs[1].grad_fn).__name__ == "CppFunction"
+            assert type(outs_py[1].grad_fn).__name__ == "DirectMhcWritePreBackward"
+            for k, (a, b) in enumerate(zip(outs, outs_py, strict=True)):
+                _same(a, b, f"output {k}")
+            assert len(grads) == len(grads_py)
+            for i, a, b in zip([i for i in want if ins[i] is not None], grads, grads_py):
+                _same(a, b, f"d{WP_NAMES[i]} (want {want}, used {used}, mixing {mixing})")
+
+
+def test_mhc_write_pre_node_products_and_coefficient_dtypes():
+    """Each H_post[i] y rounded first (no mixing matrix, a bfloat16 stream), and bfloat16 coefficients."""
+    for products, pdt in ((True, torch.float32), (True, torch.bfloat16), (False, torch.bfloat16)):
+        ins = _write_pre_inputs(torch.bfloat16, None, mixing=not products, pdt=pdt)
+        (outs, grads), (outs_py, grads_py) = _both(
+            lambda: _write_pre_run(ins, None, tuple(range(11)), (0, 1, 2, 3, 4), products=products))
+        assert type(outs[1].grad_fn).__name__ == "CppFunction"
+        for a, b in zip((*outs, *grads), (*outs_py, *grads_py)):
+            _same(a, b, f"products={products} {pdt}")
+
+
+def test_mhc_write_pre_node_hands_other_backwards_to_python():
+    """create_graph, batched gradients and a dispatch mode take MhcWritePre's backward through the fallback."""
+    ins = _write_pre_inputs(torch.float32, None, lead=(2,))
+
+    def penalty():
+        ts = [t.clone().requires_grad_() for t in ins]
+        outs = AF.mhc_write_pre(*ts, iters=5)
+        loss = sum((o * (k + 1)).square().sum() for k, o in enumerate(outs))
+        gs = torch.autograd.grad(loss, ts, create_graph=True)
+        return torch.autograd.grad(sum(g.square().sum() for g in gs), ts, allow_unused=True)
+
+    got = penalty()
+    with _Python():
+        want = penalty()
+    for a, b in zip(got, want):
+        _same(a, b, "write+read double backward")
+    v = torch.randn(3, 2, C, generator=torch.Generator().manual_seed(8))
+    res = []
+    for py in (False, True):
+        ts = [t.clone().requires_grad_() for t in ins]
+        with _Python() if py else torch.enable_grad():
+            res.append(torch.autograd.grad(AF.mhc_write_pre(*ts, iters=5)[1], ts, v, is_grads_batched=True))
+    for a, b in zip(*res):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    fn = lambda ts: AF.mhc_write_pre(*ts, iters=5)[1]  # noqa: E731
+    ops, grads = _dispatched(fn, ins)
+    with _Python():
+        ops_py, grads_py = _dispatched(fn, ins)
+    assert ops and ops == ops_py
+    for a, b in zip(grads, grads_py):
+        _same(a, b, "write+read under a dispatch mode")
+    packed = []
+    ts = [t.clone().requires_grad_() for t in ins]
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        outs = AF.mhc_write_pre(*ts, iters=5)
+    assert len(packed) >= 15  # the inputs, X', p, rstd and the kept rounds
+    sum(o.sum() for o in outs).backward()
+    x = ts[0] * 1
+    h = AF.mhc_write_pre(x, *ts[1:], iters=5)[1]
+    x.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        h.sum().backward()
+
+
 def test_the_entries_decline_what_the_python_path_answers():
     """Outside the plain call the Python node answers (and names what is wrong): matrices in perms that are not
     permutations (the formulas mix them), perms with a convention that changes Sinkhorn-Knopp, float64, a read with
@@ -184,7 +285,9 @@ def test_the_entries_decline_what_the_python_path_answers():
     assert "Direct" not in type(h.grad_fn).__name__ and type(h.grad_fn).__name__ != "CppFunction"
     y = torch.randn(3, 5, C, requires_grad=True)
     hp, hr = torch.rand(3, 5, N), torch.rand(3, 5, N, N)
-    out = AF.mhc_write_pre(x, y, hp, hr, phi, *coeffs)
+    out = AF.mhc_write_pre(x.double(), y.double(), hp, hr, phi.double(), *coeffs)
+    assert type(out[1].grad_fn).__name__ != "CppFunction"
+    out = AF.mhc_write_pre(x, y, hp.double(), hr, phi, *coeffs)  # float64 coefficients: the formulas
     assert type(out[1].grad_fn).__name__ != "CppFunction"
     with pytest.raises(TypeError, match="y dtype"):
         AF.stream_write(x, y.double(), hp, hr)

@@ -4,7 +4,8 @@ backward they hand every case but the plain one.
 ``NODES`` is the loaded module, or None where it is not built (``addnorm.kernels.cpu.nodes.status()`` says
 why): the callers then use the Python nodes, ``EagerAddNorm``, ``EagerNormAdd`` and ``EagerParallelAddNorm``,
 whose backward is also what runs here under create_graph=True, a forward-AD level, a dispatch mode, or an
-incoming gradient that is not a plain CPU tensor (as do ``MhcPre``'s for mHC's pre step and ``StreamRead``'s and
+incoming gradient that is not a plain CPU tensor (as do ``MhcPre``'s for mHC's pre step, ``MhcWritePre``'s for the
+write and the pre step after it, and ``StreamRead``'s and
 ``StreamWrite``'s for the widened stream's read and write). ``MAX_NUMEL``: the norm forms' C++ nodes allocate with
 torch; larger calls' outputs come from the output pool (``kernels.cpu.output_pool``) through the Python nodes, and at
 those sizes the per-call cost is a small part of the kernel's time anyway. The widened stream's nodes take every size and draw their large outputs
@@ -22,6 +23,8 @@ from .fused.autograd import EagerNormAdd, EagerParallelAddNorm
 from .mhc.autograd import N_ARGS as MHC_ARGS
 from .mhc.autograd import MhcPre
 from .mhc.schema import CPU as MHC_CPU
+from .mhc.write import N_ARGS as WRITE_PRE_ARGS
+from .mhc.write import MhcWritePre
 from .norm.autograd import EagerAddNorm
 from .pointwise.autograd import DirectPointwiseNorm
 from .pointwise.schema import CPU as PW_CPU
@@ -44,6 +47,12 @@ def _backward(op, saved, grads, needs, meta):
         ctx.perms, ctx.eps, ctx.iters, ctx.direct = meta["perms"], meta["eps"], meta["iters"], MHC_CPU[1]
         ctx.convention = tuple(meta[k] for k in ("pre_eps", "res_eps", "res_t", "post_scale", "post_eps", "groups"))
         return list(MhcPre.backward(ctx, *grads, None, None, None))[:len(needs)]
+    if op == 7:  # a write of the stream and mHC's pre step: MhcWritePre's backward (its inputs but `products`)
+        ctx.needs_input_grad = (*needs[:4], False, *needs[4:]) + (False,) * WRITE_PRE_ARGS
+        ctx.products, ctx.perms, ctx.eps, ctx.iters = meta["products"], None, meta["eps"], meta["iters"]
+        ctx.convention = tuple(meta[k] for k in ("pre_eps", "res_eps", "res_t", "post_scale", "post_eps", "groups"))
+        g = list(MhcWritePre.backward(ctx, *grads, None, None))
+        return (g[:4] + g[5:])[:len(needs)]
     if op == 5:  # the stream's write
         ctx.direct = STREAM_CPU[3]
         return list(StreamWrite.backward(ctx, *grads, *[None] * (2 - len(grads))))

@@ -76,7 +76,10 @@ ffwd_t k_fused_forward = nullptr;
 fbwd_t k_fused_backward = nullptr;
 py::object *fallback = nullptr;  // never freed: it lives as long as the process
 
-enum Op { ADD_NORM = 0, NORM_ADD = 1, PARALLEL = 2, POINTWISE = 3, MHC_PRE = 4, STREAM_WRITE = 5, STREAM_READ = 6 };
+enum Op {
+    ADD_NORM = 0, NORM_ADD = 1, PARALLEL = 2, POINTWISE = 3, MHC_PRE = 4, STREAM_WRITE = 5, STREAM_READ = 6,
+    MHC_WRITE_PRE = 7
+};
 
 // the kernels' dtype codes (addnorm.kernels.cpu.library.DTYPE_CODES)
 int code(at::ScalarType st) {
@@ -1166,6 +1169,121 @@ struct MhcPreNode : public torch::autograd::Function<MhcPreNode> {
     }
 };
 
+// ---------------------------------------------------------------- a write of the stream and mHC's pre step on it
+// The node of functional.mhc.mhc_write_pre where a gradient is wanted (the plain call fast_mhc takes), in place of the
+// Python MhcWritePre: what a widened sub-layer leaves pending (its output y and the coefficients that write it)
+// finished in the pass that computes the next read. Forward keeps Sinkhorn-Knopp's rounds (the Python operator's
+// schema has no output for them, so its backward recomputes them); backward is one C pass per token, the read's
+// backward then the write's, with the kept rounds. Every backward but the plain one goes to MhcWritePre.backward
+// (ops.mhc.write) through the fallback, which reads the saved tensors but the rounds.
+constexpr int WRITE_PRE_TENSORS = 11;  // x, y, w_post, w_res (optional), phi, the six coefficients
+
+struct MhcWritePreNode : public torch::autograd::Function<MhcWritePreNode> {
+    static variable_list forward(AutogradContext *ctx, Tensor x, Tensor y, Tensor w_post, OptT w_res_, Tensor phi,
+                                 Tensor a_pre, Tensor a_post, Tensor a_res, Tensor b_pre, Tensor b_post, Tensor b_res,
+                                 const MhcCall &call) {
+        ctx->set_materialize_grads(false);
+        MhcCall c = call;
+        for (const Tensor *t : {&a_pre, &a_post, &a_res}) append_floats(*t, c.a);
+        for (const Tensor *t : {&b_pre, &b_post, &b_res}) append_floats(*t, c.bias);
+        mhc_layout(c, phi);
+        MhcOut o = mhc_forward(c, true, true);
+        const Tensor w_res = opt(w_res_);
+        ctx->save_for_backward({x, y, w_post, w_res, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, o.x2, o.p,
+                                o.rstd, o.state});
+        ctx->saved_data["eps"] = c.eps;
+        ctx->saved_data["iters"] = (int64_t)c.iters;
+        ctx->saved_data["pre_eps"] = c.pre_eps;
+        ctx->saved_data["res_eps"] = c.res_eps;
+        ctx->saved_data["res_t"] = c.res_t;
+        ctx->saved_data["post_scale"] = c.post_scale;
+        ctx->saved_data["post_eps"] = c.post_eps;
+        ctx->saved_data["groups"] = (int64_t)c.groups;
+        ctx->saved_data["r"] = (int64_t)c.r;
+        ctx->saved_data["products"] = c.products;
+        ctx->saved_data["perms"] = Tensor();
+        ctx->saved_data["given"] = given({true, true, true, w_res.defined(), true, true, true, true, true, true, true});
+        // the coefficients as the kernel read them (float32), as MhcPreNode keeps them
+        ctx->saved_data["scal"] = torch::tensor(c.a, x.options().dtype(at::kFloat));
+        ctx->saved_data["bias"] = torch::tensor(c.bias, x.options().dtype(at::kFloat));
+        return {o.x2, o.h, o.h_pre, o.h_post, o.h_res};
+    }
+
+    static variable_list backward(AutogradContext *ctx, variable_list grads) {
+        variable_list saved = ctx->get_saved_variables();
+        const size_t n_out = WRITE_PRE_TENSORS + 1;  // and the call's MhcCall
+        Tensor dx2 = grads[0], dh = grads[1], dpre = grads[2], dpost = grads[3], dres = grads[4];
+        if (!dx2.defined() && !dh.defined() && !dpre.defined() && !dpost.defined() && !dres.defined())
+            return variable_list(n_out);
+        const Tensor x = rows(saved[0]), y = rows(saved[1]), x2 = rows(saved[11]);
+        const Tensor &w_post = saved[2], &w_res = saved[3], &phi = saved[4], &p = saved[12], &rstd = saved[13],
+                     &state = saved[14];
+        if (!kernel_backward(x.scalar_type(), {dx2, dh}) || !kernel_backward(at::kFloat, {dpre, dpost, dres}) ||
+            p.scalar_type() != at::kFloat || !p.is_contiguous() || !rstd.is_contiguous() || !state.is_contiguous()) {
+            const variable_list py_saved(saved.begin(), saved.begin() + 14);  // all but the rounds
+            variable_list g = python_backward(MHC_WRITE_PRE, ctx, py_saved, grads, WRITE_PRE_TENSORS);
+            g.resize(n_out);
+            return g;
+        }
+        const int groups = (int)ctx->saved_data["groups"].toInt(), iters = (int)ctx->saved_data["iters"].toInt();
+        const int n = (int)x.size(-2), m = (int)p.size(-1), mp = (m + 7) / 8 * 8, r = (int)ctx->saved_data["r"].toInt();
+        const int64_t C = x.size(-1), N = x.numel() / (n * C);
+        dx2 = rows(dx2);
+        dh = rows(dh);
+        dpre = rows(dpre);
+        dpost = groups > 1 ? rows(dpost) : Tensor();
+        dres = groups > 2 ? rows(dres) : Tensor();
+        auto f = x.options().dtype(at::kFloat);
+        auto lead = x.sizes().slice(0, x.dim() - 2);
+        std::vector<int64_t> ls(lead.begin(), lead.end()), ps(lead.begin(), lead.end());
+        ls.push_back(m);
+        ps.push_back(n);
+        Tensor dlogits = at::empty(ls, f), dphi = at::empty(phi.sizes(), f), dcoef = at::empty({3 + m}, f);
+        Tensor dx = out_like(x), dy = out_like(y), d_post = at::empty(ps, f), d_res;
+        const Tensor wp = w_post.to(at::kFloat).contiguous();
+        Tensor wr;
+        if (w_res.defined()) {
+            wr = w_res.to(at::kFloat).contiguous();
+            ps.push_back(n);
+            d_res = at::empty(ps, f);
+        }
+        Tensor ph, phT;
+        mhc_backward_layout(phi, mp, ph, phT);
+        const Tensor scal = ctx->saved_data["scal"].toTensor(), bias = ctx->saved_data["bias"].toTensor();
+        const float *a = scal.data_ptr<float>();
+        const float *kept = state.numel() > 0 ? state.data_ptr<float>() : nullptr;
+        int rc = k_mhc(3, n, code(x), N, C, m, mp, r, iters, ptr(x2), (const float *)ptr(ph), (const float *)ptr(phT),
+                       a[0], a[1], a[2], bias.data_ptr<float>(), nullptr, 0.0f,
+                       (float)ctx->saved_data["pre_eps"].toDouble(), (float)ctx->saved_data["res_eps"].toDouble(),
+                       ctx->saved_data["res_t"].toBool() ? 1 : 0, (float)ctx->saved_data["post_scale"].toDouble(),
+                       (float)ctx->saved_data["post_eps"].toDouble(), groups, nullptr, nullptr, nullptr, nullptr,
+                       nullptr, nullptr, nullptr, ptr(dh), (const float *)ptr(dpre), (const float *)ptr(dpost),
+                       (const float *)ptr(dres), p.data_ptr<float>(), rstd.data_ptr<float>(), kept, nullptr,
+                       dlogits.data_ptr<float>(), dphi.data_ptr<float>(), dcoef.data_ptr<float>(), ptr(y),
+                       wp.data_ptr<float>(), (const float *)ptr(wr), 0, nullptr, w_res.defined() ? ptr(x) : nullptr,
+                       ptr(dx2), dx.data_ptr(), dy.data_ptr(), d_post.data_ptr<float>(), (float *)ptr(d_res),
+                       nthreads());
+        check_stream_rc(rc, "mHC");
+        variable_list out(n_out);
+        if (need(ctx, 0)) out[0] = dx;
+        if (need(ctx, 1)) out[1] = dy;
+        if (need(ctx, 2)) out[2] = d_post.to(w_post.scalar_type());
+        if (need(ctx, 3)) out[3] = d_res.to(w_res.scalar_type());
+        if (need(ctx, 4)) out[4] = dphi.to(phi.scalar_type());
+        // the coefficients' gradients from the kernel's sums, as MhcPreNode cuts them
+        const int64_t sizes[6] = {1, 1, 1, n, std::max<int64_t>(0, std::min<int64_t>(n, m - n)),
+                                  std::max<int64_t>(0, m - 2 * n)};
+        int64_t off = 0;
+        for (int i = 0; i < 6; i++) {
+            const Tensor &coef = saved[5 + i];
+            if (need(ctx, 5 + i))
+                out[5 + i] = dcoef.narrow(0, off, sizes[i]).reshape(coef.sizes()).to(coef.scalar_type(), false, true);
+            off += sizes[i];
+        }
+        return out;
+    }
+};
+
 // (h, H_pre, H_post, H_res) or, with y, (X', h, H_pre, H_post, H_res) of functional.mhc's mhc_pre / mhc_write_pre
 // (perms: mhc_pre alone), or None
 py::object fast_mhc(py::handle x, py::handle y, py::handle h_post, py::handle h_res, py::handle products,
@@ -1196,10 +1314,16 @@ py::object fast_mhc(py::handle x, py::handle y, py::handle h_post, py::handle h_
     }
     const int how = route({x.ptr(), y.ptr(), h_post.ptr(), h_res.ptr(), phi.ptr(), coeffs[0], coeffs[1], coeffs[2],
                            coeffs[3], coeffs[4], coeffs[5]});
-    if (how < 0 || (how == 1 && !y.is_none())) return py::none();  // mhc_write_pre with a gradient: its Python node
+    if (how < 0) return py::none();
     if (how == 1) {
         Tensor t[6];
         for (int i = 0; i < 6; i++) t[i] = THPVariable_Unpack(coeffs[i]);
+        if (!y.is_none()) {
+            const Tensor &post = THPVariable_Unpack(h_post.ptr());
+            OptT res = h_res.is_none() ? OptT() : OptT(THPVariable_Unpack(h_res.ptr()));
+            variable_list r = MhcWritePreNode::apply(c.x, c.y, post, res, ph, t[0], t[1], t[2], t[3], t[4], t[5], c);
+            return py::make_tuple(r[0], r[1], r[2], r[3], r[4]);
+        }
         variable_list r = MhcPreNode::apply(c.x, ph, t[0], t[1], t[2], t[3], t[4], t[5], c);
         return py::make_tuple(r[0], r[1], r[2], r[3]);
     }
@@ -1509,5 +1633,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("fast_hyper_read", &fast_hyper_read);
     m.def("fast_hyper_gated", &fast_hyper_gated);
     m.attr("torch_version") = TORCH_VERSION;
-    m.attr("abi") = 11;  // nodes.ABI: raised with every change to the functions above
+    m.attr("abi") = 12;  // nodes.ABI: raised with every change to the functions above
 }

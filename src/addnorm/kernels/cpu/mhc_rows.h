@@ -17,12 +17,15 @@
  *             rounds kept are the convention's (res_eps in r and c, of the logits as Sinkhorn took them): those
  *             a backward handed none would recompute; groups < 3 has no Sinkhorn and keeps none
  *   write+read (WFWD) the write of the stream before the read, in the same walk over each token: X'_i =
- *             H_post[i] y + sum_j H_res[i, j] X_j (the stream kernels' order), or X_i + H_post[i] y without a
- *             mixing matrix (each stream its own: an inf stays in its stream), rounded to the storage dtype,
- *             stored, and read from the tile's float32 rows as the forward reads X (keeps no rounds)
- *   its backward (WBWD) the read's backward on X' (its rounds recomputed), its dX' kept in float32 and added to
- *             the dX' given, then the write's backward from that sum in the same walk over each token (dX = g,
- *             or H_res^T g; dy = sum_i H_post[i] g_i; dH_post[i] = <g_i, y>; dH_res[i, j] = <g_i, X_j>)
+ *             H_post[i] y + sum_j H_res[i, j] X_j (n = 2 and 4 in float32 and bfloat16 by the stream write's own
+ *             row loop, so X' has its bits; else in the stream kernels' general order), or X_i + H_post[i] y
+ *             without a mixing matrix (each stream its own: an inf stays in its stream), rounded to the storage
+ *             dtype, stored, and read from its float32 values as the forward reads X (its rounds kept where st is
+ *             given, as the forward keeps them)
+ *   its backward (WBWD) the read's backward on X' (its rounds as the forward kept them, or recomputed), its dX'
+ *             kept in float32 and added to the dX' given, then the write's backward from that sum in the same walk
+ *             over each token (dX = g, or H_res^T g; dy = sum_i H_post[i] g_i; dH_post[i] = <g_i, y>;
+ *             dH_res[i, j] = <g_i, X_j>; n = 2 and 4 by the stream write's backward loop)
  *
  * The projection is a small GEMM done here on tiles of AN_MHC_TB tokens, phi zero-padded to mp (a multiple
  * of 8) columns so that the accumulators of a tile stay in registers, its products added by fused multiply-adds
@@ -355,9 +358,40 @@ static void AN_FN(mhc_maps_tile)(const an_mhc_args *a, const float *const *lg, i
     }
 }
 
-/* WFWD: token t's X' = the write of its stream, into v (K floats: the values as stored, in float32) and a->x2.
- * Scratch: rows 4 (y), 5 (X, converted) and 9 (put_row's). */
-static void AN_FN(mhc_write)(const an_mhc_args *a, int64_t t, float *v, const an_rows *sc) {
+/* WFWD's write for n = 2 or 4 with a mixing matrix, float32 or bfloat16 (what stream_fwd_fast takes): each row of
+ * X' by the stream kernels' own stream_write_row, so X' has the bits of a stream_write followed by mhc_pre, stored
+ * where it goes in one walk (the general loop's axpys, round_row and put_row made n + 3). Returns the token's float32
+ * rows for the read: X' itself where it was stored as float32 without streaming, else v (the values as stored). */
+static inline __attribute__((always_inline)) const float *AN_FN(mhc_write_fixed)(const an_mhc_args *a, int64_t t,
+                                                                              float *v, const an_rows *sc, const int n,
+                                                                              const int bf16) {
+    const int64_t C = a->C, K = a->K;
+    const size_t es = bf16 ? 2 : 4;
+    const float *y = AN_FN(f32_row)((const char *)a->wy + t * C * (int64_t)es, a->dt, sc->r[4], C);
+    const float *x = AN_FN(f32_row)((const char *)a->x + t * K * (int64_t)es, a->dt, sc->r[5], K);
+    const float *xs[AN_STREAM_MAX_N];
+    for (int j = 0; j < n; j++) xs[j] = x + (int64_t)j * C;
+    const float *hpost = a->w_post + t * n, *hres = a->w_res + t * n * n;
+    const int nf = bf16 && an_nan_safe(hpost, n) && an_nan_safe(hres, n * n);
+    char *dst = (char *)a->x2 + t * K * (int64_t)es;
+    void *tmp = sc->r[9];
+    for (int i = 0; i < n; i++) {
+        char *di = dst + (size_t)i * (size_t)C * es;
+        AN_FN(stream_write_row_n)(di, xs, y, hres + i * n, hpost[i], C, n, bf16, nf, a->nt, tmp, 0);
+        /* the row as stored: in tmp where it was streamed (nt), else where it lies */
+        if (bf16 || a->nt) AN_FN(load_row)(v + (int64_t)i * C, a->nt ? tmp : di, C, a->dt);
+    }
+    return bf16 || a->nt ? v : (const float *)dst;
+}
+
+/* WFWD: token t's X' = the write of its stream, into a->x2 and (its float32 values as stored) into v, or where the
+ * returned rows lie. Scratch: rows 4 (y), 5 (X, converted) and 9 (put_row's). */
+static const float *AN_FN(mhc_write)(const an_mhc_args *a, int64_t t, float *v, const an_rows *sc) {
+    if (a->w_res && !a->w_products && (a->n == 2 || a->n == 4) && (a->dt == AN_F32 || a->dt == AN_BF16)) {
+        if (a->n == 2) return a->dt == AN_F32 ? AN_FN(mhc_write_fixed)(a, t, v, sc, 2, 0)
+                                              : AN_FN(mhc_write_fixed)(a, t, v, sc, 2, 1);
+        return a->dt == AN_F32 ? AN_FN(mhc_write_fixed)(a, t, v, sc, 4, 0) : AN_FN(mhc_write_fixed)(a, t, v, sc, 4, 1);
+    }
     const int n = a->n;
     const int64_t C = a->C, K = a->K;
     const size_t es = an_elem_size(a->dt);
@@ -377,6 +411,33 @@ static void AN_FN(mhc_write)(const an_mhc_args *a, int64_t t, float *v, const an
         AN_FN(round_row)(o, C, a->dt); /* the read sees the values as stored */
     }
     AN_FN(put_row)((char *)a->x2 + t * K * (int64_t)es, v, K, a->dt, a->nt, sc->r[9]);
+    return v;
+}
+
+/* WBWD's write backward for n = 2 or 4 with a mixing matrix, float32 or bfloat16 (what stream_write_bwd_fast takes):
+ * dy with dH_post, then each dX_j with dH_res[., j], by the stream kernels' stream_mix_dots (n + 1 walks of the
+ * token, each storing its row where it goes), so the same bits as stream_write_backward from the same g. */
+static inline __attribute__((always_inline)) void AN_FN(mhc_write_bwd_fixed)(const an_mhc_args *a, int64_t t,
+                                                                            float *g, const an_rows *sc, const int n,
+                                                                            const int bf16) {
+    const int64_t C = a->C, K = a->K;
+    const size_t es = bf16 ? 2 : 4;
+    float *gs[AN_STREAM_MAX_N];
+    float dots[AN_STREAM_MAX_N];
+    for (int i = 0; i < n; i++) gs[i] = g + (int64_t)i * C;
+    const float *hpost = a->w_post + t * n, *hres = a->w_res + t * n * n;
+    const int nf = bf16 && an_nan_safe(hpost, n) && an_nan_safe(hres, n * n);
+    void *tmp = sc->r[9];
+    AN_FN(stream_mix_dots_n)((char *)a->wdy + t * C * (int64_t)es, gs, hpost, 1, (const char *)a->wy + t * C * (int64_t)es,
+                           dots, C, n, bf16, nf, a->nt, tmp);
+    for (int i = 0; i < n; i++) a->wd_post[t * n + i] = dots[i];
+    char *dx = (char *)a->wdx + t * K * (int64_t)es;
+    const char *xin = (const char *)a->wx + t * K * (int64_t)es;
+    for (int j = 0; j < n; j++) {
+        AN_FN(stream_mix_dots_n)(dx + (size_t)j * (size_t)C * es, gs, hres + j, n, xin + (size_t)j * (size_t)C * es, dots,
+                               C, n, bf16, nf, a->nt, tmp);
+        for (int i = 0; i < n; i++) a->wd_res[t * n * n + i * n + j] = dots[i];
+    }
 }
 
 /* WBWD: token t's write backward from g = the read's dX' (float32, in place) + the dX' given: dX, dy, dH_post
@@ -389,6 +450,16 @@ static void AN_FN(mhc_write_bwd)(const an_mhc_args *a, int64_t t, float *g, cons
     if (a->dx2) {
         const float *d = AN_FN(f32_row)((const char *)a->dx2 + t * K * (int64_t)es, a->dt, sc->r[10], K);
         for (int64_t k = 0; k < K; k++) g[k] += d[k];
+    }
+    if (a->w_res && (n == 2 || n == 4) && (a->dt == AN_F32 || a->dt == AN_BF16)) {
+        if (n == 2) {
+            if (a->dt == AN_F32) AN_FN(mhc_write_bwd_fixed)(a, t, g, sc, 2, 0);
+            else AN_FN(mhc_write_bwd_fixed)(a, t, g, sc, 2, 1);
+        } else {
+            if (a->dt == AN_F32) AN_FN(mhc_write_bwd_fixed)(a, t, g, sc, 4, 0);
+            else AN_FN(mhc_write_bwd_fixed)(a, t, g, sc, 4, 1);
+        }
+        return;
     }
     const float *y = AN_FN(f32_row)((const char *)a->wy + t * C * (int64_t)es, a->dt, sc->r[10], C);
     const float *hpost = a->w_post + t * n;
@@ -453,7 +524,7 @@ static void AN_FN(mhc_rows)(const an_mhc_args *a, int64_t r0, int64_t r1, const 
         for (int b = 0; b < AN_MHC_TB; b++) {
             const int64_t t = t0 + (b < nt ? b : nt - 1); /* a short tile repeats its last token */
             if (b >= nt) v[b] = v[nt - 1];
-            else if (a->op == AN_MHC_WFWD) AN_FN(mhc_write)(a, t, sc->r[b], sc), v[b] = sc->r[b];
+            else if (a->op == AN_MHC_WFWD) v[b] = AN_FN(mhc_write)(a, t, sc->r[b], sc);
             else v[b] = AN_FN(f32_row)((const char *)a->x + t * K * es, a->dt, sc->r[b], K);
         }
         /* the tile's maps: H_pre and H_post where the outputs take them (or the backward's own rows), H_res into

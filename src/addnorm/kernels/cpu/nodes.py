@@ -26,7 +26,7 @@ NAME = "_addnorm_nodes"
 SOURCE = Path(__file__).with_name("autograd_nodes.cpp")
 TARGET = Path(__file__).with_name(NAME + ".so")
 
-ABI = 11  # autograd_nodes.cpp's `abi`: raised with every change to the functions this file and its callers use
+ABI = 12  # autograd_nodes.cpp's `abi`: raised with every change to the functions this file and its callers use
 _MODULE = None  # the loaded module, or the reason it is not
 _FALLBACK = None
 

@@ -58,10 +58,10 @@ static float AN_FN(sq_sum_bf16)(const uint16_t *restrict v, int64_t n) {
  * ((a + b) + (c + d)), which moves a value by up to an ulp of the largest term (1 + 2^-23 where the sequential sum
  * gives 1); compiled without that flag these loops kept the order but lost their vectorization (10x slower in
  * bf16: the conversion helpers were no longer inlined), so the regrouping stays. Returns the row's sum of
- * squares. */
+ * squares (want_q), or 0 where no one reads it (a write without q; mHC's fused write+read, whose read takes its own). */
 static inline __attribute__((always_inline)) float AN_FN(stream_write_row)(
     void *restrict dst, const float *const *xs, const float *restrict y, const float *restrict hres_i,
-    float hpost_i, int64_t C, const int n, const int bf16, const int nf, int nt, void *restrict tmp) {
+    float hpost_i, int64_t C, const int n, const int bf16, const int nf, int nt, void *restrict tmp, const int want_q) {
     const float *restrict x[AN_STREAM_MAX_N];
     for (int j = 0; j < n; j++) x[j] = xs[j];
     uint16_t *restrict d16 = (uint16_t *)(nt ? tmp : dst);
@@ -74,9 +74,28 @@ static inline __attribute__((always_inline)) float AN_FN(stream_write_row)(
         else
             d32[k] = v;
     }
-    const float q = bf16 ? AN_FN(sq_sum_bf16)(d16, C) : AN_FN(dot)(d32, d32, C);
+    const float q = !want_q ? 0.0f : bf16 ? AN_FN(sq_sum_bf16)(d16, C) : AN_FN(dot)(d32, d32, C);
     if (nt) AN_FN(stream_bytes)(dst, tmp, (size_t)C * (bf16 ? 2 : 4));
     return q;
+}
+
+/* stream_write_row for n = 2 or 4 as one function that every caller shares (the stream write, mHC's fused
+ * write+read): under -fassociative-math gcc may regroup the same inlined loop differently at each place it is inlined
+ * (the baseline path's n = 2 did: an ulp apart), and the fused pass must give the write's bits */
+static __attribute__((noinline)) float AN_FN(stream_write_row_n)(void *restrict dst, const float *const *xs,
+                                                                const float *restrict y, const float *restrict hres_i,
+                                                                float hpost_i, int64_t C, int n, int bf16, int nf,
+                                                                int nt, void *restrict tmp, int want_q) {
+#define AN_SW(N, B, F) return AN_FN(stream_write_row)(dst, xs, y, hres_i, hpost_i, C, N, B, F, nt, tmp, want_q)
+    if (n == 2) {
+        if (!bf16) AN_SW(2, 0, 0);
+        if (nf) AN_SW(2, 1, 1);
+        AN_SW(2, 1, 0);
+    }
+    if (!bf16) AN_SW(4, 0, 0);
+    if (nf) AN_SW(4, 1, 1);
+    AN_SW(4, 1, 0);
+#undef AN_SW
 }
 
 /* h = sum_i H_pre[i] X_i in one pass over the n rows as stored (xrow: the token's n rows of C), for a constant n
@@ -146,8 +165,8 @@ static inline __attribute__((always_inline)) void AN_FN(stream_fwd_fixed)(const 
             for (int i = 0; i < n; i++) {
                 if (more) AN_FN(prefetch_next_always)(nxrow + (size_t)i * (size_t)C * es, i == 0 ? ny : NULL, NULL,
                                                       NULL, (size_t)C * es);
-                q += AN_FN(stream_write_row)(xo + (size_t)i * (size_t)C * es, xs, y, hres + i * n, hpost[i], C, n,
-                                             bf16, nf, a->nt, tmp);
+                q += AN_FN(stream_write_row_n)(xo + (size_t)i * (size_t)C * es, xs, y, hres + i * n, hpost[i], C, n,
+                                             bf16, nf, a->nt, tmp, a->q != NULL);
             }
             if (a->q) a->q[t] = q;
         }
@@ -201,6 +220,24 @@ static inline __attribute__((always_inline)) void AN_FN(stream_mix_dots)(
     if (nt) AN_FN(stream_bytes)(dst, tmp, (size_t)C * (bf16 ? 2 : 4));
 }
 
+/* stream_mix_dots for n = 2 or 4 as one function that every caller shares (see stream_write_row_n) */
+static __attribute__((noinline)) void AN_FN(stream_mix_dots_n)(void *restrict dst, float *const *gs, const float *c,
+                                                               int64_t cstride, const void *restrict vrow, float *dots,
+                                                               int64_t C, int n, int bf16, int nf, int nt,
+                                                               void *restrict tmp) {
+#define AN_SM(N, B, F) AN_FN(stream_mix_dots)(dst, gs, c, cstride, vrow, dots, C, N, B, F, nt, tmp)
+    if (n == 2) {
+        if (!bf16) AN_SM(2, 0, 0);
+        else if (nf) AN_SM(2, 1, 1);
+        else AN_SM(2, 1, 0);
+    } else {
+        if (!bf16) AN_SM(4, 0, 0);
+        else if (nf) AN_SM(4, 1, 1);
+        else AN_SM(4, 1, 0);
+    }
+#undef AN_SM
+}
+
 /* the write's backward for a constant n (2 or 4), float32 or bfloat16: g_i as the general loop forms them (float32
  * rows of dX' read where they lie when there is no dq), then stream_mix_dots for dy and for each dX_j */
 static inline __attribute__((always_inline)) void AN_FN(stream_write_bwd_fixed)(const an_stream_args *a, int64_t r0,
@@ -244,14 +281,14 @@ static inline __attribute__((always_inline)) void AN_FN(stream_write_bwd_fixed)(
                 AN_FN(axpy)(gs[i], xo, 2.0f * dq, C, 0);
             }
         }
-        AN_FN(stream_mix_dots)((char *)a->dy + t * C * (int64_t)es, gs, hpost, 1, (const char *)a->y + t * C * (int64_t)es,
+        AN_FN(stream_mix_dots_n)((char *)a->dy + t * C * (int64_t)es, gs, hpost, 1, (const char *)a->y + t * C * (int64_t)es,
                                dots, C, n, bf16, nf, a->nt, tmp);
         for (int i = 0; i < n; i++) a->d_post[t * n + i] = dots[i];
         char *dx = (char *)a->out + t * (int64_t)n * C * (int64_t)es;
         const float *hres = a->h_res + t * n * n;
         const char *xin = (const char *)a->xin + t * (int64_t)n * C * (int64_t)es;
         for (int j = 0; j < n; j++) {
-            AN_FN(stream_mix_dots)(dx + (size_t)j * (size_t)C * es, gs, hres + j, n, xin + (size_t)j * (size_t)C * es,
+            AN_FN(stream_mix_dots_n)(dx + (size_t)j * (size_t)C * es, gs, hres + j, n, xin + (size_t)j * (size_t)C * es,
                                    dots, C, n, bf16, nf, a->nt, tmp);
             for (int i = 0; i < n; i++) a->d_res[t * n * n + i * n + j] = dots[i];
         }

@@ -13,7 +13,8 @@
 x2 = X' = H_res X + H_post^T y (w_res (..., n, n): the stream family's write, DeepSeek-V4's post y + comb^T X) or
 X + H_post^T y (w_res None: no mixing matrix, each stream its own -- HY-V4's; ``products``: each H_post[i] y rounded
 to the inputs' dtype first, as eager 16-bit code does); the rest is ``mhc_pre(x2, ...)`` (``schema``) without its
-state: the fused pass keeps no Sinkhorn-Knopp rounds, and every backward here recomputes them from p.
+state: this operator keeps no Sinkhorn-Knopp rounds, and every backward here recomputes them from p. (The eager
+fast path's C++ node, ``MhcWritePreNode`` in ``kernels/cpu/autograd_nodes.cpp``, keeps them: the same bits.)
 
 CPU: one C kernel (``kernels.cpu.mhc.mhc_write_pre``: each token's X' is written and read while its rows are in
 cache) where mhc_pre's kernels take the read and the write's tensors are kernel dtypes, y X's; else the write's
