@@ -47,9 +47,10 @@ def test_composite_gain_and_per_stream_rms(name):
     for H in Hs[1:]:
         whole = H @ whole
     assert torch.allclose(composite_mapping(Hs, 0), whole) and torch.equal(composite_mapping(Hs, L - 1), Hs[L - 1])
-    # the stream entering block 1's attention, per stream
+    # the stream entering block 1's attention, per stream: (stream, pending) with the write left pending finished
     x = {}
-    h = m.h[1].attn.register_forward_pre_hook(lambda mod, args: x.setdefault("s", args[0].detach()))
+    h = m.h[1].attn.register_forward_pre_hook(
+        lambda mod, args: x.setdefault("s", (args[0] if args[1] is None else args[0] + args[1]).detach()))
     m(idx)
     h.remove()
     want_rms = x["s"].pow(2).mean(dim=(0, 1, 3)).sqrt().tolist()

@@ -11,7 +11,7 @@ from ..nn.factory import make_norm
 from .placement import Placement, deepnorm_constants
 from .attention import MultiHeadAttention
 from .feedforward import FeedForward
-from .streams import make_connection
+from .streams import finish, make_connection
 from .sublayer import ResidualSubLayer
 
 
@@ -57,7 +57,7 @@ class TransformerBlock(nn.Module):
         x, pending = self.mlp(x, pending)
         if stream:
             return x, pending
-        return x if pending is None else x + pending
+        return finish(x, pending)
 
     def forward_stream(self, x, pending=None, attention_mask=None, values=None):
         return self(x, attention_mask, pending=pending, stream=True, values=values)

@@ -18,6 +18,11 @@ with per-token coefficients H_pre (1 x n), H_post (1 x n), H_res (n x n) compute
 The math is in functions (``hc_coefficients``; mHC's in ``addnorm.ops.mhc.formulas``, run by the fused operator
 ``addnorm.functional.mhc.mhc_pre``); the modules hold parameters. Each connection passes its H_res through
 ``self.h_res_tap`` (an identity) so that diagnostics can read the mixing matrices with a hook.
+
+A sub-layer leaves its write pending (``PendingWrite``, the ``(stream, pending)`` seam of a widened stream): the next
+sub-layer's ``conn.write_read(X, pending)`` finishes it and reads the result, which mHC does in one pass over each
+token (``functional.mhc.mhc_write_pre``), and ``finish(X, pending)`` anywhere else. Both give the stream the
+same values: the fused pass writes X' with the stream write's own arithmetic.
 """
 
 from __future__ import annotations
@@ -25,10 +30,13 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from torch.utils import _pytree as pytree
 
 from .. import functional as AF
 from ..ops.mhc.formulas import permutation_mix, sinkhorn_knopp  # noqa: F401  (the math lives with the operator)
@@ -89,8 +97,46 @@ class StreamConnection(nn.Module):
         h_post, h_res = mix
         return AF.stream_write(x, y.to(x.dtype), h_post, h_res)[0]
 
+    def write_read(self, x: torch.Tensor, pending: PendingWrite | None):
+        """(X', h, mix): the stream with the write left pending by the sub-layer before (None: none) finished, and
+        this connection's read of it."""
+        x = finish(x, pending)
+        return (x, *self.read(x))
+
     def extra_repr(self) -> str:
         return f"n={self.n}"
+
+
+@dataclass(frozen=True, eq=False)
+class PendingWrite:
+    """A widened sub-layer's write, left for the next read of the stream: ``conn.write(X, y, mix)`` not yet done.
+    ``finish(X, pending)`` does it, as does ``X + pending`` in eager code (so a hook that finishes a pending branch
+    output by adding it finishes this too); an mHC read does it in its own pass (``ManifoldHyperConnection.write_read``).
+    """
+
+    conn: StreamConnection
+    y: torch.Tensor
+    mix: tuple
+
+    def __radd__(self, x):
+        if not isinstance(x, torch.Tensor):
+            return NotImplemented
+        return finish(x, self)
+
+    def plain_write(self) -> bool:
+        """Whether it is the stream family's write, H_res X + H_post^T y (what mHC's fused pass does)."""
+        return type(self.conn).write is StreamConnection.write and len(self.mix) == 2 and self.mix[1] is not None
+
+
+def finish(x: torch.Tensor, pending) -> torch.Tensor:
+    """The stream with what a sub-layer left pending done: nothing (None), a branch output added (a tensor), or a
+    widened sub-layer's write (``PendingWrite``). The model's own code calls this rather than ``x + pending``, which
+    torch.compile does not send to ``PendingWrite.__radd__``."""
+    if pending is None:
+        return x
+    if isinstance(pending, PendingWrite):
+        return pending.conn.write(x, pending.y, pending.mix)
+    return x + pending
 
 
 def _at_least_float32(t: torch.Tensor) -> torch.Tensor:
@@ -217,6 +263,22 @@ class ManifoldHyperConnection(StreamConnection):
         with _no_autocast(x):  # the coefficients in float32 at least, never 16 bits
             h, _, h_post, h_res = self._pre(x)
         return h, (h_post, self.h_res_tap(h_res))
+
+    def write_read(self, x: torch.Tensor, pending: PendingWrite | None):
+        """(X', h, mix) as ``StreamConnection.write_read``; a pending stream write (H_res X + H_post^T y) is done in
+        the same pass over each token as the read (``functional.mhc.mhc_write_pre``): X' is written and read while
+        it is in cache, and its backward is one pass too, with no sum of two gradients of X'. mHC-lite's
+        permutations take the two calls."""
+        if pending is None or not pending.plain_write() or getattr(self, "perms", None) is not None:
+            return super().write_read(x, pending)
+        if x.dim() < 2 or x.size(-2) != self.n:
+            raise ValueError(f"a widened stream must be (..., n={self.n}, C), got shape {tuple(x.shape)}")
+        h_post, h_res = pending.mix
+        with _no_autocast(x):
+            x2, h, _, h_post2, h_res2 = AF.mhc_write_pre(
+                x, pending.y.to(x.dtype), h_post, h_res, self.phi, self.alpha_pre, self.alpha_post, self.alpha_res,
+                self.b_pre, self.b_post, self.b_res, eps=self.eps, iters=self.sinkhorn_iters)
+        return x2, h, (h_post2, self.h_res_tap(h_res2))
 
     def extra_repr(self) -> str:
         return f"n={self.n}, sinkhorn_iters={self.sinkhorn_iters}"

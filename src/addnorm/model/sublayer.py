@@ -8,7 +8,9 @@ twice. Placements that norm the sum (post-norm, DeepNorm) fuse their own add the
 
 A widened stream (HC, mHC, mHC-lite) is ``x`` of shape (B, T, n, C) with a connection
 (``model/streams.py``) that reads the branch input out of it and writes the branch output back:
-``h, mix = conn.read(x)``; ``x' = conn.write(x, F(norm(h)), mix)``.
+``h, mix = conn.read(x)``; ``x' = conn.write(x, F(norm(h)), mix)``. Its pending is that write
+(``PendingWrite``), which the next sub-layer's read finishes (mHC's in the same pass) and ``streams.finish``
+anywhere else.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from torch import nn
 
 from ..nn.factory import POINTWISE_KINDS, make_norm
 from .placement import Placement
+from .streams import PendingWrite
 
 
 class ResidualSubLayer(nn.Module):
@@ -78,12 +81,11 @@ class ResidualSubLayer(nn.Module):
     def forward(self, x: torch.Tensor, pending: torch.Tensor | None = None, **fn_kwargs):
         """(stream, pending) -> (stream, pending). Call with pending=None at the first layer."""
         p = self.placement
-        if self.streams is not None:  # widened: (B, T, n, C), nothing left pending
-            x = x if pending is None else x + pending
-            h, mix = self.streams.read(x)
+        if self.streams is not None:  # widened: (B, T, n, C); the write is left pending for the next read
+            x, h, mix = self.streams.write_read(x, pending)
             if self.norm_before is not None:
                 h, _ = self._norm_in(h)
-            return self.streams.write(x, self._branch(h, fn_kwargs), mix), None
+            return x, PendingWrite(self.streams, self._branch(h, fn_kwargs), mix)
         if self.norm_before is not None:
             h, x = self._norm_in(x, pending)
             if p.residual == "from_norm":

@@ -9,7 +9,7 @@ import math
 import torch
 
 from ..errors import ConfigError, refuse_unless_default
-from ..streams import reduce_streams
+from ..streams import finish, reduce_streams
 from .base import DEFAULT_SINKHORN_ITERS, Regime
 
 MHC_LITE_MAX_STREAMS = 6  # n! permutation matrices: 720 at n = 6, 40320 at n = 8
@@ -44,4 +44,4 @@ class WidenedStream(Regime):
         return x.unsqueeze(-2).expand(B, T, self.n, C), None  # (B, T, n, C): n copies
 
     def leave(self, x: torch.Tensor, pending: torch.Tensor | None):
-        return reduce_streams(x if pending is None else x + pending, self.stream), None  # (B, T, C)
+        return reduce_streams(finish(x, pending), self.stream), None  # (B, T, C)
