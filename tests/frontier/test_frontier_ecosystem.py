@@ -185,3 +185,39 @@ def test_stream_coefficients_stay_float32_under_bf16_autocast(name):
             for want, got in ((h, h16), (h_post, h_post16), (h_res, h_res16)):
                 assert got.dtype == torch.float32
                 torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_pending_write_seam_changes_no_bit(dtype, monkeypatch):
+    """Each widened sub-layer leaves its write pending and the next mHC read does it in mhc_write_pre's one pass:
+    the model's logits and every gradient are the bits of the same model with each write done on its own
+    (float32; bfloat16's logits too, its gradients within rounding: the fused backward adds the read's gradient of X'
+    in float32). The fused node is in the graph."""
+    from addnorm.model import streams
+
+    cfg = config("mhc")
+    m = perturbed_model(cfg, dtype=dtype)
+    idx = batch(cfg)
+
+    def run():
+        logits = m(idx)
+        return logits, torch.autograd.grad(logits.float().square().mean(), list(m.parameters()))
+
+    logits, grads = run()
+    names, seen, todo = set(), set(), [logits.grad_fn]
+    while todo:
+        fn = todo.pop()
+        if fn is not None and fn not in seen:
+            seen.add(fn)
+            names.add(fn.name())
+            todo.extend(f for f, _ in fn.next_functions)
+    if dtype == torch.float32:
+        assert any("MhcWritePreNode" in n for n in names)
+    monkeypatch.setattr(streams.ManifoldHyperConnection, "write_read", streams.StreamConnection.write_read)
+    want_logits, want_grads = run()
+    assert torch.equal(logits, want_logits)
+    for (n, _), a, b in zip(m.named_parameters(), grads, want_grads):
+        if dtype == torch.float32:
+            assert torch.equal(a, b), n
+        else:
+            torch.testing.assert_close(a.float(), b.float(), atol=1e-2, rtol=2e-2, msg=n)
