@@ -224,6 +224,21 @@ def test_mhc_write_pre_node_products_and_coefficient_dtypes():
             _same(a, b, f"products={products} {pdt}")
 
 
+def test_mhc_write_pre_backward_keeps_a_float32_nan_a_nan_in_bfloat16():
+    """The fused backward's gradient of X' is float32 arithmetic on float32 operands (here H_pre's gradient): a NaN
+    whose low half is not zero (0x7fffffff) must round to a bfloat16 NaN in dX and dy, not carry into -0 as the
+    rounding without the NaN test does. It gave zeros before the kernel checked that gradient too."""
+    x, y, w_post, w_res, phi, *coeffs = _write_pre_inputs(torch.bfloat16, None, lead=(2, 3))
+    ts = [t.clone().requires_grad_() for t in (x, y, w_post, w_res, phi)]
+    outs = AF.mhc_write_pre(*ts, *coeffs, iters=5)
+    assert type(outs[1].grad_fn).__name__ == "CppFunction"
+    dpre = torch.zeros(outs[2].shape)
+    dpre[0, 1, 2] = torch.tensor([0x7FFFFFFF], dtype=torch.int32).view(torch.float32)[0]
+    dx, dy = torch.autograd.grad(outs[2], ts[:2], dpre)
+    assert dx[0, 1].float().isnan().all() and dy[0, 1].float().isnan().all()
+    assert not dx[1].float().isnan().any()  # the other tokens' rows are untouched
+
+
 def test_mhc_write_pre_node_hands_other_backwards_to_python():
     """create_graph, batched gradients and a dispatch mode take MhcWritePre's backward through the fallback."""
     ins = _write_pre_inputs(torch.float32, None, lead=(2,))

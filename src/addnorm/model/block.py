@@ -11,7 +11,7 @@ from ..nn.factory import make_norm
 from .placement import Placement, deepnorm_constants
 from .attention import MultiHeadAttention
 from .feedforward import FeedForward
-from .streams import finish, make_connection
+from .streams import PendingWrite, finish, make_connection
 from .sublayer import ResidualSubLayer
 
 
@@ -55,6 +55,11 @@ class TransformerBlock(nn.Module):
         """
         x, pending = self.attn(x, pending, attention_mask=attention_mask, values=values)
         x, pending = self.mlp(x, pending)
+        if isinstance(pending, PendingWrite):
+            # a widened stream's last write is done here, not handed to the next block: what wraps a block (a
+            # hook, reentrant checkpointing, which sees only the tensors a block returns) would not see the
+            # tensors inside it
+            x, pending = finish(x, pending), None
         if stream:
             return x, pending
         return finish(x, pending)

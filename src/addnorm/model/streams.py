@@ -21,8 +21,8 @@ The math is in functions (``hc_coefficients``; mHC's in ``addnorm.ops.mhc.formul
 
 A sub-layer leaves its write pending (``PendingWrite``, the ``(stream, pending)`` seam of a widened stream): the next
 sub-layer's ``conn.write_read(X, pending)`` finishes it and reads the result, which mHC does in one pass over each
-token (``functional.mhc.mhc_write_pre``), and ``finish(X, pending)`` anywhere else. Both give the stream the
-same values: the fused pass writes X' with the stream write's own arithmetic.
+token (``functional.mhc.mhc_write_pre``), and ``finish(X, pending)`` anywhere else (a block finishes its last
+one). Both give the stream the same values: the fused pass writes X' with the stream write's own arithmetic.
 """
 
 from __future__ import annotations
@@ -35,8 +35,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from torch.utils import _pytree as pytree
 
 from .. import functional as AF
 from ..ops.mhc.formulas import permutation_mix, sinkhorn_knopp  # noqa: F401  (the math lives with the operator)
@@ -111,7 +109,8 @@ class StreamConnection(nn.Module):
 class PendingWrite:
     """A widened sub-layer's write, left for the next read of the stream: ``conn.write(X, y, mix)`` not yet done.
     ``finish(X, pending)`` does it, as does ``X + pending`` in eager code (so a hook that finishes a pending branch
-    output by adding it finishes this too); an mHC read does it in its own pass (``ManifoldHyperConnection.write_read``).
+    output by adding it finishes this too); an mHC read does it in its own pass
+    (``ManifoldHyperConnection.write_read``).
     """
 
     conn: StreamConnection
@@ -269,7 +268,8 @@ class ManifoldHyperConnection(StreamConnection):
         the same pass over each token as the read (``functional.mhc.mhc_write_pre``): X' is written and read while
         it is in cache, and its backward is one pass too, with no sum of two gradients of X'. mHC-lite's
         permutations take the two calls."""
-        if pending is None or not pending.plain_write() or getattr(self, "perms", None) is not None:
+        fused = isinstance(pending, PendingWrite) and pending.plain_write() and getattr(self, "perms", None) is None
+        if not fused:
             return super().write_read(x, pending)
         if x.dim() < 2 or x.size(-2) != self.n:
             raise ValueError(f"a widened stream must be (..., n={self.n}, C), got shape {tuple(x.shape)}")

@@ -426,7 +426,9 @@ static inline __attribute__((always_inline)) void AN_FN(mhc_write_bwd_fixed)(con
     float dots[AN_STREAM_MAX_N];
     for (int i = 0; i < n; i++) gs[i] = g + (int64_t)i * C;
     const float *hpost = a->w_post + t * n, *hres = a->w_res + t * n * n;
-    const int nf = bf16 && an_nan_safe(hpost, n) && an_nan_safe(hres, n * n);
+    /* g is float32 arithmetic on float32 operands (phi, p, the coefficients' gradients), not a bfloat16 row: its
+     * NaNs may have a nonzero low half, so it is checked too (in L1, K floats) */
+    const int nf = bf16 && an_nan_safe(hpost, n) && an_nan_safe(hres, n * n) && an_nan_safe(g, K);
     void *tmp = sc->r[9];
     AN_FN(stream_mix_dots_n)((char *)a->wdy + t * C * (int64_t)es, gs, hpost, 1, (const char *)a->wy + t * C * (int64_t)es,
                            dots, C, n, bf16, nf, a->nt, tmp);

@@ -9,6 +9,7 @@ from torch import nn
 
 from ..denseformer import DepthWeightedAverage
 from ..errors import ConfigError
+from ..streams import finish
 from .base import Regime
 
 
@@ -38,7 +39,7 @@ class DenseFormer(Regime):
         return x, [x]  # the block outputs so far: X_0 (the embedding), X_1, ...
 
     def after_block(self, i: int, x: torch.Tensor, pending: torch.Tensor | None, memory: list):
-        x = x if pending is None else x + pending  # the DWA reads whole block outputs
+        x = finish(x, pending)  # the DWA reads whole block outputs
         memory.append(x)
         if isinstance(self.dwa[i], DepthWeightedAverage):
             x = self.dwa[i](memory)
