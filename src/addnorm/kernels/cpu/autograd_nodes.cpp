@@ -1076,6 +1076,56 @@ void mhc_backward_layout(const Tensor &phi_in, int mp, Tensor &phi, Tensor &phiT
     else phiT = p.t().contiguous();
 }
 
+// the incoming gradients of h and the maps as the kernel reads them: contiguous, H_post's and H_res's only where the
+// convention's groups make those maps
+void mhc_grad_rows(Tensor &dh, Tensor &dpre, Tensor &dpost, Tensor &dres, int groups) {
+    dh = rows(dh);
+    dpre = rows(dpre);
+    dpost = groups > 1 ? rows(dpost) : Tensor();
+    dres = groups > 2 ? rows(dres) : Tensor();
+}
+
+// A node's forward: the three scalars and the three biases read as float32 (the kernel's), phi laid out as the kernel
+// reads it, the kernel run (with y: the write first) keeping Sinkhorn-Knopp's rounds for the backward
+MhcOut mhc_node_forward(MhcCall &c, const Tensor &phi, std::initializer_list<const Tensor *> coeffs, bool write) {
+    int i = 0;
+    for (const Tensor *t : coeffs) append_floats(*t, i++ < 3 ? c.a : c.bias);
+    mhc_layout(c, phi);
+    return mhc_forward(c, write, true);
+}
+
+// The call's numbers and the coefficients as the kernel read them (float32), kept for a backward: the saved ones
+// cannot change meanwhile (autograd refuses a saved tensor modified in place)
+void mhc_save_call(AutogradContext *ctx, const MhcCall &c, const at::TensorOptions &opts) {
+    ctx->saved_data["eps"] = c.eps;
+    ctx->saved_data["iters"] = (int64_t)c.iters;
+    ctx->saved_data["pre_eps"] = c.pre_eps;
+    ctx->saved_data["res_eps"] = c.res_eps;
+    ctx->saved_data["res_t"] = c.res_t;
+    ctx->saved_data["post_scale"] = c.post_scale;
+    ctx->saved_data["post_eps"] = c.post_eps;
+    ctx->saved_data["groups"] = (int64_t)c.groups;
+    ctx->saved_data["r"] = (int64_t)c.r;
+    ctx->saved_data["scal"] = torch::tensor(c.a, opts.dtype(at::kFloat));
+    ctx->saved_data["bias"] = torch::tensor(c.bias, opts.dtype(at::kFloat));
+}
+
+// the coefficients' gradients from the kernel's sums (ops.mhc.formulas.coefficient_grads_from_sums): da_pre, da_post,
+// da_res, then db over the columns of each group, each its own tensor in its coefficient's dtype, into out[first..]
+// for the six coefficients saved at saved[first..]
+void mhc_coefficient_grads(AutogradContext *ctx, const variable_list &saved, int first, const Tensor &dcoef, int n,
+                           int m, variable_list &out) {
+    const int64_t sizes[6] = {1, 1, 1, n, std::max<int64_t>(0, std::min<int64_t>(n, m - n)),
+                              std::max<int64_t>(0, m - 2 * n)};
+    int64_t off = 0;
+    for (int i = 0; i < 6; i++) {
+        const Tensor &coef = saved[first + i];
+        if (need(ctx, first + i))
+            out[first + i] = dcoef.narrow(0, off, sizes[i]).reshape(coef.sizes()).to(coef.scalar_type(), false, true);
+        off += sizes[i];
+    }
+}
+
 // x, phi, the six coefficients, then the call fast_mhc checked (MhcCall: the numbers, the convention and mHC-lite's
 // permutations; no gradient edge)
 constexpr int MHC_TENSORS = 8, MHC_OTHERS = 1;
@@ -1085,25 +1135,10 @@ struct MhcPreNode : public torch::autograd::Function<MhcPreNode> {
                                  Tensor a_res, Tensor b_pre, Tensor b_post, Tensor b_res, const MhcCall &call) {
         ctx->set_materialize_grads(false);
         MhcCall c = call;
-        for (const Tensor *t : {&a_pre, &a_post, &a_res}) append_floats(*t, c.a);
-        for (const Tensor *t : {&b_pre, &b_post, &b_res}) append_floats(*t, c.bias);
-        mhc_layout(c, phi);
-        MhcOut o = mhc_forward(c, false, true);
+        MhcOut o = mhc_node_forward(c, phi, {&a_pre, &a_post, &a_res, &b_pre, &b_post, &b_res}, false);
         ctx->save_for_backward({x, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, o.p, o.rstd, o.state});
-        ctx->saved_data["eps"] = c.eps;
-        ctx->saved_data["iters"] = (int64_t)c.iters;
-        ctx->saved_data["pre_eps"] = c.pre_eps;
-        ctx->saved_data["res_eps"] = c.res_eps;
-        ctx->saved_data["res_t"] = c.res_t;
-        ctx->saved_data["post_scale"] = c.post_scale;
-        ctx->saved_data["post_eps"] = c.post_eps;
-        ctx->saved_data["groups"] = (int64_t)c.groups;
-        ctx->saved_data["r"] = (int64_t)c.r;
+        mhc_save_call(ctx, c, x.options());
         ctx->saved_data["given"] = given({true, true, true, true, true, true, true, true});
-        // the coefficients as the kernel read them (float32), for the backward: the saved ones cannot change
-        // meanwhile (autograd refuses a saved tensor modified in place)
-        ctx->saved_data["scal"] = torch::tensor(c.a, x.options().dtype(at::kFloat));
-        ctx->saved_data["bias"] = torch::tensor(c.bias, x.options().dtype(at::kFloat));
         ctx->saved_data["perms"] = c.perms;
         ctx->saved_data["perm_idx"] = c.perm_idx;
         return {o.h, o.h_pre, o.h_post, o.h_res};
@@ -1126,10 +1161,7 @@ struct MhcPreNode : public torch::autograd::Function<MhcPreNode> {
         const Tensor perm_idx = ctx->saved_data["perm_idx"].toTensor();
         const int n = (int)x.size(-2), m = (int)p.size(-1), mp = (m + 7) / 8 * 8, r = (int)ctx->saved_data["r"].toInt();
         const int64_t C = x.size(-1), N = x.numel() / (n * C);
-        dh = rows(dh);
-        dpre = rows(dpre);
-        dpost = groups > 1 ? rows(dpost) : Tensor();
-        dres = groups > 2 ? rows(dres) : Tensor();
+        mhc_grad_rows(dh, dpre, dpost, dres, groups);
         auto f = x.options().dtype(at::kFloat);
         auto lead = x.sizes().slice(0, x.dim() - 2);
         std::vector<int64_t> ls(lead.begin(), lead.end());
@@ -1154,17 +1186,7 @@ struct MhcPreNode : public torch::autograd::Function<MhcPreNode> {
         variable_list out(n_out);
         if (need(ctx, 0)) out[0] = dx;
         if (need(ctx, 1)) out[1] = dphi.to(phi.scalar_type());
-        // the coefficients' gradients from the kernel's sums (ops.mhc.formulas.coefficient_grads_from_sums): da_pre,
-        // da_post, da_res, then db over the columns of each group, each its own tensor in its coefficient's dtype
-        const int64_t sizes[6] = {1, 1, 1, n, std::max<int64_t>(0, std::min<int64_t>(n, m - n)),
-                                  std::max<int64_t>(0, m - 2 * n)};
-        int64_t off = 0;
-        for (int i = 0; i < 6; i++) {
-            const Tensor &coef = saved[2 + i];
-            if (need(ctx, 2 + i))
-                out[2 + i] = dcoef.narrow(0, off, sizes[i]).reshape(coef.sizes()).to(coef.scalar_type(), false, true);
-            off += sizes[i];
-        }
+        mhc_coefficient_grads(ctx, saved, 2, dcoef, n, m, out);
         return out;
     }
 };
@@ -1184,28 +1206,14 @@ struct MhcWritePreNode : public torch::autograd::Function<MhcWritePreNode> {
                                  const MhcCall &call) {
         ctx->set_materialize_grads(false);
         MhcCall c = call;
-        for (const Tensor *t : {&a_pre, &a_post, &a_res}) append_floats(*t, c.a);
-        for (const Tensor *t : {&b_pre, &b_post, &b_res}) append_floats(*t, c.bias);
-        mhc_layout(c, phi);
-        MhcOut o = mhc_forward(c, true, true);
+        MhcOut o = mhc_node_forward(c, phi, {&a_pre, &a_post, &a_res, &b_pre, &b_post, &b_res}, true);
         const Tensor w_res = opt(w_res_);
         ctx->save_for_backward({x, y, w_post, w_res, phi, a_pre, a_post, a_res, b_pre, b_post, b_res, o.x2, o.p,
                                 o.rstd, o.state});
-        ctx->saved_data["eps"] = c.eps;
-        ctx->saved_data["iters"] = (int64_t)c.iters;
-        ctx->saved_data["pre_eps"] = c.pre_eps;
-        ctx->saved_data["res_eps"] = c.res_eps;
-        ctx->saved_data["res_t"] = c.res_t;
-        ctx->saved_data["post_scale"] = c.post_scale;
-        ctx->saved_data["post_eps"] = c.post_eps;
-        ctx->saved_data["groups"] = (int64_t)c.groups;
-        ctx->saved_data["r"] = (int64_t)c.r;
+        mhc_save_call(ctx, c, x.options());
         ctx->saved_data["products"] = c.products;
         ctx->saved_data["perms"] = Tensor();
         ctx->saved_data["given"] = given({true, true, true, w_res.defined(), true, true, true, true, true, true, true});
-        // the coefficients as the kernel read them (float32), as MhcPreNode keeps them
-        ctx->saved_data["scal"] = torch::tensor(c.a, x.options().dtype(at::kFloat));
-        ctx->saved_data["bias"] = torch::tensor(c.bias, x.options().dtype(at::kFloat));
         return {o.x2, o.h, o.h_pre, o.h_post, o.h_res};
     }
 
@@ -1229,10 +1237,7 @@ struct MhcWritePreNode : public torch::autograd::Function<MhcWritePreNode> {
         const int n = (int)x.size(-2), m = (int)p.size(-1), mp = (m + 7) / 8 * 8, r = (int)ctx->saved_data["r"].toInt();
         const int64_t C = x.size(-1), N = x.numel() / (n * C);
         dx2 = rows(dx2);
-        dh = rows(dh);
-        dpre = rows(dpre);
-        dpost = groups > 1 ? rows(dpost) : Tensor();
-        dres = groups > 2 ? rows(dres) : Tensor();
+        mhc_grad_rows(dh, dpre, dpost, dres, groups);
         auto f = x.options().dtype(at::kFloat);
         auto lead = x.sizes().slice(0, x.dim() - 2);
         std::vector<int64_t> ls(lead.begin(), lead.end()), ps(lead.begin(), lead.end());
@@ -1270,16 +1275,7 @@ struct MhcWritePreNode : public torch::autograd::Function<MhcWritePreNode> {
         if (need(ctx, 2)) out[2] = d_post.to(w_post.scalar_type());
         if (need(ctx, 3)) out[3] = d_res.to(w_res.scalar_type());
         if (need(ctx, 4)) out[4] = dphi.to(phi.scalar_type());
-        // the coefficients' gradients from the kernel's sums, as MhcPreNode cuts them
-        const int64_t sizes[6] = {1, 1, 1, n, std::max<int64_t>(0, std::min<int64_t>(n, m - n)),
-                                  std::max<int64_t>(0, m - 2 * n)};
-        int64_t off = 0;
-        for (int i = 0; i < 6; i++) {
-            const Tensor &coef = saved[5 + i];
-            if (need(ctx, 5 + i))
-                out[5 + i] = dcoef.narrow(0, off, sizes[i]).reshape(coef.sizes()).to(coef.scalar_type(), false, true);
-            off += sizes[i];
-        }
+        mhc_coefficient_grads(ctx, saved, 5, dcoef, n, m, out);
         return out;
     }
 };
