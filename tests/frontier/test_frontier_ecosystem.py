@@ -187,15 +187,15 @@ def test_stream_coefficients_stay_float32_under_bf16_autocast(name):
                 torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_pending_write_seam_changes_no_bit(dtype, monkeypatch):
+@pytest.mark.parametrize("name,dtype", [("mhc", torch.float32), ("mhc", torch.bfloat16), ("mhc_lite", torch.float32)])
+def test_the_pending_write_seam_changes_no_bit(name, dtype, monkeypatch):
     """Each widened sub-layer leaves its write pending and the next mHC read does it in mhc_write_pre's one pass:
     the model's logits and every gradient are the bits of the same model with each write done on its own
     (float32; bfloat16's logits too, its gradients within rounding: the fused backward adds the read's gradient of X'
     in float32). The fused node is in the graph."""
     from addnorm.model import streams
 
-    cfg = config("mhc")
+    cfg = config(name)
     m = perturbed_model(cfg, dtype=dtype)
     idx = batch(cfg)
 

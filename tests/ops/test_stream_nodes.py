@@ -213,6 +213,33 @@ def test_mhc_write_pre_node_matches_the_python_node_bit_for_bit(dt, conv):
                 _same(a, b, f"d{WP_NAMES[i]} (want {want}, used {used}, mixing {mixing})")
 
 
+@pytest.mark.parametrize("dt", DTYPES)
+def test_mhc_lite_write_pre_node_matches_the_python_node_bit_for_bit(dt):
+    """mHC-lite's read after a write (its permutations as the kernels' index table; no rounds to keep)."""
+    g = torch.Generator().manual_seed(9)
+    x, y, w_post, w_res, _, *coeffs = _write_pre_inputs(dt, None)
+    phi = torch.randn(N * C, 2 * N + 24, generator=g) * 0.05
+    ins = [x, y, w_post, w_res, phi, *coeffs[:5], torch.randn(24, generator=g)]
+    perms = _perms(N)[torch.randperm(24, generator=g)]
+
+    def run(want, used):
+        ts = [t.clone().requires_grad_(i in want) for i, t in enumerate(ins)]
+        outs = AF.mhc_write_pre(*ts, perms=perms)
+        ups = [torch.randn(o.shape, generator=torch.Generator().manual_seed(4)).to(o.dtype) for o in outs]
+        pairs = [(o, u) for k, (o, u) in enumerate(zip(outs, ups)) if k in used]
+        return outs, torch.autograd.grad([o for o, _ in pairs], [ts[i] for i in want], [u for _, u in pairs])
+
+    for want, used in ((tuple(range(11)), (0, 1, 2, 3, 4)), ((0, 10), (1, 4)), ((4, 1), (0, 2))):
+        (outs, grads), (outs_py, grads_py) = _both(lambda: run(want, used))
+        assert type(outs[1].grad_fn).__name__ == "CppFunction"
+        for k, (a, b) in enumerate(zip((*outs, *grads), (*outs_py, *grads_py))):
+            _same(a, b, f"mHC-lite write+read {k} (want {want}, used {used})")
+    with torch.no_grad():  # the inference entry takes it too
+        got, want = _both(lambda: AF.mhc_write_pre(*ins, perms=perms))
+    for a, b in zip(got, want):
+        _same(a, b, "mHC-lite write+read inference")
+
+
 def test_mhc_write_pre_node_products_and_coefficient_dtypes():
     """Each H_post[i] y rounded first (no mixing matrix, a bfloat16 stream), and bfloat16 coefficients."""
     for products, pdt in ((True, torch.float32), (True, torch.bfloat16), (False, torch.bfloat16)):

@@ -265,11 +265,10 @@ class ManifoldHyperConnection(StreamConnection):
 
     def write_read(self, x: torch.Tensor, pending: PendingWrite | None):
         """(X', h, mix) as ``StreamConnection.write_read``; a pending stream write (H_res X + H_post^T y) is done in
-        the same pass over each token as the read (``functional.mhc.mhc_write_pre``): X' is written and read while
-        it is in cache, and its backward is one pass too, with no sum of two gradients of X'. mHC-lite's
-        permutations take the two calls."""
-        fused = isinstance(pending, PendingWrite) and pending.plain_write() and getattr(self, "perms", None) is None
-        if not fused:
+        the same pass over each token as the read (``functional.mhc.mhc_write_pre``, mHC-lite's permutations
+        included): X' is written and read while it is in cache, and its backward is one pass too, with no sum of two
+        gradients of X'."""
+        if not (isinstance(pending, PendingWrite) and pending.plain_write()):
             return super().write_read(x, pending)
         if x.dim() < 2 or x.size(-2) != self.n:
             raise ValueError(f"a widened stream must be (..., n={self.n}, C), got shape {tuple(x.shape)}")
@@ -277,7 +276,8 @@ class ManifoldHyperConnection(StreamConnection):
         with _no_autocast(x):
             x2, h, _, h_post2, h_res2 = AF.mhc_write_pre(
                 x, pending.y.to(x.dtype), h_post, h_res, self.phi, self.alpha_pre, self.alpha_post, self.alpha_res,
-                self.b_pre, self.b_post, self.b_res, eps=self.eps, iters=self.sinkhorn_iters)
+                self.b_pre, self.b_post, self.b_res, perms=getattr(self, "perms", None), eps=self.eps,
+                iters=self.sinkhorn_iters)
         return x2, h, (h_post2, self.h_res_tap(h_res2))
 
     def extra_repr(self) -> str:

@@ -49,7 +49,7 @@ def _backward(op, saved, grads, needs, meta):
         return list(MhcPre.backward(ctx, *grads, None, None, None))[:len(needs)]
     if op == 7:  # a write of the stream and mHC's pre step: MhcWritePre's backward (its inputs but `products`)
         ctx.needs_input_grad = (*needs[:4], False, *needs[4:]) + (False,) * WRITE_PRE_ARGS
-        ctx.products, ctx.perms, ctx.eps, ctx.iters = meta["products"], None, meta["eps"], meta["iters"]
+        ctx.products, ctx.perms, ctx.eps, ctx.iters = meta["products"], meta["perms"], meta["eps"], meta["iters"]
         ctx.convention = tuple(meta[k] for k in ("pre_eps", "res_eps", "res_t", "post_scale", "post_eps", "groups"))
         g = list(MhcWritePre.backward(ctx, *grads, None, None))
         return (g[:4] + g[5:])[:len(needs)]

@@ -1212,7 +1212,8 @@ struct MhcWritePreNode : public torch::autograd::Function<MhcWritePreNode> {
                                 o.rstd, o.state});
         mhc_save_call(ctx, c, x.options());
         ctx->saved_data["products"] = c.products;
-        ctx->saved_data["perms"] = Tensor();
+        ctx->saved_data["perms"] = c.perms;
+        ctx->saved_data["perm_idx"] = c.perm_idx;
         ctx->saved_data["given"] = given({true, true, true, w_res.defined(), true, true, true, true, true, true, true});
         return {o.x2, o.h, o.h_pre, o.h_post, o.h_res};
     }
@@ -1257,8 +1258,9 @@ struct MhcWritePreNode : public torch::autograd::Function<MhcWritePreNode> {
         const Tensor scal = ctx->saved_data["scal"].toTensor(), bias = ctx->saved_data["bias"].toTensor();
         const float *a = scal.data_ptr<float>();
         const float *kept = state.numel() > 0 ? state.data_ptr<float>() : nullptr;
+        const Tensor perm_idx = ctx->saved_data["perm_idx"].toTensor();
         int rc = k_mhc(3, n, code(x), N, C, m, mp, r, iters, ptr(x2), (const float *)ptr(ph), (const float *)ptr(phT),
-                       a[0], a[1], a[2], bias.data_ptr<float>(), nullptr, 0.0f,
+                       a[0], a[1], a[2], bias.data_ptr<float>(), (const int32_t *)ptr(perm_idx), 0.0f,
                        (float)ctx->saved_data["pre_eps"].toDouble(), (float)ctx->saved_data["res_eps"].toDouble(),
                        ctx->saved_data["res_t"].toBool() ? 1 : 0, (float)ctx->saved_data["post_scale"].toDouble(),
                        (float)ctx->saved_data["post_eps"].toDouble(), groups, nullptr, nullptr, nullptr, nullptr,
@@ -1280,8 +1282,8 @@ struct MhcWritePreNode : public torch::autograd::Function<MhcWritePreNode> {
     }
 };
 
-// (h, H_pre, H_post, H_res) or, with y, (X', h, H_pre, H_post, H_res) of functional.mhc's mhc_pre / mhc_write_pre
-// (perms: mhc_pre alone), or None
+// (h, H_pre, H_post, H_res) or, with y, (X', h, H_pre, H_post, H_res) of functional.mhc's mhc_pre / mhc_write_pre,
+// or None
 py::object fast_mhc(py::handle x, py::handle y, py::handle h_post, py::handle h_res, py::handle products,
                     py::handle phi, py::handle a_pre, py::handle a_post, py::handle a_res, py::handle b_pre,
                     py::handle b_post, py::handle b_res, py::handle perms, py::handle eps, py::handle iters,
@@ -1292,8 +1294,8 @@ py::object fast_mhc(py::handle x, py::handle y, py::handle h_post, py::handle h_
         !mhc_numbers(c, eps.ptr(), iters.ptr(), pre_eps.ptr(), res_eps.ptr(), res_t.ptr(), post_scale.ptr(),
                      post_eps.ptr(), groups.ptr()))
         return py::none();
-    // mHC-lite: its read alone, with the paper's H_res (the general path refuses the others)
-    if (!perms.is_none() && (!y.is_none() || c.groups != 3 || c.res_eps != 0 || c.res_t || !mhc_perms(c, perms.ptr())))
+    // mHC-lite (its read, or a write and its read) with the paper's H_res (the general path refuses the others)
+    if (!perms.is_none() && (c.groups != 3 || c.res_eps != 0 || c.res_t || !mhc_perms(c, perms.ptr())))
         return py::none();
     int n = c.n;
     c.r = c.groups < 3 ? 0 : c.perm_idx.defined() ? (int)c.perm_idx.size(0) : n * n;
