@@ -111,23 +111,30 @@ def test_mhc_lite_node_matches_the_python_node_bit_for_bit(dt):
     phi = torch.randn(N * C, 2 * N + 24, generator=g) * 0.05
     ins = [x, phi, *coeffs[:5], torch.randn(24, generator=g)]
     perms = _perms(N)[torch.randperm(24, generator=g)]
+    _lite_matches_python(AF.mhc_pre, ins, perms, (((0, 1, 2, 3, 4, 5, 6, 7), (0, 1, 2, 3)), ((4, 7), (3,)),
+                                                  ((0,), (0, 3))), 0, "mHC-lite")
+
+
+def _lite_matches_python(op, ins, perms, cases, node_out, what):
+    """op(*ins, perms=perms) through the C++ node (its output ``node_out`` made by it) against the Python node, to
+    the bit: outputs and gradients for each (inputs wanted, outputs used) of ``cases``, then the inference entry."""
 
     def run(want, used):
         ts = [t.clone().requires_grad_(i in want) for i, t in enumerate(ins)]
-        outs = AF.mhc_pre(*ts, perms=perms)
+        outs = op(*ts, perms=perms)
         ups = [torch.randn(o.shape, generator=torch.Generator().manual_seed(4)).to(o.dtype) for o in outs]
         pairs = [(o, u) for k, (o, u) in enumerate(zip(outs, ups)) if k in used]
         return outs, torch.autograd.grad([o for o, _ in pairs], [ts[i] for i in want], [u for _, u in pairs])
 
-    for want, used in (((0, 1, 2, 3, 4, 5, 6, 7), (0, 1, 2, 3)), ((4, 7), (3,)), ((0,), (0, 3))):
+    for want, used in cases:
         (outs, grads), (outs_py, grads_py) = _both(lambda: run(want, used))
-        assert type(outs[0].grad_fn).__name__ == "CppFunction"
+        assert type(outs[node_out].grad_fn).__name__ == "CppFunction"
         for k, (a, b) in enumerate(zip((*outs, *grads), (*outs_py, *grads_py))):
-            _same(a, b, f"mHC-lite {k} (want {want}, used {used})")
+            _same(a, b, f"{what} {k} (want {want}, used {used})")
     with torch.no_grad():  # the inference entry takes it too
-        got, want = _both(lambda: AF.mhc_pre(*ins, perms=perms))
+        got, want = _both(lambda: op(*ins, perms=perms))
     for a, b in zip(got, want):
-        _same(a, b, "mHC-lite inference")
+        _same(a, b, f"{what} inference")
 
 
 @pytest.mark.parametrize("layout", ["weight_view", "bfloat16"])
@@ -221,23 +228,8 @@ def test_mhc_lite_write_pre_node_matches_the_python_node_bit_for_bit(dt):
     phi = torch.randn(N * C, 2 * N + 24, generator=g) * 0.05
     ins = [x, y, w_post, w_res, phi, *coeffs[:5], torch.randn(24, generator=g)]
     perms = _perms(N)[torch.randperm(24, generator=g)]
-
-    def run(want, used):
-        ts = [t.clone().requires_grad_(i in want) for i, t in enumerate(ins)]
-        outs = AF.mhc_write_pre(*ts, perms=perms)
-        ups = [torch.randn(o.shape, generator=torch.Generator().manual_seed(4)).to(o.dtype) for o in outs]
-        pairs = [(o, u) for k, (o, u) in enumerate(zip(outs, ups)) if k in used]
-        return outs, torch.autograd.grad([o for o, _ in pairs], [ts[i] for i in want], [u for _, u in pairs])
-
-    for want, used in ((tuple(range(11)), (0, 1, 2, 3, 4)), ((0, 10), (1, 4)), ((4, 1), (0, 2))):
-        (outs, grads), (outs_py, grads_py) = _both(lambda: run(want, used))
-        assert type(outs[1].grad_fn).__name__ == "CppFunction"
-        for k, (a, b) in enumerate(zip((*outs, *grads), (*outs_py, *grads_py))):
-            _same(a, b, f"mHC-lite write+read {k} (want {want}, used {used})")
-    with torch.no_grad():  # the inference entry takes it too
-        got, want = _both(lambda: AF.mhc_write_pre(*ins, perms=perms))
-    for a, b in zip(got, want):
-        _same(a, b, "mHC-lite write+read inference")
+    _lite_matches_python(AF.mhc_write_pre, ins, perms, ((tuple(range(11)), (0, 1, 2, 3, 4)), ((0, 10), (1, 4)),
+                                                        ((4, 1), (0, 2))), 1, "mHC-lite write+read")
 
 
 def test_mhc_write_pre_node_products_and_coefficient_dtypes():

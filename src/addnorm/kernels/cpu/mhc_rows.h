@@ -362,9 +362,8 @@ static void AN_FN(mhc_maps_tile)(const an_mhc_args *a, const float *const *lg, i
  * X' by the stream kernels' own stream_write_row, so X' has the bits of a stream_write followed by mhc_pre, stored
  * where it goes in one walk (the general loop's axpys, round_row and put_row made n + 3). Returns the token's float32
  * rows for the read: X' itself where it was stored as float32 without streaming, else v (the values as stored). */
-static inline __attribute__((always_inline)) const float *AN_FN(mhc_write_fixed)(const an_mhc_args *a, int64_t t,
-                                                                              float *v, const an_rows *sc, const int n,
-                                                                              const int bf16) {
+static const float *AN_FN(mhc_write_fixed)(const an_mhc_args *a, int64_t t, float *v, const an_rows *sc) {
+    const int n = a->n, bf16 = a->dt == AN_BF16;
     const int64_t C = a->C, K = a->K;
     const size_t es = bf16 ? 2 : 4;
     const float *y = AN_FN(f32_row)((const char *)a->wy + t * C * (int64_t)es, a->dt, sc->r[4], C);
@@ -387,11 +386,8 @@ static inline __attribute__((always_inline)) const float *AN_FN(mhc_write_fixed)
 /* WFWD: token t's X' = the write of its stream, into a->x2 and (its float32 values as stored) into v, or where the
  * returned rows lie. Scratch: rows 4 (y), 5 (X, converted) and 9 (put_row's). */
 static const float *AN_FN(mhc_write)(const an_mhc_args *a, int64_t t, float *v, const an_rows *sc) {
-    if (a->w_res && !a->w_products && (a->n == 2 || a->n == 4) && (a->dt == AN_F32 || a->dt == AN_BF16)) {
-        if (a->n == 2) return a->dt == AN_F32 ? AN_FN(mhc_write_fixed)(a, t, v, sc, 2, 0)
-                                              : AN_FN(mhc_write_fixed)(a, t, v, sc, 2, 1);
-        return a->dt == AN_F32 ? AN_FN(mhc_write_fixed)(a, t, v, sc, 4, 0) : AN_FN(mhc_write_fixed)(a, t, v, sc, 4, 1);
-    }
+    if (a->w_res && !a->w_products && (a->n == 2 || a->n == 4) && (a->dt == AN_F32 || a->dt == AN_BF16))
+        return AN_FN(mhc_write_fixed)(a, t, v, sc);
     const int n = a->n;
     const int64_t C = a->C, K = a->K;
     const size_t es = an_elem_size(a->dt);
@@ -415,31 +411,23 @@ static const float *AN_FN(mhc_write)(const an_mhc_args *a, int64_t t, float *v, 
 }
 
 /* WBWD's write backward for n = 2 or 4 with a mixing matrix, float32 or bfloat16 (what stream_write_bwd_fast takes):
- * dy with dH_post, then each dX_j with dH_res[., j], by the stream kernels' stream_mix_dots (n + 1 walks of the
- * token, each storing its row where it goes), so the same bits as stream_write_backward from the same g. */
-static inline __attribute__((always_inline)) void AN_FN(mhc_write_bwd_fixed)(const an_mhc_args *a, int64_t t,
-                                                                            float *g, const an_rows *sc, const int n,
-                                                                            const int bf16) {
+ * dy with dH_post, then each dX_j with dH_res[., j], by the stream write's own token backward (stream_write_bwd_token:
+ * n + 1 walks of the token, each storing its row where it goes), so the same bits as stream_write_backward from the
+ * same g. */
+static void AN_FN(mhc_write_bwd_fixed)(const an_mhc_args *a, int64_t t, float *g, const an_rows *sc) {
+    const int n = a->n, bf16 = a->dt == AN_BF16;
     const int64_t C = a->C, K = a->K;
     const size_t es = bf16 ? 2 : 4;
     float *gs[AN_STREAM_MAX_N];
-    float dots[AN_STREAM_MAX_N];
     for (int i = 0; i < n; i++) gs[i] = g + (int64_t)i * C;
     const float *hpost = a->w_post + t * n, *hres = a->w_res + t * n * n;
     /* g is float32 arithmetic on float32 operands (phi, p, the coefficients' gradients), not a bfloat16 row: its
      * NaNs may have a nonzero low half, so it is checked too (in L1, K floats) */
     const int nf = bf16 && an_nan_safe(hpost, n) && an_nan_safe(hres, n * n) && an_nan_safe(g, K);
-    void *tmp = sc->r[9];
-    AN_FN(stream_mix_dots_n)((char *)a->wdy + t * C * (int64_t)es, gs, hpost, 1, (const char *)a->wy + t * C * (int64_t)es,
-                           dots, C, n, bf16, nf, a->nt, tmp);
-    for (int i = 0; i < n; i++) a->wd_post[t * n + i] = dots[i];
-    char *dx = (char *)a->wdx + t * K * (int64_t)es;
-    const char *xin = (const char *)a->wx + t * K * (int64_t)es;
-    for (int j = 0; j < n; j++) {
-        AN_FN(stream_mix_dots_n)(dx + (size_t)j * (size_t)C * es, gs, hres + j, n, xin + (size_t)j * (size_t)C * es, dots,
-                               C, n, bf16, nf, a->nt, tmp);
-        for (int i = 0; i < n; i++) a->wd_res[t * n * n + i * n + j] = dots[i];
-    }
+    AN_FN(stream_write_bwd_token)((char *)a->wdy + t * C * (int64_t)es, (char *)a->wdx + t * K * (int64_t)es,
+                                  (const char *)a->wy + t * C * (int64_t)es, (const char *)a->wx + t * K * (int64_t)es,
+                                  gs, hpost, hres, a->wd_post + t * n, a->wd_res + t * n * n, C, n, bf16, nf, a->nt,
+                                  sc->r[9]);
 }
 
 /* WBWD: token t's write backward from g = the read's dX' (float32, in place) + the dX' given: dX, dy, dH_post
@@ -454,13 +442,7 @@ static void AN_FN(mhc_write_bwd)(const an_mhc_args *a, int64_t t, float *g, cons
         for (int64_t k = 0; k < K; k++) g[k] += d[k];
     }
     if (a->w_res && (n == 2 || n == 4) && (a->dt == AN_F32 || a->dt == AN_BF16)) {
-        if (n == 2) {
-            if (a->dt == AN_F32) AN_FN(mhc_write_bwd_fixed)(a, t, g, sc, 2, 0);
-            else AN_FN(mhc_write_bwd_fixed)(a, t, g, sc, 2, 1);
-        } else {
-            if (a->dt == AN_F32) AN_FN(mhc_write_bwd_fixed)(a, t, g, sc, 4, 0);
-            else AN_FN(mhc_write_bwd_fixed)(a, t, g, sc, 4, 1);
-        }
+        AN_FN(mhc_write_bwd_fixed)(a, t, g, sc);
         return;
     }
     const float *y = AN_FN(f32_row)((const char *)a->wy + t * C * (int64_t)es, a->dt, sc->r[10], C);

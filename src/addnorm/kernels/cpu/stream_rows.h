@@ -58,7 +58,8 @@ static float AN_FN(sq_sum_bf16)(const uint16_t *restrict v, int64_t n) {
  * ((a + b) + (c + d)), which moves a value by up to an ulp of the largest term (1 + 2^-23 where the sequential sum
  * gives 1); compiled without that flag these loops kept the order but lost their vectorization (10x slower in
  * bf16: the conversion helpers were no longer inlined), so the regrouping stays. Returns the row's sum of
- * squares (want_q), or 0 where no one reads it (a write without q; mHC's fused write+read, whose read takes its own). */
+ * squares (want_q), or 0 where no one reads it (a write without q; mHC's fused write+read, whose read takes its
+ * own). */
 static inline __attribute__((always_inline)) float AN_FN(stream_write_row)(
     void *restrict dst, const float *const *xs, const float *restrict y, const float *restrict hres_i,
     float hpost_i, int64_t C, const int n, const int bf16, const int nf, int nt, void *restrict tmp, const int want_q) {
@@ -81,11 +82,13 @@ static inline __attribute__((always_inline)) float AN_FN(stream_write_row)(
 
 /* stream_write_row for n = 2 or 4 as one function that every caller shares (the stream write, mHC's fused
  * write+read): under -fassociative-math gcc may regroup the same inlined loop differently at each place it is inlined
- * (the baseline path's n = 2 did: an ulp apart), and the fused pass must give the write's bits */
-static __attribute__((noinline)) float AN_FN(stream_write_row_n)(void *restrict dst, const float *const *xs,
-                                                                const float *restrict y, const float *restrict hres_i,
-                                                                float hpost_i, int64_t C, int n, int bf16, int nf,
-                                                                int nt, void *restrict tmp, int want_q) {
+ * (the baseline path's n = 2 did: an ulp apart), and the fused pass must give the write's bits. noclone too: a caller
+ * passing constant n would otherwise get a clone of its own, compiled apart (AVX2's n = 4 backward: an ulp apart) */
+static __attribute__((noinline, noclone)) float AN_FN(stream_write_row_n)(void *restrict dst, const float *const *xs,
+                                                                         const float *restrict y,
+                                                                         const float *restrict hres_i, float hpost_i,
+                                                                         int64_t C, int n, int bf16, int nf, int nt,
+                                                                         void *restrict tmp, int want_q) {
 #define AN_SW(N, B, F) return AN_FN(stream_write_row)(dst, xs, y, hres_i, hpost_i, C, N, B, F, nt, tmp, want_q)
     if (n == 2) {
         if (!bf16) AN_SW(2, 0, 0);
@@ -220,11 +223,13 @@ static inline __attribute__((always_inline)) void AN_FN(stream_mix_dots)(
     if (nt) AN_FN(stream_bytes)(dst, tmp, (size_t)C * (bf16 ? 2 : 4));
 }
 
-/* stream_mix_dots for n = 2 or 4 as one function that every caller shares (see stream_write_row_n) */
-static __attribute__((noinline)) void AN_FN(stream_mix_dots_n)(void *restrict dst, float *const *gs, const float *c,
-                                                               int64_t cstride, const void *restrict vrow, float *dots,
-                                                               int64_t C, int n, int bf16, int nf, int nt,
-                                                               void *restrict tmp) {
+/* stream_mix_dots for n = 2 or 4 as one function that every caller shares, never inlined nor cloned (see
+ * stream_write_row_n) */
+static __attribute__((noinline, noclone)) void AN_FN(stream_mix_dots_n)(void *restrict dst, float *const *gs,
+                                                                        const float *c, int64_t cstride,
+                                                                        const void *restrict vrow, float *dots,
+                                                                        int64_t C, int n, int bf16, int nf, int nt,
+                                                                        void *restrict tmp) {
 #define AN_SM(N, B, F) AN_FN(stream_mix_dots)(dst, gs, c, cstride, vrow, dots, C, N, B, F, nt, tmp)
     if (n == 2) {
         if (!bf16) AN_SM(2, 0, 0);
@@ -238,8 +243,25 @@ static __attribute__((noinline)) void AN_FN(stream_mix_dots_n)(void *restrict ds
 #undef AN_SM
 }
 
+/* one token's write backward from its g_i rows (n = 2 or 4, float32 or bfloat16): dy with dH_post (v = y), then each
+ * dX_j with dH_res[., j] (v = X_j), each by stream_mix_dots_n; the stream write's backward and mHC's fused one share
+ * it, so the same g gives both the same bits */
+static void AN_FN(stream_write_bwd_token)(void *dy, void *dx, const void *yrow, const void *xin, float *const *gs,
+                                          const float *hpost, const float *hres, float *d_post, float *d_res,
+                                          int64_t C, int n, int bf16, int nf, int nt, void *tmp) {
+    const size_t es = bf16 ? 2 : 4;
+    float dots[AN_STREAM_MAX_N];
+    AN_FN(stream_mix_dots_n)(dy, gs, hpost, 1, yrow, dots, C, n, bf16, nf, nt, tmp);
+    for (int i = 0; i < n; i++) d_post[i] = dots[i];
+    for (int j = 0; j < n; j++) {
+        AN_FN(stream_mix_dots_n)((char *)dx + (size_t)j * (size_t)C * es, gs, hres + j, n,
+                                 (const char *)xin + (size_t)j * (size_t)C * es, dots, C, n, bf16, nf, nt, tmp);
+        for (int i = 0; i < n; i++) d_res[i * n + j] = dots[i];
+    }
+}
+
 /* the write's backward for a constant n (2 or 4), float32 or bfloat16: g_i as the general loop forms them (float32
- * rows of dX' read where they lie when there is no dq), then stream_mix_dots for dy and for each dX_j */
+ * rows of dX' read where they lie when there is no dq), then stream_write_bwd_token for dy and each dX_j */
 static inline __attribute__((always_inline)) void AN_FN(stream_write_bwd_fixed)(const an_stream_args *a, int64_t r0,
                                                                                  int64_t r1, const an_rows *sc,
                                                                                  const int n, const int bf16,
@@ -248,7 +270,6 @@ static inline __attribute__((always_inline)) void AN_FN(stream_write_bwd_fixed)(
     const size_t es = bf16 ? 2 : 4;
     void *tmp = sc->r[AN_STREAM_MAX_N + 2];
     float *gs[AN_STREAM_MAX_N];
-    float dots[AN_STREAM_MAX_N];
     for (int64_t t = r0; t < r1; t++) {
         /* bf16: a later token's rows: dX', X', the stream read and y (see prefetch_span). Caches flushed, 8192 tokens
          * x 4 x 1024, fwd+bwd: 22.7 -> 20.7 ms (AVX2 30.0 -> 29.0). The general loop's backward (float32, and the
@@ -281,17 +302,12 @@ static inline __attribute__((always_inline)) void AN_FN(stream_write_bwd_fixed)(
                 AN_FN(axpy)(gs[i], xo, 2.0f * dq, C, 0);
             }
         }
-        AN_FN(stream_mix_dots_n)((char *)a->dy + t * C * (int64_t)es, gs, hpost, 1, (const char *)a->y + t * C * (int64_t)es,
-                               dots, C, n, bf16, nf, a->nt, tmp);
-        for (int i = 0; i < n; i++) a->d_post[t * n + i] = dots[i];
-        char *dx = (char *)a->out + t * (int64_t)n * C * (int64_t)es;
-        const float *hres = a->h_res + t * n * n;
-        const char *xin = (const char *)a->xin + t * (int64_t)n * C * (int64_t)es;
-        for (int j = 0; j < n; j++) {
-            AN_FN(stream_mix_dots_n)(dx + (size_t)j * (size_t)C * es, gs, hres + j, n, xin + (size_t)j * (size_t)C * es,
-                                   dots, C, n, bf16, nf, a->nt, tmp);
-            for (int i = 0; i < n; i++) a->d_res[t * n * n + i * n + j] = dots[i];
-        }
+        AN_FN(stream_write_bwd_token)((char *)a->dy + t * C * (int64_t)es,
+                                      (char *)a->out + t * (int64_t)n * C * (int64_t)es,
+                                      (const char *)a->y + t * C * (int64_t)es,
+                                      (const char *)a->xin + t * (int64_t)n * C * (int64_t)es, gs, hpost,
+                                      a->h_res + t * n * n, a->d_post + t * n, a->d_res + t * n * n, C, n, bf16, nf,
+                                      a->nt, tmp);
     }
 }
 
