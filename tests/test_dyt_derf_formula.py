@@ -50,7 +50,9 @@ def _params(rng, c):
 
 def test_the_initial_values_are_the_papers():
     d, e = DyT(8), Derf(8)
-    assert d.alpha.shape == () and d.alpha.item() == 0.5 and e.alpha.item() == 0.5 and e.shift.item() == 0.0
+    # (1,) as the papers' code keeps them (and FSDP2 needs: it shards no 0-d parameter)
+    assert d.alpha.shape == e.alpha.shape == e.shift.shape == (1,)
+    assert d.alpha.item() == 0.5 and e.alpha.item() == 0.5 and e.shift.item() == 0.0
     for m in (d, e):
         assert torch.equal(m.weight, torch.ones(8)) and torch.equal(m.bias, torch.zeros(8))
 

@@ -11,7 +11,7 @@ import torch.multiprocessing as mp
 
 from addnorm.model import GPT, GPTConfig
 from addnorm.model.streams import permutation_matrices
-from frontier_cases import CASES, batch, config, perturbed_model
+from frontier_cases import CASES, TINY, batch, config, perturbed_model
 
 NAMES = list(CASES)
 
@@ -68,6 +68,56 @@ def test_ddp_gradients_equal_single_process(tmp_path):
         loss.backward()
         for n, p in single.named_parameters():
             torch.testing.assert_close(ddp[name][n], p.grad, atol=1e-6, rtol=1e-5, msg=f"{name}: {n}")
+
+
+# FSDP2 shards every parameter along its first dimension and refuses a 0-d one, so each learned scalar (DyT's and
+# Derf's alpha, Derf's shift, HC's and mHC's scales, ReZero's gate, the embedding scale) must be (1,)
+_FSDP2_EXTRA = {"rezero": dict(placement="rezero"), "dyt_embed_scale": dict(placement="pre", norm="dyt", embed_scale=2.0)}
+
+
+def _fsdp2_config(name):
+    return config(name) if name in CASES else GPTConfig(**{**TINY, **_FSDP2_EXTRA[name]})
+
+
+def _fsdp2_worker(rank, world, init_file, out_file, names):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    out = {}
+    for name in names:
+        cfg = _fsdp2_config(name)
+        model = perturbed_model(cfg, dtype=torch.float32)
+        for block in model.h:  # the usual recipe: each block's parameters gathered for its forward, freed after
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        idx = batch(cfg, B=4)[rank * 2:(rank + 1) * 2]
+        _, loss = model(idx, idx)
+        loss.backward()
+        out[name] = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
+    if rank == 0:
+        torch.save(out, out_file)
+    dist.barrier()
+    dist.destroy_process_group()
+    os._exit(0)  # as in tests/model/test_ecosystem.py: gloo's threads may still unwind at exit
+
+
+def test_fsdp2_shards_every_form_and_its_gradients_equal_single_process(tmp_path):
+    """fully_shard on every block of every form (it raised "doesn't support scalar parameters" on any model with
+    a learned scalar): the gathered gradients are one process's over the same global batch."""
+    names = [*NAMES, *_FSDP2_EXTRA]
+    init_file, out_file = tmp_path / "init", tmp_path / "grads.pt"
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    mp.spawn(_fsdp2_worker, args=(2, str(init_file), str(out_file), names), nprocs=2, join=True)
+    got = torch.load(out_file)
+    for name in names:
+        cfg = _fsdp2_config(name)
+        single = perturbed_model(cfg, dtype=torch.float32)
+        _, loss = single(batch(cfg, B=4), batch(cfg, B=4))
+        loss.backward()
+        for n, p in single.named_parameters():
+            torch.testing.assert_close(got[name][n], p.grad, atol=1e-6, rtol=1e-5, msg=f"{name}: {n}")
 
 
 def _bf16_error(name):

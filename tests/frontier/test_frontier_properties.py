@@ -295,7 +295,7 @@ def test_widened_inits_are_the_papers(n):
     x = torch.randn(2, 3, n, TINY["n_embd"], generator=torch.Generator().manual_seed(0))
     for s in _connections(GPT(GPTConfig(**TINY, placement="hc", n_streams=n))):
         assert torch.equal(s.w_alpha, torch.zeros_like(s.w_alpha)) and torch.equal(s.w_beta, torch.zeros_like(s.w_beta))
-        assert torch.equal(s.s_alpha.detach(), torch.tensor(0.01)) and torch.equal(s.s_beta.detach(), torch.tensor(0.01))
+        assert torch.equal(s.s_alpha.detach(), torch.tensor([0.01])) and torch.equal(s.s_beta.detach(), torch.tensor([0.01]))
     for name in ("mhc", "mhc_lite"):
         if name == "mhc_lite" and n > 4:
             continue
@@ -303,7 +303,7 @@ def test_widened_inits_are_the_papers(n):
             assert abs(s.phi.mean().item()) < 0.5 / math.sqrt(s.phi.size(0))
             assert s.phi.std().item() == pytest.approx(1 / math.sqrt(s.phi.size(0)), rel=0.35), name
             for a in (s.alpha_pre, s.alpha_post, s.alpha_res):
-                assert torch.equal(a.detach(), torch.tensor(0.01)), name
+                assert torch.equal(a.detach(), torch.tensor([0.01])), name
             with torch.no_grad():
                 dyn = s.coefficients(x)
                 s.phi.zero_()

@@ -14,13 +14,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..nn.factory import POINTWISE_KINDS, make_norm
+from ..nn.scalars import ScalarParameters, scalar_parameter
 from .config import GPTConfig
 from .gpt2_init import gpt2_init_
 from .placement import final_norm_needed
 from .regimes import regime_for
 
 
-class GPT(nn.Module):
+class GPT(ScalarParameters):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = c = config
@@ -28,7 +29,7 @@ class GPT(nn.Module):
         placements = r.placements
         # the modules in the order checkpoints (state_dict keys, parameter order) have always had them
         self.wte = nn.Embedding(c.vocab_size, c.n_embd)
-        self.embed_scale = None if c.embed_scale is None else nn.Parameter(torch.tensor(float(c.embed_scale)))
+        self.embed_scale = None if c.embed_scale is None else scalar_parameter(c.embed_scale)
         self.wpe = r.position_embedding()  # None where attention rotates q and k itself (nGPT's RoPE)
         self.drop = nn.Dropout(c.dropout)
         self.h = nn.ModuleList(r.block(i, p) for i, p in enumerate(placements))

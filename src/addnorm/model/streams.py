@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import functional as AF
+from ..nn.scalars import ScalarParameters, scalar_parameter
 from ..ops.mhc.formulas import permutation_mix, sinkhorn_knopp  # noqa: F401  (the math lives with the operator)
 
 # --- the math
@@ -69,7 +70,7 @@ def _no_autocast(x: torch.Tensor):
 # --- the modules
 
 
-class StreamConnection(nn.Module):
+class StreamConnection(ScalarParameters):
     """read/write around one sub-layer; subclasses give ``coefficients(X) -> (H_pre, H_post, H_res)``."""
 
     def __init__(self, n: int):
@@ -174,8 +175,8 @@ class HyperConnection(StreamConnection):
         self.static_beta = nn.Parameter(torch.empty(n))
         self.w_alpha = nn.Parameter(torch.empty(dim, n + 1))
         self.w_beta = nn.Parameter(torch.empty(dim))
-        self.s_alpha = nn.Parameter(torch.empty(()))
-        self.s_beta = nn.Parameter(torch.empty(()))
+        self.s_alpha = scalar_parameter()
+        self.s_beta = scalar_parameter()
         self.norm = nn.LayerNorm(dim, eps=eps, bias=bias)
         self.reset_parameters()
 
@@ -225,9 +226,9 @@ class ManifoldHyperConnection(StreamConnection):
         self.sinkhorn_iters, self.eps = sinkhorn_iters, eps
         r = n * n if res_outputs is None else res_outputs
         self.phi = nn.Parameter(torch.empty(n * dim, 2 * n + r))
-        self.alpha_pre = nn.Parameter(torch.empty(()))
-        self.alpha_post = nn.Parameter(torch.empty(()))
-        self.alpha_res = nn.Parameter(torch.empty(()))
+        self.alpha_pre = scalar_parameter()
+        self.alpha_post = scalar_parameter()
+        self.alpha_res = scalar_parameter()
         self.b_pre = nn.Parameter(torch.empty(n))
         self.b_post = nn.Parameter(torch.empty(n))
         self.b_res = nn.Parameter(torch.empty(n, n) if res_outputs is None else torch.empty(r))

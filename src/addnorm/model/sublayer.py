@@ -19,11 +19,12 @@ import torch
 from torch import nn
 
 from ..nn.factory import POINTWISE_KINDS, make_norm
+from ..nn.scalars import ScalarParameters
 from .placement import Placement
 from .streams import PendingWrite
 
 
-class ResidualSubLayer(nn.Module):
+class ResidualSubLayer(ScalarParameters):
     def __init__(self, fn: nn.Module, dim: int, placement: Placement, *, eps: float = 1e-5, bias: bool = True,
                  alpha: float = 1.0, backend: str | None = None, depth_scale: float = 1.0,
                  norm_alpha: float | None = None, streams: nn.Module | None = None):
@@ -53,7 +54,7 @@ class ResidualSubLayer(nn.Module):
         self.depth_scale = depth_scale  # LayerNorm Scaling: 1/sqrt(l) on the branch input's norm
         self.streams = streams
         if placement.residual == "gated":
-            shape = (dim,) if placement.gate_per_channel else ()
+            shape = (dim,) if placement.gate_per_channel else (1,)  # (1,): FSDP2 shards no 0-d parameter
             self.gate = nn.Parameter(torch.full(shape, float(placement.gate_init)))
         else:
             self.register_parameter("gate", None)

@@ -7,12 +7,13 @@ from torch import nn
 
 from ..functional import pointwise as PF
 from ._shape import as_normalized_shape
+from .scalars import ScalarParameters, scalar_parameter
 
 
-class Derf(nn.Module):
+class Derf(ScalarParameters):
     r"""y = weight * erf(alpha * x + shift) + bias -- an element-wise stand-in for a norm layer.
 
-    ``alpha`` and ``shift`` are learnable scalars (init ``alpha_init``, ``shift_init``); ``weight``
+    ``alpha`` and ``shift`` are learnable scalars of shape (1,) (init ``alpha_init``, ``shift_init``); ``weight``
     and ``bias`` are per-channel like LayerNorm's, so it drops into any norm slot. Like DyT it
     computes no statistics: it bounds each element, it does not centre or rescale a row.
     """
@@ -23,8 +24,8 @@ class Derf(nn.Module):
         self.normalized_shape = as_normalized_shape(normalized_shape)
         self.alpha_init, self.shift_init = float(alpha_init), float(shift_init)
         kw = {"device": device, "dtype": dtype}
-        self.alpha = nn.Parameter(torch.empty((), **kw))
-        self.shift = nn.Parameter(torch.empty((), **kw))
+        self.alpha = scalar_parameter(**kw)
+        self.shift = scalar_parameter(**kw)
         self.weight = nn.Parameter(torch.empty(self.normalized_shape, **kw))
         self.bias = nn.Parameter(torch.empty(self.normalized_shape, **kw)) if bias else None
         self.reset_parameters()

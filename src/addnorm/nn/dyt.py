@@ -7,14 +7,15 @@ from torch import nn
 
 from ..functional import pointwise as PF
 from ._shape import as_normalized_shape
+from .scalars import ScalarParameters, scalar_parameter
 
 
-class DyT(nn.Module):
+class DyT(ScalarParameters):
     r"""y = weight * tanh(alpha * x) + bias -- an element-wise stand-in for a norm layer.
 
-    ``alpha`` is one learnable scalar (init ``alpha_init``, 0.5 in the paper); ``weight``/``bias``
-    are per-channel like LayerNorm's, so it drops into any norm slot. It computes no statistics,
-    so it neither centres nor rescales a row: it only squashes outliers.
+    ``alpha`` is one learnable scalar (init ``alpha_init``, 0.5 in the paper), of shape (1,) as in the paper's
+    code; ``weight``/``bias`` are per-channel like LayerNorm's, so it drops into any norm slot. It computes no
+    statistics, so it neither centres nor rescales a row: it only squashes outliers.
     """
 
     def __init__(self, normalized_shape, alpha_init: float = 0.5, bias: bool = True, device=None, dtype=None) -> None:
@@ -22,7 +23,7 @@ class DyT(nn.Module):
         self.normalized_shape = as_normalized_shape(normalized_shape)
         self.alpha_init = float(alpha_init)
         kw = {"device": device, "dtype": dtype}
-        self.alpha = nn.Parameter(torch.empty((), **kw))
+        self.alpha = scalar_parameter(**kw)
         self.weight = nn.Parameter(torch.empty(self.normalized_shape, **kw))
         self.bias = nn.Parameter(torch.empty(self.normalized_shape, **kw)) if bias else None
         self.reset_parameters()
