@@ -81,21 +81,26 @@ def _fsdp2_config(name):
 
 def _fsdp2_worker(rank, world, init_file, out_file, names):
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     mesh = init_device_mesh("cpu", (world,))
     out = {}
     for name in names:
-        cfg = _fsdp2_config(name)
-        model = perturbed_model(cfg, dtype=torch.float32)
-        for block in model.h:  # the usual recipe: each block's parameters gathered for its forward, freed after
-            fully_shard(block, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-        idx = batch(cfg, B=4)[rank * 2:(rank + 1) * 2]
-        _, loss = model(idx, idx)
-        loss.backward()
-        out[name] = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
+        for mp in (None, MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)):
+            cfg = _fsdp2_config(name)
+            model = perturbed_model(cfg, dtype=torch.float32)
+            kw = {} if mp is None else {"mp_policy": mp}  # mixed precision casts every block's inputs: it copies
+            for block in model.h:  # each block's parameters gathered for its forward, freed after
+                fully_shard(block, mesh=mesh, **kw)
+            fully_shard(model, mesh=mesh, **kw)
+            idx = batch(cfg, B=4)[rank * 2:(rank + 1) * 2]
+            _, loss = model(idx, idx)
+            loss.backward()
+            mean = loss.detach().float()
+            dist.all_reduce(mean)
+            out[name, mp is not None] = {"loss": mean.item() / world,
+                                         "grads": {n: p.grad.full_tensor() for n, p in model.named_parameters()}}
     if rank == 0:
         torch.save(out, out_file)
     dist.barrier()
@@ -104,8 +109,11 @@ def _fsdp2_worker(rank, world, init_file, out_file, names):
 
 
 def test_fsdp2_shards_every_form_and_its_gradients_equal_single_process(tmp_path):
-    """fully_shard on every block of every form (it raised "doesn't support scalar parameters" on any model with
-    a learned scalar): the gathered gradients are one process's over the same global batch."""
+    """fully_shard on every block of every form, in float32 and with bfloat16 mixed precision: it raised "doesn't
+    support scalar parameters" on any model with a learned scalar, and under mixed precision, whose cast of each
+    block's inputs copies a dict, value_residual's later layers never saw the first layer's values. In float32 the
+    gathered gradients are one process's over the same global batch; in mixed precision, those of the model cast to
+    bfloat16, to bfloat16's rounding."""
     names = [*NAMES, *_FSDP2_EXTRA]
     init_file, out_file = tmp_path / "init", tmp_path / "grads.pt"
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -113,11 +121,20 @@ def test_fsdp2_shards_every_form_and_its_gradients_equal_single_process(tmp_path
     got = torch.load(out_file)
     for name in names:
         cfg = _fsdp2_config(name)
+        idx = batch(cfg, B=4)
         single = perturbed_model(cfg, dtype=torch.float32)
-        _, loss = single(batch(cfg, B=4), batch(cfg, B=4))
+        _, loss = single(idx, idx)
         loss.backward()
+        assert abs(got[name, False]["loss"] - loss.item()) < 1e-5, name
         for n, p in single.named_parameters():
-            torch.testing.assert_close(got[name][n], p.grad, atol=1e-6, rtol=1e-5, msg=f"{name}: {n}")
+            torch.testing.assert_close(got[name, False]["grads"][n], p.grad, atol=1e-6, rtol=1e-5, msg=f"{name}: {n}")
+        cast = perturbed_model(cfg, dtype=torch.float32).to(torch.bfloat16)
+        _, loss = cast(idx, idx)
+        loss.backward()
+        assert abs(got[name, True]["loss"] - loss.item()) < 0.02 * abs(loss.item()), name
+        for n, p in cast.named_parameters():
+            g, want = got[name, True]["grads"][n], p.grad.float()
+            assert (g - want).norm() <= 0.05 * want.norm() + 1e-4, f"{name}: {n} (mixed precision)"
 
 
 def _bf16_error(name):

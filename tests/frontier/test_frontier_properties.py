@@ -337,6 +337,24 @@ def test_value_residual_lambdas_start_at_resformers_half_and_half():
             assert vr.lambdas.tolist() == [0.5, 0.5], placement
 
 
+
+def test_blocks_called_alone_share_first_values_and_a_dict_is_refused_naming_why():
+    """Blocks called one by one with one FirstValues give GPT's hidden states; a dict (which wrappers that cast or
+    move a module's inputs copy, so that the first layer's values never reach the next) is a TypeError."""
+    from addnorm.model.value_residual import FirstValues
+
+    m = GPT(GPTConfig(**TINY, placement="pre", value_residual=True))
+    idx = torch.randint(0, TINY["vocab_size"], (2, 5), generator=torch.Generator().manual_seed(0))
+    values, x, pending = FirstValues(), m.embed(idx), None
+    for block in m.h:
+        x, pending = block(x, pending=pending, stream=True, values=values)
+    x, _ = m.ln_f(pending, x) if pending is not None else m.ln_f(x)
+    assert torch.equal(x, m.hidden_states(idx))
+    with pytest.raises(TypeError, match="FirstValues"):
+        m.h[0](m.embed(idx), values={})
+    with pytest.raises(ValueError, match="first layer must run"):
+        m.h[1](m.embed(idx), values=FirstValues())
+
 def _block_outputs(model, idx):
     """Each block's output stream, pending branch added: (B, T, C), or (B, T, n, C) for a widened stream."""
     outs = []

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .value_residual import ValueResidual
+from .value_residual import FirstValues, ValueResidual
 
 
 class MultiHeadAttention(nn.Module):
@@ -21,7 +21,7 @@ class MultiHeadAttention(nn.Module):
     ``qkv_norm`` (HybridNorm): a factory of norms of size d_k; Q, K and V are each normalized per head
     after their projection, one norm (one weight vector) each for all heads.
     ``value_residual`` (ResFormer): see ``value_residual_mix``; the first layer's values reach later
-    layers through the ``values`` dict that the model passes to every block.
+    layers through the ``values`` (a ``FirstValues``) that the model passes to every block.
     """
 
     def __init__(self, n_embd: int, n_head: int, bias: bool = True, dropout: float = 0.0, causal: bool = True,
@@ -41,7 +41,7 @@ class MultiHeadAttention(nn.Module):
         self.value_residual = ValueResidual(first_layer) if value_residual else None
 
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                values: dict | None = None) -> torch.Tensor:
+                values: FirstValues | None = None) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         if self.q_norm is not None:  # HybridNorm eq. 5: each head's q, k, v normed over d_k (one weight for all heads)

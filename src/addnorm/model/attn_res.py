@@ -27,6 +27,7 @@ from ..nn.factory import POINTWISE_KINDS, make_norm
 from .attention import MultiHeadAttention
 from .feedforward import FeedForward
 from .placement import Placement
+from .value_residual import FirstValues
 
 
 def block_size(config) -> int:
@@ -114,7 +115,7 @@ class AttnResBlock(nn.Module):
                                    placement.for_mlp(), 2 * layer_idx + 1, norm_alpha=c.slot_alpha("mlp"))
 
     def forward(self, x, attention_mask: torch.Tensor | None = None, *, pending=None, stream: bool = False,
-                values: dict | None = None):
+                values: FirstValues | None = None):
         if not stream or not isinstance(x, list):
             raise TypeError("an Attention Residuals block reads the depth state, not one stream: call it with "
                             "stream=True and x the list of completed block representations [b_0, ...] (the "

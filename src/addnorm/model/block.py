@@ -13,6 +13,7 @@ from .attention import MultiHeadAttention
 from .feedforward import FeedForward
 from .streams import PendingWrite, finish, make_connection
 from .sublayer import ResidualSubLayer
+from .value_residual import FirstValues
 
 
 class TransformerBlock(nn.Module):
@@ -46,7 +47,7 @@ class TransformerBlock(nn.Module):
                                     **kw)
 
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None, *, pending=None,
-                stream: bool = False, values: dict | None = None):
+                stream: bool = False, values: FirstValues | None = None):
         """The new stream; with ``stream=True`` the fused protocol: ``(stream, pending)`` in and out.
 
         GPT calls blocks through ``__call__`` with ``stream=True``, so module hooks (FSDP2's

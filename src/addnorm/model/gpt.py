@@ -19,6 +19,7 @@ from .config import GPTConfig
 from .gpt2_init import gpt2_init_
 from .placement import final_norm_needed
 from .regimes import regime_for
+from .value_residual import FirstValues
 
 
 class GPT(ScalarParameters):
@@ -78,7 +79,7 @@ class GPT(ScalarParameters):
         self._check_ids(idx)
         x, memory = self.regime.enter(self.embed(idx))  # the stream the first block reads
         pending = None  # a branch output the next norm adds in its fused pass
-        values = {} if self.config.value_residual else None  # the first layer's attention values
+        values = FirstValues() if self.config.value_residual else None  # the first layer's attention values
         for i, block in enumerate(self.h):
             x, pending = block(x, attention_mask, pending=pending, stream=True, values=values)
             x, pending = self.regime.after_block(i, x, pending, memory)

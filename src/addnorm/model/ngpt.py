@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .value_residual import ValueResidual
+from .value_residual import FirstValues, ValueResidual
 
 ALPHA_INIT = 0.05  # alpha_A, alpha_M (the paper's 0.05 for its 0.5B/1B models)
 ROPE_BASE = 10000.0
@@ -76,7 +76,7 @@ class NormalizedAttention(nn.Module):
         self.s_qk = Scale(n_embd, 1.0, 1.0 / math.sqrt(n_embd))  # a d_k vector per head (eqs. 15-16)
         self.value_residual = ValueResidual(first_layer) if value_residual else None
 
-    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None, values: dict | None = None):
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None, values: FirstValues | None = None):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         if self.value_residual is not None:
@@ -129,7 +129,7 @@ class NormalizedBlock(nn.Module):
         self.alpha_mlp = Scale(c.n_embd, ALPHA_INIT, scale)
 
     def forward(self, h: torch.Tensor, attention_mask: torch.Tensor | None = None, *, pending=None,
-                stream: bool = False, values: dict | None = None):
+                stream: bool = False, values: FirstValues | None = None):
         if pending is not None:
             raise ValueError("nGPT blocks leave nothing pending: pending must be None")
         h = normalized_update(h, self.attn(h, attention_mask, values), self.alpha_attn())

@@ -8,13 +8,27 @@ from torch import nn
 LAMBDA_INIT = (0.5, 0.5)  # ResFormer's lambda_1 = lambda_2 = 0.5; learnable here
 
 
+class FirstValues:
+    """The first layer's attention values (``v1``), handed to every later layer of one forward.
+
+    A plain object, not a dict or a dataclass: wrappers that rebuild the containers in a module's arguments (FSDP2's
+    mixed-precision cast of every block's inputs; FSDP1's and DDP's moves to a device) hand each block its own copy of
+    a dict, so the first block's values never reached the second. They pass this object through as it is.
+    """
+
+    __slots__ = ("v1",)
+
+    def __init__(self) -> None:
+        self.v1: torch.Tensor | None = None
+
+
 def value_residual_mix(v: torch.Tensor, v1: torch.Tensor, lambdas: torch.Tensor) -> torch.Tensor:
     r"""V_n' = lambda_1 V_n + lambda_2 V_1: layer n's values mixed with the first layer's."""
     return lambdas[0] * v + lambdas[1] * v1
 
 
 class ValueResidual(nn.Module):
-    """The first layer stores its values in ``values['v1']``; every later layer mixes them in."""
+    """The first layer stores its values in ``values.v1`` (a ``FirstValues``); every later layer mixes them in."""
 
     def __init__(self, first_layer: bool):
         super().__init__()
@@ -29,13 +43,14 @@ class ValueResidual(nn.Module):
             with torch.no_grad():
                 self.lambdas.copy_(torch.tensor(LAMBDA_INIT))
 
-    def forward(self, v: torch.Tensor, values: dict | None) -> torch.Tensor:
-        if values is None:
-            raise ValueError("value_residual: the attention needs values=<dict shared by the model's layers> "
-                             "(GPT passes one; a block called alone must be given one too)")
+    def forward(self, v: torch.Tensor, values: FirstValues | None) -> torch.Tensor:
+        if not isinstance(values, FirstValues):
+            raise TypeError("value_residual: the attention needs values=FirstValues() shared by the model's layers "
+                            "(addnorm.model.value_residual; GPT passes one, a block called alone must be given one too), "
+                            f"got {type(values).__name__}")
         if self.first_layer:
-            values["v1"] = v
+            values.v1 = v
             return v
-        if "v1" not in values:
-            raise ValueError("value_residual: values has no 'v1': the first layer must run before this one")
-        return value_residual_mix(v, values["v1"], self.lambdas)
+        if values.v1 is None:
+            raise ValueError("value_residual: values.v1 is unset: the first layer must run before this one")
+        return value_residual_mix(v, values.v1, self.lambdas)
