@@ -8,7 +8,7 @@ import torch
 
 from addnorm.model import GPT, GPTConfig
 from addnorm.model.config import ConfigError
-from frontier_cases import TINY, batch, config, perturbed_model
+from frontier_cases import CASES, TINY, batch, config, perturbed_model
 
 
 def _h_res(model, idx):
@@ -430,3 +430,41 @@ def test_every_placement_name_resolves_to_n_layer_placements():
             assert len(resolve_placements(name, n)) == n, (name, n)
         with pytest.raises(ValueError, match="n_layer must be an integer >= 0, got -2"):
             resolve_placements(name, -2)
+
+
+
+def _checkpoint_blocks(model, reentrant: bool):
+    """Each block's forward through torch.utils.checkpoint, its tensors (stream, pending) passed positionally."""
+    from torch.utils.checkpoint import checkpoint
+
+    for b in model.h:
+        def forward(x, attention_mask=None, pending=None, stream=False, values=None, f=b.forward):
+            def run(x, pending):
+                return f(x, attention_mask, pending=pending, stream=stream, values=values)
+            return checkpoint(run, x, pending, use_reentrant=reentrant)
+        b.forward = forward
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_non_reentrant_activation_checkpointing_gives_every_forms_gradients(name):
+    cfg = config(name)
+    m = perturbed_model(cfg, dtype=torch.float64)
+    idx = batch(cfg)
+    _, loss = m(idx, idx)
+    want = torch.autograd.grad(loss, list(m.parameters()))
+    _checkpoint_blocks(m, reentrant=False)
+    _, loss = m(idx, idx)
+    for (n, _), g, w in zip(m.named_parameters(), torch.autograd.grad(loss, list(m.parameters())), want):
+        torch.testing.assert_close(g, w, atol=1e-12, rtol=1e-10, msg=n)
+
+
+def test_value_residual_under_reentrant_checkpointing_is_refused():
+    """Reentrant checkpointing recomputes each block with the first layer's values made without a graph (they reach
+    later layers outside a block's inputs), which would drop their gradient silently: it raises instead."""
+    cfg = config("value_residual_pre")
+    m = perturbed_model(cfg, dtype=torch.float64)
+    _checkpoint_blocks(m, reentrant=True)
+    idx = batch(cfg)
+    _, loss = m(idx, idx)
+    with pytest.raises(RuntimeError, match="use_reentrant=False"):
+        loss.backward()

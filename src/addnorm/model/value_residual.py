@@ -14,12 +14,18 @@ class FirstValues:
     A plain object, not a dict or a dataclass: wrappers that rebuild the containers in a module's arguments (FSDP2's
     mixed-precision cast of every block's inputs; FSDP1's and DDP's moves to a device) hand each block its own copy of
     a dict, so the first block's values never reached the second. They pass this object through as it is.
+
+    ``with_grad`` records whether autograd was on when ``v1`` was stored. Reentrant activation checkpointing
+    (``torch.utils.checkpoint(..., use_reentrant=True)``) runs every block's forward without it and recomputes each
+    with it in the backward: a later layer then mixes in a ``v1`` that has no graph, and the gradient through it to
+    the first layer and the embedding would be lost without a word. That case raises instead.
     """
 
-    __slots__ = ("v1",)
+    __slots__ = ("v1", "with_grad")
 
     def __init__(self) -> None:
         self.v1: torch.Tensor | None = None
+        self.with_grad = False
 
 
 def value_residual_mix(v: torch.Tensor, v1: torch.Tensor, lambdas: torch.Tensor) -> torch.Tensor:
@@ -49,8 +55,13 @@ class ValueResidual(nn.Module):
                             "(addnorm.model.value_residual; GPT passes one, a block called alone must be given one too), "
                             f"got {type(values).__name__}")
         if self.first_layer:
-            values.v1 = v
+            values.v1, values.with_grad = v, torch.is_grad_enabled()
             return v
         if values.v1 is None:
             raise ValueError("value_residual: values.v1 is unset: the first layer must run before this one")
+        if torch.is_grad_enabled() and not values.with_grad:
+            raise RuntimeError("value_residual: the first layer's values were computed without autograd and this layer "
+                               "runs with it, so their gradient would be lost. Reentrant activation checkpointing does "
+                               "this (the first layer's values reach later layers outside a checkpointed block's "
+                               "inputs): use torch.utils.checkpoint(..., use_reentrant=False)")
         return value_residual_mix(v, values.v1, self.lambdas)
