@@ -204,7 +204,7 @@ class HyperConnection(StreamConnection):
         xf = f(x)
         w, b = self.norm.weight, self.norm.bias
         norm = lambda t: F.layer_norm(t, (t.size(-1),), f(w), None if b is None else f(b),  # noqa: E731
-                                       self.norm.eps)
+                                      self.norm.eps)
         return hc_coefficients(xf, f(self.static_alpha), f(self.static_beta), f(self.w_alpha), f(self.w_beta),
                                f(self.s_alpha), f(self.s_beta), norm)
 
