@@ -458,13 +458,30 @@ def test_non_reentrant_activation_checkpointing_gives_every_forms_gradients(name
         torch.testing.assert_close(g, w, atol=1e-12, rtol=1e-10, msg=n)
 
 
-def test_value_residual_under_reentrant_checkpointing_is_refused():
-    """Reentrant checkpointing recomputes each block with the first layer's values made without a graph (they reach
-    later layers outside a block's inputs), which would drop their gradient silently: it raises instead."""
-    cfg = config("value_residual_pre")
+@pytest.mark.parametrize("name", ["value_residual_pre", "attn_res", "attn_res_block2"])
+def test_reentrant_checkpointing_is_refused_where_it_would_lose_gradients(name):
+    """Reentrant checkpointing tracks only the tensors handed to the checkpointed function. value_residual's first-
+    layer values reach later blocks outside them, and Attention Residuals' depth state is a list: the gradients
+    through them came out wrong without a word. Both raise instead (value_residual in the backward's recompute,
+    Attention Residuals in the forward's first pass); the other forms give the model's gradients."""
+    cfg = config(name)
     m = perturbed_model(cfg, dtype=torch.float64)
     _checkpoint_blocks(m, reentrant=True)
     idx = batch(cfg)
-    _, loss = m(idx, idx)
     with pytest.raises(RuntimeError, match="use_reentrant=False"):
+        _, loss = m(idx, idx)
         loss.backward()
+
+
+def test_reentrant_checkpointing_gives_the_gradients_of_the_forms_it_can_track():
+    for name in ("pre", "mhc", "hc", "denseformer", "hybrid_star", "ngpt"):
+        cfg = config(name)
+        m = perturbed_model(cfg, dtype=torch.float64)
+        idx = batch(cfg)
+        _, loss = m(idx, idx)
+        want = torch.autograd.grad(loss, list(m.parameters()))
+        _checkpoint_blocks(m, reentrant=True)
+        _, loss = m(idx, idx)
+        loss.backward()  # reentrant checkpointing refuses autograd.grad
+        for (n, p), w in zip(m.named_parameters(), want):
+            torch.testing.assert_close(p.grad, w, atol=1e-12, rtol=1e-10, msg=f"{name}: {n}")

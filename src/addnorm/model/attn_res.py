@@ -120,5 +120,13 @@ class AttnResBlock(nn.Module):
             raise TypeError("an Attention Residuals block reads the depth state, not one stream: call it with "
                             "stream=True and x the list of completed block representations [b_0, ...] (the "
                             "embedding first), pending the current block's partial sum or None, as GPT does")
+        if not torch.is_grad_enabled() and any(t.requires_grad for t in x):
+            # tensors that want a gradient, read with autograd off: the first pass of reentrant activation
+            # checkpointing, which tracks the tensors handed to it and not those inside this list -- their gradients
+            # would come out wrong without a word
+            raise RuntimeError("Attention Residuals: the depth state's tensors need a gradient but this block runs "
+                               "without autograd. Reentrant activation checkpointing does this, and it does not track "
+                               "the tensors inside the depth-state list: use torch.utils.checkpoint(..., "
+                               "use_reentrant=False)")
         x, pending = self.attn(x, pending, attention_mask=attention_mask, values=values)
         return self.mlp(x, pending)
