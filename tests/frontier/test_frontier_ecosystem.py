@@ -55,11 +55,15 @@ def _ddp_worker(rank, world, init_file, out_file, names):
     dist.destroy_process_group()
 
 
-def test_ddp_gradients_equal_single_process(tmp_path):
-    init_file, out_file = tmp_path / "init", tmp_path / "grads.pt"
+def _spawn(worker, tmp_path, names):
+    """worker(rank, world, init_file, out_file, names) in two gloo processes; what rank 0 saved."""
+    init_file, out_file = tmp_path / "init", tmp_path / "out.pt"
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    mp.spawn(_ddp_worker, args=(2, str(init_file), str(out_file), NAMES), nprocs=2, join=True)
-    ddp = torch.load(out_file)
+    mp.spawn(worker, args=(2, str(init_file), str(out_file), names), nprocs=2, join=True)
+    return torch.load(out_file)
+
+def test_ddp_gradients_equal_single_process(tmp_path):
+    ddp = _spawn(_ddp_worker, tmp_path, NAMES)
     for name in NAMES:
         cfg = config(name)
         single = perturbed_model(cfg, dtype=torch.float32)
@@ -115,10 +119,7 @@ def test_fsdp2_shards_every_form_and_its_gradients_equal_single_process(tmp_path
     gathered gradients are one process's over the same global batch; in mixed precision, those of the model cast to
     bfloat16, to bfloat16's rounding."""
     names = [*NAMES, *_FSDP2_EXTRA]
-    init_file, out_file = tmp_path / "init", tmp_path / "grads.pt"
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    mp.spawn(_fsdp2_worker, args=(2, str(init_file), str(out_file), names), nprocs=2, join=True)
-    got = torch.load(out_file)
+    got = _spawn(_fsdp2_worker, tmp_path, names)
     for name in names:
         cfg = _fsdp2_config(name)
         idx = batch(cfg, B=4)
