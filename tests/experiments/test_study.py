@@ -60,6 +60,37 @@ def test_resume_after_sigkill_is_bit_identical(data, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_checkpoint_from_before_the_scalars_were_one_element_resumes_bit_identical(data, tmp_path):
+    """DyT's alpha was 0-d, in the model and in AdamW's moments: such a checkpoint loaded but the next step failed.
+    It resumes now, and the run is the uninterrupted one's, bit for bit."""
+    cfg = RunConfig(**TINY, norm="dyt", lr=3e-3)
+    train_run(cfg, data, tmp_path / "whole")
+
+    class Stop(Exception):
+        pass
+
+    def stop(step):
+        if step == 17:  # after the checkpoint at step 15
+            raise Stop
+
+    with pytest.raises(Stop):
+        train_run(cfg, data, tmp_path / "cut", on_step=stop)
+    path = tmp_path / "cut" / "checkpoint.pt"
+    ck = torch.load(path, weights_only=True)
+    scalars = [k for k, t in ck["model"].items() if t.shape == (1,)]
+    assert scalars  # the DyT alphas
+    for k in scalars:
+        ck["model"][k] = ck["model"][k].reshape(())
+    for state in ck["optimizer"]["state"].values():  # their moments: the only (1,) state
+        for k, t in state.items():
+            if k != "step" and t.shape == (1,):
+                state[k] = t.reshape(())
+    torch.save(ck, path)
+    resumed = train_run(cfg, data, tmp_path / "cut")
+    assert not any("unreadable" in n for n in resumed["notes"])  # resumed, not restarted
+    assert _losses(tmp_path / "cut") == _losses(tmp_path / "whole")
+
+
 def test_finished_runs_are_reused_and_corrupt_files_redone(data, tmp_path):
     cfg = RunConfig(**TINY)
     first = train_run(cfg, data, tmp_path)

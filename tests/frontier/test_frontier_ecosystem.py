@@ -62,6 +62,7 @@ def _spawn(worker, tmp_path, names):
     mp.spawn(worker, args=(2, str(init_file), str(out_file), names), nprocs=2, join=True)
     return torch.load(out_file)
 
+
 def test_ddp_gradients_equal_single_process(tmp_path):
     ddp = _spawn(_ddp_worker, tmp_path, NAMES)
     for name in NAMES:

@@ -337,7 +337,6 @@ def test_value_residual_lambdas_start_at_resformers_half_and_half():
             assert vr.lambdas.tolist() == [0.5, 0.5], placement
 
 
-
 def test_blocks_called_alone_share_first_values_and_a_dict_is_refused_naming_why():
     """Blocks called one by one with one FirstValues give GPT's hidden states; a dict (which wrappers that cast or
     move a module's inputs copy, so that the first layer's values never reach the next) is a TypeError."""
@@ -354,6 +353,7 @@ def test_blocks_called_alone_share_first_values_and_a_dict_is_refused_naming_why
         m.h[0](m.embed(idx), values={})
     with pytest.raises(ValueError, match="first layer must run"):
         m.h[1](m.embed(idx), values=FirstValues())
+
 
 def _block_outputs(model, idx):
     """Each block's output stream, pending branch added: (B, T, C), or (B, T, n, C) for a widened stream."""
@@ -430,7 +430,6 @@ def test_every_placement_name_resolves_to_n_layer_placements():
             assert len(resolve_placements(name, n)) == n, (name, n)
         with pytest.raises(ValueError, match="n_layer must be an integer >= 0, got -2"):
             resolve_placements(name, -2)
-
 
 
 def _checkpoint_blocks(model, reentrant: bool):

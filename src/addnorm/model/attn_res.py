@@ -127,6 +127,8 @@ class AttnResBlock(nn.Module):
             raise RuntimeError("Attention Residuals: the depth state's tensors need a gradient but this block runs "
                                "without autograd. Reentrant activation checkpointing does this, and it does not track "
                                "the tensors inside the depth-state list: use torch.utils.checkpoint(..., "
-                               "use_reentrant=False)")
+                               "use_reentrant=False). Running a block under no_grad on a depth state that needs a "
+                               "gradient does it too: to freeze blocks, set their parameters' requires_grad_(False) "
+                               "instead")
         x, pending = self.attn(x, pending, attention_mask=attention_mask, values=values)
         return self.mlp(x, pending)

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..nn.factory import POINTWISE_KINDS, make_norm
-from ..nn.scalars import ScalarParameters, scalar_parameter
+from ..nn.scalars import ScalarParameters, as_scalar, scalar_parameter
 from .config import GPTConfig
 from .gpt2_init import gpt2_init_
 from .placement import final_norm_needed
@@ -69,7 +69,7 @@ class GPT(ScalarParameters):
         config has one), plus the learned positions (where the regime has them), dropout applied."""
         x = self.wte(idx)
         if self.embed_scale is not None:
-            x = self.embed_scale * x
+            x = as_scalar(self.embed_scale) * x  # 0-d: x's dtype kept, as with a number
         if self.wpe is not None:
             x = x + self.wpe(torch.arange(idx.size(1), device=idx.device))
         return self.drop(x)

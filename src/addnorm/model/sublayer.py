@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..nn.factory import POINTWISE_KINDS, make_norm
-from ..nn.scalars import ScalarParameters
+from ..nn.scalars import ScalarParameters, as_scalar
 from .placement import Placement
 from .streams import PendingWrite
 
@@ -71,7 +71,7 @@ class ResidualSubLayer(ScalarParameters):
         if self.norm_branch is not None and branch_norm:
             f, _ = self.norm_branch(f)
         if self.gate is not None:
-            f = self.gate * f
+            f = (self.gate if self.placement.gate_per_channel else as_scalar(self.gate)) * f  # 0-d: f's dtype kept
         return f
 
     def _norm_in(self, x: torch.Tensor, pending: torch.Tensor | None = None):

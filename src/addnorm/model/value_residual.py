@@ -63,5 +63,7 @@ class ValueResidual(nn.Module):
             raise RuntimeError("value_residual: the first layer's values were computed without autograd and this layer "
                                "runs with it, so their gradient would be lost. Reentrant activation checkpointing does "
                                "this (the first layer's values reach later layers outside a checkpointed block's "
-                               "inputs): use torch.utils.checkpoint(..., use_reentrant=False)")
+                               "inputs): use torch.utils.checkpoint(..., use_reentrant=False). Running the first block "
+                               "under no_grad and later ones with autograd does it too: freeze its parameters with "
+                               "requires_grad_(False) instead")
         return value_residual_mix(v, values.v1, self.lambdas)

@@ -46,6 +46,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ...model import GPT
+from ...nn.scalars import fit_optimizer_state
 from ...harness.store import atomic_write, atomic_write_text, read_json
 from . import tensorboard as tb
 from .config import RunConfig
@@ -114,6 +115,7 @@ def _load_checkpoint(path: Path, model, opt):
     try:
         ck = _read_checkpoint(path, model)
         opt.load_state_dict(ck["optimizer"])
+        fit_optimizer_state(opt)  # a checkpoint from before the learned scalars were (1,)
         torch.set_rng_state(ck["rng"].cpu())
         return int(ck["step"]), ck["losses"].tolist(), None
     except Exception as e:  # noqa: BLE001  (any damage: the run starts again, and says why)
