@@ -170,6 +170,16 @@ def test_bf16_autocast_backward_is_finite():
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_torch_export_gives_the_eager_logits(name):
+    """torch.export of every form, value_residual's FirstValues and Attention Residuals' depth state included."""
+    cfg = config(name)
+    m = perturbed_model(cfg, dtype=torch.float32).eval()
+    idx = batch(cfg)
+    exported = torch.export.export(m, (idx,)).module()
+    torch.testing.assert_close(exported(idx), m(idx), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_state_dict_round_trip(name):
     cfg = config(name)
     a = perturbed_model(cfg, seed=1, dtype=torch.float32).eval()
