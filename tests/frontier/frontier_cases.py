@@ -38,8 +38,15 @@ CASES = {
 }
 
 
+# forms outside the frontier table that hold learned scalars of their own (ReZero's gate, LayerScale's, the embedding
+# scale): the tests of what FSDP2 and checkpoints do with scalars run them too
+SCALAR_CASES = {"rezero": dict(placement="rezero"), "layerscale": dict(placement="layerscale"),
+                "dyt_embed_scale": dict(placement="pre", norm="dyt", embed_scale=2.0)}
+
+
 def config(name: str, **extra) -> GPTConfig:
-    return GPTConfig(**{**TINY, **CASES[name], **extra})
+    """A frontier case's config (or a SCALAR_CASES one's)."""
+    return GPTConfig(**{**TINY, **(CASES[name] if name in CASES else SCALAR_CASES[name]), **extra})
 
 
 def perturbed_model(cfg: GPTConfig, seed: int = 0, dtype=torch.float64) -> GPT:

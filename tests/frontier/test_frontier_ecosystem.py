@@ -11,7 +11,7 @@ import torch.multiprocessing as mp
 
 from addnorm.model import GPT, GPTConfig
 from addnorm.model.streams import permutation_matrices
-from frontier_cases import CASES, TINY, batch, config, perturbed_model
+from frontier_cases import CASES, SCALAR_CASES, batch, config, perturbed_model
 
 NAMES = list(CASES)
 
@@ -75,15 +75,6 @@ def test_ddp_gradients_equal_single_process(tmp_path):
             torch.testing.assert_close(ddp[name][n], p.grad, atol=1e-6, rtol=1e-5, msg=f"{name}: {n}")
 
 
-# FSDP2 shards every parameter along its first dimension and refuses a 0-d one, so each learned scalar (DyT's and
-# Derf's alpha, Derf's shift, HC's and mHC's scales, ReZero's gate, the embedding scale) must be (1,)
-_FSDP2_EXTRA = {"rezero": dict(placement="rezero"), "dyt_embed_scale": dict(placement="pre", norm="dyt", embed_scale=2.0)}
-
-
-def _fsdp2_config(name):
-    return config(name) if name in CASES else GPTConfig(**{**TINY, **_FSDP2_EXTRA[name]})
-
-
 def _fsdp2_worker(rank, world, init_file, out_file, names):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -93,7 +84,7 @@ def _fsdp2_worker(rank, world, init_file, out_file, names):
     out = {}
     for name in names:
         for mp in (None, MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)):
-            cfg = _fsdp2_config(name)
+            cfg = config(name)
             model = perturbed_model(cfg, dtype=torch.float32)
             kw = {} if mp is None else {"mp_policy": mp}  # mixed precision casts every block's inputs: it copies
             for block in model.h:  # each block's parameters gathered for its forward, freed after
@@ -119,10 +110,10 @@ def test_fsdp2_shards_every_form_and_its_gradients_equal_single_process(tmp_path
     block's inputs copies a dict, value_residual's later layers never saw the first layer's values. In float32 the
     gathered gradients are one process's over the same global batch; in mixed precision, those of the model cast to
     bfloat16, to bfloat16's rounding."""
-    names = [*NAMES, *_FSDP2_EXTRA]
+    names = [*NAMES, *SCALAR_CASES]  # FSDP2 refuses 0-d parameters: every learned scalar must be (1,)
     got = _spawn(_fsdp2_worker, tmp_path, names)
     for name in names:
-        cfg = _fsdp2_config(name)
+        cfg = config(name)
         idx = batch(cfg, B=4)
         single = perturbed_model(cfg, dtype=torch.float32)
         _, loss = single(idx, idx)

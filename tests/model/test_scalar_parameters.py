@@ -7,21 +7,14 @@ import pytest
 import torch
 from torch import nn
 
-from addnorm.model import GPT, GPTConfig
+from addnorm.model import GPT
 from addnorm.nn import Derf, DyT
-from tests.frontier.frontier_cases import CASES, TINY, config, perturbed_model
-
-EXTRA = {"rezero": dict(placement="rezero"), "layerscale": dict(placement="layerscale"),
-         "dyt_embed_scale": dict(placement="pre", norm="dyt", embed_scale=2.0)}
+from tests.frontier.frontier_cases import CASES, SCALAR_CASES, config, perturbed_model
 
 
-def _config(name):
-    return config(name) if name in CASES else GPTConfig(**{**TINY, **EXTRA[name]})
-
-
-@pytest.mark.parametrize("name", [*CASES, *EXTRA])
+@pytest.mark.parametrize("name", [*CASES, *SCALAR_CASES])
 def test_no_model_has_a_zero_dimensional_parameter(name):
-    m = GPT(_config(name))
+    m = GPT(config(name))
     assert not [n for n, p in m.named_parameters() if p.dim() == 0]
 
 
@@ -32,7 +25,7 @@ def _scalars(m: nn.Module) -> list[str]:
 @pytest.mark.parametrize("name", ["dyt_slots", "derf_pre", "hc", "mhc", "mhc_lite", "rezero", "dyt_embed_scale"])
 def test_a_checkpoint_with_zero_dimensional_scalars_loads(name):
     """addnorm's checkpoints before the change kept these scalars 0-d: they load, to the same model."""
-    cfg = _config(name)
+    cfg = config(name)
     src = perturbed_model(cfg, dtype=torch.float32)
     old = src.state_dict()
     names = _scalars(src)
@@ -81,7 +74,7 @@ def test_the_functional_form_takes_a_zero_dimensional_alpha_and_each_gradient_ke
 def test_a_scalar_promotes_as_a_number_does():
     """A float32 0-d scalar times bfloat16 is bfloat16, a (1,) one float32: ReZero's gate and the embedding scale
     multiply as 0-d views, so a bfloat16 model that keeps them in float32 runs in bfloat16 as before."""
-    cfg = GPTConfig(**{**TINY, **EXTRA["rezero"]}, embed_scale=2.0)
+    cfg = config("rezero", embed_scale=2.0)
     m = perturbed_model(cfg, dtype=torch.bfloat16)
     for n, p in m.named_parameters():
         if p.shape == (1,):
@@ -97,7 +90,7 @@ def test_an_optimizer_state_from_zero_dimensional_scalars_resumes_the_same_steps
     fit_optimizer_state reshapes them; the step is then the one the (1,) state takes."""
     from addnorm.nn.scalars import fit_optimizer_state
 
-    cfg = _config("dyt_embed_scale")
+    cfg = config("dyt_embed_scale")
     idx = torch.randint(0, cfg.vocab_size, (2, 6), generator=torch.Generator().manual_seed(0))
 
     def step(model, opt):

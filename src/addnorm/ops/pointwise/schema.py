@@ -5,8 +5,8 @@
     addnorm::add_pointwise_norm_backward(dy, dres?, s, alpha, shift?, weight?, bias?, kind, output_mask[4])
         -> (ds, dalpha, dshift, dweight, dbias)          absent ones empty
 
-``kind``: "dyt" or "derf"; alpha and shift are one-element tensors (learned scalars, 0-d or (1,)). CPU: the C kernels; CUDA: Triton;
-elsewhere and for other dtypes: ``formulas``. Autograd: ``autograd``.
+``kind``: "dyt" or "derf"; alpha and shift are one-element tensors (learned scalars, 0-d or (1,)). CPU: the C
+kernels; CUDA: Triton; elsewhere and for other dtypes: ``formulas``. Autograd: ``autograd``.
 """
 
 from __future__ import annotations
